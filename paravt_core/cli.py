@@ -1,0 +1,122 @@
+"""``paravt`` command line: one subcommand per stage plus tools (synth, tiny-model, pipeline, agent)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from paravt_core.config import ConfigError
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    from paravt_core.config import DataConfig, load_config
+
+    cfg = load_config(DataConfig, args.config, args.overrides)  # config errors before heavy imports
+    from paravt_core.data.stage import run
+
+    result = run(cfg)
+    print(result.to_json())
+    return 0
+
+
+def _cmd_synth(args: argparse.Namespace) -> int:
+    from paravt_core.data.synth import synthesize
+
+    result = synthesize(args.out_dir, videos=args.videos, seconds=args.seconds, seed=args.seed)
+    print(result.summary())
+    return 0
+
+
+def _cmd_tiny_model(args: argparse.Namespace) -> int:
+    from paravt_core.models import build_tiny_model
+
+    path = build_tiny_model(args.out_dir, seed=args.seed)
+    print(path)
+    return 0
+
+
+def _cmd_pipeline_compile(args: argparse.Namespace) -> int:
+    from pipelines.compile import compile_pipeline
+
+    path = compile_pipeline(args.name, args.out)
+    print(path)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from pipelines.local import demo
+
+    demo(args.out_dir, videos=args.videos, seconds=args.seconds)
+    return 0
+
+
+def _cmd_agent_run(args: argparse.Namespace) -> int:
+    from paravt_core.agent.run_cli import main as agent_main
+
+    return agent_main(args)
+
+
+def _add_stage(sub: argparse._SubParsersAction, name: str, fn: Callable, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text)
+    p.add_argument("--config", default=None, help="YAML config file")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. extract.workers=4")
+    p.set_defaults(fn=fn)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="paravt", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    _add_stage(sub, "data", _cmd_data, "download, extract, materialize, validate and audit the data")
+
+    p = sub.add_parser("synth", help="write synthetic ParaVT data (videos, zips, parquets)")
+    p.add_argument("out_dir")
+    p.add_argument("--videos", type=int, default=8)
+    p.add_argument("--seconds", type=float, default=12.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=_cmd_synth)
+
+    p = sub.add_parser("tiny-model", help="build the tiny Qwen3-VL test/demo model")
+    p.add_argument("out_dir")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=_cmd_tiny_model)
+
+    p = sub.add_parser("demo", help="synthetic data + tiny model + the pipeline through kfp.local")
+    p.add_argument("--out-dir", default="demo-out")
+    p.add_argument("--videos", type=int, default=8)
+    p.add_argument("--seconds", type=float, default=12.0)
+    p.set_defaults(fn=_cmd_demo)
+
+    p = sub.add_parser("pipeline", help="Kubeflow pipelines")
+    psub = p.add_subparsers(dest="pipeline_command", required=True)
+    pc = psub.add_parser("compile", help="compile a pipeline to KFP IR YAML")
+    pc.add_argument("out")
+    pc.add_argument("--name", default="train", help="pipeline name (default: train)")
+    pc.set_defaults(fn=_cmd_pipeline_compile)
+
+    p = sub.add_parser("agent", help="run the ParaVT agent")
+    asub = p.add_subparsers(dest="agent_command", required=True)
+    ar = asub.add_parser("run", help="run one episode and print the trajectory")
+    try:
+        from paravt_core.agent.run_cli import add_arguments
+    except ImportError:  # agent package not installed in this image
+        add_arguments = None
+    if add_arguments is not None:
+        add_arguments(ar)
+    ar.set_defaults(fn=_cmd_agent_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

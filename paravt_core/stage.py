@@ -1,0 +1,36 @@
+"""What every stage shares: the result type and the start-of-stage ritual (print + save config)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.syntax import Syntax
+
+from paravt_core import storage
+from paravt_core.config import config_to_yaml
+
+console = Console(stderr=True)
+
+
+@dataclass
+class StageResult:
+    """Outputs (name -> URI) and small metrics of one stage run."""
+
+    stage: str
+    outputs: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"stage": self.stage, "outputs": self.outputs, "metrics": self.metrics}, indent=2)
+
+
+def announce_config(stage: str, cfg: BaseModel, output_uri: str) -> None:
+    """Print the resolved config and save it as ``config.yaml`` beside the stage outputs."""
+    text = config_to_yaml(cfg)
+    console.rule(f"paravt {stage}: resolved config")
+    console.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default"))
+    storage.write_bytes(storage.join(output_uri, "config.yaml"), text.encode())
