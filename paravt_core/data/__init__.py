@@ -1,0 +1,1 @@
+"""Data: hub download, safe extraction, sentinel paths, materialize, validation, synthetic data."""
