@@ -1,0 +1,74 @@
+"""Knobs of one episode (SPEC §3, §4.4). Defaults are the published protocol: 64 overview frames at most
+224² px, 3 tool rounds x 5 parallel calls, sub-agents on the same engine, 512-token reports.
+
+The RL and eval stage configs embed ``AgentConfig`` (e.g. ``rl.agent.max_turns=2``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from paravt_core.config import StrictModel
+
+from . import prompts
+
+# SPEC §3 pixel budget per frame (the video package's defaults; not imported so that building the CLI
+# parser does not import torch).
+DEFAULT_MAX_PIXELS = 224 * 224
+DEFAULT_MIN_PIXELS = 28 * 28
+
+
+class SubagentConfig(StrictModel):
+    # Pass the main agent's question to the sub-agent (off reproduces the release).
+    see_question: bool = False
+    # Train on sub-agent tokens (loss mask 1 on their generations); off as released.
+    train: bool = False
+    # SPEC §4.4: 0.7 in RL, 0 in eval.
+    temperature: float = Field(default=0.7, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(default=1024, ge=1)
+    max_report_tokens: int = Field(default=prompts.SUBAGENT_MAX_REPORT_TOKENS, ge=1)
+
+
+class CropConfig(StrictModel):
+    fps: float = Field(default=1.0, gt=0.0)
+    min_frames: int = Field(default=2, ge=1)
+    max_frames: int = Field(default=16, ge=1)
+    workers: int = Field(default=4, ge=1)
+
+
+class AgentConfig(StrictModel):
+    prompt_mode: prompts.PromptMode = "agentic_general"
+    question_suffix: bool = True  # append " The video path for this video is: <basename>"
+    overview_frames: int = Field(default=64, ge=1)  # K (nFrames gating overrides it per row)
+    max_pixels: int = Field(default=DEFAULT_MAX_PIXELS, ge=1024)
+    min_pixels: int = Field(default=DEFAULT_MIN_PIXELS, ge=1)
+    max_turns: int = Field(default=3, ge=0)  # tool rounds; the generation after the last one must answer
+    max_parallel: int = Field(default=5, ge=1)  # calls executed per turn; extras get an error response
+    max_new_tokens: int = Field(default=2048, ge=1)  # per main-agent generation
+    max_context_tokens: int = Field(default=32768, ge=256)
+    temperature: float = Field(default=0.7, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    seed: int | None = None
+    think_prefix: bool = False  # PARA-GRPO constrained.think_prefix
+    # Eval only: after the last tool round, ask for the answer in this format (and cap its tokens).
+    forced_answer: prompts.ForcedAnswer | None = None
+    # "subagent": each call is answered by a sub-agent report; "crop_frames": the crop frames go straight
+    # to the main model (eval parity with the released driver).
+    tool_mode: Literal["subagent", "crop_frames"] = "subagent"
+    # "batched": all crops of a turn decoded together and all its sub-agents in one engine call;
+    # "sequential": one call at a time (crop, then its sub-agent) - the reference the benchmark compares to.
+    dispatch: Literal["batched", "sequential"] = "batched"
+    # Seconds before a generation call is abandoned (None: wait).
+    engine_timeout_s: float | None = Field(default=None, gt=0.0)
+    subagent: SubagentConfig = Field(default_factory=SubagentConfig)
+    crop: CropConfig = Field(default_factory=CropConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> AgentConfig:
+        if self.min_pixels > self.max_pixels:
+            raise ValueError(f"min_pixels ({self.min_pixels}) must not exceed max_pixels ({self.max_pixels})")
+        if self.crop.min_frames > self.crop.max_frames:
+            raise ValueError("crop.min_frames must not exceed crop.max_frames")
+        return self

@@ -1,0 +1,242 @@
+"""``paravt agent run``: one episode on one video, the whole trajectory printed with timings.
+
+Examples::
+
+    paravt tiny-model /tmp/tiny && paravt synth /tmp/synth --videos 1
+    paravt agent run --model /tmp/tiny --video /tmp/synth/.../clip.mp4 --question "Which shape appears?"
+    # drive the main agent with scripted replies (sub-agents stay real) to see the tool machinery:
+    paravt agent run --model /tmp/tiny --video clip.mp4 --question "..." --script replies.json
+    # any OpenAI-compatible server (processor loaded from --model), or an SGLang server:
+    paravt agent run --engine openai --base-url http://127.0.0.1:8000/v1 --served-model ParaVT-8B --model /ckpt ...
+    paravt agent run --engine sglang --base-url http://127.0.0.1:30000 --model /ckpt ...
+
+Knobs not covered by a flag go through ``--set key=value`` (dotted ``AgentConfig`` fields, e.g.
+``--set subagent.see_question=true``) or a YAML file with ``--config``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from .config import AgentConfig
+
+if TYPE_CHECKING:
+    from .episode import EpisodeResult
+
+# flag -> AgentConfig dotted key
+_FLAG_KEYS = {
+    "max_turns": "max_turns",
+    "max_parallel": "max_parallel",
+    "overview_frames": "overview_frames",
+    "max_new_tokens": "max_new_tokens",
+    "temperature": "temperature",
+    "seed": "seed",
+    "prompt_mode": "prompt_mode",
+    "tool_mode": "tool_mode",
+    "forced_answer": "forced_answer",
+    "max_pixels": "max_pixels",
+    "min_pixels": "min_pixels",
+    "engine_timeout": "engine_timeout_s",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``paravt agent run``."""
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="model URI (local dir, s3:// prefix or hub id); "
+        "for --engine openai/sglang only its processor is loaded",
+    )
+    parser.add_argument("--video", required=True, help="video file or s3:// URI")
+    parser.add_argument("--question", required=True)
+    parser.add_argument("--engine", choices=["transformers", "openai", "sglang"], default="transformers")
+    parser.add_argument(
+        "--base-url",
+        default=None,
+        help="server URL for --engine openai/sglang "
+        "(sglang without it: launch a server for --model on --port, GPU only)",
+    )
+    parser.add_argument("--port", type=int, default=30000, help="port of a launched SGLang server")
+    parser.add_argument("--served-model", default=None, help="model name on the OpenAI-compatible server")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default=None, help="e.g. bfloat16 (default: the checkpoint's)")
+    parser.add_argument("--max-turns", type=int, default=None)
+    parser.add_argument("--max-parallel", type=int, default=None)
+    parser.add_argument("--overview-frames", type=int, default=None, help="K overview frames")
+    parser.add_argument("--max-new-tokens", type=int, default=None)
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--prompt-mode", choices=["agentic_general", "agentic_minimal"], default=None)
+    parser.add_argument("--tool-mode", choices=["subagent", "crop_frames"], default=None)
+    parser.add_argument("--forced-answer", choices=["mcq", "tvg"], default=None)
+    parser.add_argument("--max-pixels", type=int, default=None)
+    parser.add_argument("--min-pixels", type=int, default=None)
+    parser.add_argument("--engine-timeout", type=float, default=None, help="seconds per generation call")
+    parser.add_argument("--think-prefix", action="store_true", help="force each turn to start with <think>")
+    parser.add_argument("--see-question", action="store_true", help="sub-agents also get the question")
+    parser.add_argument("--script", default=None, help="JSON list of scripted main-agent replies")
+    parser.add_argument("--config", default=None, help="AgentConfig YAML")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--json", dest="json_out", default=None, help="also write the trajectory as JSON")
+
+
+def build_config(args: argparse.Namespace) -> AgentConfig:
+    from paravt_core.config import load_config
+
+    overrides = []
+    for flag, key in _FLAG_KEYS.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    if args.think_prefix:
+        overrides.append("think_prefix=true")
+    if args.see_question:
+        overrides.append("subagent.see_question=true")
+    return load_config(AgentConfig, args.config, overrides + list(args.overrides))
+
+
+def build_engine(args: argparse.Namespace):
+    """(engine, processor) for the chosen backend."""
+    if args.engine == "transformers":
+        from paravt_core.engines.transformers_engine import TransformersEngine
+
+        engine = TransformersEngine.from_uri(args.model, device=args.device, dtype=args.dtype)
+        processor = engine.processor
+    else:
+        from transformers import AutoProcessor
+
+        from paravt_core.models import resolve_model_dir
+
+        if args.engine == "openai" and not args.base_url:
+            raise SystemExit("--engine openai needs --base-url")
+        model_dir = resolve_model_dir(args.model)
+        processor = AutoProcessor.from_pretrained(model_dir, local_files_only=True)
+        if args.engine == "openai":
+            from paravt_core.engines.openai_engine import OpenAIEngine
+
+            engine = OpenAIEngine(args.base_url, args.served_model or args.model, processor=processor)
+        else:
+            from paravt_core.engines.sglang_engine import SGLangEngine
+
+            if args.base_url:
+                engine = SGLangEngine(args.base_url, processor=processor)
+            else:
+                engine = SGLangEngine.launch(str(model_dir), port=args.port, processor=processor)
+    if args.script:
+        from paravt_core.engines.scripted import RoutedEngine, ScriptedEngine
+
+        replies = json.loads(Path(args.script).read_text())
+        if not isinstance(replies, list) or not all(isinstance(r, str) for r in replies):
+            raise SystemExit(f"{args.script}: expected a JSON list of strings")
+        engine = RoutedEngine(ScriptedEngine(processor, replies), engine)
+    return engine, processor
+
+
+def main(args: argparse.Namespace) -> int:
+    from paravt_core.config import ConfigError
+
+    from .episode import arun_episode
+
+    console = Console()
+    try:
+        cfg = build_config(args)
+    except ConfigError as err:
+        console.print(f"[red]config error:[/red] {err}")
+        return 2
+    with console.status("loading the model"):
+        engine, processor = build_engine(args)
+    row = {"video": args.video, "question": args.question, "id": Path(args.video).stem}
+    try:
+        with console.status("running the episode"):
+            result = asyncio.run(arun_episode(row, engine, cfg, processor=processor))
+    finally:
+        server = getattr(engine, "server", None) or getattr(getattr(engine, "subagent", None), "server", None)
+        if server is not None:  # a server this command launched
+            server.stop()
+    print_trajectory(result, cfg, console)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result.to_dict(), indent=2))
+        console.print(f"trajectory written to {args.json_out}")
+    return 1 if result.finish_reason in ("video_error", "engine_error", "engine_timeout") else 0
+
+
+def _clip(text: str, limit: int = 2000) -> str:
+    return text if len(text) <= limit else text[:limit] + f" … [{len(text) - limit} more chars]"
+
+
+def print_trajectory(result: EpisodeResult, cfg: AgentConfig, console: Console | None = None) -> None:
+    console = console or Console()
+    t = result.timings
+    console.rule(f"[bold]episode {result.row_id or ''}")
+    console.print(Text(f"video: {result.video}"))
+    console.print(Text(f"question: {result.question}"))
+    if result.nframes:
+        h, w = result.overview_size or (0, 0)
+        stamps = ", ".join(f"{s:.1f}" for s in result.overview_timestamps[:12])
+        more = " …" if len(result.overview_timestamps) > 12 else ""
+        console.print(
+            f"overview: {result.nframes} frames of {w}x{h} px at [{stamps}{more}] s "
+            f"(decode {t.get('overview_s', 0):.2f} s, encode {t.get('encode_s', 0):.2f} s)"
+        )
+    main = result.main
+    if main is not None and main.segments:
+        console.print(f"prompt: {len(main.segments[0])} tokens, {len(main.segments[0].images)} images")
+    for turn in result.turns:
+        title = f"turn {turn.turn} · {turn.tokens} tokens · {turn.finish_reason} · {turn.generation_s:.2f} s"
+        console.print(Panel(Text(_clip(turn.text)), title=title, title_align="left", expand=True))
+        if not turn.calls:
+            continue
+        table = Table(title=f"tool calls of turn {turn.turn} ({turn.tools_s:.2f} s)", show_lines=True)
+        for col in ("#", "call", "window", "frames", "latency", "result"):
+            table.add_column(col, overflow="fold")
+        for call in turn.calls:
+            args = json.dumps(call.arguments) if call.arguments is not None else call.raw.strip()[:80]
+            window = f"{call.window[0]:.1f}–{call.window[1]:.1f} s" if call.window else "-"
+            status = Text(call.report or "") if call.ok else Text(call.error or "failed", style="red")
+            if call.ok and call.truncated:
+                status.append(" (truncated)", style="yellow")
+            table.add_row(
+                str(call.index),
+                Text(f"{call.name or '?'} {args}"),
+                window,
+                str(call.frames or "-"),
+                f"{call.latency_s:.2f} s" if call.executed else "-",
+                status,
+            )
+        console.print(table)
+    counts = result.counts()
+    console.rule("[bold]result")
+    console.print(
+        Text.assemble("answer: ", (repr(result.answer), "bold"), f"    finish: {result.finish_reason}")
+    )
+    if result.error:
+        console.print(Text.assemble(("error: ", "red"), result.error))
+    console.print(
+        f"tool rounds {result.tool_rounds}/{cfg.max_turns} · calls {counts['calls_total']} "
+        f"(executed {counts['calls_executed']}, ok {counts['calls_succeeded']}, "
+        f"failed {counts['calls_failed']}, rejected {counts['calls_rejected']}) · "
+        f"main trace {len(main) if main else 0} tokens ({sum(main.loss_mask) if main else 0} trained) · "
+        f"total {t.get('total_s', 0):.2f} s"
+    )
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (``python -m paravt_core.agent.run_cli``), same arguments as ``paravt agent run``."""
+    parser = argparse.ArgumentParser(prog="paravt agent run", description=__doc__)
+    add_arguments(parser)
+    return main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,98 @@
+"""The one generation interface every backend implements: ``await engine.generate(requests)``.
+
+A request carries the prompt twice, because backends consume different things:
+
+- token level (transformers, SGLang): ``input_ids`` — the exact prompt tokens with image pads already
+  expanded — plus the images (raw uint8 frames, and for in-process engines the processor's
+  ``pixel_values`` / ``image_grid_thw``). These engines return the exact generated token ids and their
+  behaviour log-probs, which the episode appends as they are.
+- chat level (OpenAI-compatible servers): ``messages`` in the tiny/Qwen message format of
+  ``paravt_core.models`` with ``{"type": "image", "image": frame}`` parts; the server renders the template.
+  When ``continue_final_message`` is set the last message is a partial assistant turn (e.g. the forced
+  ``<think>\\n``) that the server must continue rather than close.
+
+All requests of one call are served together (one batch where the backend can batch); the completions come
+back in request order. Backend failures raise ``EngineError``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FinishReason = Literal["stop", "length"]
+
+
+class EngineError(RuntimeError):
+    """The backend could not produce completions (server down, bad response, out of memory, ...)."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling. ``temperature == 0`` means greedy decoding."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
+class GenerationRequest:
+    """One prompt to continue. See the module docstring for which fields each backend reads."""
+
+    input_ids: list[int] = field(default_factory=list)
+    images: list[Any] = field(default_factory=list)  # uint8 frames (C x H x W tensors or H x W x C arrays)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    pixel_values: Any = None  # torch.Tensor from the processor, for in-process engines
+    image_grid_thw: Any = None  # torch.Tensor (n_images x 3)
+    messages: list[dict] | None = None
+    continue_final_message: bool = False
+    tag: str = "main"  # who asks: "main" or "subagent" (logs, scripted engines)
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+@dataclass
+class Completion:
+    """The continuation of one request."""
+
+    token_ids: list[int]  # generated ids, including the eos token when generation stopped on it
+    text: str  # decoded ``token_ids`` with special tokens kept (chat engines: the server's text)
+    logprobs: list[float] | None  # behaviour log-prob of each generated token (None: not available)
+    finish_reason: FinishReason
+    stop_reason: str | int | None = None  # the stop string or token id that ended generation
+    prompt_tokens: int = 0
+    latency_s: float = 0.0
+    request_id: str = ""
+    exact_tokens: bool = True  # False for chat engines: token_ids are a re-tokenization of ``text``
+
+
+class Engine(ABC):
+    """A generation backend. ``token_level`` engines consume ``input_ids``; others consume ``messages``."""
+
+    name: str = "engine"
+    token_level: bool = True
+    processor: Any = None  # the HF processor matching the served model, when the engine has one
+
+    @abstractmethod
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Completions for ``requests``, in order. Raises ``EngineError`` on backend failure."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release connections or processes."""

@@ -1,0 +1,228 @@
+"""Chat completions against any OpenAI-compatible server (vLLM, SGLang, a hosted judge), with retries.
+
+Requests of one ``generate`` call are sent concurrently (bounded by ``max_concurrency``). Each HTTP call
+has a timeout; connection errors, timeouts, 429 and 5xx responses are retried with exponential backoff and
+jitter up to ``max_retries`` times; other 4xx responses fail at once. Errors never include the API key.
+
+Frames travel as lossless PNG data URLs, so the server sees the same pixels as the local processor. A
+request whose last message is a partial assistant turn (the forced ``<think>\\n``) is sent with the
+``continue_final_message`` / ``add_generation_prompt`` extensions that vLLM and SGLang understand. The
+server returns text, so completions carry ``exact_tokens=False``: the episode re-tokenizes them, and these
+engines are meant for evaluation and judging, not for producing RL training tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import os
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+
+from .base import Completion, Engine, EngineError, GenerationRequest, SamplingParams
+
+RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+def frame_to_data_url(frame: Any) -> str:
+    """PNG data URL of a uint8 frame (C x H x W tensor, H x W x C array or PIL image)."""
+    from PIL import Image
+
+    if isinstance(frame, Image.Image):
+        image = frame
+    else:
+        array = frame.numpy() if hasattr(frame, "numpy") else np.asarray(frame)
+        if array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[-1] not in (1, 3):
+            array = np.transpose(array, (1, 2, 0))
+        image = Image.fromarray(np.ascontiguousarray(array.astype(np.uint8)))
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def to_openai_messages(messages: Sequence[dict]) -> list[dict]:
+    """Our messages (``image`` parts holding frames, ``tool`` turns) -> OpenAI chat messages.
+
+    ``tool`` messages become user turns of ``<tool_response>`` text blocks, as the Qwen template renders
+    them (ParaVT's calls are plain text, so there are no OpenAI ``tool_call_id`` s to refer to)."""
+    out: list[dict] = []
+    for message in messages:
+        role, content = message["role"], message["content"]
+        if isinstance(content, str):
+            parts: list[dict] = [{"type": "text", "text": content}]
+        else:
+            parts = []
+            for part in content:
+                if part["type"] == "text":
+                    parts.append({"type": "text", "text": part["text"]})
+                elif part["type"] == "image":
+                    parts.append(
+                        {"type": "image_url", "image_url": {"url": frame_to_data_url(part["image"])}}
+                    )
+                elif part["type"] == "image_url":
+                    parts.append(part)
+                else:
+                    raise ValueError(f"unsupported message part {part['type']!r}")
+        if role == "tool":
+            parts = [
+                {"type": "text", "text": "<tool_response>\n"},
+                *parts,
+                {"type": "text", "text": "\n</tool_response>"},
+            ]
+            if out and out[-1].get("_tool_turn"):
+                out[-1]["content"] += [{"type": "text", "text": "\n"}, *parts]
+                continue
+            out.append({"role": "user", "content": parts, "_tool_turn": True})
+            continue
+        if role == "assistant" and all(p["type"] == "text" for p in parts):
+            out.append({"role": role, "content": "".join(p["text"] for p in parts)})
+        else:
+            out.append({"role": role, "content": parts})
+    for message in out:
+        message.pop("_tool_turn", None)
+    return out
+
+
+class OpenAIEngine(Engine):
+    name = "openai"
+    token_level = False
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_s: float = 600.0,
+        max_retries: int = 3,
+        backoff_s: float = 1.0,
+        max_concurrency: int = 16,
+        processor: Any = None,
+        extra_body: dict[str, Any] | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self._api_key = api_key if api_key is not None else os.environ.get(api_key_env, "")
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.processor = processor
+        self.extra_body = dict(extra_body or {})
+        self.max_concurrency = max_concurrency
+        # Client and semaphore belong to one event loop; they are rebuilt when used from another one.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._client: httpx.AsyncClient | None = None
+        self.attempts = 0  # HTTP calls made (retries included), for logs and tests
+
+    def _bind(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._client is None or self._semaphore is None:
+            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+            self._client = httpx.AsyncClient(timeout=self.timeout_s, headers=headers)
+            self._semaphore = asyncio.Semaphore(self.max_concurrency)
+            self._loop = loop
+        return self._client, self._semaphore
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+    async def aclose(self) -> None:
+        if self._client is not None and self._loop is asyncio.get_running_loop():
+            await self._client.aclose()
+        self._client = None
+
+    def payload(self, request: GenerationRequest) -> dict[str, Any]:
+        """The chat-completions body of one request (pure; also used by tests)."""
+        if request.messages is None:
+            raise EngineError(f"request {request.request_id} has no messages (chat engines need them)")
+        s: SamplingParams = request.sampling
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": to_openai_messages(request.messages),
+            "max_tokens": s.max_new_tokens,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+        }
+        if s.stop:
+            body["stop"] = list(s.stop)
+        if s.seed is not None:
+            body["seed"] = s.seed
+        if request.continue_final_message:
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
+        body.update(self.extra_body)
+        return body
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        return list(await asyncio.gather(*(self._one(r) for r in requests)))
+
+    async def chat(self, messages: list[dict], **sampling: Any) -> str:
+        """Text of one chat completion (the LLM judge's entry point)."""
+        request = GenerationRequest(messages=messages, sampling=SamplingParams(**sampling))
+        return (await self._one(request)).text
+
+    async def _one(self, request: GenerationRequest) -> Completion:
+        body = self.payload(request)
+        _, semaphore = self._bind()
+        async with semaphore:
+            started = time.perf_counter()
+            data = await self._post("/chat/completions", body)
+        try:
+            choice = data["choices"][0]
+            text = choice["message"].get("content") or ""
+            reason = "length" if choice.get("finish_reason") == "length" else "stop"
+            logprobs = None
+            content_lp = (choice.get("logprobs") or {}).get("content")
+            if content_lp:
+                logprobs = [float(item["logprob"]) for item in content_lp]
+            usage = data.get("usage") or {}
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            raise EngineError(
+                f"{self.base_url}: malformed chat completion ({type(err).__name__}: {err})"
+            ) from err
+        return Completion(
+            token_ids=[],
+            text=text,
+            logprobs=logprobs,
+            finish_reason=reason,  # type: ignore[arg-type]
+            stop_reason=choice.get("stop_reason"),
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            latency_s=time.perf_counter() - started,
+            request_id=request.request_id,
+            exact_tokens=False,
+        )
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        url = self.base_url + path
+        last = "no attempt made"
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                # exponential backoff with full jitter, so retries of concurrent requests spread out
+                await asyncio.sleep(random.uniform(0, self.backoff_s * 2 ** (attempt - 1)))
+            self.attempts += 1
+            try:
+                client, _ = self._bind()
+                response = await client.post(url, json=body)
+            except httpx.TimeoutException:
+                last = f"timed out after {self.timeout_s:g} s"
+                continue
+            except httpx.HTTPError as err:
+                last = self._redact(f"{type(err).__name__}: {err}")
+                continue
+            if response.status_code == 200:
+                try:
+                    return response.json()
+                except ValueError as err:
+                    raise EngineError(f"{url}: response is not JSON ({err})") from err
+            last = f"HTTP {response.status_code}: {self._redact(response.text[:300])}"
+            if response.status_code not in RETRY_STATUS:
+                break
+        raise EngineError(f"{url}: {last} (after {attempt + 1} attempt(s))")

@@ -1,0 +1,193 @@
+"""Tool-call, answer and tag parsing (SPEC §4.3): per-block results, legacy form, never raising."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paravt_core.agent import prompts
+from paravt_core.agent.parsing import (
+    call_window,
+    extract_answer,
+    format_tool_call,
+    has_tool_call,
+    open_tag_at_end,
+    parse_tool_calls,
+)
+from paravt_core.video.errors import InvalidTimeError
+
+
+def test_a_malformed_block_does_not_discard_its_siblings():
+    text = (
+        "<think>look twice</think>\n"
+        '<tool_call>\n{"name": "crop_video", "arguments": {"start_time": 1, "end_time": 4}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "crop_video", "arguments": {"start_time": 2,,}}\n</tool_call>\n'
+        '<tool_call>{"name": "crop_video", "arguments": {"start": "01:05", "end": "1:10"}}</tool_call>'
+    )
+    calls = parse_tool_calls(text)
+    assert [c.ok for c in calls] == [True, False, True]
+    assert [c.index for c in calls] == [0, 1, 2]
+    assert calls[0].arguments == {"start_time": 1, "end_time": 4}
+    assert "not valid JSON" in calls[1].error
+    assert calls[2].arguments == {"start": "01:05", "end": "1:10"}
+    assert call_window(calls[2].arguments) == (65.0, 70.0)
+
+
+@pytest.mark.parametrize(
+    ("body", "error_part"),
+    [
+        ("", "empty"),
+        ("[1, 2]", "JSON object"),
+        ('{"arguments": {}}', '"name"'),
+        ('{"name": "crop_video"}', '"arguments"'),
+        ('{"name": "crop_video", "arguments": "not json"}', "arguments"),
+    ],
+)
+def test_bad_json_bodies_give_errors(body, error_part):
+    (call,) = parse_tool_calls(f"<tool_call>{body}</tool_call>")
+    assert not call.ok and error_part in call.error
+
+
+def test_double_encoded_arguments_and_parameters_key_are_accepted():
+    text = '<tool_call>{"name": "crop_video", "arguments": "{\\"start_time\\": 3, \\"end_time\\": 5}"}</tool_call>'
+    assert parse_tool_calls(text)[0].arguments == {"start_time": 3, "end_time": 5}
+    text = '<tool_call>{"name": "crop_video", "parameters": {"start_time": 3, "end_time": 5}}</tool_call>'
+    assert parse_tool_calls(text)[0].arguments == {"start_time": 3, "end_time": 5}
+
+
+def test_closing_tag_inside_a_json_string_does_not_end_the_block():
+    args = {"video_path": "a</tool_call>b", "start_time": 0, "end_time": 1}
+    (call,) = parse_tool_calls(format_tool_call("crop_video", args))
+    assert call.ok and call.arguments == args
+
+
+def test_unterminated_blocks():
+    calls = parse_tool_calls(
+        '<tool_call>{"name": "crop_video" <tool_call>{"name": "x", "arguments": {}}</tool_call>'
+    )
+    assert [c.ok for c in calls] == [False, True]
+    assert "not closed" in calls[0].error
+    (call,) = parse_tool_calls("text <tool_call>\n{")
+    assert not call.ok and call.span == (5, len("text <tool_call>\n{"))
+
+
+def test_legacy_tool_code_form():
+    text = (
+        "<tool_code>crop_video(start_time=10, end_time='00:20')</tool_code>"
+        "<tool_code>crop_video(3, 7.5)</tool_code>"
+        "<tool_code>crop_video('v.mp4', 1, 2)</tool_code>"
+        "<tool_code>```python\ncrop_video(start=1, end=2)\n```</tool_code>"
+        "<tool_code>__import__('os').system('x')</tool_code>"
+        "<tool_code>crop_video(start_time=open('f'))</tool_code>"
+        "<tool_code>crop_video(start_time={1, 2}, end_time=(3,))</tool_code>"
+    )
+    calls = parse_tool_calls(text)
+    assert calls[0].arguments == {"start_time": 10, "end_time": "00:20"}
+    assert calls[1].arguments == {"start_time": 3, "end_time": 7.5}
+    assert calls[2].arguments == {"video_path": "v.mp4", "start_time": 1, "end_time": 2}
+    assert calls[3].arguments == {"start": 1, "end": 2}
+    assert not calls[4].ok and not calls[5].ok  # nothing is evaluated
+    assert not calls[6].ok and "literal numbers or strings" in calls[6].error  # JSON-safe values only
+    assert all(c.form == "tool_code" for c in calls)
+
+
+def test_both_forms_in_order_of_appearance():
+    text = "<tool_code>crop_video(1, 2)</tool_code>" + format_tool_call(
+        "crop_video", {"start_time": 3, "end_time": 4}
+    )
+    assert [c.form for c in parse_tool_calls(text)] == ["tool_code", "tool_call"]
+    assert has_tool_call(text) and not has_tool_call("<answer>A</answer>")
+
+
+def test_times_in_call_arguments():
+    assert call_window({"start_time": "1:02:03", "end_time": "3723.5"}) == (3723.0, 3723.5)
+    assert call_window({"start_time": 5, "end": "00:07"}) == (5.0, 7.0)
+    for bad in [{"end_time": 4}, {"start_time": "soon", "end_time": 4}, {"start_time": -1, "end_time": 2}]:
+        with pytest.raises(InvalidTimeError):
+            call_window(bad)
+
+
+def test_answers_and_open_tags():
+    assert extract_answer("<answer>A</answer> then <answer> C </answer>") == "C"
+    assert extract_answer("<answer>unclosed") is None
+    assert extract_answer("no answer") is None
+    assert open_tag_at_end("<think>abc") == "think"
+    assert open_tag_at_end("<think>a</think><answer>The ev") == "answer"
+    assert open_tag_at_end('<think>a</think><tool_call>{"name"') == "tool_call"
+    assert open_tag_at_end("<think>a</think><answer>b</answer>") is None
+
+
+def test_protocol_texts():
+    assert json.loads(prompts.TOOL_SCHEMA_JSON) == prompts.TOOL_SCHEMA
+    assert prompts.TOOL_SCHEMA_JSON in prompts.AGENTIC_GENERAL_SYSTEM
+    assert prompts.AGENTIC_GENERAL_SYSTEM.startswith(
+        "You are a video understanding agent that can analyze videos by cropping and examining specific segments."
+    )
+    assert prompts.system_prompt("agentic_minimal") == prompts.TOOL_ENVELOPE
+    assert prompts.question_with_suffix("Q?", "v.mp4") == "Q? The video path for this video is: v.mp4"
+    assert (
+        prompts.question_with_suffix("Q? The video path for this video is: v.mp4", "v.mp4").count("path") == 1
+    )
+    text = prompts.subagent_prompt(65.0, 130.5)
+    assert "from 01:05 to 02:10 (duration: 65.5 seconds)" in text and "question" not in text
+    assert "Which colour?" in prompts.subagent_prompt(0, 10, "Which colour?")
+    with pytest.raises(ValueError, match="agentic_general"):
+        prompts.system_prompt("nope")  # type: ignore[arg-type]
+
+
+# -- properties --------------------------------------------------------------------------------------------
+
+TAG_PIECES = [
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_code>",
+    "</tool_code>",
+    "<answer>",
+    "</answer>",
+    "{",
+    "}",
+    '"',
+]
+noisy_text = st.lists(st.one_of(st.text(max_size=20), st.sampled_from(TAG_PIECES)), max_size=30).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(noisy_text)
+def test_parsing_never_raises(text):
+    calls = parse_tool_calls(text)
+    for call in calls:
+        assert call.ok == (call.name is not None and call.arguments is not None and call.error is None)
+        assert 0 <= call.span[0] < call.span[1] <= len(text)
+    extract_answer(text)
+    open_tag_at_end(text)
+
+
+json_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text()
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(), children, max_size=3),
+    max_leaves=10,
+)
+calls_strategy = st.lists(
+    st.tuples(
+        st.text(min_size=1).filter(lambda s: s.strip()),
+        st.dictionaries(st.text(max_size=10), json_values, max_size=4),
+    ),
+    min_size=1,
+    max_size=6,
+)
+free_text = st.text().filter(lambda s: "<tool_call>" not in s and "<tool_code>" not in s)
+
+
+@settings(max_examples=200, deadline=None)
+@given(calls_strategy, st.lists(free_text, min_size=7, max_size=7))
+def test_well_formed_calls_round_trip(calls, gaps):
+    text = gaps[0] + "".join(format_tool_call(n, a) + g for (n, a), g in zip(calls, gaps[1:], strict=False))
+    parsed = parse_tool_calls(text)
+    assert [(c.name, c.arguments) for c in parsed] == calls
+    assert all(c.ok and c.form == "tool_call" for c in parsed)

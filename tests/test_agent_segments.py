@@ -1,0 +1,221 @@
+"""Exact token accounting: the episode's append-only segments equal the chat template's rendering.
+
+The conversation the model should have seen is written out here from the scenario (system prompt, overview
+frames with their labels, the scripted assistant texts, the reports, the errors), rendered with the tiny
+model's real chat template and tokenized with its real processor. At every turn boundary — before each
+generation and after it — the episode's concatenated segment tokens must equal that tokenization, multi-call
+turns, a malformed call, the forced answer and image-bearing tool responses included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from paravt_core.agent import prompts
+from paravt_core.agent.episode import arun_episode
+from paravt_core.agent.parsing import format_tool_call, parse_tool_calls
+from paravt_core.agent.segments import SegmentKind
+from paravt_core.engines.scripted import ScriptedEngine
+from paravt_core.video import api as video_api
+from tests.agent_support import MAX_PIXELS, MIN_PIXELS, tiny_agent_config, video  # noqa: F401
+
+SIZE = {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}
+
+
+def _images(messages: list[dict]) -> list[torch.Tensor]:
+    return [
+        part["image"]
+        for m in messages
+        if isinstance(m["content"], list)
+        for part in m["content"]
+        if part["type"] == "image"
+    ]
+
+
+def _expected_ids(processor, messages: list[dict], *, open_turn: bool, prefix: str = "") -> list[int]:
+    """Real template + processor: ``open_turn`` ends with the next assistant header (+ prefix); otherwise
+    the conversation ends with the last assistant turn's <|im_end|> (what the model generated last)."""
+    text = processor.apply_chat_template(messages, add_generation_prompt=open_turn, tokenize=False)
+    if open_turn:
+        text += prefix
+    else:
+        assert text.endswith("<|im_end|>\n")
+        text = text[:-1]
+    images = _images(messages)
+    out = processor(text=[text], images=images or None, return_tensors="pt", images_kwargs={"size": SIZE})
+    return out["input_ids"][0].tolist()
+
+
+def _boundaries(trace) -> tuple[list[int], list[int]]:
+    """Token positions right before and right after every generated segment."""
+    before, after, pos = [], [], 0
+    for seg in trace.segments:
+        if seg.kind == SegmentKind.GENERATED:
+            before.append(pos)
+            after.append(pos + len(seg))
+        pos += len(seg)
+    return before, after
+
+
+def _overview_parts(path, k: int) -> list[dict]:
+    frames = video_api.overview(str(path), k, max_pixels=MAX_PIXELS, min_pixels=MIN_PIXELS)
+    parts: list[dict] = []
+    for t, frame in zip(frames.timestamps, frames.frames, strict=True):
+        parts += [{"type": "text", "text": f"<{t:.1f} seconds>"}, {"type": "image", "image": frame}]
+    return parts
+
+
+def test_subagent_episode_segments_match_template(tiny_model, video):  # noqa: F811
+    processor = tiny_model.processor
+    calls0 = (
+        "Two segments might matter.</think>\n"
+        + format_tool_call("crop_video", {"video_path": "clip.mp4", "start_time": 1, "end_time": 4})
+        + '\n<tool_call>\n{"name": "crop_video", "arguments": {"start_time": 2,,}}\n</tool_call>\n'
+        + format_tool_call("crop_video", {"start": "00:07", "end": 9.5})
+    )
+    calls1 = (
+        "One more look.</think>\n"
+        + format_tool_call("crop_video", {"start_time": 5, "end_time": 6})
+        + "\n"
+        + format_tool_call("crop_video", {"start_time": 0, "end_time": 2})
+    )
+    final = "The red circle came first.</think><answer>B</answer>"
+    reports = ["Report zero: a red circle.", "Report one: a blue square.", "Report two.", "Report three."]
+    engine = ScriptedEngine(processor, [calls0, calls1, final], subagent=lambda req, i: reports[i])
+    cfg = tiny_agent_config(think_prefix=True, max_turns=2, forced_answer="mcq")
+    row = {"video": str(video), "question": "Which shape appears first? A. square B. circle"}
+    result = asyncio.run(arun_episode(row, engine, cfg))
+    assert result.finish_reason == "answer" and result.answer == "B"
+    # the two sub-agents of each turn went out as one engine call, between the main generations
+    assert engine.batches == [
+        ["main"],
+        ["subagent", "subagent"],
+        ["main"],
+        ["subagent", "subagent"],
+        ["main"],
+    ]
+
+    bad_json_error = parse_tool_calls(calls0.removeprefix("Two segments might matter.</think>\n"))[1].error
+    assert bad_json_error is not None
+    question = row["question"] + " The video path for this video is: clip.mp4"
+    messages: list[dict] = [
+        {"role": "system", "content": prompts.AGENTIC_GENERAL_SYSTEM},
+        {"role": "user", "content": _overview_parts(video, 8) + [{"type": "text", "text": question}]},
+    ]
+    expected_before = [_expected_ids(processor, messages, open_turn=True, prefix="<think>\n")]
+    expected_after = []
+    script = [
+        (calls0, [reports[0], "Error: " + bad_json_error, reports[1]], None),
+        (calls1, [reports[2], reports[3]], prompts.FORCED_ANSWER_TEXT["mcq"]),
+        (final, None, None),
+    ]
+    for text, responses, forced in script:
+        messages.append({"role": "assistant", "content": "<think>\n" + text})
+        expected_after.append(_expected_ids(processor, messages, open_turn=False))
+        if responses is None:
+            break
+        messages += [{"role": "tool", "content": [{"type": "text", "text": r}]} for r in responses]
+        if forced:
+            messages.append({"role": "user", "content": forced})
+        expected_before.append(_expected_ids(processor, messages, open_turn=True, prefix="<think>\n"))
+
+    trace = result.main
+    ids = trace.token_ids
+    before, after = _boundaries(trace)
+    assert len(before) == len(after) == 3
+    for pos, expected in zip(before, expected_before, strict=True):
+        assert ids[:pos] == expected
+    for pos, expected in zip(after, expected_after, strict=True):
+        assert ids[:pos] == expected
+
+    # Loss mask: exactly the model's own tokens (the scripted texts + <|im_end|>), nothing of the prefix.
+    tok = tiny_model.tokenizer
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    own = [t for text, _, _ in script for t in tok(text, add_special_tokens=False)["input_ids"] + [eos]]
+    assert [t for t, m in zip(ids, trace.loss_mask, strict=True) if m] == own
+    assert sum(trace.loss_mask) == len(own)
+    assert all(p == (-0.5 if m else 0.0) for p, m in zip(trace.logprobs, trace.loss_mask, strict=True))
+
+    # Pixels: the trace carries exactly what the processor makes of the rendered conversation's images.
+    full = processor(
+        text=[processor.apply_chat_template(messages, tokenize=False)[:-1]],
+        images=_images(messages),
+        return_tensors="pt",
+        images_kwargs={"size": SIZE},
+    )
+    assert ids == full["input_ids"][0].tolist()
+    assert torch.equal(trace.pixel_values, full["pixel_values"])
+    assert torch.equal(trace.image_grid_thw, full["image_grid_thw"])
+
+    # Sub-agent traces: prompt (frames + prompt text) then their report; untrained by default.
+    subs = result.subagent_traces
+    assert len(subs) == 4
+    for sub, report in zip(subs, reports, strict=True):
+        assert sub.generated_text() == report + "<|im_end|>"
+        assert sum(sub.loss_mask) == 0
+
+
+def test_crop_frames_episode_segments_match_template(tiny_model, video):  # noqa: F811
+    """Eval-parity mode: the crop frames (with labels) are the tool response; images inside a tool turn."""
+    processor = tiny_model.processor
+    turn0 = format_tool_call("crop_video", {"start_time": 1, "end_time": 3}) + format_tool_call(
+        "crop_video", {"start_time": 8, "end_time": 20}
+    )
+    final = "<answer>A</answer>"
+    engine = ScriptedEngine(processor, [turn0, final])
+    cfg = tiny_agent_config(tool_mode="crop_frames", max_turns=1, prompt_mode="agentic_minimal")
+    row = {"video": str(video), "question": "When is the blue square visible?"}
+    result = asyncio.run(arun_episode(row, engine, cfg))
+    assert result.finish_reason == "answer"
+    assert engine.batches == [["main"], ["main"]]  # no sub-agents in this mode
+    assert [c.window for c in result.calls] == [(1.0, 3.0), (8.0, 12.0)]  # end clamped to the duration
+
+    question = row["question"] + " The video path for this video is: clip.mp4"
+    messages: list[dict] = [
+        {"role": "system", "content": prompts.TOOL_ENVELOPE},
+        {"role": "user", "content": _overview_parts(video, 8) + [{"type": "text", "text": question}]},
+        {"role": "assistant", "content": turn0},
+    ]
+    for start, end in [(1, 3), (8, 20)]:
+        crop = video_api.crop(
+            str(video), start, end, max_frames=4, max_pixels=MAX_PIXELS, min_pixels=MIN_PIXELS
+        )
+        parts: list[dict] = []
+        for t, frame in zip(crop.timestamps, crop.frames, strict=True):
+            parts += [{"type": "text", "text": f"<{t:.1f} seconds>"}, {"type": "image", "image": frame}]
+        s, e = crop.window
+        parts.append({"type": "text", "text": f"{len(crop)} frames from {s:.1f}s to {e:.1f}s."})
+        messages.append({"role": "tool", "content": parts})
+    before_final = _expected_ids(processor, messages, open_turn=True)
+    messages.append({"role": "assistant", "content": final})
+    trace = result.main
+    before, after = _boundaries(trace)
+    assert trace.token_ids[: before[1]] == before_final
+    assert trace.token_ids == _expected_ids(processor, messages, open_turn=False)
+    # 1 fps: [1, 3] -> 2 frames, [8, 12] -> 4 frames, after the 8 overview frames
+    assert [c.frames for c in result.calls] == [2, 4]
+    assert len(trace.images) == 8 + 2 + 4
+
+
+@pytest.mark.parametrize("limit", [3])
+def test_subagent_report_is_truncated_to_its_token_budget(tiny_model, video, limit):  # noqa: F811
+    processor = tiny_model.processor
+    long_report = "first second third fourth fifth sixth seventh"
+    engine = ScriptedEngine(
+        processor,
+        [format_tool_call("crop_video", {"start_time": 0, "end_time": 2}), "<answer>x</answer>"],
+        subagent=long_report,
+    )
+    cfg = tiny_agent_config(subagent={"max_report_tokens": limit, "max_new_tokens": 64})
+    result = asyncio.run(arun_episode({"video": str(video), "question": "q"}, engine, cfg))
+    (call,) = result.calls
+    ids = tiny_model.tokenizer(long_report, add_special_tokens=False)["input_ids"]
+    assert len(ids) > limit
+    expected = tiny_model.tokenizer.decode(ids[:limit]).strip() + " [truncated]"
+    assert call.truncated and call.report_tokens == limit and call.report == expected
+    assert long_report.startswith(call.report.removesuffix(" [truncated]"))
+    # the main agent saw the truncated report
+    assert "<tool_response>\n" + expected + "\n</tool_response>" in result.main.text
