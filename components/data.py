@@ -5,7 +5,6 @@ travels as YAML text plus dotted overrides; it never holds secrets (S3 credentia
 environment, mounted from a Kubernetes Secret by the pipeline).
 """
 
-
 from kfp import dsl
 from kfp.dsl import Artifact, Metrics, Output
 

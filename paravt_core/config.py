@@ -36,18 +36,22 @@ class DownloadConfig(StrictModel):
     """Where the media archives and the parquets come from.
 
     A source is a Hugging Face dataset repo id (``hf://ParaVT/ParaVT-Source`` or a bare
-    ``owner/name``), a local directory, or an ``s3://`` prefix.
+    ``owner/name``), a local directory (used in place), or an ``s3://`` prefix. Include patterns are
+    fnmatch patterns on paths relative to the source (``museg/charades*`` = only the Charades zips).
+    An empty ``media_source`` downloads no archives: ``extract.root`` must then already hold the media.
     """
 
     media_source: str = "hf://ParaVT/ParaVT-Source"
     parquet_source: str = "hf://ParaVT/ParaVT-Parquet"
-    media_include: list[str] = Field(default_factory=lambda: ["*.zip", "**/*.zip"])
-    parquet_include: list[str] = Field(default_factory=lambda: ["*.parquet", "**/*.parquet"])
+    media_include: list[str] = Field(default_factory=lambda: ["*.zip"])
+    parquet_include: list[str] = Field(default_factory=lambda: ["*.parquet"])
     revision: str | None = None
     max_workers: int = Field(default=4, ge=1)
 
 
 class ExtractConfig(StrictModel):
+    # Extraction root (one tree for every archive). Empty: <work_dir>/media.
+    root: str = ""
     workers: int = Field(default=2, ge=1)
 
 
@@ -55,11 +59,16 @@ class MaterializeConfig(StrictModel):
     # Where sentinel paths point after materialization. Empty: the local extraction root.
     # An s3:// prefix makes every media reference an s3:// URI under it.
     media_prefix: str = ""
-    batch_rows: int = Field(default=65536, ge=1)
+    # With an s3:// media_prefix, upload the extracted media there (skipped when already uploaded).
+    upload_media: bool = True
+    batch_rows: int = Field(default=16384, ge=1)
+    threads: int = Field(default=2, ge=1)  # batches processed concurrently per file
 
 
 class ValidateConfig(StrictModel):
     check_files_exist: bool = True
+    # Decode-and-shape checks of `messages` / `extra_info`; off = trust the structure, check paths only.
+    check_structure: bool = True
     # Fail the stage when (missing + invalid rows) / rows exceeds this share.
     max_bad_fraction: float = Field(default=0.005, ge=0.0, le=1.0)
 

@@ -24,12 +24,16 @@ class LocalRun:
     seconds: float
 
 
-def run_train_locally(data_cfg: DataConfig, pipeline_root: str, overrides: list[str] | None = None) -> LocalRun:
+def run_train_locally(
+    data_cfg: DataConfig, pipeline_root: str, overrides: list[str] | None = None
+) -> LocalRun:
     """Run the train DAG with the subprocess runner; return where its outputs are."""
     from pipelines.train import train_pipeline
 
     Path(pipeline_root).mkdir(parents=True, exist_ok=True)
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(Path(pipeline_root).resolve()))
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(Path(pipeline_root).resolve())
+    )
     start = time.perf_counter()
     task = train_pipeline(data_config_yaml=config_to_yaml(data_cfg), data_overrides=list(overrides or []))
     return LocalRun(data_uri=task.output, pipeline_root=pipeline_root, seconds=time.perf_counter() - start)

@@ -36,7 +36,9 @@ def configure_task(
         task.set_accelerator_type(accelerator).set_accelerator_limit(gpus)
         kubernetes.add_toleration(task, key=accelerator, operator="Exists", effect="NoSchedule")
     # Stages are resumable, so a retry continues where the failed attempt stopped.
-    task.set_retry(num_retries=retries, backoff_duration="60s", backoff_factor=2.0, backoff_max_duration="3600s")
+    task.set_retry(
+        num_retries=retries, backoff_duration="60s", backoff_factor=2.0, backoff_max_duration="3600s"
+    )
     # Stages write to object storage: a cache hit would skip those side effects.
     task.set_caching_options(cache)
     kubernetes.use_secret_as_env(task, secret_name=S3_SECRET_NAME, secret_key_to_env=S3_SECRET_KEYS)

@@ -4,7 +4,6 @@ Run it on a cluster (``paravt pipeline compile`` then ``kfp run create``) or loc
 ``kfp.local.SubprocessRunner(use_venv=False)`` (see ``pipelines/local.py``).
 """
 
-
 from kfp import dsl
 
 from components.data import data_op

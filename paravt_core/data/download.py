@@ -1,0 +1,131 @@
+"""Get the media archives and the parquets: from the Hugging Face hub, an ``s3://`` prefix or a local dir.
+
+A source string is one of
+- ``hf://owner/name`` (or a bare ``owner/name`` that is not an existing local path): a dataset repo on the
+  hub, fetched with ``huggingface_hub.snapshot_download`` (resumable; only files matching the include
+  patterns);
+- ``s3://bucket/prefix``: objects under the prefix matching the patterns are downloaded to the work dir;
+  a file already there with the object's size is not fetched again;
+- a local directory: used in place (nothing is copied).
+
+Include patterns are ``fnmatch`` patterns on the path relative to the source root, as on the hub
+(``*`` also matches ``/``): ``museg/charades*`` selects the Charades archives only. Later steps work on
+whatever was selected.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from dataclasses import dataclass
+
+from paravt_core import storage
+from paravt_core.data.validate import DataError
+
+HF_SCHEME = "hf://"
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str  # "hf" | "s3" | "local"
+    location: str  # repo id, s3 URI or local directory
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A file of a source: its path relative to the source root (posix) and where it is locally."""
+
+    name: str
+    path: str
+
+
+def parse_source(spec: str) -> Source:
+    spec = spec.strip()
+    if not spec:
+        raise DataError("empty source")
+    if spec.startswith(HF_SCHEME):
+        repo = spec[len(HF_SCHEME) :].strip("/")
+        if not _REPO_ID.match(repo):
+            raise DataError(f"source {spec!r}: not a hub repo id of the form owner/name")
+        return Source("hf", repo)
+    if storage.is_s3(spec):
+        return Source("s3", spec.rstrip("/"))
+    if os.path.exists(spec) or not _REPO_ID.match(spec):
+        return Source("local", spec)
+    return Source("hf", spec)
+
+
+def matches(name: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def hub_snapshot(
+    repo_id: str, patterns: list[str], local_dir: str, revision: str | None, max_workers: int
+) -> str:
+    """The one call to the hub: download (or resume) the matching files of a dataset repo."""
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(
+        repo_id=repo_id,
+        repo_type="dataset",
+        revision=revision,
+        allow_patterns=patterns,
+        local_dir=local_dir,
+        max_workers=max_workers,
+    )
+
+
+def _walk(root: str) -> list[Fetched]:
+    """Files under a local directory (hidden directories such as the hub's ``.cache`` skipped)."""
+    out = []
+    for dirpath, dirnames, files in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in files:
+            if name.startswith("."):
+                continue
+            path = os.path.join(dirpath, name)
+            out.append(Fetched(os.path.relpath(path, root).replace(os.sep, "/"), path))
+    return sorted(out, key=lambda f: f.name)
+
+
+def _fetch_s3(prefix: str, patterns: list[str], dest: str) -> list[Fetched]:
+    client = storage.s3_client()
+    out = []
+    for uri in storage.list_uris(prefix):
+        name = uri[len(prefix) + 1 :]
+        if not matches(name, patterns):
+            continue
+        local = os.path.join(dest, *name.split("/"))
+        bucket, key = storage.split_s3(uri)
+        size = client.head_object(Bucket=bucket, Key=key)["ContentLength"]
+        if not (os.path.isfile(local) and os.path.getsize(local) == size):
+            storage.download_file(uri, local)  # atomic: the file appears only when complete
+        out.append(Fetched(name, local))
+    return out
+
+
+def fetch(
+    spec: str, patterns: list[str], dest: str, *, revision: str | None = None, max_workers: int = 4
+) -> list[Fetched]:
+    """Make the files of ``spec`` that match ``patterns`` available locally; returns them sorted by name.
+
+    Nothing matching is an error (a typo in a pattern must not look like an empty dataset).
+    """
+    source = parse_source(spec)
+    if source.kind == "local":
+        if not os.path.exists(source.location):
+            raise DataError(f"source {spec}: no such directory")
+        if not os.path.isdir(source.location):
+            raise DataError(f"source {spec}: not a directory")
+        found = [f for f in _walk(source.location) if matches(f.name, patterns)]
+    elif source.kind == "s3":
+        found = _fetch_s3(source.location, patterns, dest)
+    else:
+        os.makedirs(dest, exist_ok=True)
+        hub_snapshot(source.location, patterns, dest, revision, max_workers)
+        found = [f for f in _walk(dest) if matches(f.name, patterns)]
+    if not found:
+        raise DataError(f"source {spec}: no file matches the include patterns {patterns}")
+    return found

@@ -1,0 +1,131 @@
+"""Sentinel-path rules (SPEC §2.2): which media paths are sentinel paths, where they live, where they go.
+
+A sentinel path is a relative path under one of the four buckets (``longvt_source/``, ``museg/charades/``,
+``museg/et_instruct_164k/``, ``selfqa/``). Materialization prepends a *prefix* (an absolute local directory
+or an ``s3://`` prefix). Each path gets a status code; everything except ``OK`` is reported, never passed
+through. The same rules exist twice: per string (``classify``) for the rare rows handled in Python, and per
+Arrow array (``classify_array``) for the columnar path. Tests check that the two agree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from paravt_core import storage
+from paravt_core.data.schema import SENTINEL_BUCKETS, SENTINEL_PREFIXES
+
+# Path status codes (int8 in arrays).
+OK = 0
+EMPTY = 1
+NOT_SENTINEL = 2
+ESCAPES_ROOT = 3
+STATUS_NAMES = {
+    OK: "ok",
+    EMPTY: "path_empty",
+    NOT_SENTINEL: "path_not_sentinel",
+    ESCAPES_ROOT: "path_escapes_root",
+}
+
+# The release's loader double-prefixed ``file://``; inputs that already carry one are tolerated (stripped),
+# outputs never carry one.
+FILE_SCHEME = "file://"
+_BUCKET_ALT = "|".join(re.escape(b) for b in SENTINEL_BUCKETS)
+# A bucket prefix followed by at least one more character: the bucket directory itself is not a media file.
+SENTINEL_RE = rf"^(?:file://)?(?:{_BUCKET_ALT})/."
+_SENTINEL = re.compile(SENTINEL_RE, re.DOTALL)
+# A ``..`` component anywhere (the only way a relative path can leave the root).
+DOTDOT_RE = r"(?:^|/)\.\.(?:/|$)"
+_DOTDOT = re.compile(DOTDOT_RE)
+
+
+def strip_scheme(path: str) -> str:
+    return path[len(FILE_SCHEME) :] if path.startswith(FILE_SCHEME) else path
+
+
+def classify(path: str | None) -> int:
+    """Status code of one media path (``None`` counts as empty)."""
+    if not path:
+        return EMPTY
+    if not _SENTINEL.match(path):
+        return NOT_SENTINEL
+    if _DOTDOT.search(strip_scheme(path)):
+        return ESCAPES_ROOT
+    return OK
+
+
+def classify_array(paths: pa.Array) -> np.ndarray:
+    """Status codes (int8) of an Arrow string array of media paths; nulls count as empty."""
+    if len(paths) == 0:
+        return np.zeros(0, dtype=np.int8)
+    if not (pa.types.is_string(paths.type) or pa.types.is_large_string(paths.type)):
+        paths = paths.cast(pa.string())
+    empty = pc.fill_null(pc.equal(pc.binary_length(paths), 0), True).to_numpy(zero_copy_only=False)
+    sentinel = pc.fill_null(pc.match_substring_regex(paths, SENTINEL_RE), False).to_numpy(
+        zero_copy_only=False
+    )
+    dotdot = pc.fill_null(pc.match_substring_regex(paths, DOTDOT_RE), False).to_numpy(zero_copy_only=False)
+    codes = np.full(len(paths), OK, dtype=np.int8)
+    codes[dotdot] = ESCAPES_ROOT
+    codes[~sentinel] = NOT_SENTINEL
+    codes[empty] = EMPTY
+    return codes
+
+
+def bucket_of(path: str) -> str | None:
+    """``museg/charades`` for ``museg/charades/x.mp4``; None for a non-sentinel path."""
+    path = strip_scheme(path)
+    for bucket, prefix in zip(SENTINEL_BUCKETS, SENTINEL_PREFIXES, strict=True):
+        if path.startswith(prefix):
+            return bucket
+    return None
+
+
+def group_of(path: str) -> str | None:
+    """The unit of selective download a sentinel path belongs to.
+
+    ``longvt_source/<src>`` for LongVT sources (each source is its own set of archives), else the bucket.
+    """
+    bucket = bucket_of(path)
+    if bucket != "longvt_source":
+        return bucket
+    rest = strip_scheme(path)[len("longvt_source/") :]
+    head, sep, _ = rest.partition("/")
+    return f"longvt_source/{head}" if sep else bucket
+
+
+def present_groups(root: str) -> set[str]:
+    """Groups that have a directory under an extracted media root (what was downloaded and extracted)."""
+    found: set[str] = set()
+    for bucket in SENTINEL_BUCKETS:
+        directory = os.path.join(root, bucket)
+        if not os.path.isdir(directory):
+            continue
+        found.add(bucket)
+        if bucket == "longvt_source":
+            with os.scandir(directory) as entries:
+                found.update(f"longvt_source/{e.name}" for e in entries if e.is_dir())
+    return found
+
+
+def media_prefix(root: str, prefix: str = "") -> str:
+    """What sentinel paths are joined to: ``prefix`` (an ``s3://`` URI or local dir) or the absolute root."""
+    target = prefix or root
+    if storage.is_s3(target):
+        return target.rstrip("/")
+    return os.path.abspath(target).rstrip("/") or "/"
+
+
+def materialize_path(path: str, prefix: str) -> str:
+    """Sentinel path -> ``<prefix>/<path>`` (``file://`` on the input is dropped, never added)."""
+    return f"{prefix}/{strip_scheme(path)}"
+
+
+def materialize_array(paths: pa.Array, prefix: str) -> pa.Array:
+    """Columnar ``materialize_path`` over an Arrow string array (nulls stay null)."""
+    stripped = pc.replace_substring_regex(paths, r"^file://", "", max_replacements=1)
+    return pc.binary_join_element_wise(prefix + "/", stripped, "").cast(paths.type)

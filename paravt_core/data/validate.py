@@ -1,0 +1,488 @@
+"""Row checks for the SFT and RL parquets (SPEC §2.3-2.4), columnar, with per-row reasons.
+
+SFT ``messages`` must decode, be a list of ``{role, content: [part, ...]}`` objects, have an assistant
+turn, and media parts must hold ``{"url": str}``. RL rows need a prompt, at least one video and an
+``extra_info`` with ``answer`` and ``question_type``. Referenced files must exist.
+
+The Python functions ``check_messages_obj`` / ``check_extra_info_obj`` are the definition of valid.
+The JSON fast paths only ever *accept* rows that definition accepts and hand everything else to it:
+- SFT JSON: one RE2 pass with a regular expression of the canonical shape (the nesting depth of a
+  ParaVT conversation is fixed, so the shape is a regular language); rows outside it are decoded in
+  Python. Native nested ``messages`` are checked on the Arrow arrays.
+- RL ``extra_info`` JSON: Arrow's JSON parser with a strict schema; the rows it refuses are found by
+  bisection and decided in Python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from paravt_core.data.schema import MEDIA_PART_TYPES, RL_EXTRA_INFO_KEYS
+
+
+class DataError(RuntimeError):
+    """Input data the stage cannot use. The message names the file (and the row or member when known)."""
+
+
+class Reason(IntEnum):
+    """Why a row is rejected. Lower value wins when a row has several problems."""
+
+    OK = 0
+    MESSAGES_NULL = 1
+    MESSAGES_NOT_JSON = 2
+    MESSAGES_NOT_LIST = 3
+    CONTENT_NOT_LIST = 4
+    MALFORMED_MEDIA_PART = 5
+    NO_ASSISTANT_TURN = 6
+    PROMPT_MISSING = 7
+    VIDEOS_EMPTY = 8
+    EXTRA_INFO_INVALID = 9
+    EXTRA_INFO_MISSING_ANSWER = 10
+    EXTRA_INFO_MISSING_QUESTION_TYPE = 11
+    PATH_ESCAPES_ROOT = 12
+    PATH_NOT_SENTINEL = 13
+    PATH_EMPTY = 14
+    MISSING_FILE = 15
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+REASON_LABELS: list[str] = [r.label for r in Reason]
+
+
+def merge(reasons: np.ndarray, rows: np.ndarray, reason: int) -> None:
+    """Give ``reason`` to ``rows`` that have no reason yet, or a lower-priority one (in place)."""
+    if len(rows) == 0:
+        return
+    current = reasons[rows]
+    reasons[rows] = np.where((current == 0) | (current > reason), reason, current)
+
+
+# ----------------------------------------------------------------------------------- Arrow nesting
+
+
+def list_parts(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """(offsets starting at 0, the values they index) of a possibly sliced List/LargeList array."""
+    offsets = arr.offsets.to_numpy().astype(np.int64)
+    start, stop = int(offsets[0]), int(offsets[-1])
+    return offsets - start, arr.values.slice(start, stop - start)
+
+
+def rebuild_list(like: pa.Array, offsets: np.ndarray, values: pa.Array) -> pa.Array:
+    """A list array of ``like``'s type and nulls over new ``values`` (``offsets`` as from ``list_parts``)."""
+    cls = pa.LargeListArray if pa.types.is_large_list(like.type) else pa.ListArray
+    off_type = pa.int64() if cls is pa.LargeListArray else pa.int32()
+    mask = like.is_null() if like.null_count else None
+    return cls.from_arrays(pa.array(offsets, off_type), values, type=like.type, mask=mask)
+
+
+def null_mask(arr: pa.Array) -> np.ndarray:
+    return arr.is_null().to_numpy(zero_copy_only=False)
+
+
+def leaf_rows(arr: pa.Array, path: tuple[str, ...]) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Walk ``path`` ("[]" = into a list, a name = into a struct field) from a top-level column.
+
+    Returns (values at the end of the path, top-level row of each value, whether all its ancestors
+    are non-null). A value's own nullness is left to the caller (``null_mask``): a null ``url`` is a
+    malformed reference, a value under a null ``video_url`` is no reference at all.
+    """
+    rows = np.arange(len(arr), dtype=np.int64)
+    live = ~null_mask(arr)
+    ancestors = np.ones(len(arr), dtype=bool)
+    for step in path:
+        if step == "[]":
+            if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+                raise TypeError(f"expected a list, got {arr.type}")
+            offsets, values = list_parts(arr)
+            counts = np.diff(offsets)
+            rows = np.repeat(rows, counts)
+            ancestors = np.repeat(live, counts)
+            arr = values
+        else:
+            if not pa.types.is_struct(arr.type) or arr.type.get_field_index(step) < 0:
+                raise TypeError(f"expected a struct with field {step!r}, got {arr.type}")
+            ancestors = live
+            arr = arr.field(step)
+        live = ancestors & ~null_mask(arr)
+    return arr, rows, ancestors
+
+
+def map_leaf(arr: pa.Array, path: tuple[str, ...], fn: Callable[[pa.Array], pa.Array]) -> pa.Array:
+    """Rebuild ``arr`` with ``fn`` applied to the leaf array at ``path``; everything else is kept as is."""
+    if not path:
+        return fn(arr)
+    step, rest = path[0], path[1:]
+    if step == "[]":
+        offsets, values = list_parts(arr)
+        return rebuild_list(arr, offsets, map_leaf(values, rest, fn))
+    children = [
+        map_leaf(arr.field(i), rest, fn) if field.name == step else arr.field(i)
+        for i, field in enumerate(arr.type)
+    ]
+    mask = arr.is_null() if arr.null_count else None
+    return pa.StructArray.from_arrays(children, fields=list(arr.type), mask=mask)
+
+
+def has_path(typ: pa.DataType, path: tuple[str, ...]) -> bool:
+    """Whether ``path`` exists in the nested type ``typ``."""
+    for step in path:
+        if step == "[]":
+            if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)):
+                return False
+            typ = typ.value_type
+        else:
+            if not pa.types.is_struct(typ) or typ.get_field_index(step) < 0:
+                return False
+            typ = typ.field(step).type
+    return True
+
+
+# ----------------------------------------------------------------------------------- SFT messages
+
+
+def check_messages_obj(obj: Any) -> int:
+    """Reason for one decoded ``messages`` value. The reference definition of a valid SFT row."""
+    if not isinstance(obj, list) or not all(isinstance(m, dict) for m in obj):
+        return Reason.MESSAGES_NOT_LIST
+    worst = Reason.OK
+    assistant = False
+    for msg in obj:
+        content = msg.get("content")
+        if not isinstance(content, list) or not all(isinstance(p, dict) for p in content):
+            return Reason.CONTENT_NOT_LIST
+        assistant = assistant or msg.get("role") == "assistant"
+        for part in content:
+            for kind in MEDIA_PART_TYPES:
+                sub = part.get(kind)
+                if sub is None:
+                    if part.get("type") == kind:
+                        worst = Reason.MALFORMED_MEDIA_PART
+                elif not (isinstance(sub, dict) and isinstance(sub.get("url"), str)):
+                    worst = Reason.MALFORMED_MEDIA_PART
+    if worst:
+        return worst
+    return Reason.OK if assistant else Reason.NO_ASSISTANT_TURN
+
+
+def check_messages_text(text: str | None) -> int:
+    """``check_messages_obj`` for a JSON string (``None`` is a null row)."""
+    if text is None:
+        return Reason.MESSAGES_NULL
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return Reason.MESSAGES_NOT_JSON
+    return check_messages_obj(obj)
+
+
+def _check_messages_nested(m: pa.Array) -> np.ndarray:
+    """Reason per row of native list<struct<role, content: list<part>>> messages."""
+    n = len(m)
+    reasons = np.zeros(n, dtype=np.int8)
+    merge(reasons, np.flatnonzero(null_mask(m)), Reason.MESSAGES_NULL)
+    if not has_path(m.type, ("[]",)) or not pa.types.is_struct(m.type.value_type):
+        merge(reasons, np.flatnonzero(~null_mask(m)), Reason.MESSAGES_NOT_LIST)
+        return reasons
+    msgs, msg_row, msg_anc = leaf_rows(m, ("[]",))
+    merge(reasons, msg_row[msg_anc & null_mask(msgs)], Reason.MESSAGES_NOT_LIST)
+    msg_live = msg_anc & ~null_mask(msgs)
+    role_ok = has_path(m.type, ("[]", "role"))
+    has_assistant = np.zeros(n, dtype=bool)
+    if role_ok:
+        is_asst = pc.fill_null(pc.equal(msgs.field("role"), "assistant"), False).to_numpy(
+            zero_copy_only=False
+        )
+        has_assistant[msg_row[msg_live & is_asst]] = True
+    if not has_path(m.type, ("[]", "content", "[]")) or not pa.types.is_struct(
+        m.type.value_type.field("content").type.value_type
+    ):
+        merge(reasons, msg_row[msg_live], Reason.CONTENT_NOT_LIST)
+        return reasons
+    content, content_row, content_anc = leaf_rows(m, ("[]", "content"))
+    merge(reasons, content_row[content_anc & null_mask(content)], Reason.CONTENT_NOT_LIST)
+    parts, part_row, part_anc = leaf_rows(m, ("[]", "content", "[]"))
+    merge(reasons, part_row[part_anc & null_mask(parts)], Reason.CONTENT_NOT_LIST)
+    part_live = part_anc & ~null_mask(parts)
+    has_type = has_path(m.type, ("[]", "content", "[]", "type"))
+    for kind in MEDIA_PART_TYPES:
+        if not has_path(m.type, ("[]", "content", "[]", kind)):
+            continue
+        sub = parts.field(kind)
+        sub_null = null_mask(sub)
+        if has_type:
+            typed = pc.fill_null(pc.equal(parts.field("type"), kind), False).to_numpy(zero_copy_only=False)
+            merge(reasons, part_row[part_live & typed & sub_null], Reason.MALFORMED_MEDIA_PART)
+        if not has_path(m.type, ("[]", "content", "[]", kind, "url")):
+            merge(reasons, part_row[part_live & ~sub_null], Reason.MALFORMED_MEDIA_PART)
+            continue
+        url, url_row, url_anc = leaf_rows(m, ("[]", "content", "[]", kind, "url"))
+        merge(reasons, url_row[url_anc & null_mask(url)], Reason.MALFORMED_MEDIA_PART)
+    merge(reasons, np.flatnonzero(~has_assistant), Reason.NO_ASSISTANT_TURN)
+    return reasons
+
+
+# ----------------------------------------------------------------------------------- strict JSON parse
+
+# Bisection stops here and hands the rows to the Python checks (also after this many failed levels,
+# so a file whose every row carries an unlisted field is not parsed log(n) times over).
+_LEAF_ROWS = 64
+_MAX_DEPTH = 6
+_PARSE_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError)
+
+
+def string_offsets(arr: pa.Array) -> np.ndarray:
+    dtype = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+    return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr) + 1]
+
+
+def parse_strict(texts: pa.Array, schema: pa.Schema) -> pa.Array | None:
+    """Parse every (non-null) string as the value of the single field of ``schema``; None if any fails.
+
+    Each row becomes one line ``{"<field>": <row>}``. Unlisted fields are errors, so a row cannot smuggle
+    a second top-level key; raw CR/LF become tabs (equally valid between tokens, equally invalid inside
+    strings), so a row cannot span lines; a row that splits into several objects changes the row count.
+    """
+    key = schema.field(0).name
+    safe = pc.replace_substring(pc.replace_substring(pc.fill_null(texts, "null"), "\n", "\t"), "\r", "\t")
+    wrapped = pc.binary_join_element_wise(f'{{"{key}":', safe, "}\n", "")
+    offs = string_offsets(wrapped)
+    start, stop = int(offs[0]), int(offs[-1])
+    longest = int(np.diff(offs).max()) if len(offs) > 1 else 0
+    data = wrapped.buffers()[2].slice(start, stop - start)
+    block = int(min(max(4 << 20, 2 * longest + 64), (1 << 31) - 1))
+    try:
+        table = pj.read_json(
+            pa.BufferReader(data),
+            read_options=pj.ReadOptions(block_size=block),
+            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error"),
+        )
+    except _PARSE_ERRORS:
+        return None
+    if table.num_rows != len(texts):
+        return None
+    return table.column(key).combine_chunks()
+
+
+def _bisect(
+    texts: pa.Array,
+    schema: pa.Schema,
+    columnar: Callable[[pa.Array], np.ndarray],
+    by_row: Callable[[str | None], int],
+    reasons: np.ndarray,
+    lo: int,
+    hi: int,
+    depth: int = 0,
+) -> None:
+    """Fill reasons[lo:hi]: columnar where the strict parse succeeds, Python for refused rows."""
+    if hi <= lo:
+        return
+    parsed = parse_strict(texts.slice(lo, hi - lo), schema)
+    if parsed is not None:
+        reasons[lo:hi] = columnar(parsed)
+        return
+    if hi - lo <= _LEAF_ROWS or depth >= _MAX_DEPTH:
+        for i, text in enumerate(texts.slice(lo, hi - lo).to_pylist(), start=lo):
+            reasons[i] = by_row(text)
+        return
+    mid = (lo + hi) // 2
+    _bisect(texts, schema, columnar, by_row, reasons, lo, mid, depth + 1)
+    _bisect(texts, schema, columnar, by_row, reasons, mid, hi, depth + 1)
+
+
+def _as_string(col: pa.Array, what: str) -> pa.Array:
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        return col
+    if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+        return col.cast(pa.large_string() if pa.types.is_large_binary(col.type) else pa.string())
+    raise TypeError(f"{what}: unsupported column type {col.type}")
+
+
+def is_json_column(col: pa.Array) -> bool:
+    return any(f(col.type) for f in (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary))
+
+
+# The canonical shape of a ParaVT ``messages`` string as a regular language (its nesting depth is fixed):
+# a list of {role, content} objects whose parts are text, video_url or image_url objects, keys in either
+# order, any JSON whitespace. Arrow's RE2 kernel accepts the rows that match in one pass over the batch;
+# everything it accepts is valid JSON of the right shape. Rows it does not accept (other keys, other
+# layouts, and the bad rows) are decided by ``check_messages_text``.
+_WS = r"[ \t\n\r]*"
+_STR = r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"'
+
+
+def _obj(*pairs: tuple[str, str]) -> str:
+    body = f"{_WS},{_WS}".join(f'"{key}"{_WS}:{_WS}{value}' for key, value in pairs)
+    return rf"\{{{_WS}{body}{_WS}\}}"
+
+
+def _two_keys(a: tuple[str, str], b: tuple[str, str]) -> str:
+    return f"(?:{_obj(a, b)}|{_obj(b, a)})"
+
+
+def _list(item: str) -> str:
+    return rf"\[{_WS}(?:{item}(?:{_WS},{_WS}{item})*)?{_WS}\]"
+
+
+# the url key only in canonical form (`"url": "`), so a canonical row's paths are all found by a split
+_URL_OBJ = rf'\{{{_WS}"url": {_STR}{_WS}\}}'
+_PART = (
+    "(?:"
+    + "|".join(
+        [_two_keys(("type", '"text"'), ("text", _STR))]
+        + [_two_keys(("type", f'"{kind}"'), (kind, _URL_OBJ)) for kind in MEDIA_PART_TYPES]
+    )
+    + ")"
+)
+_MESSAGE = _two_keys(("role", _STR), ("content", _list(_PART)))
+CANONICAL_MESSAGES_RE = f"^{_WS}{_list(_MESSAGE)}{_WS}$"
+ASSISTANT_RE = f'"role"{_WS}:{_WS}"assistant"'
+
+
+def check_messages(col: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+    """(reason per row, rows in the canonical shape or None) of an SFT ``messages`` column.
+
+    JSON rows in the canonical shape are valid without decoding them; the others are decoded and
+    checked in Python. Native nested columns are checked on the Arrow arrays (no canonical mask).
+    """
+    if not is_json_column(col):
+        return _check_messages_nested(col), None
+    texts = _as_string(col, "messages")
+    n = len(texts)
+    reasons = np.zeros(n, dtype=np.int8)
+    if n == 0:
+        return reasons, np.zeros(0, dtype=bool)
+    shaped = pc.match_substring_regex(texts, CANONICAL_MESSAGES_RE)
+    canonical = pc.and_kleene(shaped, pc.match_substring_regex(texts, ASSISTANT_RE))
+    canonical = pc.fill_null(canonical, False).to_numpy(zero_copy_only=False)
+    rest = np.flatnonzero(~canonical)
+    if len(rest):
+        for i, text in zip(rest, texts.take(pa.array(rest)).to_pylist(), strict=True):
+            reasons[i] = check_messages_text(text)
+    return reasons, canonical
+
+
+# ----------------------------------------------------------------------------------- RL rows
+
+
+def check_extra_info_obj(obj: Any) -> int:
+    """Reason for one decoded ``extra_info`` value (the reference definition)."""
+    if not isinstance(obj, dict):
+        return Reason.EXTRA_INFO_INVALID
+    if obj.get(RL_EXTRA_INFO_KEYS[0]) is None:
+        return Reason.EXTRA_INFO_MISSING_ANSWER
+    qtype = obj.get(RL_EXTRA_INFO_KEYS[1])
+    if not isinstance(qtype, str) or not qtype:
+        return Reason.EXTRA_INFO_MISSING_QUESTION_TYPE
+    return Reason.OK
+
+
+def check_extra_info_text(text: str | None) -> int:
+    if text is None:
+        return Reason.EXTRA_INFO_INVALID
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return Reason.EXTRA_INFO_INVALID
+    return check_extra_info_obj(obj)
+
+
+EXTRA_INFO_JSON_SCHEMA = pa.schema([("e", pa.struct([(k, pa.string()) for k in RL_EXTRA_INFO_KEYS]))])
+
+
+def _check_extra_info_struct(col: pa.Array) -> np.ndarray:
+    n = len(col)
+    reasons = np.zeros(n, dtype=np.int8)
+    merge(reasons, np.flatnonzero(null_mask(col)), Reason.EXTRA_INFO_INVALID)
+    if not pa.types.is_struct(col.type):
+        merge(reasons, np.arange(n), Reason.EXTRA_INFO_INVALID)
+        return reasons
+    answer_key, qtype_key = RL_EXTRA_INFO_KEYS
+    if col.type.get_field_index(answer_key) < 0:
+        merge(reasons, np.arange(n), Reason.EXTRA_INFO_MISSING_ANSWER)
+    else:
+        merge(reasons, np.flatnonzero(null_mask(col.field(answer_key))), Reason.EXTRA_INFO_MISSING_ANSWER)
+    if col.type.get_field_index(qtype_key) < 0:
+        merge(reasons, np.arange(n), Reason.EXTRA_INFO_MISSING_QUESTION_TYPE)
+    else:
+        qtype = col.field(qtype_key)
+        if not (pa.types.is_string(qtype.type) or pa.types.is_large_string(qtype.type)):
+            merge(reasons, np.arange(n), Reason.EXTRA_INFO_MISSING_QUESTION_TYPE)
+        else:
+            bad = pc.fill_null(pc.equal(pc.binary_length(qtype), 0), True).to_numpy(zero_copy_only=False)
+            merge(reasons, np.flatnonzero(bad), Reason.EXTRA_INFO_MISSING_QUESTION_TYPE)
+    return reasons
+
+
+def check_extra_info(col: pa.Array) -> np.ndarray:
+    """Reason per row of an RL ``extra_info`` column (struct or JSON string)."""
+    if not is_json_column(col):
+        return _check_extra_info_struct(col)
+    texts = _as_string(col, "extra_info")
+    n = len(texts)
+    reasons = np.zeros(n, dtype=np.int8)
+    _bisect(texts, EXTRA_INFO_JSON_SCHEMA, _check_extra_info_struct, check_extra_info_text, reasons, 0, n)
+    return reasons
+
+
+def _empty_or_null(col: pa.Array) -> np.ndarray:
+    """Rows that are null or hold an empty list/string."""
+    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+        length = pc.list_value_length(col)
+    elif is_json_column(col):
+        length = pc.binary_length(col)
+    else:
+        return null_mask(col)
+    return pc.fill_null(pc.equal(length, 0), True).to_numpy(zero_copy_only=False)
+
+
+def check_rl(batch: pa.RecordBatch) -> np.ndarray:
+    """Reason per row of an RL batch (prompt, videos, extra_info; paths are checked by materialize)."""
+    reasons = np.zeros(batch.num_rows, dtype=np.int8)
+    merge(reasons, np.flatnonzero(_empty_or_null(batch.column("prompt"))), Reason.PROMPT_MISSING)
+    merge(reasons, np.flatnonzero(_empty_or_null(batch.column("videos"))), Reason.VIDEOS_EMPTY)
+    extra = check_extra_info(batch.column("extra_info"))
+    bad = np.flatnonzero(extra)
+    merge_each(reasons, bad, extra[bad])
+    return reasons
+
+
+def merge_each(reasons: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+    """``merge`` with a reason per row."""
+    if len(rows) == 0:
+        return
+    current = reasons[rows]
+    reasons[rows] = np.where((current == 0) | (current > values), values, current)
+
+
+# ----------------------------------------------------------------------------------- files
+
+
+class FileChecker:
+    """Which materialized files exist under a local media root; each distinct path is checked once."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._exists: dict[str, bool] = {}
+
+    def missing(self, paths: Iterable[str]) -> set[str]:
+        """The subset of sentinel paths (relative, ``file://`` already stripped) with no file under root."""
+        out = set()
+        for path in paths:
+            known = self._exists.get(path)
+            if known is None:
+                known = self._exists[path] = os.path.isfile(os.path.join(self.root, path))
+            if not known:
+                out.add(path)
+        return out

@@ -1,0 +1,233 @@
+"""Row checks: the Python reference definitions, and the columnar fast paths agreeing with them."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paravt_core.data.validate import (
+    FileChecker,
+    Reason,
+    check_extra_info,
+    check_messages,
+    check_messages_obj,
+    check_messages_text,
+    check_rl,
+)
+from tests.data_support import messages, rl_table
+
+OK = Reason.OK
+
+
+@pytest.mark.parametrize(
+    ("obj", "reason"),
+    [
+        (messages("selfqa/a.mp4", "selfqa/f.jpg"), OK),
+        (messages(None), OK),  # text-only rows are fine
+        (messages("selfqa/a.mp4", assistant=False), Reason.NO_ASSISTANT_TURN),
+        ([], Reason.NO_ASSISTANT_TURN),
+        ({"role": "assistant"}, Reason.MESSAGES_NOT_LIST),
+        ([{"role": "assistant", "content": []}, "x"], Reason.MESSAGES_NOT_LIST),
+        ([{"role": "assistant", "content": "hello"}], Reason.CONTENT_NOT_LIST),
+        ([{"role": "assistant"}], Reason.CONTENT_NOT_LIST),
+        ([{"role": "assistant", "content": ["hello"]}], Reason.CONTENT_NOT_LIST),
+        ([{"role": "assistant", "content": [{"type": "video_url"}]}], Reason.MALFORMED_MEDIA_PART),
+        ([{"role": "assistant", "content": [{"type": "image_url", "image_url": "selfqa/a.jpg"}]}],
+         Reason.MALFORMED_MEDIA_PART),
+        ([{"role": "assistant", "content": [{"type": "video_url", "video_url": {"url": 3}}]}],
+         Reason.MALFORMED_MEDIA_PART),
+    ],
+)  # fmt: skip
+def test_check_messages_obj(obj: object, reason: int) -> None:
+    assert check_messages_obj(obj) == reason
+
+
+def test_check_messages_text() -> None:
+    assert check_messages_text(None) == Reason.MESSAGES_NULL
+    assert check_messages_text("{not json") == Reason.MESSAGES_NOT_JSON
+    assert check_messages_text("") == Reason.MESSAGES_NOT_JSON
+    assert check_messages_text("null") == Reason.MESSAGES_NOT_LIST
+    assert check_messages_text(json.dumps(messages("selfqa/a.mp4"))) == OK
+
+
+def test_check_messages_json_column_canonical_and_not() -> None:
+    good = messages("selfqa/a.mp4", "selfqa/f.jpg")
+    rows = [
+        json.dumps(good),  # canonical (json.dumps defaults)
+        json.dumps(good, separators=(",", ":")),  # valid, compact: decided in Python
+        json.dumps([{**good[0], "name": "sys"}, *good[1:]]),  # valid, extra key: decided in Python
+        json.dumps(good, indent=2),  # valid, pretty-printed: canonical shape allows any whitespace
+        json.dumps(good)[:-5],  # truncated
+        None,
+        '[{"role": "user", "content": "hi"}]',
+    ]
+    reasons, canonical = check_messages(pa.array(rows, pa.string()))
+    assert reasons.tolist() == [
+        OK,
+        OK,
+        OK,
+        OK,
+        Reason.MESSAGES_NOT_JSON,
+        Reason.MESSAGES_NULL,
+        Reason.CONTENT_NOT_LIST,
+    ]
+    assert canonical.tolist() == [True, False, False, True, False, False, False]
+
+
+# --- the fast path must agree with the reference on anything ---------------------------------------------
+
+_text = st.text(alphabet=st.sampled_from(list('ab "\\/\n\té{}[]:,url')), max_size=12)
+_url = st.sampled_from(["selfqa/a.mp4", "museg/charades/b.mp4", "x/../y", "", "/abs.mp4"])
+_part = st.one_of(
+    st.builds(lambda t: {"type": "text", "text": t}, _text),
+    st.builds(lambda k, u: {"type": k, k: {"url": u}}, st.sampled_from(["video_url", "image_url"]), _url),
+    st.builds(lambda k: {"type": k}, st.sampled_from(["video_url", "image_url"])),
+    st.builds(lambda k, u: {k: {"url": u}, "type": k}, st.sampled_from(["video_url", "image_url"]), _url),
+    st.just({"type": "text", "text": "x", "extra": [1, 2]}),
+    st.just("not a part"),
+)
+_message = st.one_of(
+    st.builds(lambda r, c: {"role": r, "content": c}, st.sampled_from(["system", "user", "assistant"]),
+              st.lists(_part, max_size=3)),
+    st.builds(lambda c, r: {"content": c, "role": r}, st.lists(_part, max_size=3),
+              st.sampled_from(["user", "assistant"])),
+    st.just({"role": "assistant", "content": "plain string"}),
+    st.just({"role": "assistant"}),
+)  # fmt: skip
+_style = st.sampled_from(
+    [
+        {},
+        {"separators": (",", ":")},
+        {"indent": 1},
+        {"ensure_ascii": False},
+    ]
+)
+
+
+def _serialize(obj: object, style: dict, cut: int | None) -> str:
+    text = json.dumps(obj, **style)
+    return text[:cut] if cut is not None else text
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.lists(_message, max_size=4), _style, st.one_of(st.none(), st.integers(0, 40))),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_fast_path_agrees_with_reference(rows: list[tuple[list, dict, int | None]]) -> None:
+    texts = [_serialize(obj, style, cut) for obj, style, cut in rows]
+    reasons, _ = check_messages(pa.array(texts, pa.string()))
+    assert reasons.tolist() == [check_messages_text(t) for t in texts]
+
+
+MESSAGE_TYPE = pa.list_(
+    pa.struct(
+        [
+            ("role", pa.string()),
+            (
+                "content",
+                pa.list_(
+                    pa.struct(
+                        [
+                            ("type", pa.string()),
+                            ("text", pa.string()),
+                            ("video_url", pa.struct([("url", pa.string())])),
+                            ("image_url", pa.struct([("url", pa.string())])),
+                        ]
+                    )
+                ),
+            ),
+        ]
+    )
+)
+
+
+def test_nested_messages_match_reference() -> None:
+    rows = [
+        messages("selfqa/a.mp4", "selfqa/f.jpg"),
+        messages("selfqa/a.mp4", assistant=False),
+        None,
+        [{"role": "assistant", "content": None}],
+        [{"role": "assistant", "content": [{"type": "video_url", "video_url": None}]}],
+        [{"role": "assistant", "content": [{"type": "video_url", "video_url": {"url": None}}]}],
+        [{"role": "assistant", "content": [None]}],
+        [None],
+        [],
+    ]
+    arr = pa.array(rows, MESSAGE_TYPE)
+    reasons, canonical = check_messages(arr)
+    assert canonical is None
+
+    def reference(obj: object) -> int:
+        if obj is None:
+            return Reason.MESSAGES_NULL
+        # Arrow fills absent struct fields with None; the reference treats None like an absent key
+        return check_messages_obj(obj)
+
+    assert reasons.tolist() == [reference(r) for r in arr.to_pylist()]
+    assert reasons.tolist() == [
+        OK,
+        Reason.NO_ASSISTANT_TURN,
+        Reason.MESSAGES_NULL,
+        Reason.CONTENT_NOT_LIST,
+        Reason.MALFORMED_MEDIA_PART,
+        Reason.MALFORMED_MEDIA_PART,
+        Reason.CONTENT_NOT_LIST,
+        Reason.MESSAGES_NOT_LIST,
+        Reason.NO_ASSISTANT_TURN,
+    ]
+    # a sliced array (as batches are) gives the same answers
+    assert check_messages(arr.slice(3, 4))[0].tolist() == reasons[3:7].tolist()
+
+
+def test_rl_checks_struct_extra_info() -> None:
+    table = rl_table([["selfqa/a.mp4"], [], None, ["selfqa/b.mp4"]], answers=["A", "B", "C", None])
+    reasons = check_rl(table.to_batches()[0])
+    assert reasons.tolist() == [
+        OK,
+        Reason.VIDEOS_EMPTY,
+        Reason.VIDEOS_EMPTY,
+        Reason.EXTRA_INFO_MISSING_ANSWER,
+    ]
+
+
+def test_rl_extra_info_json_strings() -> None:
+    rows = [
+        '{"answer": "A", "question_type": "mcq"}',
+        '{"answer": "12.0, 18.5", "question_type": "tvg", "index": 3}',  # extra key: decided in Python
+        '{"answer": ["a", 1], "question_type": "oe"}',  # non-string answer is still an answer
+        '{"question_type": "mcq"}',
+        '{"answer": "A", "question_type": ""}',
+        '{"answer": "A"',
+        "[1, 2]",
+        None,
+        '{"answer": "A", "question_type": "mcq"}, "x": 1',  # not one JSON value
+    ]
+    assert check_extra_info(pa.array(rows, pa.string())).tolist() == [
+        OK,
+        OK,
+        OK,
+        Reason.EXTRA_INFO_MISSING_ANSWER,
+        Reason.EXTRA_INFO_MISSING_QUESTION_TYPE,
+        Reason.EXTRA_INFO_INVALID,
+        Reason.EXTRA_INFO_INVALID,
+        Reason.EXTRA_INFO_INVALID,
+        Reason.EXTRA_INFO_INVALID,
+    ]
+
+
+def test_file_checker_checks_each_path_once(tmp_path) -> None:
+    (tmp_path / "selfqa").mkdir()
+    (tmp_path / "selfqa" / "a.mp4").write_bytes(b"x")
+    checker = FileChecker(str(tmp_path))
+    assert checker.missing(["selfqa/a.mp4", "selfqa/b.mp4", "selfqa/b.mp4"]) == {"selfqa/b.mp4"}
+    (tmp_path / "selfqa" / "a.mp4").unlink()
+    # cached: the stage checks each distinct path once per run
+    assert checker.missing(["selfqa/a.mp4"]) == set()

@@ -1,0 +1,110 @@
+"""The train pipeline run end to end by Kubeflow's own local runner (SubprocessRunner, no venv).
+
+Inputs are the synthetic ParaVT dataset; expected values come from reading the synthetic parquets
+directly and joining each sentinel path onto the media root by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from paravt_core import storage
+from paravt_core.config import DataConfig
+from paravt_core.data.synth import SynthResult
+from pipelines.local import run_train_locally
+
+
+def _media_urls(messages_json: str) -> list[str]:
+    urls = []
+    for message in json.loads(messages_json):
+        for part in message["content"]:
+            for kind in ("video_url", "image_url"):
+                if part.get("type") == kind:
+                    urls.append(part[kind]["url"])
+    return urls
+
+
+def _data_config(synth: SynthResult, work: Path, output: str, media_prefix: str = "") -> DataConfig:
+    return DataConfig.model_validate(
+        {
+            "work_dir": str(work),
+            "output": output,
+            "download": {"media_source": str(synth.source_dir), "parquet_source": str(synth.parquet_dir)},
+            "materialize": {"media_prefix": media_prefix},
+        }
+    )
+
+
+def _read_parquet(uri: str):
+    import io
+
+    return pq.read_table(io.BytesIO(storage.read_bytes(uri)))
+
+
+def _check_materialized(synth: SynthResult, data_uri: str, media_prefix: str) -> None:
+    inputs = {Path(p).name: pq.read_table(p) for p in synth.sft_parquets + synth.rl_parquets}
+    audit = json.loads(storage.read_bytes(storage.join(data_uri, "audit.json")))
+    assert audit["totals"]["rows"] == sum(t.num_rows for t in inputs.values())
+    assert audit["totals"]["kept"] == audit["totals"]["rows"]
+    assert audit["totals"]["missing_file_rows"] == 0 and audit["totals"]["passed"] is True
+
+    for name, source in inputs.items():
+        kind = "rl" if name.startswith("paravt_rl_") else "sft"
+        out = _read_parquet(storage.join(data_uri, kind, name))
+        assert out.schema.names == source.schema.names  # every column kept, order too
+        assert out.column("id").to_pylist() == source.column("id").to_pylist()
+        if kind == "sft":
+            for before, after in zip(
+                source.column("messages").to_pylist(), out.column("messages").to_pylist(), strict=True
+            ):
+                want = [storage.join(media_prefix, u) for u in _media_urls(before)]
+                assert _media_urls(after) == want
+                # Only the paths changed: the rest of the conversation is byte-identical.
+                stripped_after = after
+                for old, new in zip(_media_urls(before), want, strict=True):
+                    stripped_after = stripped_after.replace(new, old, 1)
+                assert json.loads(stripped_after) == json.loads(before)
+        else:
+            for before, after in zip(
+                source.column("videos").to_pylist(), out.column("videos").to_pylist(), strict=True
+            ):
+                assert [v["video"] for v in after] == [storage.join(media_prefix, v["video"]) for v in before]
+            assert out.column("extra_info").to_pylist() == source.column("extra_info").to_pylist()
+
+    # Every video of the manifest is reachable at its materialized location.
+    for video in synth.manifest["videos"]:
+        assert storage.exists(storage.join(media_prefix, video["path"])), video["path"]
+
+
+def test_train_pipeline_runs_locally(synth_dataset: SynthResult, tmp_path: Path) -> None:
+    output = str(tmp_path / "data")
+    cfg = _data_config(synth_dataset, tmp_path / "work", output)
+    run = run_train_locally(cfg, str(tmp_path / "kfp-root"))
+
+    assert run.data_uri == output
+    assert storage.is_complete(output)
+    media_root = str((tmp_path / "work" / "media").resolve())
+    _check_materialized(synth_dataset, output, media_root)
+    # The KFP audit artifact is a copy of the stage's audit.json.
+    artifacts = list((tmp_path / "kfp-root").rglob("data-op/audit"))
+    assert len(artifacts) == 1
+    assert json.loads(artifacts[0].read_text()) == json.loads((tmp_path / "data" / "audit.json").read_text())
+    saved = (tmp_path / "data" / "config.yaml").read_text()
+    assert str(synth_dataset.source_dir) in saved
+
+
+def test_train_pipeline_to_s3(synth_dataset: SynthResult, tmp_path: Path, s3_env, s3_bucket: str) -> None:
+    """Same DAG, outputs and media in the real S3 server; credentials only via the environment."""
+    output = f"{s3_bucket}/runs/1/data"
+    media = f"{s3_bucket}/media"
+    cfg = _data_config(synth_dataset, tmp_path / "work", output, media_prefix=media)
+    run = run_train_locally(cfg, str(tmp_path / "kfp-root"))
+
+    assert run.data_uri == output
+    assert storage.is_complete(output)
+    _check_materialized(synth_dataset, output, media)
+    config_text = storage.read_bytes(storage.join(output, "config.yaml")).decode()
+    assert s3_env.secret_key not in config_text
