@@ -108,6 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors that carry a complete message for the user: printed without a traceback."""
+    from paravt_core.data.validate import DataError
+    from paravt_core.engines.base import EngineError
+    from paravt_core.video.errors import VideoError
+
+    return (DataError, EngineError, VideoError, FileNotFoundError)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -116,6 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
+    except Exception as err:
+        if isinstance(err, _user_errors()):
+            print(f"paravt {args.command}: {err}", file=sys.stderr)
+            return 1
+        raise
 
 
 if __name__ == "__main__":

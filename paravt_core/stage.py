@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +14,8 @@ from rich.syntax import Syntax
 from paravt_core import storage
 from paravt_core.config import config_to_yaml
 
-console = Console(stderr=True)
+# Logs of pipeline pods and CI are not terminals; rich would wrap tables at 80 columns there.
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 
 
 @dataclass

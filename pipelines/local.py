@@ -8,6 +8,7 @@ cluster. Platform settings (secrets, GPUs, retries) are cluster-only and ignored
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +49,7 @@ def demo(out_dir: str, videos: int = 8, seconds: float = 12.0) -> LocalRun:
     from paravt_core.data.synth import synthesize
     from paravt_core.models import build_tiny_model
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 120)
     out = Path(out_dir).resolve()
     console.rule("1/3 synthetic ParaVT data")
     synth = synthesize(str(out / "synth"), videos=videos, seconds=seconds, seed=0)

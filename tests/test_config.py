@@ -72,4 +72,21 @@ def test_non_mapping_file(tmp_path) -> None:
 
 def test_cli_reports_config_errors(capsys) -> None:
     assert main(["data", "extract.nope=1"]) == 2
-    assert "valid keys here: workers" in capsys.readouterr().err
+    assert "valid keys here: root, workers" in capsys.readouterr().err
+
+
+def test_cli_stage_errors_are_one_clear_line(tmp_path, capsys) -> None:
+    missing = tmp_path / "no-such-source"
+    code = main(
+        [
+            "data",
+            f"work_dir={tmp_path / 'w'}",
+            f"output={tmp_path / 'out'}",
+            f"download.media_source={missing}",
+            f"download.parquet_source={missing}",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 1
+    assert str(missing) in err
+    assert "Traceback" not in err
