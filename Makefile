@@ -2,7 +2,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench compile clean
+.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch compile clean
 
 setup:
 	@scripts/setup.sh
@@ -24,8 +24,18 @@ format: setup
 compile: setup
 	$(VENV)/bin/paravt pipeline compile build/train.yaml
 
-bench: setup
+bench: bench-materialize bench-video bench-dispatch
+
+bench-materialize: setup
 	$(VENV)/bin/python benchmarks/materialize.py
+
+# The release's decoders (qwen-vl-utils, decord) live only in the benchmark's own site dir.
+bench-video: setup
+	$(VENV)/bin/pip install --quiet --target .venv-bench/site --no-deps qwen-vl-utils==0.0.14 decord==0.6.0
+	PYTHONPATH=.venv-bench/site $(VENV)/bin/python benchmarks/video.py
+
+bench-dispatch: setup
+	$(VENV)/bin/python benchmarks/dispatch.py
 
 clean:
 	rm -rf demo-out build .pytest_cache

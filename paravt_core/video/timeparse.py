@@ -1,0 +1,57 @@
+"""Parsing of time values written by the model (pure functions).
+
+Accepted: numbers, numeric strings (``"12"``, ``"12.5"``, ``"12.5s"``), ``MM:SS`` and ``HH:MM:SS`` with
+optional fractional seconds. Everything else raises ``InvalidTimeError`` with a message meant for the model.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .errors import InvalidTimeError
+
+# A week: longer than any video we serve; anything above is a model mistake (or an overflow attempt).
+MAX_SECONDS = 7 * 24 * 3600.0
+
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+_CLOCK = re.compile(r"(?:(\d+):)?(\d+):(\d+(?:\.\d*)?)")
+
+
+def parse_time(value: object, name: str = "time") -> float:
+    """Return ``value`` as seconds (float), or raise ``InvalidTimeError`` naming ``name``."""
+    if value is None:
+        raise InvalidTimeError(f"{name} is missing")
+    if isinstance(value, bool):  # bool is an int subclass; true/false is never a time
+        raise InvalidTimeError(f"{name} must be a number of seconds, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        seconds = _parse_string(value, name)
+    else:
+        raise InvalidTimeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
+    if not math.isfinite(seconds):
+        raise InvalidTimeError(f"{name} must be a finite number, got {value!r}")
+    if seconds < 0:
+        raise InvalidTimeError(f"{name} must not be negative, got {value!r}")
+    if seconds > MAX_SECONDS:
+        raise InvalidTimeError(f"{name} {value!r} is too large (at most {MAX_SECONDS:.0f} seconds)")
+    return seconds
+
+
+def _parse_string(text: str, name: str) -> float:
+    s = text.strip()
+    if s.lower().endswith("s") and _NUMBER.fullmatch(s[:-1].strip()):
+        s = s[:-1].strip()
+    if _NUMBER.fullmatch(s):
+        return float(s)
+    clock = _CLOCK.fullmatch(s)
+    if clock:
+        hours, minutes, secs = clock.group(1), int(clock.group(2)), float(clock.group(3))
+        if secs >= 60:
+            raise InvalidTimeError(f"{name} {text!r}: seconds must be below 60")
+        if hours is not None and minutes >= 60:
+            raise InvalidTimeError(f"{name} {text!r}: minutes must be below 60")
+        return (int(hours or 0) * 60 + minutes) * 60 + secs
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    raise InvalidTimeError(f"{name} must be seconds (e.g. 12.5) or MM:SS or HH:MM:SS, got {shown!r}")
