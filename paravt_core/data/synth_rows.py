@@ -11,50 +11,12 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from paravt_core.agent import prompts
 from paravt_core.data.synth_video import COLOURS, SHAPES, Event
 
-# crop_video tool schema, as in SPEC §4.1. The agent package owns the canonical prompt constants; the
-# synthetic rows only need text of the same shape inside their system turns.
-CROP_VIDEO_TOOL: dict = {
-    "type": "function",
-    "function": {
-        "name": "crop_video",
-        "description": "Analyze a cropped video segment by sampling frames from a specific time range.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "video_path": {"type": "string", "description": "Path to the video file"},
-                "start_time": {"type": "number", "description": "Start time in seconds"},
-                "end_time": {"type": "number", "description": "End time in seconds"},
-            },
-            "required": ["video_path", "start_time", "end_time"],
-        },
-    },
-}
-
-# Qwen/Hermes tool envelope (protocol text the checkpoints were trained on).
-TOOL_ENVELOPE = (
-    "# Tools\n\n"
-    "You may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n"
-    "<tools>\n" + json.dumps(CROP_VIDEO_TOOL) + "\n</tools>\n\n"
-    "For each function call, return a json object with function name and arguments within "
-    "<tool_call></tool_call> XML tags:\n"
-    "<tool_call>\n"
-    '{"name": <function-name>, "arguments": <args-json-object>}\n'
-    "</tool_call>"
-)
-
-AGENT_SYSTEM_PROMPT = (
-    "You are a video understanding agent that can analyze videos by cropping and examining specific segments.\n\n"
-    + TOOL_ENVELOPE
-    + "\n\nExample call:\n<tool_call>\n"
-    '{"name": "crop_video", "arguments": {"video_path": "...", "start_time": 0, "end_time": 10}}\n'
-    "</tool_call>\n\n"
-    "You may emit multiple <tool_call> blocks in one turn to analyze several segments in parallel.\n"
-    "Format: first reason inside <think></think>, then zero or more <tool_call> blocks, and finally give "
-    "the answer inside <answer></answer>."
-)
+# The synthetic rows carry the real protocol texts, so SFT on them trains the prompts the agent uses.
+TOOL_ENVELOPE = prompts.system_prompt("agentic_minimal")
+AGENT_SYSTEM_PROMPT = prompts.system_prompt("agentic_general")
 
 CHARADES_QUESTION = (
     "Please find the visual event described by a sentence in the video, determining its starting and "
