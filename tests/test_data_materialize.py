@@ -5,15 +5,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from paravt_core.data import materialize, sentinel
 from paravt_core.data.materialize import (
     Target,
+    cut_strings,
     materialize_file,
     process_batch,
     rewrite_messages_json,
+    rewrite_messages_obj,
     rewrite_videos,
 )
 from paravt_core.data.validate import DataError, FileChecker
@@ -230,3 +236,57 @@ def test_other_string_types_keep_their_type(typ: pa.DataType) -> None:
     assert out.good.schema == table.schema
     texts = [v.decode() if isinstance(v, bytes) else v for v in out.good.column("messages").to_pylist()]
     assert [media_urls(json.loads(t)) for t in texts] == [["/m/selfqa/a.mp4"], ["/m/selfqa/b.mp4"]]
+
+
+@pytest.mark.parametrize("views", [True, False])
+def test_cut_strings_inline_long_and_empty(views: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not views:
+        monkeypatch.setattr(materialize, "VIEW_LIMIT", 0)  # force the byte-gather route
+    text = "0123456789abcdefghé/selfqa/long-name.mp4"
+    data = pa.py_buffer(text.encode())
+    # (start, length): empty, 1 byte, exactly 12 (inline), 13 (by reference), a 2-byte char, the tail
+    cuts = [(0, 0), (3, 1), (0, 12), (5, 13), (18, 2), (20, len(text.encode()) - 20)]
+    out = cut_strings(data, np.array([c[0] for c in cuts]), np.array([c[1] for c in cuts]))
+    assert out.type == pa.string()
+    assert out.to_pylist() == ["", "3", "0123456789ab", "56789abcdefgh", "é", "/selfqa/long-name.mp4"]
+
+
+_path_text = st.text(st.sampled_from(list('ab/._-é"\\ 7')), max_size=30)
+_paths = st.one_of(
+    st.builds(lambda b, rest: b + rest, st.sampled_from(["selfqa/", "museg/charades/", "file://selfqa/", ""]),
+              _path_text),
+    st.sampled_from(["selfqa/../x.mp4", "/abs/x.mp4", "selfqa/a-very-long-file-name-over-twelve.mp4"]),
+)  # fmt: skip
+_row = st.lists(st.tuples(_paths, st.booleans()), max_size=4)
+
+
+def _row_json(refs: list[tuple[str, bool]], compact: bool) -> str:
+    msgs = messages(None)
+    for path, image in refs:
+        kind = "image_url" if image else "video_url"
+        msgs[1]["content"].append({"type": kind, kind: {"url": path}})
+    return json.dumps(msgs, separators=(",", ":") if compact else None, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("view_limit", [materialize.VIEW_LIMIT, 0])
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.tuples(_row, st.booleans()), min_size=1, max_size=6))
+def test_columnar_rewrite_agrees_with_python_walk(view_limit: int, rows: list) -> None:
+    """Fast path (split + cut + join) == decode, rewrite in Python, encode; paths and statuses too."""
+    texts = [_row_json(refs, compact) for refs, compact in rows]
+    saved, materialize.VIEW_LIMIT = materialize.VIEW_LIMIT, view_limit
+    try:
+        out = rewrite_messages_json(pa.array(texts, pa.string()), '/m "x"')
+    finally:
+        materialize.VIEW_LIMIT = saved
+    expected_refs = []
+    for i, text in enumerate(texts):
+        obj = json.loads(text)
+        found = rewrite_messages_obj(obj, '/m "x"')
+        expected_refs += [(i, path, status) for path, status in found]
+        if all(status == sentinel.OK for _, status in found):  # other rows are rejected, text unused
+            assert json.loads(out.column[i].as_py()) == obj, i
+    got = sorted(
+        zip(out.refs.rows.tolist(), out.refs.paths.to_pylist(), out.refs.status.tolist(), strict=True)
+    )
+    assert got == sorted(expected_refs)

@@ -44,12 +44,12 @@ def test_classify_array_matches_cases() -> None:
 
 
 _piece = st.sampled_from(["selfqa", "museg", "charades", "museg/charades", "longvt_source", "a", "..", ".",
-                          "", "file:", "x.mp4", "et_instruct_164k", "é"])  # fmt: skip
+                          "", "file:", "x.mp4", "et_instruct_164k", "é", "\n", "file://selfqa"])  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.lists(_piece, min_size=1, max_size=5).map("/".join), min_size=1, max_size=20))
-def test_columnar_and_per_string_agree(paths: list[str]) -> None:
+@given(st.lists(st.lists(_piece, min_size=1, max_size=5).map("/".join) | st.none(), min_size=1, max_size=20))
+def test_columnar_and_per_string_agree(paths: list[str | None]) -> None:
     codes = sentinel.classify_array(pa.array(paths, pa.string())).tolist()
     assert codes == [sentinel.classify(p) for p in paths]
 

@@ -231,3 +231,37 @@ def test_file_checker_checks_each_path_once(tmp_path) -> None:
     (tmp_path / "selfqa" / "a.mp4").unlink()
     # cached: the stage checks each distinct path once per run
     assert checker.missing(["selfqa/a.mp4"]) == set()
+
+
+def test_file_checker_listing_agrees_with_isfile(tmp_path) -> None:
+    d = tmp_path / "selfqa"
+    (d / "sub").mkdir(parents=True)
+    for name in ("a.mp4", "b.mp4", "c.jpg", "sub/d.mp4"):
+        (d / name).write_bytes(b"x")
+    (d / "link.mp4").symlink_to(d / "a.mp4")  # a symlink to a file counts as a file
+    (d / "dirlink").symlink_to(d / "sub")  # ... a symlink to a directory does not
+    (d / "broken.mp4").symlink_to(d / "gone.mp4")
+    paths = [
+        "selfqa/a.mp4", "selfqa/b.mp4", "selfqa/c.jpg", "selfqa/link.mp4", "selfqa/dirlink",
+        "selfqa/broken.mp4", "selfqa/sub", "selfqa/nope.mp4", "selfqa/sub/d.mp4", "selfqa//b.mp4",
+        "selfqa/./c.jpg", "selfqa/a.mp4/", "selfqa/a.mp4/x", "selfqa/A.MP4", "museg/charades/x.mp4",
+    ]  # fmt: skip
+    # Worked out by hand: the files, the link to a file, and the two spellings of existing files.
+    present = {"selfqa/a.mp4", "selfqa/b.mp4", "selfqa/c.jpg", "selfqa/link.mp4", "selfqa/sub/d.mp4",
+               "selfqa//b.mp4", "selfqa/./c.jpg"}  # fmt: skip
+    for list_min in (1, 3, 1000):  # every directory listed, the big groups listed, nothing listed
+        checker = FileChecker(str(tmp_path), list_min=list_min)
+        assert checker.missing(paths) == set(paths) - present, list_min
+    listed = FileChecker(str(tmp_path), list_min=1)
+    listed.missing(["selfqa/a.mp4"])
+    assert "selfqa" in listed._listings  # the listing route was really taken
+
+
+def test_file_checker_unlistable_directory_falls_back_to_stat(tmp_path) -> None:
+    (tmp_path / "selfqa").mkdir()
+    (tmp_path / "selfqa" / "f").write_bytes(b"x")  # a file where a directory is expected
+    checker = FileChecker(str(tmp_path), list_min=1)
+    assert checker.missing(["selfqa/f/a.mp4", "selfqa/f/b.mp4", "selfqa/f"]) == {
+        "selfqa/f/a.mp4",
+        "selfqa/f/b.mp4",
+    }

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable, Iterable
 from enum import IntEnum
 from typing import Any
@@ -470,19 +471,51 @@ def merge_each(reasons: np.ndarray, rows: np.ndarray, values: np.ndarray) -> Non
 
 
 class FileChecker:
-    """Which materialized files exist under a local media root; each distinct path is checked once."""
+    """Which materialized files exist under a local media root; each distinct path is checked once.
 
-    def __init__(self, root: str) -> None:
+    Paths are answered from a cache; new ones are grouped by directory. A directory holding at least
+    ``list_min`` new paths is listed once (``os.scandir``; far cheaper than a ``stat`` per file when a
+    dataset references thousands of files of one directory) and a name found there as a file is present.
+    A name the listing lacks, and every path of a smaller group, is decided by ``os.path.isfile`` itself,
+    so the answer is always exactly ``os.path.isfile(root/path)``. Safe to share between threads.
+    """
+
+    def __init__(self, root: str, list_min: int = 32) -> None:
         self.root = root
-        self._exists: dict[str, bool] = {}
+        self.list_min = list_min
+        self._present: set[str] = set()
+        self._absent: set[str] = set()
+        self._listings: dict[str, frozenset[str]] = {}
+        self._lock = threading.Lock()
 
     def missing(self, paths: Iterable[str]) -> set[str]:
         """The subset of sentinel paths (relative, ``file://`` already stripped) with no file under root."""
-        out = set()
+        wanted = set(paths)
+        with self._lock:
+            new = wanted - self._present - self._absent
+            if new:
+                self._decide(new)
+            return wanted & self._absent
+
+    def _decide(self, paths: set[str]) -> None:
+        by_dir: dict[str, list[str]] = {}
         for path in paths:
-            known = self._exists.get(path)
-            if known is None:
-                known = self._exists[path] = os.path.isfile(os.path.join(self.root, path))
-            if not known:
-                out.add(path)
-        return out
+            by_dir.setdefault(os.path.dirname(path), []).append(path)
+        for directory, group in by_dir.items():
+            listing = self._listings.get(directory)
+            if listing is None and len(group) >= self.list_min:
+                listing = self._listings[directory] = self._list(directory)
+            for path in group:
+                found = listing is not None and os.path.basename(path) in listing
+                if found or os.path.isfile(os.path.join(self.root, path)):
+                    self._present.add(path)
+                else:
+                    self._absent.add(path)
+
+    def _list(self, directory: str) -> frozenset[str]:
+        """Names of the files (symlinks to files included) in ``root/directory``; empty if unreadable."""
+        try:
+            with os.scandir(os.path.join(self.root, directory)) as entries:
+                return frozenset(e.name for e in entries if e.is_file())
+        except OSError:
+            return frozenset()
