@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from paravt_core.agent.config import AgentConfig
 from paravt_core.data.synth_video import Event, write_video
+from paravt_core.engines.base import GenerationRequest, SamplingParams
 
 # 12 s at 4 fps, 128x96: a red circle during [2, 5) s and a blue square during [7, 10) s.
 VIDEO_SECONDS = 12.0
@@ -49,3 +52,24 @@ def tiny_agent_config(**overrides) -> AgentConfig:
         else:
             base[key] = value
     return AgentConfig.model_validate(base)
+
+
+def image_request(processor, frames: list, text: str, **sampling) -> GenerationRequest:
+    """A user turn of ``frames`` (C×H×W uint8) then ``text``, rendered and encoded by the real processor."""
+    parts = [{"type": "image", "image": f} for f in frames] + [{"type": "text", "text": text}]
+    rendered = processor.apply_chat_template(
+        [{"role": "user", "content": parts}], add_generation_prompt=True, tokenize=False
+    )
+    out = processor(text=[rendered], images=frames or None, return_tensors="pt")
+    return GenerationRequest(
+        input_ids=out["input_ids"][0].tolist(),
+        images=frames,
+        pixel_values=out.get("pixel_values"),
+        image_grid_thw=out.get("image_grid_thw"),
+        sampling=SamplingParams(**sampling),
+    )
+
+
+def random_frames(seed: int, n: int, height: int, width: int) -> list[torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    return [torch.from_numpy(rng.integers(0, 256, (3, height, width), dtype=np.uint8)) for _ in range(n)]

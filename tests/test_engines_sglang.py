@@ -25,7 +25,6 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import numpy as np
 import pytest
 import torch
 
@@ -38,7 +37,7 @@ from paravt_core.engines.sglang_engine import (
     parse_generate_response,
 )
 from paravt_core.engines.transformers_engine import TransformersEngine
-from tests.agent_support import tiny_agent_config, video  # noqa: F401
+from tests.agent_support import image_request, random_frames, tiny_agent_config, video  # noqa: F401
 from tests.openai_test_server import _decode_data_url
 
 
@@ -134,19 +133,9 @@ def engine(tiny_model) -> TransformersEngine:
 
 
 def _image_request(processor, seed: int, n_images: int, max_new_tokens: int = 10) -> GenerationRequest:
-    rng = np.random.default_rng(seed)
-    frames = [torch.from_numpy(rng.integers(0, 256, (3, 64, 64), dtype=np.uint8)) for _ in range(n_images)]
-    parts = [{"type": "image", "image": f} for f in frames] + [{"type": "text", "text": f"frame set {seed}"}]
-    text = processor.apply_chat_template(
-        [{"role": "user", "content": parts}], add_generation_prompt=True, tokenize=False
-    )
-    out = processor(text=[text], images=frames or None, return_tensors="pt")
-    return GenerationRequest(
-        input_ids=out["input_ids"][0].tolist(),
-        images=frames,
-        pixel_values=out.get("pixel_values"),
-        image_grid_thw=out.get("image_grid_thw"),
-        sampling=SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens),
+    frames = random_frames(seed, n_images, 64, 64)
+    return image_request(
+        processor, frames, f"frame set {seed}", temperature=0.0, max_new_tokens=max_new_tokens
     )
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-import numpy as np
 import pytest
 import torch
 
-from paravt_core.engines.base import EngineError, GenerationRequest, SamplingParams
+from paravt_core.engines.base import EngineError, GenerationRequest
 from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.models import build_tiny_model, load
+from tests.agent_support import image_request, random_frames
 
 
 @pytest.fixture(scope="module")
@@ -24,20 +24,9 @@ def engine(loaded) -> TransformersEngine:
 
 
 def _request(processor, prompt_seed: int, n_images: int, **sampling) -> GenerationRequest:
-    rng = np.random.default_rng(prompt_seed)
-    frames = [torch.from_numpy(rng.integers(0, 256, (3, 64, 96), dtype=np.uint8)) for _ in range(n_images)]
-    text = "describe " * (prompt_seed + 1)
-    parts = [{"type": "image", "image": f} for f in frames] + [{"type": "text", "text": text}]
-    text = processor.apply_chat_template(
-        [{"role": "user", "content": parts}], add_generation_prompt=True, tokenize=False
-    )
-    out = processor(text=[text], images=frames or None, return_tensors="pt")
-    return GenerationRequest(
-        input_ids=out["input_ids"][0].tolist(),
-        images=frames,
-        pixel_values=out.get("pixel_values"),
-        image_grid_thw=out.get("image_grid_thw"),
-        sampling=SamplingParams(**{"max_new_tokens": 12, **sampling}),
+    frames = random_frames(prompt_seed, n_images, 64, 96)
+    return image_request(
+        processor, frames, "describe " * (prompt_seed + 1), **{"max_new_tokens": 12, **sampling}
     )
 
 
