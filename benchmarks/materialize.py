@@ -41,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from paravt_core.agent import prompts
 from paravt_core.data.materialize import Target, materialize_file
 from paravt_core.data.schema import MEDIA_PART_TYPES, SENTINEL_PREFIXES
 from paravt_core.data.validate import FileChecker
@@ -48,32 +49,8 @@ from paravt_core.data.validate import FileChecker
 TARGET_VS_ROW = 20.0
 TARGET_VS_PLAIN = 2.0
 
-SYSTEM_PROMPT = (
-    "You are a helpful assistant that answers questions about long videos. You first see a sparse overview "
-    "of the whole video: frames labelled with their timestamps. When the overview is not enough, call the "
-    "crop_video tool, possibly several times in one turn, to look closely at a time window. Think inside "
-    "<think></think>, put each call inside <tool_call></tool_call>, and give the final answer inside "
-    "<answer></answer>.\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "<tools>\n"
-    + json.dumps(
-        {
-            "type": "function",
-            "function": {
-                "name": "crop_video",
-                "description": "Look closely at the video between start and end (seconds) and report.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "start": {"type": "number", "description": "window start in seconds"},
-                        "end": {"type": "number", "description": "window end in seconds"},
-                    },
-                    "required": ["start", "end"],
-                },
-            },
-        }
-    )
-    + "\n</tools>"
-)
+# The real general agentic prompt: SFT rows carry it, so rows are the released size and shape.
+SYSTEM_PROMPT = prompts.system_prompt("agentic_general")
 _WORDS = [
     "the", "a", "person", "red", "square", "moves", "left", "right", "kitchen", "opens", "door", "walks",
     "table", "cup", "picks", "up", "puts", "down", "camera", "pans", "towards", "window", "blue", "circle",
@@ -307,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         pool = media_pool(args.media_files)
         t0 = time.perf_counter()
         make_media_root(root, pool)
-        src = work / f"paravt_sft_bench_{args.rows}_{args.media_files}.parquet"
+        src = work / f"paravt_sft_bench_v2_{args.rows}_{args.media_files}.parquet"  # v2: real agentic prompt
         if not src.exists():
             generate(src.with_suffix(".tmp"), args.rows, pool)
             src.with_suffix(".tmp").rename(src)

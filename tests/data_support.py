@@ -161,6 +161,18 @@ def build_dataset(tmp: Path) -> tuple[Path, Path]:
     return source, parquet
 
 
+# What the data stage writes for the whole of ``build_dataset``, relative to its output, sorted.
+DATASET_OUTPUTS = [
+    "_COMPLETE",
+    "audit.json",
+    "config.yaml",
+    "metrics.json",
+    "rl/paravt_rl_diverse_3.parquet",
+    "sft/paravt_sft_charades_3.parquet",
+    "sft/paravt_sft_videor1_2.parquet",
+]
+
+
 def read_messages(path: Path | str) -> list[list[dict]]:
     return [json.loads(m) for m in pq.read_table(path).column("messages").to_pylist()]
 

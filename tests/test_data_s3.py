@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from paravt_core import storage
 from paravt_core.config import DataConfig, load_config
 from paravt_core.data.stage import run
-from tests.data_support import build_dataset, jpg_bytes, media_urls, mp4_bytes
+from tests.data_support import DATASET_OUTPUTS, build_dataset, jpg_bytes, media_urls, mp4_bytes
 
 
 def _table(uri: str):
@@ -33,15 +33,7 @@ def test_s3_in_s3_out_with_s3_media(tmp_path: Path, s3_bucket: str) -> None:
     ]
     result = run(load_config(DataConfig, None, overrides))
     assert storage.is_complete(out)
-    assert [u[len(out) + 1 :] for u in storage.list_uris(out)] == [
-        "_COMPLETE",
-        "audit.json",
-        "config.yaml",
-        "metrics.json",
-        "rl/paravt_rl_diverse_3.parquet",
-        "sft/paravt_sft_charades_3.parquet",
-        "sft/paravt_sft_videor1_2.parquet",
-    ]
+    assert [u[len(out) + 1 :] for u in storage.list_uris(out)] == DATASET_OUTPUTS
     charades = [
         json.loads(m)
         for m in _table(f"{out}/sft/paravt_sft_charades_3.parquet").column("messages").to_pylist()

@@ -15,6 +15,7 @@ from paravt_core.config import DataConfig, load_config
 from paravt_core.data.stage import run
 from paravt_core.data.validate import DataError
 from tests.data_support import (
+    DATASET_OUTPUTS,
     build_dataset,
     media_urls,
     messages,
@@ -48,15 +49,7 @@ def test_end_to_end_local(tmp_path: Path) -> None:
     result = run(_cfg(tmp_path, source, parquet))
     out = tmp_path / "out"
     root = tmp_path / "work" / "media"
-    assert _outputs(out) == [
-        "_COMPLETE",
-        "audit.json",
-        "config.yaml",
-        "metrics.json",
-        "rl/paravt_rl_diverse_3.parquet",
-        "sft/paravt_sft_charades_3.parquet",
-        "sft/paravt_sft_videor1_2.parquet",
-    ]
+    assert _outputs(out) == DATASET_OUTPUTS
     charades = read_messages(out / "sft/paravt_sft_charades_3.parquet")
     assert [media_urls(m) for m in charades] == [
         [f"{root}/museg/charades/c0.mp4"],
