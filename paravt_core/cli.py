@@ -20,6 +20,22 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from paravt_core.config import EvalConfig, load_config
+
+    overrides = list(args.overrides)
+    if args.shard:
+        overrides.append(f"shard={args.shard}")
+    if args.merge:
+        overrides.append("merge=true")
+    cfg = load_config(EvalConfig, args.config, overrides)  # config errors before heavy imports
+    from paravt_core.eval.stage import run
+
+    result = run(cfg)
+    print(result.to_json())
+    return 0
+
+
 def _cmd_synth(args: argparse.Namespace) -> int:
     from paravt_core.data.synth import synthesize
 
@@ -57,18 +73,62 @@ def _cmd_agent_run(args: argparse.Namespace) -> int:
     return agent_main(args)
 
 
-def _add_stage(sub: argparse._SubParsersAction, name: str, fn: Callable, help_text: str) -> None:
-    p = sub.add_parser(name, help=help_text)
+def config_fields(model: type, prefix: str = "", values: object = None) -> list[str]:
+    """``key.path = default`` lines of a stage config, nested sections expanded (for ``--help``)."""
+    from pydantic import BaseModel
+
+    values = values if values is not None else model()
+    lines = []
+    for name, info in model.model_fields.items():
+        key = prefix + (info.alias or name)
+        value = getattr(values, name)
+        if isinstance(value, BaseModel):
+            lines += config_fields(type(value), key + ".", value)
+        else:
+            lines.append(f"  {key} = {value!r}")
+    return lines
+
+
+def _add_stage(
+    sub: argparse._SubParsersAction, name: str, fn: Callable, help_text: str, config: type | None = None
+) -> argparse.ArgumentParser:
+    epilog = None
+    if config is not None:
+        epilog = "config fields (defaults; set in the YAML or as key=value overrides):\n" + "\n".join(
+            config_fields(config)
+        )
+    p = sub.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--config", default=None, help="YAML config file")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. extract.workers=4")
     p.set_defaults(fn=fn)
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="paravt", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    _add_stage(sub, "data", _cmd_data, "download, extract, materialize, validate and audit the data")
+    from paravt_core.config import DataConfig, EvalConfig
+
+    _add_stage(
+        sub, "data", _cmd_data, "download, extract, materialize, validate and audit the data", DataConfig
+    )
+    p = _add_stage(
+        sub,
+        "eval",
+        _cmd_eval,
+        "evaluate a model on the long-video benchmarks (with and without the tool); "
+        "outputs: samples/<protocol>/<benchmark>.jsonl, results.json, metrics.json, report.html",
+        EvalConfig,
+    )
+    p.add_argument("--shard", default=None, metavar="I/N", help="evaluate shard I of N (0-based), e.g. 0/4")
+    p.add_argument("--merge", action="store_true", help="merge complete shards into the final outputs")
 
     p = sub.add_parser("synth", help="write synthetic ParaVT data (videos, zips, parquets)")
     p.add_argument("out_dir")
@@ -112,9 +172,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that carry a complete message for the user: printed without a traceback."""
     from paravt_core.data.validate import DataError
     from paravt_core.engines.base import EngineError
+    from paravt_core.eval.stage import EvalError
     from paravt_core.video.errors import VideoError
 
-    return (DataError, EngineError, VideoError, FileNotFoundError)
+    return (DataError, EngineError, EvalError, VideoError, FileNotFoundError)
 
 
 def main(argv: list[str] | None = None) -> int:

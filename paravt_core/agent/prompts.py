@@ -24,7 +24,7 @@ from typing import Literal
 
 PROTOCOL_VERSION = "paravt-v1"
 
-PromptMode = Literal["agentic_general", "agentic_minimal"]
+PromptMode = Literal["agentic_general", "agentic_minimal", "direct", "reasoning"]
 ForcedAnswer = Literal["mcq", "tvg"]
 
 TOOL_NAME = "crop_video"
@@ -91,10 +91,24 @@ AGENTIC_GENERAL_SYSTEM = (
 # paravt-v1: ``agentic_minimal`` system prompt (Charades-STA): the bare envelope.
 AGENTIC_MINIMAL_SYSTEM = TOOL_ENVELOPE
 
+# paravt-v1: no-tool eval modes (SPEC §7). Each carries its own answer-format instruction: ``direct`` asks for
+# the bare answer in <answer> tags, ``reasoning`` for a <think> block first (the release swaps the two).
+DIRECT_SYSTEM = (
+    "You are a video understanding assistant. Answer the question about the video directly, without "
+    "explaining your reasoning. Put only your final answer inside <answer></answer> tags."
+)
+REASONING_SYSTEM = (
+    "You are a video understanding assistant. First reason step by step about the video inside "
+    "<think></think> tags, then put only your final answer inside <answer></answer> tags."
+)
+
 SYSTEM_PROMPTS: dict[str, str] = {
     "agentic_general": AGENTIC_GENERAL_SYSTEM,
     "agentic_minimal": AGENTIC_MINIMAL_SYSTEM,
+    "direct": DIRECT_SYSTEM,
+    "reasoning": REASONING_SYSTEM,
 }
+TOOL_MODES = ("agentic_general", "agentic_minimal")  # prompt modes that offer the crop tool
 
 # paravt-v1: appended to the question in agentic modes (the model copies the basename into video_path;
 # the tool never opens that path, see SPEC §4.1).
