@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from paravt_core.agent.config import AgentConfig
 from paravt_core.config_base import ConfigError, StrictModel
@@ -156,6 +156,140 @@ class EvalConfig(StrictModel):
     merge: bool = False
     # Fail the stage (after writing everything) when errors / samples exceeds this share.
     max_error_share: float = Field(default=0.05, ge=0.0, le=1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# RL recipe (the ``paravt:`` block, SPEC §5) and the GRPO algorithm knobs
+# ---------------------------------------------------------------------------------------------
+
+RecipeName = Literal["para_grpo", "vanilla_grpo"]
+
+
+class ConstrainedConfig(StrictModel):
+    think_prefix: bool = True  # force "<think>\n" at the start of every main-agent turn
+    answer_suffix: bool = True  # answer-closure weights in the format reward's base part
+
+
+class GatingConfig(StrictModel):
+    nframes_gating: bool = True  # K ~ Uniform(choices) per prompt, shared by its group
+    choices: list[int] = Field(default_factory=lambda: [4, 8, 16, 32, 64], min_length=1)
+    default_frames: int = Field(default=64, ge=1)  # K when gating is off
+    seed: int = 0  # with the row id, decides every K (stable across processes)
+
+    @field_validator("choices")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if any(k < 1 for k in value):
+            raise ValueError(f"every frame count must be >= 1, got {value}")
+        return value
+
+
+class AnchoringConfig(StrictModel):
+    weight: float = 0.5  # lambda_anchor
+
+
+class JudgeConfig(StrictModel):
+    """LLM judge knobs; the endpoint, key and model come from LLM_JUDGE_* environment variables."""
+
+    timeout_s: float = Field(default=10.0, gt=0.0)  # per HTTP attempt
+    max_retries: int = Field(default=2, ge=0)
+    backoff_s: float = Field(default=0.5, ge=0.0)
+    deadline_s: float = Field(default=30.0, gt=0.0)  # whole verdict, retries included
+
+
+class RewardConfig(StrictModel):
+    mode: Literal["f1", "exact", "llm"] = "f1"  # open-ended answers: token F1, 0, or the LLM judge
+    format_weight: float = 1.0
+    timeout_s: float = Field(default=60.0, gt=0.0)  # one sample's reward; beyond: 0, counted
+    degenerate_im_starts: int = Field(default=5, ge=1)  # guard: >= this many <|im_start|> ...
+    degenerate_max_chars: int = Field(default=300, ge=0)  # ... in fewer characters than this -> 0
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+
+    @model_validator(mode="after")
+    def _judge_inside_reward_timeout(self) -> RewardConfig:
+        if self.judge.deadline_s >= self.timeout_s:
+            raise ValueError(
+                f"reward.judge.deadline_s ({self.judge.deadline_s}) must be below reward.timeout_s "
+                f"({self.timeout_s}), so a slow judge falls back to F1 instead of zeroing the sample"
+            )
+        return self
+
+
+# SPEC §5 table: what each preset sets. Keys given explicitly (YAML or dotted overrides) win.
+RECIPE_PRESETS: dict[str, dict[str, Any]] = {
+    "para_grpo": {
+        "constrained": {"think_prefix": True, "answer_suffix": True},
+        "gating": {"nframes_gating": True},
+        "anchoring": {"weight": 0.5},
+        "reward": {"mode": "f1", "format_weight": 1.0},
+    },
+    "vanilla_grpo": {
+        "constrained": {"think_prefix": False, "answer_suffix": False},
+        "gating": {"nframes_gating": False},
+        "anchoring": {"weight": 0.0},
+        "reward": {"mode": "f1", "format_weight": 1.0},
+    },
+}
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class ParavtRecipe(StrictModel):
+    """The ``paravt:`` block: ``preset`` fills SPEC §5's column, every knob stays overridable
+    (``paravt.preset=vanilla_grpo paravt.anchoring.weight=0.2``)."""
+
+    preset: RecipeName = "para_grpo"
+    constrained: ConstrainedConfig = Field(default_factory=ConstrainedConfig)
+    gating: GatingConfig = Field(default_factory=GatingConfig)
+    anchoring: AnchoringConfig = Field(default_factory=AnchoringConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        preset = data.get("preset", "para_grpo")
+        if preset not in RECIPE_PRESETS:
+            return data  # the Literal check reports it
+        return _deep_merge(RECIPE_PRESETS[preset], data)
+
+    @classmethod
+    def para_grpo(cls, **overrides: Any) -> ParavtRecipe:
+        return cls.model_validate({"preset": "para_grpo", **overrides})
+
+    @classmethod
+    def vanilla_grpo(cls, **overrides: Any) -> ParavtRecipe:
+        return cls.model_validate({"preset": "vanilla_grpo", **overrides})
+
+
+class AdvantageConfig(StrictModel):
+    """SPEC §5 advantages: R' = clip((R + bias) * scale, +-clip), group-normalized, per-token KL reward,
+    reward-to-go (gamma = lambda = 1), token-weighted batch normalization."""
+
+    reward_bias: float = -0.2
+    reward_scale: float = 10.0
+    reward_clip: float = Field(default=20.0, gt=0.0)
+    group_eps: float = Field(default=1e-5, gt=0.0)
+    kl_ctl: float = Field(default=0.01, ge=0.0)
+    kl_clamp: float = Field(default=10.0, gt=0.0)
+    batch_norm: bool = True
+    batch_eps: float = Field(default=1e-5, gt=0.0)
+
+
+class PolicyLossConfig(StrictModel):
+    """SPEC §5 decoupled PPO loss."""
+
+    clip_eps: float = Field(default=0.2, gt=0.0, lt=1.0)
+    behav_weight_cap: float | None = Field(default=5.0, gt=1.0)  # None: keep every token
 
 
 STAGE_CONFIGS: dict[str, type[StrictModel]] = {"data": DataConfig, "eval": EvalConfig}
