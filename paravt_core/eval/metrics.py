@@ -1,4 +1,4 @@
-"""Benchmark metrics from per-sample records (pure functions; percentages, one decimal kept by the report).
+"""Benchmark metrics from per-sample records (pure functions; percentages, rounded only when shown).
 
 A record is the dict the runner writes: ``status`` ``ok`` (scored, ``score`` in [0, 1]) or ``error``. Errors
 never enter a denominator as wrong answers: every metric is over the scored samples, and the error count sits
@@ -22,7 +22,7 @@ VIDEOMME_GROUPS = ("short", "medium", "long")
 
 
 def _pct(values: list[float]) -> float | None:
-    return round(100.0 * sum(values) / len(values), 4) if values else None
+    return 100.0 * sum(values) / len(values) if values else None
 
 
 def scored(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -62,7 +62,7 @@ def benchmark_metrics(benchmark: str, records: list[dict[str, Any]]) -> dict[str
         out["headline"] = "accuracy"
         total = len(ok) + len(errors)
         out["accuracy_errors_as_wrong"] = (
-            round(100.0 * sum(float(r["score"]) for r in ok) / total, 4) if total else None
+            100.0 * sum(float(r["score"]) for r in ok) / total if total else None
         )
     if benchmark in ("videomme", "videomme_wsub"):
         out["by_duration"] = grouped_accuracy(records, "duration", VIDEOMME_GROUPS)
@@ -73,7 +73,7 @@ def benchmark_metrics(benchmark: str, records: list[dict[str, Any]]) -> dict[str
         out["by_task_type"] = per_type
         out["micro"] = out["accuracy"]
         vals = [v for v in per_type.values() if v is not None]
-        out["macro"] = round(sum(vals) / len(vals), 4) if vals else None
+        out["macro"] = sum(vals) / len(vals) if vals else None
     elif benchmark == "mmvu":
         kinds = grouped_accuracy(records, "kind")
         out["mc_accuracy"] = kinds.get("multiple-choice")
@@ -82,7 +82,7 @@ def benchmark_metrics(benchmark: str, records: list[dict[str, Any]]) -> dict[str
     out["errors_by_reason"] = dict(Counter(str(r.get("error", {}).get("reason")) for r in errors))
     out["finish_reasons"] = dict(Counter(str(r.get("finish_reason")) for r in records))
     calls = [int(r.get("tool_calls") or 0) for r in ok]
-    out["avg_tool_calls"] = round(sum(calls) / len(calls), 4) if calls else None
+    out["avg_tool_calls"] = sum(calls) / len(calls) if calls else None
     out["tool_use_rate"] = _pct([1.0 if c > 0 else 0.0 for c in calls])
     return out
 

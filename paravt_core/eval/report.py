@@ -133,6 +133,7 @@ def plots(results: dict[str, Any], records: dict[str, dict[str, list[dict[str, A
     counts = Counter(calls)
     top = max(counts, default=0)
     ax.bar(range(top + 1), [counts.get(i, 0) for i in range(top + 1)], color="#4c72b0")
+    ax.set_xticks(range(top + 1))
     ax.set_xlabel("executed tool calls per sample (with-tool protocols)")
     ax.set_ylabel("samples")
     ax.set_title("Tool calls per sample")

@@ -405,7 +405,10 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
             f"{100 * cfg.max_error_share:.1f}%; by reason: {results['errors_by_reason']}); outputs written to {output}"
         )
     storage.mark_complete(output, {"stage": STAGE, "samples": results["totals"]["samples"]})
-    return StageResult(STAGE, outputs=outputs, metrics=report.kfp_metrics(results))
+    summary = {f"total.{k}": v for k, v in results["totals"].items()}
+    for protocol, benches in results["protocols"].items():
+        summary.update({f"{protocol}.{b}.{m['headline']}": m.get(m["headline"]) for b, m in benches.items()})
+    return StageResult(STAGE, outputs=outputs, metrics=summary)
 
 
 def _evaluate(

@@ -88,9 +88,16 @@ def answer_span(text: str) -> str:
 
 def parse_mcq_letter(text: str) -> str | None:
     """The option letter (A-J, upper-case) a prediction commits to, or None (no letter, or hedged)."""
-    span = answer_span(text)
-    letter, _ = _mcq_letter(span)
+    letter, _ = read_mcq_letter(text)
     return letter
+
+
+def read_mcq_letter(text: str) -> tuple[str | None, str | None]:
+    """(letter, None) or (None, reason: ``empty_answer`` / ``hedged_letter`` / ``unparseable_letter``).
+
+    The eval scores multiple choice by this letter alone: the normalized exact match that ``accuracy_reward``
+    tries first reads "A, B", "A/B" or "A B" as "b" (the article rule drops the letter A)."""
+    return _mcq_letter(answer_span(text))
 
 
 def _mcq_letter(span: str) -> tuple[str | None, str | None]:
