@@ -11,4 +11,5 @@ pytest_plugins = [
     "tests.fixtures.tiny_model",
     "tests.fixtures.synth",
     "tests.fixtures.sft_media",
+    "tests.fixtures.eval",
 ]

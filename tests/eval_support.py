@@ -1,4 +1,4 @@
-"""Shared pieces of the eval tests: fixture benchmarks once per session, an engine keyed by question, configs.
+"""Shared pieces of the eval tests: an engine keyed by question, tiny configs (fixtures: tests/fixtures/eval.py).
 
 ``KeyedEngine`` is the fault-injection engine of the eval tests: the tiny model is random, so to drive a
 sample through a given scenario (right answer, hedged answer, parallel tool calls, malformed calls, an empty
@@ -14,12 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from paravt_core.config import EvalConfig
 from paravt_core.engines.base import Completion, Engine, EngineError, GenerationRequest
 from paravt_core.engines.scripted import Reply, ScriptedEngine
-from paravt_core.eval.fixtures import write_fixtures
 
 # Small frames and short generations: fast on the tiny model (see tests/agent_support.py).
 TINY_AGENT = {
@@ -32,12 +29,6 @@ TINY_AGENT = {
     "subagent": {"temperature": 0.0, "max_new_tokens": 8},
     "crop": {"max_frames": 4},
 }
-
-
-@pytest.fixture(scope="session")
-def eval_fixtures(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """Every fixture benchmark (real schemas, synthetic videos), written once; read-only."""
-    return write_fixtures(tmp_path_factory.mktemp("eval_fixtures"))
 
 
 def fixture_entry(entries: list[dict[str, Any]], name: str) -> dict[str, Any]:
@@ -78,12 +69,14 @@ class KeyedEngine(Engine):
         self.default = default
         self.report = report
         self.seen: list[str] = []
+        self.prompts: dict[str, list[str]] = {}  # key -> decoded main prompts, in order
         self.generate_calls = 0
 
     def _key(self, request: GenerationRequest) -> str | None:
         text = self.processor.tokenizer.decode(request.input_ids, skip_special_tokens=False)
         for key in sorted(self.script, key=len, reverse=True):
             if key in text:
+                self.prompts.setdefault(key, []).append(text)
                 return key
         return None
 

@@ -12,7 +12,7 @@ import pytest
 
 from paravt_core.eval import benchmarks as B
 from paravt_core.eval.formats import FormatError, parse_srt, read_rows, srt_seconds
-from tests.eval_support import eval_fixtures, fixture_entry  # noqa: F401 - session fixture
+from tests.eval_support import fixture_entry
 
 HINT = "Answer with the option's letter from the given choices."
 
@@ -192,7 +192,9 @@ def test_saved_dataset_arrow_directory_and_split_selection(tmp_path):
 
 def test_s3_media_root_makes_s3_video_uris():
     (s,) = B.to_samples(
-        "charades", [{"video": "x.mp4", "caption": "c", "timestamp": [1, 2]}], B.Context("s3://media-bucket/ch")
+        "charades",
+        [{"video": "x.mp4", "caption": "c", "timestamp": [1, 2]}],
+        B.Context("s3://media-bucket/ch"),
     )
     assert s.video == "s3://media-bucket/ch/Charades_v1_480/x.mp4"
 
