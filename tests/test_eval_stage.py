@@ -187,3 +187,45 @@ def test_cli_config_error_and_help():
     help_text = subprocess.run([sys.executable, "-m", "paravt_core.cli", "eval", "--help"], env=env,
                                capture_output=True, text=True).stdout  # fmt: skip
     assert "max_error_share = 0.05" in help_text and "agent.subagent.temperature = 0.0" in help_text
+
+
+def test_openai_compatible_server_engine(tiny_model, tiny_model_dir, eval_fixtures, tmp_path):
+    """engine.kind=openai against a real OpenAI-compatible server on loopback (the tiny model behind it); its
+    first completion fails with 503 and the client's retry absorbs it."""
+    from paravt_core.engines.transformers_engine import TransformersEngine
+    from tests.openai_test_server import TinyChatServer
+
+    benches = [fixture_entry(eval_fixtures, "mlvu")]
+    with TinyChatServer(TransformersEngine(tiny_model.model, tiny_model.processor), fail_first=1) as server:
+        cfg = tiny_eval_config(tmp_path, tiny_model_dir, benches, protocols=["direct"],
+                               agent={**TINY_AGENT, "max_new_tokens": 8},
+                               engine={"kind": "openai", "base_url": server.base_url, "served_model": "tiny"},
+                               max_error_share=0.0)  # fmt: skip
+        run(cfg)
+        assert server.attempts == 3 + 1  # three samples, one retried 503
+    records = _lines(Path(cfg.output) / "samples" / "direct" / "mlvu.jsonl")
+    assert sorted(r["id"] for r in records) == ["fx_count_1", "fx_order_1", "fx_plotQA_1"]
+    assert all(r["status"] == "ok" for r in records)
+
+
+def test_s3_output_uploads_records_and_a_fresh_machine_resumes(
+    s3_bucket, tiny_model, eval_fixtures, tmp_path
+):
+    benches = [fixture_entry(eval_fixtures, "videomme")]
+    engine = KeyedEngine(
+        tiny_model.processor, {"fxSynth": ["<answer>B</answer>"]}, default="<answer>B</answer>"
+    )
+    output = f"{s3_bucket}/eval/run1"
+    first = tiny_eval_config(tmp_path / "a", "tiny", benches, output=output)
+    run(first, engine=engine, processor=tiny_model.processor)
+    key = f"{output}/samples/agentic/videomme.jsonl"
+    uploaded = [json.loads(x) for x in storage.read_bytes(key).decode().splitlines()]
+    assert sorted(r["id"] for r in uploaded) == ["001-1", "002-1", "003-1"]
+    assert storage.is_complete(output) and storage.exists(f"{output}/report.html")
+    # another machine (empty work_dir) reruns: the uploaded records are taken over, no sample runs again
+    calls = engine.generate_calls
+    second = tiny_eval_config(tmp_path / "b", "tiny", benches, output=output)
+    run(second, engine=engine, processor=tiny_model.processor)
+    assert engine.generate_calls == calls
+    again = [json.loads(x) for x in storage.read_bytes(key).decode().splitlines()]
+    assert again == uploaded
