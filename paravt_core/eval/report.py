@@ -231,8 +231,10 @@ th {{ background: #f3f3f3; }}
 td.pos {{ color: #1a7f37; }} td.neg {{ color: #b42318; }}
 small {{ color: #666; }} figure {{ display: inline-block; margin: 8px; }}
 .meta td {{ text-align: left; }}
+.gate {{ background: #fde8e8; border: 1px solid #b42318; color: #b42318; padding: 6px 10px; display: inline-block; }}
 </style></head><body>
 <h1>paravt eval</h1>
+{_gate_banner(results)}
 <table class="meta">
 <tr><th>model</th><td>{html.escape(str(results.get("model")))}</td></tr>
 <tr><th>compared with</th><td>{html.escape(model or "no published checkpoint")}</td></tr>
@@ -252,6 +254,15 @@ apart and never scored as wrong answers.</small></p>
 <h2>Breakdowns</h2><table class="meta"><tr><th>protocol</th><th>benchmark</th><th>metrics</th></tr>{"".join(details)}</table>
 </body></html>
 """
+
+
+def _gate_banner(results: dict[str, Any]) -> str:
+    gate = results.get("gate") or {}
+    if gate.get("passed", True):
+        return ""
+    share = 100 * results["totals"]["error_share"]
+    return (f"<p class='gate'>Error share {share:.1f}% exceeds max_error_share {100 * gate['max_error_share']:.1f}%: "
+            "the stage failed after writing these results.</p>")  # fmt: skip
 
 
 def _detail(value: Any) -> str:

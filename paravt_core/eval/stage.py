@@ -251,6 +251,10 @@ def build_results(
             "error_share": (n_err / samples) if samples else 0.0,
         },  # fmt: skip
         "errors_by_reason": dict(errors),
+        "gate": {
+            "max_error_share": cfg.max_error_share,
+            "passed": (n_err / samples if samples else 0.0) <= cfg.max_error_share,
+        },  # fmt: skip
         "avg_tool_calls": round(sum(calls) / len(calls), 4) if calls else None,
         "tool_use_rate": round(100 * sum(c > 0 for c in calls) / len(calls), 4) if calls else None,
         "elapsed_s": round(elapsed_s, 3),
