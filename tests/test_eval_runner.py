@@ -184,3 +184,20 @@ def test_coalesced_concurrent_samples_match_one_at_a_time(tiny_model, eval_fixtu
             assert max(engine.batch_sizes) > 1  # samples really shared generate calls
     assert outs["coalesced"] == outs["serial"]
     assert len(outs["serial"]) == 6
+
+
+def test_judge_down_records_the_open_ended_sample_as_an_error(tiny_model, video):
+    from paravt_core.rewards.judge import Judge
+    from tests.judge_test_server import ScriptedChatServer
+
+    sample = B.Sample(
+        "mmvu", "oe1", video=video, question="[oe] What colour is the square?", gold="blue", qtype="oe"
+    )
+    engine = KeyedEngine(tiny_model.processor, {"[oe]": ["<answer>navy</answer>"]})
+    base = AgentConfig.model_validate({**TINY_AGENT, "max_new_tokens": 512})
+    with ScriptedChatServer(status=503) as server:
+        judge = Judge(server.base_url, "judge", timeout_s=5, max_retries=0, backoff_s=0.0, deadline_s=10)
+        rec = asyncio.run(run_one(sample, "agentic", B.get("mmvu"), engine, base, OPTS, judge=judge))
+        assert server.attempts == 1
+    assert (rec["status"], rec["score"], rec["error"]["reason"]) == ("error", None, "judge_error")
+    assert rec["answer"] == "navy"  # the episode's result is kept with the error

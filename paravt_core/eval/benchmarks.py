@@ -149,7 +149,7 @@ def _videomme(row: dict[str, Any], ctx: Context, subtitles: bool) -> Sample:
     question = mcq_question(_need(row, "question"), "\n".join(options))
     if subtitles:
         root = ctx.subtitles_root or media(ctx, "subtitle")
-        text = subtitle_text(os.path.join(root, f"{video_id}.srt")) if not storage.is_s3(root) else None
+        text = subtitle_text(media(Context(root), f"{video_id}.srt"))
         question = f"{SUBTITLE_HEADER}\n{text or NO_SUBTITLES}\n{question}"
     return Sample(
         benchmark="",

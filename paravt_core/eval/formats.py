@@ -10,7 +10,6 @@ Rows come back as plain dicts. Hand-written over ``datasets.load_from_disk`` bec
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -122,13 +121,16 @@ def parse_srt(text: str) -> list[tuple[float, float, str]]:
     return cues
 
 
-def subtitle_text(path: str | os.PathLike[str]) -> str | None:
-    """The cue texts of a subtitle file, one per line; None when the file does not exist."""
-    p = Path(path)
-    if not p.exists():
+def subtitle_text(uri: str) -> str | None:
+    """The cue texts of a subtitle file (local path or ``s3://`` URI), one per line; None when it does not
+    exist (Video-MME has no subtitle file for some videos)."""
+    from paravt_core import storage
+
+    try:
+        raw = storage.read_bytes(uri).decode("utf-8", errors="replace")
+    except FileNotFoundError:
         return None
-    raw = p.read_text(encoding="utf-8", errors="replace")
-    if p.suffix == ".json":  # LongVideoBench: [{"start", "end", "line"}] or [{"timestamp", "text"}]
+    if str(uri).endswith(".json"):  # LongVideoBench: [{"start", "end", "line"}] or [{"timestamp", "text"}]
         items = json.loads(raw)
         return "\n".join(str(i.get("line", i.get("text", ""))).strip() for i in items if isinstance(i, dict))
     return "\n".join(body for _, _, body in parse_srt(raw))
