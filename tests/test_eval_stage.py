@@ -229,3 +229,12 @@ def test_s3_output_uploads_records_and_a_fresh_machine_resumes(
     assert engine.generate_calls == calls
     again = [json.loads(x) for x in storage.read_bytes(key).decode().splitlines()]
     assert again == uploaded
+
+
+def test_rerun_with_another_model_config_is_refused(tiny_model, eval_fixtures, tmp_path):
+    benches = [fixture_entry(eval_fixtures, "mlvu")]
+    engine = KeyedEngine(tiny_model.processor, {}, default="<answer>B</answer>")
+    run(tiny_eval_config(tmp_path, "tiny", benches), engine=engine, processor=tiny_model.processor)
+    other = tiny_eval_config(tmp_path, "tiny", benches, agent={**TINY_AGENT, "overview_frames": 8})
+    with pytest.raises(EvalError, match="holds records made with a different agent; use another output"):
+        run(other, engine=engine, processor=tiny_model.processor)

@@ -3,6 +3,8 @@
 Outputs under ``cfg.output`` (a local directory or an ``s3://`` prefix)::
 
     config.yaml
+    records.json                             fingerprint of model + engine + agent config + prompt texts: a
+                                             rerun with a different one is refused (records would mix)
     samples/<protocol>/<benchmark>.jsonl     one record per sample (id, question, gold, prediction, score,
                                              finish reason, tool calls, turns, frames, latency, error)
     results.json                             metrics per protocol x benchmark, totals, errors by reason, tool
@@ -323,6 +325,8 @@ def merge_shards(cfg: EvalConfig, output: str, work: str, samples: dict[str, lis
         raise EvalError(
             f"cannot merge: shard(s) {', '.join(missing)} of {n} are missing or incomplete; run them first"
         )
+    for i in range(n):  # every shard evaluated the same model and episode config as this merge
+        check_records_fingerprint(storage.join(output, "shards", f"{i}-of-{n}"), cfg)
     merged: dict[str, dict[str, list[dict]]] = {}
     problems = []
     for protocol in cfg.protocols:
@@ -370,6 +374,43 @@ def _shard_count(output: str) -> int:
     return counts.pop()
 
 
+RECORDS_FINGERPRINT = "records.json"
+
+
+def records_fingerprint(cfg: EvalConfig) -> dict[str, Any]:
+    """What the records depend on: model, serving engine, episode config and prompt texts (not the benchmark
+    list or runner knobs: adding a benchmark or changing concurrency keeps the records valid)."""
+    parts = {
+        "model": cfg.model,
+        "engine": {
+            "kind": cfg.engine.kind,
+            "served_model": cfg.engine.served_model,
+            "dtype": cfg.engine.dtype,
+        },
+        "agent": cfg.agent.model_dump(mode="json"),
+        "prompt_checksum": prompt_checksum(),
+    }
+    return {"sha256": hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest(), **parts}
+
+
+def check_records_fingerprint(root: str, cfg: EvalConfig) -> None:
+    """Records under ``root`` must come from the same model and episode config; the first run writes it."""
+    uri = storage.join(root, RECORDS_FINGERPRINT)
+    mine = records_fingerprint(cfg)
+    if storage.exists(uri):
+        theirs = json.loads(storage.read_bytes(uri))
+        if theirs.get("sha256") != mine["sha256"]:
+            changed = sorted(
+                k for k in ("model", "engine", "agent", "prompt_checksum") if theirs.get(k) != mine[k]
+            )
+            raise EvalError(
+                f"{root} holds records made with a different {', '.join(changed)}; "
+                "use another output (or delete it) to evaluate this config"
+            )
+        return
+    storage.write_bytes(uri, json.dumps(mine, indent=2).encode())
+
+
 def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: Any = None) -> StageResult:
     """Run the eval stage (see the module docstring). ``engine``/``processor``/``judge`` replace the configured
     ones (fault injection in tests, a shared engine in benchmarks)."""
@@ -382,10 +423,12 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
     run_root = storage.join(output, "shards", f"{shard[0]}-of-{shard[1]}") if shard else output
     announce_config(STAGE, cfg, run_root)
     samples = _samples_by_bench(cfg, work)
+    storage.clear_complete(run_root)  # outputs are rewritten below; trusted again only when complete
 
     if cfg.merge:
         records = merge_shards(cfg, output, work, samples)
     else:
+        check_records_fingerprint(run_root, cfg)
         if shard:
             samples = {
                 b: [s for s in items if shard_of(s.id, shard[1]) == shard[0]] for b, items in samples.items()
