@@ -201,3 +201,14 @@ def test_judge_down_records_the_open_ended_sample_as_an_error(tiny_model, video)
         assert server.attempts == 1
     assert (rec["status"], rec["score"], rec["error"]["reason"]) == ("error", None, "judge_error")
     assert rec["answer"] == "navy"  # the episode's result is kept with the error
+
+
+def test_crop_frames_parity_mode(tiny_model, video):
+    """agent.tool_mode=crop_frames: the crop frames themselves answer the calls (no sub-agent generations)."""
+    engine = KeyedEngine(
+        tiny_model.processor, {"[cf]": [CALLS, "<answer>B</answer>"]}, report=RuntimeError("no sub-agents")
+    )
+    rec = _run(_mcq("cf", video), engine, tool_mode="crop_frames")
+    assert (rec["status"], rec["score"], rec["tool_calls"], rec["tool_rounds"]) == ("ok", 1.0, 2, 1)
+    second = engine.prompts["[cf]"][1]
+    assert second.count("<tool_response>") == 2 and "<|image_pad|>" in second.split("<tool_response>", 1)[1]
