@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from paravt_core.config import EvalConfig
-from paravt_core.engines.base import Completion, Engine, EngineError, GenerationRequest
+from paravt_core.engines.base import Completion, Engine, GenerationRequest
 from paravt_core.engines.scripted import Reply, ScriptedEngine
 
 # Small frames and short generations: fast on the tiny model (see tests/agent_support.py).
@@ -103,6 +103,3 @@ class KeyedEngine(Engine):
         if delay:
             await asyncio.sleep(delay)
         return [self._scripted.complete(r, i) for r, i in zip(requests, items, strict=True)]
-
-
-__all__ = ["KeyedEngine", "Reply", "EngineError", "TINY_AGENT", "tiny_eval_config", "fixture_entry"]

@@ -13,12 +13,13 @@ from paravt_core.agent import prompts
 from paravt_core.agent.config import AgentConfig
 from paravt_core.agent.parsing import format_tool_call
 from paravt_core.engines.base import EngineError
+from paravt_core.engines.scripted import Reply
 from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.eval import benchmarks as B
 from paravt_core.eval.coalesce import CoalescingEngine
 from paravt_core.eval.records import SampleLog
 from paravt_core.eval.runner import RunOptions, run_one, run_samples
-from tests.eval_support import TINY_AGENT, KeyedEngine, Reply, fixture_entry
+from tests.eval_support import TINY_AGENT, KeyedEngine, fixture_entry
 
 OPTS = RunOptions(concurrency=4, retries=1, backoff_s=0.0)
 CALLS = "\n".join(format_tool_call("crop_video", {"video_path": "v.mp4", "start_time": a, "end_time": b})

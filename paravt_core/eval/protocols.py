@@ -1,4 +1,4 @@
-"""Eval protocols: the agent config and question text of one sample under one protocol (SPEC §7).
+"""Eval protocols: the agent config of one sample under one protocol (SPEC §7).
 
 - ``agentic`` (with the tool): the same episode as RL, sub-agents by default (``agent.tool_mode=crop_frames``
   reproduces the released driver); the general agentic prompt, or the bare tool envelope for Charades; after
@@ -13,13 +13,10 @@ sub-agents, 2048 new tokens, 3 tool rounds x 5 parallel calls.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from paravt_core.agent.config import AgentConfig
 
 from .benchmarks import Benchmark, Sample
 
-Protocol = Literal["agentic", "direct", "reasoning"]
 PROTOCOLS: tuple[str, ...] = ("agentic", "direct", "reasoning")
 WITH_TOOL = ("agentic",)
 

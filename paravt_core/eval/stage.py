@@ -45,6 +45,7 @@ from . import benchmarks as registry
 from . import report
 from .formats import FormatError, read_rows
 from .metrics import benchmark_metrics
+from .protocols import WITH_TOOL
 from .records import RecordError, SampleLog, parse_shard, read_records, shard_of
 from .runner import RunOptions, run_samples
 
@@ -237,7 +238,7 @@ def build_results(
             scored += m["scored"]
             n_err += m["errors"]
             errors.update({f"{k}": v for k, v in m["errors_by_reason"].items()})
-            if protocol in ("agentic",):
+            if protocol in WITH_TOOL:
                 calls += [int(r.get("tool_calls") or 0) for r in recs if r.get("status") == "ok"]
     model = report.published_model(cfg.published_model, cfg.model)
     return {
