@@ -23,7 +23,7 @@ from PIL import Image
 from torchcodec.decoders import VideoDecoder
 
 from paravt_core.data.schema import SENTINEL_BUCKETS, bucket_of, count_tag, parquet_kind
-from paravt_core.data.synth import SynthResult, make_schedule, synthesize
+from paravt_core.synth import SynthResult, make_schedule, synthesize
 
 SFT_NAMES = ["charades", "geminicot", "longvideoreason", "museg", "selftrace", "tvg", "videor1"]
 BACKGROUND = np.array([60, 60, 60])

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from paravt_core import storage
+from paravt_core.synth import read_code, write_coded_video
 from paravt_core.video import (
     CropError,
     DecoderCache,
@@ -22,7 +23,6 @@ from paravt_core.video import (
     probe,
     run_crops,
 )
-from paravt_core.video.synth import read_code, write_coded_video
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,11 @@ import av
 import numpy as np
 import pytest
 
+from paravt_core.synth import read_code, write_coded_video
 from paravt_core.video import DecoderCache, crop, overview, probe, run_crops
 from paravt_core.video import decoder as decoder_module
 from paravt_core.video.decoder import build_table, to_rgb
 from paravt_core.video.sampling import plan_runs
-from paravt_core.video.synth import read_code, write_coded_video
 
 # name -> (file suffix, segments (count, fps), gop, x264 params)
 VIDEOS = {

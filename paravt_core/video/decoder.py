@@ -58,7 +58,7 @@ class FrameTable:
     codec: str
     times: list[float] = field(repr=False)  # pts in seconds, for bisect
     from_index: bool = False  # built from the container index (fast path) rather than a full packet scan
-    display: Display = Display()  # how a player shows the decoded pictures
+    display: Display = field(default_factory=Display)  # how a player shows the decoded pictures
 
     @property
     def shown_width(self) -> int:
@@ -399,7 +399,10 @@ class Handle:
         return self.decode_run(table, Run(index, (index,)), size, convert)[index]
 
 
-def to_rgb(frame: av.VideoFrame, size: tuple[int, int], display: Display = Display()) -> np.ndarray:
+_AS_DECODED = Display()
+
+
+def to_rgb(frame: av.VideoFrame, size: tuple[int, int], display: Display = _AS_DECODED) -> np.ndarray:
     """Frame -> HxWx3 uint8 RGB as a player shows it, at ``size`` = (height, width) of the shown picture.
 
     One swscale resize from the coded picture to the (possibly transposed) target applies the sample aspect
