@@ -343,5 +343,4 @@ def test_forked_child_gets_a_fresh_cache(videos):
         ok = ok and [read_code(decoded[i]) for i in (24, 48)] == [24, 48]
         os._exit(0 if ok else 1)
     assert wait_child(pid, timeout_s=120) == 0
-
     assert cache.open_paths() == [path]  # the parent keeps its own

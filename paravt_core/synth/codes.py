@@ -108,6 +108,12 @@ def write_coded_video(
     extra = dict(options or {})
     if x264_params:
         extra["x264-params"] = x264_params
+    if Path(path).suffix.lower() == ".avi":
+        # AVI has no timestamps, only a frame rate: constant rate only, written at its own rate.
+        if len(segments) != 1:
+            raise ValueError("AVI stores a constant frame rate: give one (count, fps) segment")
+        encode_frames(path, raw, fps=segments[0][1], codec=codec, gop=gop, options=extra)
+        return ticks
     encode_frames(
         path,
         raw,
