@@ -268,3 +268,8 @@ def test_overflowing_times_become_tool_errors(good, cache, arguments):
     bad, ok = run_crops(good, [(arguments["start_time"], arguments["end_time"]), (1, 3)], cache=cache)
     assert isinstance(bad, CropError) and ("too large" in str(bad) or "too long" in str(bad))
     assert [read_code(f.numpy()) for f in ok.frames] == [10, 30]  # 1 s and 3 s at 10 fps
+
+
+def test_unprintable_arguments_object_is_a_tool_error(good, cache):
+    text = tool_error(good, [10**5000], cache)  # not an object, and repr() of it would raise ValueError
+    assert "arguments must be a JSON object" in text and len(text) < 200

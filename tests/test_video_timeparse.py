@@ -96,3 +96,24 @@ def test_overflowing_times_are_invalid_time_errors(value, needle):
 def test_largest_accepted_time():
     assert parse_time(604800) == 604800.0
     assert parse_time("167:59:59.5") == 604799.5  # 167 h 59 min 59.5 s (16 characters)
+
+
+def _nested(depth: int) -> list:
+    outer: list = []
+    inner = outer
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return outer
+
+
+@pytest.mark.parametrize(
+    "value",
+    [[10**5000], _nested(5000), {"t": "x" * 10_000}],
+    ids=["list-with-5000-digit-int", "nested-5000-deep", "dict-with-long-string"],
+)
+def test_unprintable_arguments_still_give_a_short_message(value):
+    # repr() of the first raises ValueError, of the second RecursionError: the message must not.
+    with pytest.raises(InvalidTimeError, match="start_time must be a number of seconds") as info:
+        parse_time(value, "start_time")
+    assert len(str(info.value)) < 200

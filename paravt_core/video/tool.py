@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .api import Frames, clamp_note, crop
 from .errors import VideoError, for_model
-from .timeparse import parse_time
+from .timeparse import parse_time, shown
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def parse_crop_arguments(arguments: object) -> tuple[float, float]:
     messages meant for the model. Window checks that need the video (duration) happen in ``crop``."""
     if not isinstance(arguments, Mapping):
         raise _ArgumentError(
-            f"arguments must be a JSON object with start_time and end_time, got {arguments!r}"
+            f"arguments must be a JSON object with start_time and end_time, got {shown(arguments)}"
         )
     start = _pick(arguments, START_KEYS)
     end = _pick(arguments, END_KEYS)
