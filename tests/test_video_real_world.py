@@ -29,6 +29,7 @@ from paravt_core.video import (
     run_crops,
 )
 from paravt_core.video.decoder import build_table, to_rgb
+from paravt_core.video.sampling import plan_runs
 
 
 def ffmpeg(*args: str) -> None:
@@ -123,6 +124,47 @@ def test_edit_list_cut_follows_the_presented_timeline(coded, source, tmp_path):
     crops = run_crops(cut, [(0, 1), (2, 3), (4.0, 4.7)], cache=cache)
     assert [c.indices for c in crops] == [[0, 10], [20, 30], [40, 46]]
     assert [[read_code(hwc(c, j)) for j in range(len(c))] for c in crops] == [[13, 23], [33, 43], [53, 59]]
+
+
+@pytest.fixture(scope="module")
+def sources(coded, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("sources")
+    hevc, vfr = root / "hevc.mp4", root / "vfr.mp4"
+    write_coded_video(hevc, [(60, 10)], gop=10, codec="libx265", options={"x265-params": "log-level=error"})
+    write_coded_video(vfr, [(20, 10), (30, 30), (20, 20)], gop=10, x264_params="scenecut=0")
+    return {"h264": coded["bframes"], "hevc": hevc, "vfr": vfr}
+
+
+@pytest.mark.parametrize(
+    ("source", "args", "suffix"),
+    [
+        ("hevc", ["-ss", "1.3"], ".mp4"),  # HEVC (open GOPs) cut
+        ("vfr", ["-ss", "2.5"], ".mp4"),  # variable rate cut
+        ("h264", ["-ss", "1.35"], ".mp4"),  # the edit starts between two frames
+        ("h264", ["-ss", "1.3", "-to", "3.3"], ".mp4"),  # edit list with an end
+        ("h264", ["-ss", "1.3"], ".mov"),
+        ("h264", ["-itsoffset", "2"], ".mp4"),  # an empty edit: the timeline starts at 2 s
+    ],
+)
+def test_edit_list_variants_match_ffmpeg(sources, source, args, suffix, tmp_path):
+    """Every frame of the timeline, by our seek-based decoding, against ffmpeg's own decode of the file
+    (ffprobe frame times, ffmpeg frames' codes)."""
+    path = tmp_path / f"variant{suffix}"
+    ffmpeg(*args[:2], "-i", str(sources[source]), *args[2:], "-c", "copy", str(path))
+    times = ffprobe_times(path)
+    codes = [read_code(f) for f in ffmpeg_frames(path, tmp_path / "png")]
+    cache = DecoderCache()
+    table = cache.table(str(path))
+    assert table.times == pytest.approx(times, abs=1e-6)
+    decoded = cache.decode(table, plan_runs(list(range(table.num_frames)), table.keyframes), (96, 128))
+    assert [read_code(decoded[i]) for i in range(table.num_frames)] == codes
+    # Crops anywhere on the timeline come out exact too (codes are the source's frame numbers).
+    windows = [
+        (times[0] + a * (times[-1] - times[0]), times[0] + b * (times[-1] - times[0]))
+        for a, b in ((0, 0.3), (0.2, 0.9), (0.7, 1))
+    ]
+    for c in run_crops(path, windows, cache=cache):
+        assert [read_code(hwc(c, j)) for j in range(len(c))] == [codes[i] for i in c.indices]
 
 
 # ---------------------------------------------------------------- 2. MPEG-TS
