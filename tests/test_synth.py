@@ -7,8 +7,11 @@ text), not with the generator's own question code.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -520,3 +523,14 @@ def test_schema_helpers() -> None:
     assert bucket_of("museg/other/x.mp4") is None
     assert bucket_of("/data/selfqa/x.mp4") is None
     assert bucket_of("selfqa_extra/x.mp4") is None
+
+
+def test_data_stage_imports_neither_the_agent_nor_the_generator() -> None:
+    """The data stage reads the release's files; synthetic data and the agent's prompts live elsewhere."""
+    code = (
+        "import sys, paravt_core.data.stage; "
+        "print(sorted(m for m in sys.modules if m.startswith(('paravt_core.agent', 'paravt_core.synth'))))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "[]"
