@@ -28,6 +28,7 @@ from paravt_core.video import (
     probe,
     run_crops,
 )
+from paravt_core.video import decoder as decoder_module
 from paravt_core.video.decoder import build_table, to_rgb
 from paravt_core.video.sampling import plan_runs
 
@@ -307,3 +308,30 @@ def test_tool_errors_name_the_video_by_file_name_only(coded, tmp_path, caplog):
     # The full path stays available to whoever reads the logs.
     for path in cases:
         assert str(path) in caplog.text
+
+
+# ---------------------------------------------------------------- seeks that land on a non-keyframe
+
+
+def test_a_seek_landing_on_a_non_keyframe_never_returns_damaged_frames(tmp_path, monkeypatch):
+    """Fault injection: every seek lands half a second past the keyframe asked for, on a P-frame (what a
+    broken index does). MPEG-4 Part 2 then decodes P-frames against a missing reference and outputs
+    damaged pictures with valid timestamps; decoding must start at a keyframe (here: the restart from the
+    file start) so the frames are still exact."""
+    path = tmp_path / "mpeg4.mkv"
+    write_coded_video(path, [(60, 10)], gop=30, codec="mpeg4", options={"bf": 0, "q:v": 3})
+
+    def seek_any_frame(self, pts):
+        if pts is None:
+            return real_seek(self, pts)
+        # Matroska time base is 1 ms: 500 ticks = 5 frames at 10 fps, inside the 30-frame GOP.
+        self.container.seek(int(pts) + 500, stream=self.stream, backward=True, any_frame=True)
+        self.stream.codec_context.flush_buffers()
+
+    real_seek = decoder_module.Handle._seek
+    monkeypatch.setattr(decoder_module.Handle, "_seek", seek_any_frame)
+    cache = DecoderCache()
+    # 1.5-2.5 s at 4 fps -> 4 frames at 1.5, 1.833, 2.167, 2.5 s -> frames 15, 18, 21, 25 (mid-GOP 0..29).
+    c = crop(path, 1.5, 2.5, cache=cache, fps=4)
+    assert c.indices == [15, 18, 21, 25]
+    assert [read_code(hwc(c, j)) for j in range(4)] == [15, 18, 21, 25]

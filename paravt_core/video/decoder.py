@@ -338,13 +338,14 @@ class Handle:
         try:
             self._seek(seek_pts)
             ctx = self.stream.codec_context  # a restart opens a new container
-            done = started = False
+            done = False
+            started = seek_pts is None  # from the file start everything is decoded, as a plain decode does
             for packet in self.container.demux(self.stream):
                 if packet.size == 0:
                     packet = None  # end of file: drain the frames still held for reordering
                 else:
-                    # Decoding starts at a keyframe: what a seek lands on before it cannot be decoded
-                    # correctly (decoders may output such frames, damaged, with a valid timestamp).
+                    # After a seek, decoding starts at a keyframe: what the seek lands on before it cannot
+                    # be decoded correctly (decoders may output such frames, damaged, with a valid pts).
                     started = started or packet.is_keyframe
                     if not started:
                         continue
