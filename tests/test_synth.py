@@ -26,7 +26,7 @@ from PIL import Image
 from torchcodec.decoders import VideoDecoder
 
 from paravt_core.data.schema import SENTINEL_BUCKETS, bucket_of, count_tag, parquet_kind
-from paravt_core.synth import SynthResult, make_schedule, synthesize
+from paravt_core.synth import SynthResult, encode_frames, make_schedule, synthesize
 
 SFT_NAMES = ["charades", "geminicot", "longvideoreason", "museg", "selftrace", "tvg", "videor1"]
 BACKGROUND = np.array([60, 60, 60])
@@ -534,3 +534,17 @@ def test_data_stage_imports_neither_the_agent_nor_the_generator() -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_one_writer_reports_bad_input_clearly(tmp_path: Path) -> None:
+    grey = np.zeros((3, 48, 64), dtype=np.uint8)
+    with pytest.raises(ValueError, match=r"N x H x W or N x H x W x 3, got shape \(3, 48, 64, 4\)"):
+        encode_frames(tmp_path / "a.mp4", np.zeros((3, 48, 64, 4), dtype=np.uint8), fps=10)
+    with pytest.raises(ValueError, match="yuv420p needs even frame sizes, got 63x48"):
+        encode_frames(tmp_path / "b.mp4", grey[:, :, :63], fps=10)
+    with pytest.raises(RuntimeError, match="ffmpeg failed writing .*c.mp4 \\(3 frames\\): .*no-such-codec"):
+        encode_frames(tmp_path / "c.mp4", grey, fps=10, codec="no-such-codec")
+    encode_frames(tmp_path / "d.mkv", grey, fps=10)  # grey input, Matroska from the file name
+    with av.open(str(tmp_path / "d.mkv")) as container:
+        times = [float(f.time) for f in container.decode(video=0)]
+    assert times == [0.0, 0.1, 0.2]  # 3 frames at 10 fps
