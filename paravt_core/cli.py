@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -17,6 +18,18 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
     result = run(cfg)
     print(result.to_json())
+    return 0
+
+
+def _cmd_sft(args: argparse.Namespace) -> int:
+    from paravt_core.config import SftConfig, load_config
+
+    cfg = load_config(SftConfig, args.config, args.overrides)
+    from paravt_core.sft.stage import run
+
+    result = run(cfg)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(result.to_json())
     return 0
 
 
@@ -69,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     _add_stage(sub, "data", _cmd_data, "download, extract, materialize, validate and audit the data")
+    _add_stage(
+        sub,
+        "sft",
+        _cmd_sft,
+        "packed SFT of Qwen3-VL on the data stage's rows (torchrun --nproc-per-node N -m paravt_core.cli sft ...)",
+    )
 
     p = sub.add_parser("synth", help="write synthetic ParaVT data (videos, zips, parquets)")
     p.add_argument("out_dir")
@@ -112,9 +131,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that carry a complete message for the user: printed without a traceback."""
     from paravt_core.data.validate import DataError
     from paravt_core.engines.base import EngineError
+    from paravt_core.sft.data import SftDataError
+    from paravt_core.sft.trainer import SftError
     from paravt_core.video.errors import VideoError
 
-    return (DataError, EngineError, VideoError, FileNotFoundError)
+    return (DataError, EngineError, VideoError, SftDataError, SftError, FileNotFoundError)
 
 
 def main(argv: list[str] | None = None) -> int:

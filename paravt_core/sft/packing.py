@@ -36,7 +36,7 @@ import torch
 IGNORE = -100  # label of a token that is not trained (transformers' convention)
 
 
-@dataclass
+@dataclass(eq=False)  # identity: fields hold tensors
 class Sample:
     """One training sequence, as the model would take it alone (batch dimension dropped)."""
 
@@ -60,7 +60,7 @@ class Sample:
         return int((self.labels[1:] != IGNORE).sum())
 
 
-@dataclass
+@dataclass(eq=False)  # identity: fields hold tensors
 class PackedBatch:
     """Several samples in one sequence (see the module docstring for the layout)."""
 
@@ -200,7 +200,7 @@ def token_losses(model: Any, batch: PackedBatch) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------- bins
 
 
-@dataclass
+@dataclass(eq=False)  # identity: fields hold tensors
 class Bin:
     """Samples waiting to be packed together, and their total length."""
 
