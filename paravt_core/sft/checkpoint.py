@@ -19,11 +19,14 @@ rank 0 writes the marker after everyone finished.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import re
 import shutil
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,14 @@ _RANK_FILE = re.compile(r"^__(\d+)_\d+\.distcp$|^rank_(\d+)\.pt$")
 
 def step_dir(output: str, step: int) -> str:
     return storage.join(output, CHECKPOINTS, f"step_{step:08d}")
+
+
+@contextlib.contextmanager
+def _single_process_ok() -> Iterator[None]:
+    """DCP warns on every save/load without a process group; one process is a supported layout here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def _barrier() -> None:
@@ -121,11 +132,12 @@ def save(
     _barrier()
     os.makedirs(os.path.join(local, "rng"), exist_ok=True)
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.save(
-        {"model": model_sd, "optim": optim_sd},
-        checkpoint_id=os.path.join(local, "model_optim"),
-        no_dist=not dist.is_initialized(),
-    )
+    with _single_process_ok():
+        dcp.save(
+            {"model": model_sd, "optim": optim_sd},
+            checkpoint_id=os.path.join(local, "model_optim"),
+            no_dist=not dist.is_initialized(),
+        )
     torch.save(_rng_state(), os.path.join(local, "rng", f"rank_{rank:05d}.pt"))
     if rank == 0:
         torch.save(scheduler.state_dict(), os.path.join(local, "scheduler.pt"))
@@ -187,7 +199,8 @@ def load(
     local = _local_dir(uri, staging_root)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, checkpoint_id=os.path.join(local, "model_optim"), no_dist=not dist.is_initialized())
+    with _single_process_ok():
+        dcp.load(state, checkpoint_id=os.path.join(local, "model_optim"), no_dist=not dist.is_initialized())
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     scheduler.load_state_dict(torch.load(os.path.join(local, "scheduler.pt"), weights_only=False))
     rng = os.path.join(local, "rng", f"rank_{_rank():05d}.pt")
@@ -199,8 +212,11 @@ def load(
 def save_final(
     output: str, model: torch.nn.Module, processor: Any, dtype: torch.dtype, staging_root: str
 ) -> str:
-    """Write the Hugging Face checkpoint ``<output>/final`` (collective: gathers the full weights)."""
-    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    """Write the Hugging Face checkpoint ``<output>/final`` (collective: gathers the full weights).
+
+    ``model``: the trained ``PackedLoss`` (its ``inner`` Hugging Face model is what is saved)."""
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state = {k.removeprefix("inner."): v for k, v in full.items()}
     uri = storage.join(output, FINAL)
     if _rank() == 0:
         local = os.path.join(staging_root, FINAL) if storage.is_s3(output) else uri
@@ -211,7 +227,7 @@ def save_final(
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # "Writing model shards" bars in every log otherwise
-        model.save_pretrained(local, state_dict=state)
+        model.inner.save_pretrained(local, state_dict=state)
         processor.save_pretrained(local)
         if local != uri:
             storage.upload_dir(local, uri)

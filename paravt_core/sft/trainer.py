@@ -42,7 +42,7 @@ from paravt_core.sft.data import (
     sft_files,
 )
 from paravt_core.sft.inputs import REASONS, MediaSpec
-from paravt_core.sft.packing import Bin, PackedBatch, Packer, Sample, pack, token_losses
+from paravt_core.sft.packing import Bin, PackedBatch, PackedLoss, Packer, Sample, pack
 
 
 class SftError(RuntimeError):
@@ -103,7 +103,7 @@ def seed_everything(seed: int) -> None:
 
 
 def shard_model(model: torch.nn.Module, d: Dist, bf16: bool) -> None:
-    """FSDP2: each decoder layer and vision block is its own unit, the root holds the rest."""
+    """FSDP2: each decoder layer and vision block is its own unit; the root (``PackedLoss``) holds the rest."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextDecoderLayer, Qwen3VLVisionBlock
@@ -243,7 +243,7 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
     save_dtype = getattr(loaded.config, "dtype", None) or torch.float32
     if isinstance(save_dtype, str):
         save_dtype = getattr(torch, save_dtype)
-    model = loaded.model
+    model: Any = loaded.model
     model.config.use_cache = False
     if cfg.model.attn_implementation != model.config._attn_implementation:
         model.set_attn_implementation(cfg.model.attn_implementation)
@@ -251,7 +251,7 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
     if cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     bf16 = cfg.model.bf16 and d.device.type == "cuda"
-    model.to(d.device)
+    model = PackedLoss(model.to(d.device), always_run_vision=d.sharded)
     if d.sharded:
         shard_model(model, d, bf16)
     optimizer = make_optimizer(model, cfg)
@@ -296,7 +296,7 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
             loss_sum = 0.0
             for seq in seqs:
                 with autocast:
-                    loss = token_losses(model, seq.to(d.device))
+                    loss = model(seq.to(d.device))
                 (loss * d.world / max(global_targets, 1.0)).backward()
                 loss_sum += float(loss.detach())
             norm = grad_norm_and_clip(model, cfg.trainer.max_grad_norm)
