@@ -71,7 +71,16 @@ def _cmd_agent_run(args: argparse.Namespace) -> int:
 
 
 def _add_stage(sub: argparse._SubParsersAction, name: str, fn: Callable, help_text: str) -> None:
-    p = sub.add_parser(name, help=help_text)
+    from paravt_core.config import STAGE_CONFIGS, describe_config
+
+    fields = "\n".join(f"  {line}" for line in describe_config(STAGE_CONFIGS[name]))
+    p = sub.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        epilog=f"config fields (YAML keys or dotted overrides) and their defaults:\n{fields}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--config", default=None, help="YAML config file")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. extract.workers=4")
     p.set_defaults(fn=fn)

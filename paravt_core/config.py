@@ -237,6 +237,22 @@ def load_config(model: type[C], path: str | Path | None = None, overrides: list[
         raise ConfigError(f"invalid {model.__name__}:\n{err}") from err
 
 
+def describe_config(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """``key.path = default`` for every field of ``model`` (nested sections flattened), for ``--help``."""
+    lines: list[str] = []
+    for name, info in model.model_fields.items():
+        key = f"{prefix}{info.alias or name}"
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            lines += describe_config(annotation, f"{key}.")
+            continue
+        default = info.get_default(call_default_factory=True)
+        lines.append(
+            f"{key} = {yaml.safe_dump(default, default_flow_style=True).strip().removesuffix('...').strip()}"
+        )
+    return lines
+
+
 def config_to_dict(cfg: BaseModel) -> dict[str, Any]:
     return cfg.model_dump(mode="json", by_alias=True)
 

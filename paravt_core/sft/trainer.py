@@ -327,6 +327,8 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
                 "rows_dropped": sum(dropped.values()),
                 "step_time_s": elapsed,
             }
+            if d.device.type == "cuda":  # this rank's peak since the start (ranks are alike under FSDP)
+                record["peak_mem_gib"] = torch.cuda.max_memory_allocated(d.device) / 2**30
             records.append(record)
             _check_bad_rows(cfg, rows_used, dropped, final=False)
             if progress is not None:
