@@ -224,3 +224,39 @@ def test_incomplete_checkpoints_are_ignored(tmp_path: Path) -> None:
     # step 2 is older than kept ones, step 6 is newer than the newest complete one (kept: a run may
     # still be writing it)
     assert [(s, ok) for s, _, ok in checkpoint.list_checkpoints(out)] == [(4, True), (6, False)]
+
+
+def test_s3_input_and_output_checkpoints_resume_and_final_loads(
+    tiny_model_dir: str, sft_data_output: str, tmp_path: Path, s3_bucket: str
+) -> None:
+    data = f"{s3_bucket}/data"
+    storage.upload_dir(sft_data_output, data)  # parquets and _COMPLETE; media paths stay local
+    out = f"{s3_bucket}/sft"
+    base = [
+        f"model.uri={tiny_model_dir}",
+        f"data.input={data}",
+        f"output={out}",
+        f"work_dir={tmp_path / 'work'}",
+        "checkpoint.every=1",
+        "data.num_workers=0",
+    ]
+    first = run(load_config(SftConfig, TINY, [*base, "trainer.steps=2"]))
+    assert first.metrics["resumed_from"] is None
+    step2 = checkpoint.step_dir(out, 2)
+    names = sorted(u[len(step2) + 1 :] for u in storage.list_uris(step2))
+    assert names == [
+        "_COMPLETE",
+        "model_optim/.metadata",
+        "model_optim/__0_0.distcp",
+        "rng/rank_00000.pt",
+        "scheduler.pt",
+        "trainer.json",
+    ]
+    # A longer run on the same output continues from the newest checkpoint, read back from S3.
+    storage.clear_complete(out)
+    second = run(load_config(SftConfig, TINY, [*base, "trainer.steps=3"]))
+    assert second.metrics["resumed_from"] == step2
+    records = [json.loads(line) for line in storage.read_bytes(f"{out}/metrics.jsonl").decode().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    loaded = load(f"{out}/final", cache_dir=tmp_path / "cache")
+    assert loaded.config.model_type == "qwen3_vl"
