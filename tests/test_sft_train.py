@@ -191,7 +191,15 @@ def test_bad_rows_are_counted_and_gate_the_run(tiny_model_dir: str, tmp_path: Pa
     expected = {BAD[r][0]: 1 for r in seen if r in BAD}
     assert result.metrics["rows_used"] == 2
     assert result.metrics["rows_dropped"] == expected
-    assert json.loads((out / "metrics.json").read_text())["rows_dropped"] == expected
+    summary = json.loads((out / "metrics.json").read_text())
+    assert summary["rows_dropped"] == expected and summary["rows_used"] == 2
+    assert (out / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [
+        set(r) >= {"loss", "lr", "grad_norm", "tokens_per_s", "padding_share"} for r in _records(out)
+    ] == [
+        True,
+        True,
+    ]
 
     # With a 10 % limit the same data fails with one clear message naming the reasons.
     strict = load_config(
