@@ -14,8 +14,9 @@ thread. Rows: the ParaVT SFT format (agentic system prompt with the tool block, 
 250; made by ffmpeg once and cached in ``~/.cache/paravt-bench``). The tokenizer and processor are the tiny
 model's (same patch 16 / merge 2 geometry as Qwen3-VL, so the vision token counts are the real ones).
 
-Padding share: for ours, the unused part of the fixed-length packed sequences; for the release, the pad
-tokens of the padded batches. qwen-vl-utils is not a project dependency::
+Padding: "pad tokens" is the share of computed tokens that are padding (0 for packed sequences, which are
+run unpadded); "padding share" is, for ours, the part of the ``--packing-length`` capacity left empty (what
+a fixed-shape batch would pad; the trainer logs the same number) and, for the release, its pad tokens. qwen-vl-utils is not a project dependency::
 
     .venv/bin/pip install --target .venv-bench/site --no-deps qwen-vl-utils==0.0.14
     PYTHONPATH=.venv-bench/site .venv/bin/python benchmarks/sft_inputs.py [--quick]
@@ -71,19 +72,16 @@ def _call(name: str, a: float, b: float) -> str:
     return "<tool_call>\n" + json.dumps({"name": "crop_video", "arguments": args}) + "\n</tool_call>"
 
 
-def make_row(video: Path, seconds: float, calls: int, k: int) -> list[dict]:
-    """One ParaVT-style SFT conversation with ``calls`` parallel crops."""
-    edges = [round(seconds * i / calls, 1) for i in range(calls + 1)]
-    windows = list(zip(edges[:-1], edges[1:], strict=True))
-    question = f"Question {k}: when does the moving pattern change colour? Answer as 'start, end'."
-    think = f"<think>The video lasts {seconds:.0f} s; I will inspect {calls} segments in parallel.</think>\n"
-    responses = "\n".join(
-        f"<tool_response>\nSegment {a}-{b} s: a test pattern with a moving gradient and a counter.\n"
-        "</tool_response>"
-        for a, b in windows
-    )
+def make_row(video: Path, seconds: float, k: int) -> list[dict]:
+    """One ParaVT-style SFT conversation: 2-5 parallel crops, then (every other row) a zoom-in round."""
     text = lambda t: {"type": "text", "text": t}  # noqa: E731
-    return [
+    calls = 2 + k % 4
+    edges = [round(seconds * i / calls, 1) for i in range(calls + 1)]
+    rounds = [list(zip(edges[:-1], edges[1:], strict=True))]
+    if k % 2:
+        rounds.append([(edges[1], round(edges[1] + seconds / 10, 1))])
+    question = f"Question {k}: when does the moving pattern change colour? Answer as 'start, end'."
+    messages = [
         {"role": "system", "content": [text(prompts.system_prompt("agentic_general"))]},
         {
             "role": "user",
@@ -92,20 +90,22 @@ def make_row(video: Path, seconds: float, calls: int, k: int) -> list[dict]:
                 text(prompts.question_with_suffix(question, video.name)),
             ],
         },
-        {
-            "role": "assistant",
-            "content": [text(think + "\n".join(_call(video.name, a, b) for a, b in windows))],
-        },
-        {"role": "user", "content": [text(responses)]},
-        {
-            "role": "assistant",
-            "content": [
-                text(
-                    f"<think>The change is in the second segment.</think>\n<answer>{k}.0, {k + 3}.0</answer>"
-                )
-            ],
-        },
     ]
+    for r, windows in enumerate(rounds):
+        think = f"<think>Round {r + 1}: I will inspect {len(windows)} segment(s) of the video.</think>\n"
+        responses = "\n".join(
+            f"<tool_response>\nSegment {a}-{b} s: a test pattern with a moving gradient and a counter.\n"
+            "</tool_response>"
+            for a, b in windows
+        )
+        calls_text = "\n".join(_call(video.name, a, b) for a, b in windows)
+        messages += [
+            {"role": "assistant", "content": [text(think + calls_text)]},
+            {"role": "user", "content": [text(responses)]},
+        ]
+    final = f"<think>The change is in segment {1 + k % calls}.</think>\n<answer>{k}.0, {k + 3}.0</answer>"
+    messages.append({"role": "assistant", "content": [text(final)]})
+    return messages
 
 
 # ------------------------------------------------------------------------------------------ the two paths
@@ -127,6 +127,7 @@ def ours(rows: list[list[dict]], processor, config, packing_length: int) -> dict
     sequences += [pack(b) for b in packer.flush()]
     seconds, cpu = time.perf_counter() - start, _cpu() - cpu
     tokens = sum(s.tokens for s in sequences)
+    assert tokens == sum(sum(s.lengths) for s in sequences)  # packed sequences carry no pad token
     return {
         "seconds": seconds,
         "cpu_seconds": cpu,
@@ -134,6 +135,7 @@ def ours(rows: list[list[dict]], processor, config, packing_length: int) -> dict
         "rows_per_cpu_s": len(rows) / cpu,
         "tokens": tokens,
         "batches": len(sequences),
+        "pad_tokens_share": 0.0,
         "padding_share": 1 - tokens / (len(sequences) * packing_length),
     }
 
@@ -197,6 +199,7 @@ def release(rows: list[list[dict]], processor, batch_size: int) -> dict:
         "rows_per_cpu_s": len(rows) / cpu,
         "tokens": real,
         "batches": len(batches),
+        "pad_tokens_share": 1 - real / total,
         "padding_share": 1 - real / total,
     }
 
@@ -212,9 +215,9 @@ def main() -> None:
 
     videos = [(m, ensure_video(m)) for m in (QUICK_MINUTES if args.quick else MINUTES)]
     rows = [
-        make_row(path, m * 60.0, calls=2 + (k % 3), k=k)
-        for m, path in videos
-        for k in range(args.rows_per_video)
+        make_row(path, m * 60.0, k=len(videos) * j + i)
+        for j in range(args.rows_per_video)
+        for i, (m, path) in enumerate(videos)
     ]
     with tempfile.TemporaryDirectory() as tmp:
         loaded = load(build_tiny_model(tmp))
@@ -245,7 +248,18 @@ def main() -> None:
     table = Table(
         title=f"SFT inputs: {len(rows)} rows over {', '.join(f'{m} min' for m, _ in videos)} videos"
     )
-    for col in ("path", "rows/s", "rows/CPU-s", "wall s", "CPU s", "tokens", "batches", "padding share"):
+    columns = (
+        "path",
+        "rows/s",
+        "rows/CPU-s",
+        "wall s",
+        "CPU s",
+        "tokens",
+        "batches",
+        "pad tokens",
+        "padding share",
+    )
+    for col in columns:
         table.add_column(col, justify="right")
     for name in ("ours", "release"):
         if name in result:
@@ -263,6 +277,7 @@ def main() -> None:
                 f"{r['cpu_seconds']:.1f}",
                 str(r["tokens"]),
                 str(r["batches"]),
+                f"{r['pad_tokens_share']:.1%}",
                 f"{r['padding_share']:.1%}",
             )
     console.print(table)
