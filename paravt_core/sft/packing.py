@@ -203,7 +203,8 @@ def encode_media(model: Any, batch: PackedBatch, always: bool = False) -> tuple[
         pixels = torch.cat([p for p, _ in present])
         grids = torch.cat([g for _, g in present])
     else:
-        patch_dim = visual.patch_embed.proj.weight.shape[1] * visual.patch_size**2
+        embed = visual.patch_embed
+        patch_dim = embed.in_channels * embed.temporal_patch_size * embed.patch_size**2
         pixels = torch.zeros(4, patch_dim, device=batch.input_ids.device, dtype=torch.float32)
         grids = torch.tensor([[1, 2, 2]], device=batch.input_ids.device)
     out = visual(pixels, grid_thw=grids, return_dict=True)  # the patch embedding casts to its dtype
