@@ -137,6 +137,32 @@ def test_fsdp2_on_two_gloo_ranks_then_resume_on_one(
     assert one[-1]["rows_used"] > two_rank[-1]["rows_used"]
 
 
+def test_fsdp2_ranks_with_and_without_media_in_the_same_step(
+    tiny_model_dir: str, sft_data_output: str, tmp_path: Path
+) -> None:
+    # Two rows, one sequence each, two ranks: every step one rank trains the video row and the other the
+    # text-only row. Without the blank vision pass the ranks would run different sharded modules and the
+    # collectives would not match (a hang or a gloo size error).
+    first = sorted(Path(sft_data_output, "sft").glob("*.parquet"))[0]
+    video_row = pq.read_table(first).column("messages")[0].as_py()
+    data = _bad_rows_output(tmp_path, [video_row, json.dumps(multi_call_row())])
+    out = tmp_path / "mixed"
+    extra = ["trainer.steps=2", "packing.close_slack=2048", "data.num_workers=0", "checkpoint.every=10"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    cmd += [
+        "-m",
+        "paravt_core.cli",
+        "sft",
+        "--config",
+        str(TINY),
+        *_overrides(tiny_model_dir, data, out, *extra),
+    ]
+    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = _records(out)
+    assert [r["rows_used"] for r in records] == [2, 4]  # both rows trained in each step
+
+
 def _bad_rows_output(tmp: Path, messages: list[str]) -> str:
     out = tmp / "data"
     (out / "sft").mkdir(parents=True)
