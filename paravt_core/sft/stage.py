@@ -7,7 +7,8 @@ Outputs under ``cfg.output`` (local directory or ``s3://`` prefix)::
     final/               Hugging Face checkpoint (model + processor) + _COMPLETE; ``paravt_core.models.load``
     metrics.jsonl        one line per optimizer step: loss, lr, grad_norm, tokens, tokens_per_s,
                          padding_share, rows_used, rows_dropped, step_time_s
-    metrics.json         summary: first/last loss, tokens/s, rows used, rows dropped by reason
+    metrics.json         summary: first/last loss, tokens/s, rows used, rows dropped by reason (counted per
+                         visit: a row trained or dropped in two epochs counts twice)
     loss_curve.png       loss and learning rate per step
     _COMPLETE            written last
 
