@@ -66,6 +66,18 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sft(args: argparse.Namespace) -> int:
+    from paravt_core.config import SftConfig, load_config
+
+    cfg = load_config(SftConfig, args.config, args.overrides)
+    from paravt_core.sft.stage import run
+
+    result = run(cfg)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(result.to_json())
+    return 0
+
+
 def _cmd_synth(args: argparse.Namespace) -> int:
     from paravt_core.synth import synthesize
 
@@ -107,7 +119,16 @@ def _cmd_agent_run(args: argparse.Namespace) -> int:
 
 
 def _add_stage(sub: argparse._SubParsersAction, name: str, fn: Callable, help_text: str) -> None:
-    p = sub.add_parser(name, help=help_text)
+    from paravt_core.config import STAGE_CONFIGS, describe_config
+
+    fields = "\n".join(f"  {line}" for line in describe_config(STAGE_CONFIGS[name]))
+    p = sub.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        epilog=f"config fields (YAML keys or dotted overrides) and their defaults:\n{fields}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--config", default=None, help="YAML config file")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. extract.workers=4")
     p.set_defaults(fn=fn)
@@ -118,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     _add_stage(sub, "data", _cmd_data, "download, extract, materialize, validate and audit the data")
+    _add_stage(
+        sub,
+        "sft",
+        _cmd_sft,
+        "packed SFT of Qwen3-VL on the data stage's rows (torchrun --nproc-per-node N -m paravt_core.cli sft ...)",
+    )
 
     videos_help = f"number of videos (>= {MIN_SYNTH_VIDEOS}: one per sentinel bucket; default: %(default)s)"
     seconds_help = f"length of each video in seconds (>= {MIN_SYNTH_SECONDS:g}; default: %(default)s)"
@@ -163,9 +190,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that carry a complete message for the user: printed without a traceback."""
     from paravt_core.data.validate import DataError
     from paravt_core.engines.base import EngineError
+    from paravt_core.sft.data import SftDataError
+    from paravt_core.sft.trainer import SftError
     from paravt_core.video.errors import VideoError
 
-    return (DataError, EngineError, VideoError, FileNotFoundError)
+    return (DataError, EngineError, VideoError, SftDataError, SftError, FileNotFoundError)
 
 
 def main(argv: list[str] | None = None) -> int:

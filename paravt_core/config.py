@@ -220,7 +220,81 @@ class PolicyLossConfig(StrictModel):
     behav_weight_cap: float | None = Field(default=5.0, gt=1.0)  # None: keep every token
 
 
-STAGE_CONFIGS: dict[str, type[StrictModel]] = {"data": DataConfig}
+# ---------------------------------------------------------------------------------------------
+# SFT stage
+# ---------------------------------------------------------------------------------------------
+
+
+class SftModelConfig(StrictModel):
+    # Checkpoint to start from: local dir, s3:// prefix or hub id (paravt_core.models.load).
+    uri: str = "Qwen/Qwen3-VL-8B-Instruct"
+    # "sdpa" (CPU and GPU) or "flash_attention_2" (GPU, if installed); both keep packed samples apart.
+    attn_implementation: str = "sdpa"
+    gradient_checkpointing: bool = True
+    # bf16 compute with float32 master weights and gradient reduction (GPU only; CPU runs float32).
+    bf16: bool = True
+
+
+class SftDataConfig(StrictModel):
+    # Output URI of `paravt data` (needs its _COMPLETE marker); the rows are <input>/sft/*.parquet.
+    input: str = "./paravt-work/data"
+    include: list[str] = Field(default_factory=lambda: ["*.parquet"])  # fnmatch on file names
+    seed: int = 0  # row order: a fresh permutation per epoch from (seed, epoch)
+    num_workers: int = Field(default=4, ge=0)  # processes turning rows into model inputs (0: in-process)
+    prefetch_factor: int = Field(default=4, ge=1)  # samples in flight per worker
+    # Fail the stage when dropped rows (any reason) / rows seen exceeds this share ...
+    max_bad_fraction: float = Field(default=0.05, ge=0.0, le=1.0)
+    # ... once at least this many rows were seen (and always at the end).
+    bad_gate_min_rows: int = Field(default=200, ge=1)
+
+
+class SftMediaConfig(StrictModel):
+    video_fps: float = Field(default=1.0, gt=0)
+    video_min_frames: int = Field(default=4, ge=1)
+    video_max_frames: int = Field(default=64, ge=1)
+    video_min_pixels: int = Field(default=784, ge=1)  # per frame
+    video_max_pixels: int = Field(default=50176, ge=1)  # per frame (224 x 224)
+    image_min_pixels: int = Field(default=784, ge=1)
+    image_max_pixels: int = Field(default=50176, ge=1)
+
+
+class SftPackingConfig(StrictModel):
+    length: int = Field(default=8192, ge=16)  # tokens per packed sequence; longer rows are dropped
+    max_open: int = Field(default=4, ge=1)  # open sequences of the first-fit packer (1 = next-fit)
+    close_slack: int = Field(default=64, ge=0)  # a sequence this close to full is emitted at once
+
+
+class SftTrainerConfig(StrictModel):
+    steps: int = Field(default=1500, ge=1)  # optimizer steps
+    grad_accum: int = Field(default=4, ge=1)  # packed sequences per rank per optimizer step
+    lr: float = Field(default=2e-5, gt=0)
+    warmup_ratio: float = Field(default=0.05, ge=0.0, lt=1.0)  # linear warmup share, then cosine to 0
+    weight_decay: float = Field(default=0.01, ge=0.0)  # on matrices; norms and biases are not decayed
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    seed: int = 0
+
+
+class SftCheckpointConfig(StrictModel):
+    every: int = Field(default=100, ge=1)  # steps between checkpoints (the last step always saves)
+    keep_last: int = Field(default=2, ge=1)  # complete checkpoints kept; older ones are deleted
+
+
+class SftConfig(StrictModel):
+    """``paravt sft``: packed SFT of Qwen3-VL on the data stage's SFT rows (SPEC §6)."""
+
+    output: str = "./paravt-work/sft"  # URI: checkpoints/, final/ (HF checkpoint), metrics, plot
+    work_dir: str = "./paravt-work/sft-tmp"  # local scratch (staging of s3 checkpoints)
+    model: SftModelConfig = Field(default_factory=SftModelConfig)
+    data: SftDataConfig = Field(default_factory=SftDataConfig)
+    media: SftMediaConfig = Field(default_factory=SftMediaConfig)
+    packing: SftPackingConfig = Field(default_factory=SftPackingConfig)
+    trainer: SftTrainerConfig = Field(default_factory=SftTrainerConfig)
+    checkpoint: SftCheckpointConfig = Field(default_factory=SftCheckpointConfig)
+
+
+STAGE_CONFIGS: dict[str, type[StrictModel]] = {"data": DataConfig, "sft": SftConfig}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,6 +369,22 @@ def load_config(model: type[C], path: str | Path | None = None, overrides: list[
         return model.model_validate(data)
     except ValidationError as err:
         raise ConfigError(f"invalid {model.__name__}:\n{err}") from err
+
+
+def describe_config(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """``key.path = default`` for every field of ``model`` (nested sections flattened), for ``--help``."""
+    lines: list[str] = []
+    for name, info in model.model_fields.items():
+        key = f"{prefix}{info.alias or name}"
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            lines += describe_config(annotation, f"{key}.")
+            continue
+        default = info.get_default(call_default_factory=True)
+        lines.append(
+            f"{key} = {yaml.safe_dump(default, default_flow_style=True).strip().removesuffix('...').strip()}"
+        )
+    return lines
 
 
 def config_to_dict(cfg: BaseModel) -> dict[str, Any]:
