@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from paravt_core.data.extract import MARKER_DIR, Archive, archive_key, extract_all, marker_path
+from paravt_core.data.extract import MARKER_DIR, Archive, archive_key, extract_all, marker_path, part_path
 from paravt_core.data.validate import DataError
 from tests.data_support import MEDIA, build_dataset, jpg_bytes, mp4_bytes, write_zip
 
@@ -65,7 +65,7 @@ def test_half_extracted_archive_is_redone(tmp_path: Path) -> None:
     # what a crash mid-archive leaves: one member in place, one partial temp file, no marker
     (root / "museg" / "charades").mkdir(parents=True)
     (root / "museg" / "charades" / "c0.mp4").write_bytes(mp4_bytes("red"))
-    partial = root / "museg" / "charades" / f"c1.mp4.{key[:12]}.part"
+    partial = Path(part_path(str(root / "museg" / "charades" / "c1.mp4"), key))
     partial.write_bytes(b"half")
     results = extract_all([archive], str(root), progress=False)
     assert not results[0].skipped

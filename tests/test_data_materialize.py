@@ -105,7 +105,9 @@ def test_process_batch_splits_good_and_rejected(tmp_path: Path) -> None:
         json.dumps(messages("museg/charades/not_downloaded.mp4")),
         json.dumps(messages("selfqa/a.mp4", assistant=False)),
     ]
-    target = Target("/m", FileChecker(str(tmp_path)), present={"selfqa"})
+    # the selected archives held a.mp4 and missing.mp4; something else was left out of the download
+    held = frozenset({"selfqa/a.mp4", "selfqa/missing.mp4"})
+    target = Target("/m", FileChecker(str(tmp_path)), presence=sentinel.Presence(held, all_selected=False))
     out = process_batch(_batch(sft_table(rows)), "sft", target, first_row=100)
     assert out.good.column("id").to_pylist() == ["r0"]
     assert media_urls(json.loads(out.good.column("messages")[0].as_py())) == ["/m/selfqa/a.mp4"]

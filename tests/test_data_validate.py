@@ -204,7 +204,10 @@ def test_rl_extra_info_json_strings() -> None:
         '{"answer": "12.0, 18.5", "question_type": "tvg", "index": 3}',  # extra key: decided in Python
         '{"answer": ["a", 1], "question_type": "oe"}',  # non-string answer is still an answer
         '{"question_type": "mcq"}',
-        '{"answer": "A", "question_type": ""}',
+        '{"answer": "A", "question_type": ""}',  # empty, null or absent: open-ended (SPEC 2.4), kept
+        '{"answer": "A", "question_type": null}',
+        '{"answer": "A"}',
+        '{"answer": "A", "question_type": 5}',  # present but not a string: rejected
         '{"answer": "A"',
         "[1, 2]",
         None,
@@ -215,7 +218,10 @@ def test_rl_extra_info_json_strings() -> None:
         OK,
         OK,
         Reason.EXTRA_INFO_MISSING_ANSWER,
-        Reason.EXTRA_INFO_MISSING_QUESTION_TYPE,
+        OK,
+        OK,
+        OK,
+        Reason.EXTRA_INFO_BAD_QUESTION_TYPE,
         Reason.EXTRA_INFO_INVALID,
         Reason.EXTRA_INFO_INVALID,
         Reason.EXTRA_INFO_INVALID,

@@ -37,6 +37,7 @@ from paravt_core.data.validate import (
     Reason,
     check_messages,
     check_rl,
+    default_question_type,
     has_path,
     is_json_column,
     leaf_rows,
@@ -297,13 +298,13 @@ class Target:
 
     ``prefix``: what sentinel paths are joined to (absolute local root or ``s3://`` prefix).
     ``checker``: existence checks against the local extracted root (None: no file checks).
-    ``present``: media groups that were downloaded; a missing file of an absent group is "not downloaded"
-    (the row is skipped, not counted as bad). None: every missing file counts as missing.
+    ``presence``: what was downloaded; an absent file it calls "not downloaded" skips the row (not bad).
+    None: every absent file counts as missing.
     """
 
     prefix: str
     checker: FileChecker | None = None
-    present: set[str] | None = None
+    presence: sentinel.Presence | None = None
     check_structure: bool = True
 
 
@@ -317,6 +318,7 @@ class BatchOutcome:
     not_downloaded: set[str]
     examples: list[dict]
     python_rows: int
+    question_type_defaulted: int = 0  # kept RL rows whose question_type was written as "oe"
 
 
 MAX_EXAMPLES = 20
@@ -343,8 +345,8 @@ def _file_checks(
     absent = target.checker.missing(pc.unique(paths).to_pylist())
     if not absent:
         return skipped, set(), set()
-    present = target.present
-    not_downloaded = {p for p in absent if present is not None and sentinel.group_of(p) not in present}
+    presence = target.presence
+    not_downloaded = {p for p in absent if presence is not None and presence.not_downloaded(p)}
     missing = absent - not_downloaded
     if missing:
         hit = pc.is_in(paths, value_set=pa.array(sorted(missing), paths.type)).to_numpy(zero_copy_only=False)
@@ -372,6 +374,8 @@ def _examples(refs: MediaRefs, first_row: int, missing: set[str]) -> list[dict]:
 def process_batch(batch: pa.RecordBatch, kind: str, target: Target, first_row: int = 0) -> BatchOutcome:
     """Validate and materialize one batch: good rows rewritten, bad rows kept aside with a reason."""
     n = batch.num_rows
+    replaced: dict[str, pa.Array] = {}
+    defaulted = np.zeros(n, dtype=bool)
     if kind == "sft":
         name = "messages"
         col = batch.column(name)
@@ -384,6 +388,7 @@ def process_batch(batch: pa.RecordBatch, kind: str, target: Target, first_row: i
         name = "videos"
         reasons = check_rl(batch) if target.check_structure else np.zeros(n, dtype=np.int8)
         rewritten = rewrite_videos(batch.column(name), target.prefix)
+        replaced["extra_info"], defaulted = default_question_type(batch.column("extra_info"))
     for extra in (rewritten.reasons, rewritten.refs.path_reasons(n)):
         rows = np.flatnonzero(extra)
         merge_each(reasons, rows, extra[rows])
@@ -393,8 +398,13 @@ def process_batch(batch: pa.RecordBatch, kind: str, target: Target, first_row: i
     column = rewritten.column
     if column.type != batch.schema.field(name).type:  # e.g. a binary column rewritten as text
         column = column.cast(batch.schema.field(name).type)
-    arrays = [column if f.name == name else batch.column(i) for i, f in enumerate(batch.schema)]
-    out = pa.RecordBatch.from_arrays(arrays, schema=batch.schema)
+    replaced[name] = column
+    schema = batch.schema
+    for i, f in enumerate(schema):  # a struct that gained its question_type field changes type
+        if f.name in replaced and replaced[f.name].type != f.type:
+            schema = schema.set(i, f.with_type(replaced[f.name].type))
+    arrays = [replaced.get(f.name, batch.column(i)) for i, f in enumerate(batch.schema)]
+    out = pa.RecordBatch.from_arrays(arrays, schema=schema)
     out = out if good.all() else out.filter(pa.array(good))
     rejected = None
     if bad.any():
@@ -412,6 +422,7 @@ def process_batch(batch: pa.RecordBatch, kind: str, target: Target, first_row: i
         not_downloaded=not_downloaded,
         examples=_examples(rewritten.refs, first_row, missing),
         python_rows=rewritten.python_rows,
+        question_type_defaulted=int((defaulted & good).sum()),
     )
 
 
@@ -432,6 +443,7 @@ class FileReport:
     examples: list[dict] = field(default_factory=list)
     rejected_rows: list[dict] = field(default_factory=list)  # the first few: source row + reason
     python_rows: int = 0
+    question_type_defaulted: int = 0
     output: str | None = None
     rejected_output: str | None = None
     seconds: float = 0.0
@@ -602,6 +614,7 @@ def _account(report: FileReport, outcome: BatchOutcome, n: int) -> None:
     report.missing_files |= outcome.missing
     report.not_downloaded_files |= outcome.not_downloaded
     report.python_rows += outcome.python_rows
+    report.question_type_defaulted += outcome.question_type_defaulted
     room = MAX_EXAMPLES - len(report.examples)
     report.examples.extend(outcome.examples[:room])
     room = MAX_EXAMPLES - len(report.rejected_rows)

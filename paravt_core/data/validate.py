@@ -2,7 +2,9 @@
 
 SFT ``messages`` must decode, be a list of ``{role, content: [part, ...]}`` objects, have an assistant
 turn, and media parts must hold ``{"url": str}``. RL rows need a prompt, at least one video and an
-``extra_info`` with ``answer`` and ``question_type``. Referenced files must exist.
+``extra_info`` with an ``answer``; a ``question_type`` that is absent, null or empty means open-ended
+(SPEC §2.4: anything but ``mcq``/``tvg`` is ``oe``) and is written as ``oe`` (``default_question_type``),
+one that is not a string is rejected. Referenced files must exist.
 
 The Python functions ``check_messages_obj`` / ``check_extra_info_obj`` are the definition of valid.
 The JSON fast paths only ever *accept* rows that definition accepts and hand everything else to it:
@@ -48,7 +50,7 @@ class Reason(IntEnum):
     VIDEOS_EMPTY = 8
     EXTRA_INFO_INVALID = 9
     EXTRA_INFO_MISSING_ANSWER = 10
-    EXTRA_INFO_MISSING_QUESTION_TYPE = 11
+    EXTRA_INFO_BAD_QUESTION_TYPE = 11
     PATH_ESCAPES_ROOT = 12
     PATH_NOT_SENTINEL = 13
     PATH_EMPTY = 14
@@ -384,9 +386,14 @@ def check_extra_info_obj(obj: Any) -> int:
     if obj.get(RL_EXTRA_INFO_KEYS[0]) is None:
         return Reason.EXTRA_INFO_MISSING_ANSWER
     qtype = obj.get(RL_EXTRA_INFO_KEYS[1])
-    if not isinstance(qtype, str) or not qtype:
-        return Reason.EXTRA_INFO_MISSING_QUESTION_TYPE
+    if qtype is not None and not isinstance(qtype, str):
+        return Reason.EXTRA_INFO_BAD_QUESTION_TYPE
     return Reason.OK
+
+
+def question_type_missing_obj(obj: Any) -> bool:
+    """Whether a decoded ``extra_info`` has no usable ``question_type`` (absent, null or empty)."""
+    return isinstance(obj, dict) and obj.get(RL_EXTRA_INFO_KEYS[1]) in (None, "")
 
 
 def check_extra_info_text(text: str | None) -> int:
@@ -414,16 +421,85 @@ def _check_extra_info_struct(col: pa.Array) -> np.ndarray:
         merge(reasons, np.arange(n), Reason.EXTRA_INFO_MISSING_ANSWER)
     else:
         merge(reasons, np.flatnonzero(null_mask(col.field(answer_key))), Reason.EXTRA_INFO_MISSING_ANSWER)
-    if col.type.get_field_index(qtype_key) < 0:
-        merge(reasons, np.arange(n), Reason.EXTRA_INFO_MISSING_QUESTION_TYPE)
-    else:
-        qtype = col.field(qtype_key)
-        if not (pa.types.is_string(qtype.type) or pa.types.is_large_string(qtype.type)):
-            merge(reasons, np.arange(n), Reason.EXTRA_INFO_MISSING_QUESTION_TYPE)
-        else:
-            bad = pc.fill_null(pc.equal(pc.binary_length(qtype), 0), True).to_numpy(zero_copy_only=False)
-            merge(reasons, np.flatnonzero(bad), Reason.EXTRA_INFO_MISSING_QUESTION_TYPE)
+    index = col.type.get_field_index(qtype_key)
+    if (
+        index >= 0
+        and not _is_text(col.type.field(index).type)
+        and not pa.types.is_null(col.type.field(index).type)
+    ):
+        bad = ~null_mask(col.field(qtype_key))  # a non-string question_type (an all-null field is absent)
+        merge(reasons, np.flatnonzero(bad), Reason.EXTRA_INFO_BAD_QUESTION_TYPE)
     return reasons
+
+
+def _is_text(typ: pa.DataType) -> bool:
+    return pa.types.is_string(typ) or pa.types.is_large_string(typ)
+
+
+def _question_type_missing_struct(col: pa.Array) -> np.ndarray:
+    """Rows of a struct ``extra_info`` whose ``question_type`` is absent, null or empty (null rows: no)."""
+    live = ~null_mask(col)
+    if not pa.types.is_struct(col.type):
+        return np.zeros(len(col), dtype=bool)
+    index = col.type.get_field_index(RL_EXTRA_INFO_KEYS[1])
+    if index < 0 or pa.types.is_null(col.type.field(index).type):
+        return live
+    qtype = col.field(index)
+    if not _is_text(qtype.type):
+        return np.zeros(len(col), dtype=bool)
+    empty = pc.fill_null(pc.equal(pc.binary_length(qtype), 0), True).to_numpy(zero_copy_only=False)
+    return live & empty
+
+
+def default_question_type(col: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """``extra_info`` with ``question_type`` set to ``oe`` where it is absent, null or empty; and those rows.
+
+    A struct column gets the field filled in (added when the struct has none); JSON rows lacking it are
+    decoded, completed and encoded again in Python (rare: released rows carry it).
+    """
+    n = len(col)
+    key = RL_EXTRA_INFO_KEYS[1]
+    if not is_json_column(col):
+        missing = _question_type_missing_struct(col)
+        if not missing.any():
+            return col, missing
+        fill = pa.array(np.where(missing, "oe", None), pa.string())
+        index = col.type.get_field_index(key)
+        fields, children = list(col.type), [col.field(i) for i in range(col.type.num_fields)]
+        if index < 0 or pa.types.is_null(fields[index].type):
+            if index >= 0:
+                del fields[index], children[index]
+            fields.append(pa.field(key, pa.string()))
+            children.append(fill)
+        else:
+            children[index] = pc.if_else(pa.array(missing), fill.cast(fields[index].type), children[index])
+        mask = col.is_null() if col.null_count else None
+        return pa.StructArray.from_arrays(children, fields=fields, mask=mask), missing
+    texts = _as_string(col, "extra_info")
+    flags = np.zeros(n, dtype=np.int8)
+    _bisect(
+        texts, EXTRA_INFO_JSON_SCHEMA, _question_type_missing_struct, _question_type_missing_text, flags, 0, n
+    )
+    missing = flags.astype(bool)
+    rows = np.flatnonzero(missing)
+    if not len(rows):
+        return col, missing
+    fixed = []
+    for text in texts.take(pa.array(rows)).to_pylist():
+        obj = json.loads(text)
+        obj[key] = "oe"
+        fixed.append(json.dumps(obj, ensure_ascii=False))
+    out = pc.replace_with_mask(texts, pa.array(missing), pa.array(fixed, texts.type))
+    return (out if out.type == col.type else out.cast(col.type)), missing
+
+
+def _question_type_missing_text(text: str | None) -> int:
+    if text is None:
+        return 0
+    try:
+        return int(question_type_missing_obj(json.loads(text)))
+    except (ValueError, RecursionError):
+        return 0
 
 
 def check_extra_info(col: pa.Array) -> np.ndarray:
