@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from paravt_core.data import materialize, sentinel
@@ -271,7 +271,6 @@ def _row_json(refs: list[tuple[str, bool]], compact: bool) -> str:
 
 
 @pytest.mark.parametrize("view_limit", [materialize.VIEW_LIMIT, 0])
-@settings(max_examples=150, deadline=None)
 @given(rows=st.lists(st.tuples(_row, st.booleans()), min_size=1, max_size=6))
 def test_columnar_rewrite_agrees_with_python_walk(view_limit: int, rows: list) -> None:
     """Fast path (split + cut + join) == decode, rewrite in Python, encode; paths and statuses too."""

@@ -6,7 +6,7 @@ import json
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from paravt_core.data.validate import (
@@ -113,7 +113,6 @@ def _serialize(obj: object, style: dict, cut: int | None) -> str:
     return text[:cut] if cut is not None else text
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     st.lists(
         st.tuples(st.lists(_message, max_size=4), _style, st.one_of(st.none(), st.integers(0, 40))),
