@@ -226,7 +226,7 @@ def plain(src: Path, dst: Path) -> None:
 def ours(src: Path, dst: Path, root: Path, check_files: bool = True, check_structure: bool = True) -> None:
     """Our stage, paths joined to ``root``; ``check_files``: every distinct referenced file must exist there."""
     checker = FileChecker(str(root)) if check_files else None
-    target = Target(prefix=str(root), checker=checker, present=None, check_structure=check_structure)
+    target = Target(prefix=str(root), checker=checker, presence=None, check_structure=check_structure)
     report = materialize_file(str(src), target, str(dst), str(dst) + ".rejected.parquet")
     if report.rejected or report.kept != report.rows or report.missing_files:
         raise SystemExit(f"ours rejected rows of a clean file: {report.reasons}")

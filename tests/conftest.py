@@ -18,7 +18,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 settings.register_profile(
     "ci",
     derandomize=True,
-    max_examples=1000,
+    max_examples=500,
     deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],

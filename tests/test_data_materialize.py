@@ -12,17 +12,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from paravt_core.data import materialize, sentinel
+from paravt_core.data import sentinel, validate
 from paravt_core.data.materialize import (
     Target,
-    cut_strings,
     materialize_file,
     process_batch,
     rewrite_messages_json,
     rewrite_messages_obj,
     rewrite_videos,
 )
-from paravt_core.data.validate import DataError, FileChecker
+from paravt_core.data.validate import DataError, FileChecker, cut_strings
 from tests.data_support import RL_SCHEMA, media_urls, messages, rl_table, sft_table
 from tests.test_data_validate import MESSAGE_TYPE
 
@@ -243,7 +242,7 @@ def test_other_string_types_keep_their_type(typ: pa.DataType) -> None:
 @pytest.mark.parametrize("views", [True, False])
 def test_cut_strings_inline_long_and_empty(views: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     if not views:
-        monkeypatch.setattr(materialize, "VIEW_LIMIT", 0)  # force the byte-gather route
+        monkeypatch.setattr(validate, "VIEW_LIMIT", 0)  # force the byte-gather route
     text = "0123456789abcdefghé/selfqa/long-name.mp4"
     data = pa.py_buffer(text.encode())
     # (start, length): empty, 1 byte, exactly 12 (inline), 13 (by reference), a 2-byte char, the tail
@@ -270,16 +269,16 @@ def _row_json(refs: list[tuple[str, bool]], compact: bool) -> str:
     return json.dumps(msgs, separators=(",", ":") if compact else None, ensure_ascii=False)
 
 
-@pytest.mark.parametrize("view_limit", [materialize.VIEW_LIMIT, 0])
+@pytest.mark.parametrize("view_limit", [validate.VIEW_LIMIT, 0])
 @given(rows=st.lists(st.tuples(_row, st.booleans()), min_size=1, max_size=6))
 def test_columnar_rewrite_agrees_with_python_walk(view_limit: int, rows: list) -> None:
     """Fast path (split + cut + join) == decode, rewrite in Python, encode; paths and statuses too."""
     texts = [_row_json(refs, compact) for refs, compact in rows]
-    saved, materialize.VIEW_LIMIT = materialize.VIEW_LIMIT, view_limit
+    saved, validate.VIEW_LIMIT = validate.VIEW_LIMIT, view_limit
     try:
         out = rewrite_messages_json(pa.array(texts, pa.string()), '/m "x"')
     finally:
-        materialize.VIEW_LIMIT = saved
+        validate.VIEW_LIMIT = saved
     expected_refs = []
     for i, text in enumerate(texts):
         obj = json.loads(text)

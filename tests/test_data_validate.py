@@ -126,6 +126,44 @@ def test_fast_path_agrees_with_reference(rows: list[tuple[list, dict, int | None
     assert reasons.tolist() == [check_messages_text(t) for t in texts]
 
 
+@given(
+    _message,
+    st.lists(
+        st.tuples(st.lists(_message, max_size=4), _style, st.one_of(st.none(), st.integers(0, 60))),
+        min_size=1,
+        max_size=12,
+    ),
+    st.booleans(),
+)
+def test_shared_first_message_path_agrees_with_reference(
+    first: dict, rows: list[tuple[list, dict, int | None]], large: bool
+) -> None:
+    """Rows that begin with the same first message (the system prompt) are checked from its end on;
+    that must decide every row exactly as the reference, whatever follows (or is cut off)."""
+    texts = [_serialize([first, *obj], style, cut) for obj, style, cut in rows]
+    col = pa.array(texts, pa.large_string() if large else pa.string())
+    reasons, canonical = check_messages(col)
+    assert reasons.tolist() == [check_messages_text(t) for t in texts]
+    assert all(check_messages_text(t) == OK for t, c in zip(texts, canonical, strict=True) if c)
+
+
+def test_shared_first_message_is_checked_once_and_rows_from_its_end() -> None:
+    system = {"role": "system", "content": [{"type": "text", "text": 'tools: {"name": "crop"}'}]}
+    rows = [
+        json.dumps([system, *messages("selfqa/a.mp4")[1:]]),  # shared start, canonical tail
+        json.dumps([system, {"role": "user", "content": [{"type": "text", "text": "q"}]}]),  # no assistant
+        json.dumps([system, *messages("selfqa/a.mp4")[1:]])[:-3],  # shared start, truncated tail
+        json.dumps(messages("selfqa/b.mp4")),  # another start: the whole row is matched
+    ]
+    reasons, canonical = check_messages(pa.array(rows))
+    assert reasons.tolist() == [OK, Reason.NO_ASSISTANT_TURN, Reason.MESSAGES_NOT_JSON, OK]
+    assert canonical.tolist() == [True, False, False, True]
+    # an assistant first message: the tail needs none of its own
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "A"}]}
+    rows = [json.dumps([answer]), json.dumps([answer, {"role": "user", "content": []}])]
+    assert check_messages(pa.array(rows))[1].tolist() == [True, True]
+
+
 MESSAGE_TYPE = pa.list_(
     pa.struct(
         [

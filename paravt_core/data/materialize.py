@@ -37,6 +37,7 @@ from paravt_core.data.validate import (
     Reason,
     check_messages,
     check_rl,
+    cut_strings,
     default_question_type,
     has_path,
     is_json_column,
@@ -107,43 +108,6 @@ def _json_text(value: str) -> str:
 
 
 # ----------------------------------------------------------------------------------- SFT, JSON strings
-
-
-# Offsets of a string_view array are int32: larger buffers take the byte-gather route.
-VIEW_LIMIT = (1 << 31) - 1
-_INLINE = 12  # a string_view holds strings of up to 12 bytes inline, longer ones by (prefix, buffer, offset)
-
-
-def cut_strings(data: pa.Buffer | None, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """The byte ranges ``data[start:start + length]`` as a string array (the bytes must be UTF-8).
-
-    Built as a ``string_view`` array over ``data`` (16 bytes of numpy work per string, no per-byte index)
-    and cast to ``string`` by Arrow in one copy; a byte gather when ``data`` is too large for views.
-    """
-    n = len(starts)
-    total = int(lengths.sum()) if n else 0
-    if total == 0 or data is None:
-        return pa.array([""] * n, pa.string())
-    raw = np.frombuffer(data, dtype=np.uint8)
-    if len(raw) > VIEW_LIMIT:
-        out_offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths, out=out_offsets[1:])
-        gather = np.repeat(starts - out_offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
-        return pa.Array.from_buffers(
-            pa.large_string(), n, [None, pa.py_buffer(out_offsets), pa.py_buffer(raw[gather])]
-        ).cast(pa.string())
-    # the first 12 bytes of each string (zero past its end): inline data or the 4-byte prefix
-    idx = starts[:, None] + np.arange(_INLINE, dtype=np.int64)
-    head = raw[np.minimum(idx, len(raw) - 1)]
-    head[np.arange(_INLINE)[None, :] >= lengths[:, None]] = 0
-    # one row per view: length | inline bytes 0-3 or prefix | 4-7 or buffer index | 8-11 or offset
-    views = np.zeros((n, 4), dtype="<i4")
-    views[:, 0] = lengths
-    views[:, 1:] = head.view("<i4")
-    long = lengths > _INLINE
-    views[long, 2] = 0  # the only data buffer
-    views[long, 3] = starts[long]
-    return pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), data]).cast(pa.string())
 
 
 def split_at_url_keys(texts: pa.Array) -> tuple[pa.Array, np.ndarray, pa.Array, np.ndarray]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable
 from enum import IntEnum
@@ -236,6 +237,43 @@ def _check_messages_nested(m: pa.Array) -> np.ndarray:
     return reasons
 
 
+# Offsets of a string_view array are int32: larger buffers take the byte-gather route.
+VIEW_LIMIT = (1 << 31) - 1
+_INLINE = 12  # a string_view holds strings of up to 12 bytes inline, longer ones by (prefix, buffer, offset)
+
+
+def cut_strings(data: pa.Buffer | None, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """The byte ranges ``data[start:start + length]`` as a string array (the bytes must be UTF-8).
+
+    Built as a ``string_view`` array over ``data`` (16 bytes of numpy work per string, no per-byte index)
+    and cast to ``string`` by Arrow in one copy; a byte gather when ``data`` is too large for views.
+    """
+    n = len(starts)
+    total = int(lengths.sum()) if n else 0
+    if total == 0 or data is None:
+        return pa.array([""] * n, pa.string())
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if len(raw) > VIEW_LIMIT:
+        out_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=out_offsets[1:])
+        gather = np.repeat(starts - out_offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
+        return pa.Array.from_buffers(
+            pa.large_string(), n, [None, pa.py_buffer(out_offsets), pa.py_buffer(raw[gather])]
+        ).cast(pa.string())
+    # the first 12 bytes of each string (zero past its end): inline data or the 4-byte prefix
+    idx = starts[:, None] + np.arange(_INLINE, dtype=np.int64)
+    head = raw[np.minimum(idx, len(raw) - 1)]
+    head[np.arange(_INLINE)[None, :] >= lengths[:, None]] = 0
+    # one row per view: length | inline bytes 0-3 or prefix | 4-7 or buffer index | 8-11 or offset
+    views = np.zeros((n, 4), dtype="<i4")
+    views[:, 0] = lengths
+    views[:, 1:] = head.view("<i4")
+    long = lengths > _INLINE
+    views[long, 2] = 0  # the only data buffer
+    views[long, 3] = starts[long]
+    return pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), data]).cast(pa.string())
+
+
 # ----------------------------------------------------------------------------------- strict JSON parse
 
 # Bisection stops here and hands the rows to the Python checks (also after this many failed levels,
@@ -349,15 +387,78 @@ _PART = (
     + ")"
 )
 _MESSAGE = _two_keys(("role", _STR), ("content", _list(_PART)))
-CANONICAL_MESSAGES_RE = f"^{_WS}{_list(_MESSAGE)}{_WS}$"
-ASSISTANT_RE = f'"role"{_WS}:{_WS}"assistant"'
+_ASSISTANT_MESSAGE = _two_keys(("role", '"assistant"'), ("content", _list(_PART)))
+_SEP = f"{_WS},{_WS}"
+# A canonical list holding an assistant message, in one pass (no second search for the role).
+CANONICAL_MESSAGES_RE = (
+    rf"^{_WS}\[{_WS}(?:{_MESSAGE}{_SEP})*{_ASSISTANT_MESSAGE}(?:{_SEP}{_MESSAGE})*{_WS}\]{_WS}$"
+)
+# What may follow a canonical first message: more messages (an assistant one among them, or not), the end.
+_TAIL_WITH_ASSISTANT_RE = (
+    rf"^(?:{_SEP}{_MESSAGE})*{_SEP}{_ASSISTANT_MESSAGE}(?:{_SEP}{_MESSAGE})*{_WS}\]{_WS}$"
+)
+_TAIL_RE = rf"^(?:{_SEP}{_MESSAGE})*{_WS}\]{_WS}$"
+_FIRST_MESSAGE_RE = rf"^{_WS}\[{_WS}{_MESSAGE}$"
+_OPEN = re.compile(r"[ \t\n\r]*\[[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def shared_first_message(texts: pa.Array) -> tuple[str, bool] | None:
+    """(the first row's text up to the end of its first message, whether that message is the assistant's),
+    when that much is in the canonical shape; None otherwise.
+
+    Rows of one file share their first message (the system prompt with the tool block, about half of a
+    row's bytes), so ``check_messages`` checks it once and only the rest of each row that starts with it.
+    """
+    first = next((t for t in texts.slice(0, 64).to_pylist() if t is not None), None)
+    opening = _OPEN.match(first) if first is not None else None
+    if opening is None:
+        return None
+    try:
+        _, end = _DECODER.raw_decode(first, opening.end())
+    except (ValueError, RecursionError):
+        return None
+    prefix = first[:end]
+    if not pc.match_substring_regex(pa.array([prefix]), _FIRST_MESSAGE_RE)[0].as_py():
+        return None
+    opens_assistant = rf"^{_WS}\[{_WS}{_ASSISTANT_MESSAGE}$"
+    return prefix, bool(pc.match_substring_regex(pa.array([prefix]), opens_assistant)[0].as_py())
+
+
+def canonical_rows(texts: pa.Array) -> np.ndarray:
+    """Rows in the canonical shape with an assistant message (valid without decoding them).
+
+    One RE2 pass; rows that begin with the batch's shared first message (checked once) are matched from
+    the end of it on, over a view of their remaining bytes. Exact: a canonical row starting with a
+    canonical first message is that message followed by a canonical tail, and the converse.
+    """
+    n = len(texts)
+    canonical = np.zeros(n, dtype=bool)
+    shared = shared_first_message(texts)
+    skip = np.zeros(n, dtype=bool)
+    if shared is not None:
+        prefix, has_assistant = shared
+        skip = pc.fill_null(pc.starts_with(texts, prefix), False).to_numpy(zero_copy_only=False)
+    if skip.any():
+        rows = np.flatnonzero(skip)
+        offsets = string_offsets(texts).astype(np.int64)
+        cut = len(prefix.encode())
+        tails = cut_strings(texts.buffers()[2], offsets[rows] + cut, offsets[rows + 1] - offsets[rows] - cut)
+        tail_re = _TAIL_RE if has_assistant else _TAIL_WITH_ASSISTANT_RE
+        canonical[rows] = pc.match_substring_regex(tails, tail_re).to_numpy(zero_copy_only=False)
+    rest = np.flatnonzero(~skip)
+    if len(rest):
+        others = texts if len(rest) == n else texts.take(pa.array(rest))
+        matched = pc.fill_null(pc.match_substring_regex(others, CANONICAL_MESSAGES_RE), False)
+        canonical[rest] = matched.to_numpy(zero_copy_only=False)
+    return canonical
 
 
 def check_messages(col: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     """(reason per row, rows in the canonical shape or None) of an SFT ``messages`` column.
 
-    JSON rows in the canonical shape are valid without decoding them; the others are decoded and
-    checked in Python. Native nested columns are checked on the Arrow arrays (no canonical mask).
+    JSON rows in the canonical shape are valid without decoding them (``canonical_rows``); the others are
+    decoded and checked in Python. Native nested columns are checked on the Arrow arrays (no canonical mask).
     """
     if not is_json_column(col):
         return _check_messages_nested(col), None
@@ -366,9 +467,7 @@ def check_messages(col: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     reasons = np.zeros(n, dtype=np.int8)
     if n == 0:
         return reasons, np.zeros(0, dtype=bool)
-    shaped = pc.match_substring_regex(texts, CANONICAL_MESSAGES_RE)
-    canonical = pc.and_kleene(shaped, pc.match_substring_regex(texts, ASSISTANT_RE))
-    canonical = pc.fill_null(canonical, False).to_numpy(zero_copy_only=False)
+    canonical = canonical_rows(texts)
     rest = np.flatnonzero(~canonical)
     if len(rest):
         for i, text in zip(rest, texts.take(pa.array(rest)).to_pylist(), strict=True):
