@@ -12,7 +12,7 @@ Every parquet is written under a temporary name and renamed (or uploaded after i
 never leaves a truncated file; a failing run (bad input, too many bad rows) never writes ``_COMPLETE``.
 
 Reruns: downloads resume and extraction skips finished archives. When the output is complete and its
-fingerprint (parquet contents, archive identities, media groups present, output-relevant config) is
+fingerprint (parquet contents, archive identities, what counts as downloaded, output-relevant config) is
 unchanged, the stage returns the earlier result without rewriting anything; otherwise it clears
 ``_COMPLETE`` and redoes validation + materialization of every file (cheap next to download/extract).
 """
@@ -47,7 +47,7 @@ from paravt_core.stage import StageResult, announce_config, console
 
 STAGE = "data"
 # Bump when the meaning of the outputs changes, so complete outputs of older code are redone.
-FINGERPRINT_VERSION = 1
+FINGERPRINT_VERSION = 2
 _OUTPUT_DIRS = ("sft", "rl", "rejected")
 
 
