@@ -295,6 +295,11 @@ def test_file_checker_listing_agrees_with_isfile(tmp_path) -> None:
     for list_min in (1, 3, 1000):  # every directory listed, the big groups listed, nothing listed
         checker = FileChecker(str(tmp_path), list_min=list_min)
         assert checker.missing(paths) == set(paths) - present, list_min
+        # the columnar lookup (Arrow array, duplicates, a second call answered from what was decided)
+        columnar = FileChecker(str(tmp_path), list_min=list_min)
+        assert columnar.missing(pa.array(paths[:7] * 2)) == set(paths[:7]) - present, list_min
+        assert columnar.missing(pa.array(paths[::-1])) == set(paths) - present, list_min
+        assert columnar.missing(pa.array(paths[:3], pa.large_string())) == set(), list_min
     listed = FileChecker(str(tmp_path), list_min=1)
     listed.missing(["selfqa/a.mp4"])
     assert "selfqa" in listed._listings  # the listing route was really taken

@@ -306,7 +306,7 @@ def _file_checks(
     candidate = (refs.status == sentinel.OK) & (reasons[refs.rows] == 0)
     rows = refs.rows[candidate]
     paths = _strip_scheme(refs.paths.filter(pa.array(candidate)))
-    absent = target.checker.missing(pc.unique(paths).to_pylist())
+    absent = target.checker.missing(paths)
     if not absent:
         return skipped, set(), set()
     presence = target.presence

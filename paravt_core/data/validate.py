@@ -661,16 +661,36 @@ class FileChecker:
         self._present: set[str] = set()
         self._absent: set[str] = set()
         self._listings: dict[str, frozenset[str]] = {}
+        self._decided: pa.Array | None = None  # every decided path, for columnar lookups
         self._lock = threading.Lock()
 
-    def missing(self, paths: Iterable[str]) -> set[str]:
-        """The subset of sentinel paths (relative, ``file://`` already stripped) with no file under root."""
+    def missing(self, paths: Iterable[str] | pa.Array) -> set[str]:
+        """The subset of sentinel paths (relative, ``file://`` already stripped) with no file under root.
+
+        An Arrow string array is looked up columnar (``is_in`` against the paths decided so far), so a
+        batch whose paths were all seen before costs no Python work per path.
+        """
+        if isinstance(paths, pa.Array):
+            return self._missing_array(paths)
         wanted = set(paths)
         with self._lock:
             new = wanted - self._present - self._absent
             if new:
                 self._decide(new)
             return wanted & self._absent
+
+    def _missing_array(self, paths: pa.Array) -> set[str]:
+        unique = pc.unique(paths.cast(pa.string())).drop_null()
+        with self._lock:
+            decided = self._decided
+            new = unique if decided is None else unique.filter(pc.invert(pc.is_in(unique, value_set=decided)))
+            if len(new):
+                self._decide(set(new.to_pylist()) - self._present - self._absent)
+                self._decided = new if decided is None else pa.concat_arrays([decided, new])
+            if not self._absent:
+                return set()
+            hit = pc.is_in(unique, value_set=pa.array(sorted(self._absent), pa.string()))
+            return set(unique.filter(hit).to_pylist())
 
     def _decide(self, paths: set[str]) -> None:
         by_dir: dict[str, list[str]] = {}
