@@ -425,11 +425,22 @@ def shared_first_message(texts: pa.Array) -> tuple[str, bool] | None:
     return prefix, bool(pc.match_substring_regex(pa.array([prefix]), opens_assistant)[0].as_py())
 
 
+def _starts_and_tails(texts: pa.Array, split: np.ndarray, cut: int) -> pa.Array:
+    """Each row as two strings over the same bytes (no copy): its first ``cut`` bytes where ``split``
+    (else the whole row), then the rest. The tail patterns are anchored at the start and cannot begin
+    with ``[``, so RE2 gives up on a row's start at its first bytes and scans only the tails."""
+    offsets = string_offsets(texts)
+    bounds = np.empty(2 * len(texts) + 1, dtype=offsets.dtype)
+    bounds[0::2] = offsets
+    bounds[1::2] = np.where(split, offsets[:-1] + cut, offsets[1:])
+    return pa.Array.from_buffers(texts.type, 2 * len(texts), [None, pa.py_buffer(bounds), texts.buffers()[2]])
+
+
 def canonical_rows(texts: pa.Array) -> np.ndarray:
     """Rows in the canonical shape with an assistant message (valid without decoding them).
 
     One RE2 pass; rows that begin with the batch's shared first message (checked once) are matched from
-    the end of it on, over a view of their remaining bytes. Exact: a canonical row starting with a
+    the end of it on, over a zero-copy view of their remaining bytes. Exact: a canonical row starting with a
     canonical first message is that message followed by a canonical tail, and the converse.
     """
     n = len(texts)
@@ -440,12 +451,9 @@ def canonical_rows(texts: pa.Array) -> np.ndarray:
         prefix, has_assistant = shared
         skip = pc.fill_null(pc.starts_with(texts, prefix), False).to_numpy(zero_copy_only=False)
     if skip.any():
-        rows = np.flatnonzero(skip)
-        offsets = string_offsets(texts).astype(np.int64)
-        cut = len(prefix.encode())
-        tails = cut_strings(texts.buffers()[2], offsets[rows] + cut, offsets[rows + 1] - offsets[rows] - cut)
         tail_re = _TAIL_RE if has_assistant else _TAIL_WITH_ASSISTANT_RE
-        canonical[rows] = pc.match_substring_regex(tails, tail_re).to_numpy(zero_copy_only=False)
+        tails = pc.match_substring_regex(_starts_and_tails(texts, skip, len(prefix.encode())), tail_re)
+        canonical[skip] = tails.to_numpy(zero_copy_only=False)[1::2][skip]
     rest = np.flatnonzero(~skip)
     if len(rest):
         others = texts if len(rest) == n else texts.take(pa.array(rest))
