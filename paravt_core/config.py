@@ -53,6 +53,10 @@ class ExtractConfig(StrictModel):
     # Extraction root (one tree for every archive). Empty: <work_dir>/media.
     root: str = ""
     workers: int = Field(default=2, ge=1)
+    # Zip-bomb bounds per archive, checked on the central directory before anything is written: total
+    # uncompressed bytes, and uncompressed / archive size (media barely compresses; ParaVT zips are < 10 GB).
+    max_archive_bytes: int = Field(default=64 << 30, ge=1)
+    max_compression_ratio: float = Field(default=100.0, gt=0)
 
 
 class MaterializeConfig(StrictModel):
