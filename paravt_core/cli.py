@@ -20,6 +20,17 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_rl(args: argparse.Namespace) -> int:
+    from paravt_core.config import RlConfig, load_config
+
+    cfg = load_config(RlConfig, args.config, args.overrides)  # config errors before heavy imports
+    from paravt_core.rl.stage import run
+
+    result = run(cfg)
+    print(result.to_json())
+    return 0
+
+
 def _cmd_synth(args: argparse.Namespace) -> int:
     from paravt_core.data.synth import synthesize
 
@@ -69,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     _add_stage(sub, "data", _cmd_data, "download, extract, materialize, validate and audit the data")
+    _add_stage(sub, "rl", _cmd_rl, "PARA-GRPO: rollouts, rewards, learner, weight sync, checkpoints")
 
     p = sub.add_parser("synth", help="write synthetic ParaVT data (videos, zips, parquets)")
     p.add_argument("out_dir")
