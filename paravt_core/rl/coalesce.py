@@ -8,8 +8,8 @@ engine batches the requests that share sampling parameters). The trigger is a co
 batches - and with per-batch seeds the sampled tokens - are the same on every run: a resumed RL run
 reproduces the uninterrupted one.
 
-Sampling seeds: requests of a dispatched batch get ``seed = base + batch number`` (``reseed`` sets the base,
-e.g. from the RL step), so an episode's sampling is reproducible without giving every request its own
+Sampling seeds: requests of a dispatched batch get ``seed = base + batches since reseed`` (``reseed`` sets
+the base, e.g. from the RL step), so an episode's sampling is reproducible without giving every request its own
 seed (distinct seeds would split the batch).
 
 Calls made outside ``track()`` go straight to the inner engine.
@@ -47,19 +47,28 @@ class CoalescingEngine(Engine):
         self._active = 0
         self._waiting: list[_Waiting] = []
         self._busy = False
+        self._since_reseed = 0
         self.batches = 0  # generate calls sent to the inner engine
         self.requests = 0  # requests they carried
         self.retries = 0
 
     def reseed(self, seed: int | None) -> None:
-        """Base of the per-batch seeds (None: unseeded sampling)."""
+        """Base of the per-batch seeds (None: unseeded sampling); batches count from 0 again."""
         self._seed = seed
+        self._since_reseed = 0
+
+    def reserve(self, n: int) -> None:
+        """Announce ``n`` episodes that will enter ``track(..., reserved=True)``: no batch is sent before
+        each of them waits on the engine or has finished, however late it starts (e.g. after decoding its
+        group's overview). This makes the batches independent of thread timing."""
+        self._active += n
 
     @contextlib.asynccontextmanager
-    async def track(self, key: int) -> AsyncIterator[None]:
+    async def track(self, key: int, *, reserved: bool = False) -> AsyncIterator[None]:
         """Run one episode inside this block; ``key`` orders its requests within a batch."""
         token = _EPISODE.set(key)
-        self._active += 1
+        if not reserved:
+            self._active += 1
         try:
             yield
         finally:
@@ -85,7 +94,8 @@ class CoalescingEngine(Engine):
         asyncio.get_running_loop().create_task(self._dispatch(batch))
 
     async def _dispatch(self, batch: list[_Waiting]) -> None:
-        seed = None if self._seed is None else self._seed + self.batches
+        seed = None if self._seed is None else self._seed + self._since_reseed
+        self._since_reseed += 1
         flat: list[GenerationRequest] = []
         for waiting in batch:
             for request in waiting.requests:

@@ -109,7 +109,7 @@ async def _group(
         started = time.perf_counter()
         key = group * 10_000 + i
         if isinstance(engine, CoalescingEngine):
-            async with engine.track(key):
+            async with engine.track(key, reserved=True):
                 episode = await arun_episode(row, engine, agent, overview=overview)
         else:
             episode = await arun_episode(row, engine, agent, overview=overview)
@@ -144,6 +144,8 @@ async def arollout_step(
     started = time.perf_counter()
     counts: Counter = Counter()
     agent = agent_config_for(agent, recipe)
+    if isinstance(engine, CoalescingEngine):
+        engine.reserve(len(prompts) * group_size)
     groups = await asyncio.gather(
         *(
             _group(p, g, group_size, engine, agent, recipe, version, judge, counts)

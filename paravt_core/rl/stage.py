@@ -125,7 +125,10 @@ def run(cfg: RlConfig) -> StageResult:
         start, history = int(state["step"]), list(state["history"])
         inner.load_weights(learner.weights())
         inner.weight_version = int(state["policy_version"])
-        console.print(f"rl: resumed from {resumed} (step {start}, policy version {inner.weight_version})")
+        console.print(
+            f"rl: resumed from {resumed} (step {start}, policy version {inner.weight_version})",
+            soft_wrap=True,
+        )
 
     totals: Counter = Counter()
     try:
@@ -175,7 +178,8 @@ def run(cfg: RlConfig) -> StageResult:
                 f"rl step {step + 1}/{cfg.steps}: reward {metrics['reward_mean']:.3f} "
                 f"(acc {metrics['accuracy_mean']:.3f} fmt {metrics['format_mean']:.3f} "
                 f"tool {metrics['tool_mean']:.3f}) loss {metrics.get('loss', 0.0):.4f} "
-                f"rollout {rollouts.seconds:.1f}s learner {metrics.get('learner_s', 0.0):.1f}s"
+                f"rollout {rollouts.seconds:.1f}s learner {metrics.get('learner_s', 0.0):.1f}s",
+                soft_wrap=True,
             )
             lines = trajectory_lines(step, samples, cfg.trajectories_per_step, cfg.seed)
             storage.write_bytes(

@@ -1,0 +1,148 @@
+"""The RL stage on the tiny model and the data stage's output for synthetic videos: rollouts through the real
+episode loop, the learner, weight sync (checksums, policy versions), outputs, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from paravt_core.config import ConfigError
+from paravt_core.engines.transformers_engine import TransformersEngine
+from paravt_core.models import load
+from paravt_core.rl import checkpoint
+from paravt_core.rl.coalesce import CoalescingEngine
+from paravt_core.rl.data import load_prompts
+from paravt_core.rl.gating import nframes_for
+from paravt_core.rl.learner import Learner, state_checksum
+from paravt_core.rl.rollout import arollout_step
+from paravt_core.rl.stage import prompts_for_step, run
+from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+
+
+def test_prompts_come_from_the_data_stage_output(rl_data, synth_dataset):  # noqa: F811
+    data = load_prompts(rl_data)
+    rows = pq.read_table(next(Path(rl_data, "rl").glob("*.parquet"))).to_pylist()
+    assert len(data.prompts) == len(rows) and not data.skipped
+    first = data.prompts[0]
+    assert first.row_id == rows[0]["id"] and first.gold == rows[0]["extra_info"]["answer"]
+    assert "<video>" not in first.question and first.question in rows[0]["prompt"][0]["content"]
+    assert Path(first.video).is_file()
+
+
+def test_missing_video_and_malformed_rows_are_skipped_and_counted(rl_data, tmp_path):  # noqa: F811
+    rows = pq.read_table(next(Path(rl_data, "rl").glob("*.parquet"))).to_pylist()
+    rows[0]["videos"] = [{"video": str(tmp_path / "gone.mp4")}]
+    rows[1]["prompt"] = [{"role": "user", "content": "<video>"}]  # no question left
+    (tmp_path / "rl").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "rl" / "x.parquet")
+    data = load_prompts(str(tmp_path))
+    assert dict(data.skipped) == {"missing_video": 1, "no_question": 1}
+    assert len(data.prompts) == len(rows) - 2
+
+
+def test_data_order_is_a_seeded_permutation_per_epoch(rl_data):  # noqa: F811
+    prompts = load_prompts(rl_data).prompts
+    n = len(prompts)
+    epoch0 = [p.row_id for s in range(n) for p in prompts_for_step(prompts, s, 1, seed=5)]
+    assert sorted(epoch0) == sorted(p.row_id for p in prompts)  # every prompt once per epoch
+    assert prompts_for_step(prompts, 3, 2, seed=5) == prompts_for_step(prompts, 3, 2, seed=5)
+
+
+def test_one_step_by_hand_weights_synced_and_versions_recorded(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+    cfg = tiny_rl_config(rl_data, tiny_model_dir, str(tmp_path / "out"), "group_size=3", "prompts_per_step=2")
+    policy, reference, rollout = (load(tiny_model_dir) for _ in range(3))
+    inner = TransformersEngine(rollout.model, rollout.processor)
+    engine = CoalescingEngine(inner, seed=0)
+    learner = Learner(
+        policy.model,
+        reference.model,
+        temperature=0.7,
+        advantage=cfg.advantage,
+        loss=cfg.loss,
+        optim=cfg.optim,
+    )
+    before = state_checksum(policy.model.state_dict())
+    prompts = load_prompts(rl_data).prompts[:2]
+
+    step0 = asyncio.run(arollout_step(prompts, engine, cfg.agent, cfg.paravt, group_size=3, version=0))
+    samples = step0.samples
+    assert [(s.group, s.index) for s in samples] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    for s in samples:
+        k = nframes_for(s.prompt.row_id, enabled=True, seed=0, choices=[4, 8], default=8)
+        assert s.nframes == k and s.episode.nframes == k  # the gated K reached the sampler
+        assert s.episode.turns[0].text.startswith("<think>\n")  # PARA-GRPO's forced prefix
+        assert s.policy_version == 0
+    # the group's episodes ran concurrently and were coalesced: fewer engine calls than requests
+    assert engine.batches < engine.requests
+
+    stats = learner.step(samples)
+    assert stats["trained_sequences"] > 0 and stats["grad_norm"] > 0
+    after = state_checksum(policy.model.state_dict())
+    assert after != before  # the step changed the weights
+    assert state_checksum(inner.model.state_dict()) == before  # not pushed yet
+    inner.load_weights(learner.weights())
+    assert state_checksum(inner.model.state_dict()) == after  # engine == learner after the sync
+    assert inner.weight_version == 1
+    step1 = asyncio.run(
+        arollout_step(prompts, engine, cfg.agent, cfg.paravt, group_size=3, version=inner.weight_version)
+    )
+    assert {s.policy_version for s in step1.samples} == {1}
+
+
+def test_stage_runs_three_steps_and_writes_its_outputs(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+    out = tmp_path / "rl"
+    result = run(tiny_rl_config(rl_data, tiny_model_dir, str(out), "checkpoint.every=2"))
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in history] == [0, 1, 2]
+    assert [m["policy_versions"] for m in history] == [[0], [1], [2]]  # synchronous: sampled by the latest
+    assert [m["policy_version"] for m in history] == [1, 2, 3]
+    for m in history:
+        assert m["samples"] == 8 and sum(m["k_histogram"].values()) == 8  # 2 prompts x 4 rollouts
+        assert set(m["k_histogram"]) <= {"4", "8"}
+        for key in (
+            "reward_mean",
+            "format_mean",
+            "format_compliance",
+            "tool_call_rate",
+            "loss",
+            "kl_ref",
+            "clip_fraction",
+            "dropped_fraction",
+            "staleness_max",
+            "rollout_s",
+            "learner_s",
+            "sync_s",
+        ):
+            assert key in m
+    assert [s for s, _, ok in checkpoint.list_checkpoints(str(out)) if ok] == [2, 3]
+    trainer = json.loads((out / "checkpoints" / "step_00000003" / "trainer.json").read_text())
+    assert (
+        trainer["step"] == 3
+        and trainer["policy_version"] == 3
+        and trainer["reference_model"] == tiny_model_dir
+    )
+    final = load(result.outputs["final"])  # the HF checkpoint holds exactly the trained weights
+    assert state_checksum(final.model.state_dict()) == trainer["weights_sha256"]
+    assert state_checksum(final.model.state_dict()) != state_checksum(load(tiny_model_dir).model.state_dict())
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    lines = (out / "trajectories" / "step_00000001.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[0])["episode"]["turns"]
+    assert (out / "_COMPLETE").exists() and result.metrics["steps"] == 3
+
+
+def test_asynchronous_staleness_is_refused_until_available(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+    with pytest.raises(ConfigError, match="max_staleness"):
+        run(tiny_rl_config(rl_data, tiny_model_dir, str(tmp_path), "max_staleness=1"))
+
+
+def test_checksum_sees_any_change():
+    state = {"a": torch.zeros(3), "b": torch.ones(2)}
+    changed = {"a": torch.tensor([0.0, 0.0, 1e-7]), "b": torch.ones(2)}
+    assert state_checksum(state) == state_checksum({k: v.clone() for k, v in state.items()})
+    assert state_checksum(state) != state_checksum(changed)
