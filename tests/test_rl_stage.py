@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from paravt_core.config import ConfigError
+from paravt_core.engines.base import EngineError
 from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.models import load
 from paravt_core.rl import checkpoint
@@ -136,9 +136,40 @@ def test_stage_runs_three_steps_and_writes_its_outputs(rl_data, tiny_model_dir, 
     assert (out / "_COMPLETE").exists() and result.metrics["steps"] == 3
 
 
-def test_asynchronous_staleness_is_refused_until_available(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
-    with pytest.raises(ConfigError, match="max_staleness"):
-        run(tiny_rl_config(rl_data, tiny_model_dir, str(tmp_path), "max_staleness=1"))
+def test_bounded_staleness_trains_on_samples_at_most_one_version_old(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+    out = tmp_path / "rl"
+    run(tiny_rl_config(rl_data, tiny_model_dir, str(out), "max_staleness=1", "steps=4", "checkpoint.every=4"))
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["staleness_max"] for m in history][0] == 0  # step 0: nothing trained yet
+    for m in history:
+        step = m["step"]
+        # learner at version `step` trains samples started under version step - 1 or step, never older
+        assert set(m["policy_versions"]) <= {step - 1, step} and m["staleness_max"] <= 1
+    # the next step's rollouts ran while the learner trained: they were sampled by the previous version
+    assert max(m["staleness_max"] for m in history) == 1
+    assert history[-1]["policy_version"] == 4
+
+
+def test_overflow_and_engine_failures(rl_data, tiny_model_dir, tmp_path, monkeypatch):  # noqa: F811
+    # a context too small for the system prompt: every episode ends with context_overflow, none is trained,
+    # the stage still completes and counts them
+    out = tmp_path / "small"
+    run(tiny_rl_config(rl_data, tiny_model_dir, str(out), "steps=1", "agent.max_context_tokens=256"))
+    (m,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert m["finish_reasons"] == {"context_overflow": 8} and m["untrained_samples"] == 8
+    assert m["trained_sequences"] == 0
+
+    # an engine that always fails: retried by the coalescer, then the stage stops with one clear error
+    calls = []
+
+    def broken(self, requests):
+        calls.append(len(requests))
+        raise EngineError("CUDA out of memory (injected)")
+
+    monkeypatch.setattr(TransformersEngine, "generate_sync", broken)
+    with pytest.raises(EngineError, match="failed every episode.*out of memory"):
+        run(tiny_rl_config(rl_data, tiny_model_dir, str(tmp_path / "broken"), "steps=1"))
+    assert len(calls) == 3  # one coalesced batch, tried 1 + 2 retries
 
 
 def test_checksum_sees_any_change():

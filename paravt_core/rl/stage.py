@@ -22,7 +22,8 @@ import os
 import shutil
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ from .coalesce import CoalescingEngine
 from .data import RlPrompt, load_prompts
 from .learner import Learner, state_checksum
 from .metrics import plot_curves, step_metrics, trajectory_lines
-from .rollout import NO_SAMPLE_REASONS, arollout_step
+from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
 
 
 def prompts_for_step(prompts: list[RlPrompt], step: int, per_step: int, seed: int) -> list[RlPrompt]:
@@ -73,8 +74,6 @@ def _write_jsonl(uri: str, rows: list[dict[str, Any]]) -> None:
 
 
 def run(cfg: RlConfig) -> StageResult:
-    if cfg.max_staleness > 0:
-        raise ConfigError("rl.max_staleness > 0 (asynchronous rollouts) is not available yet; use 0")
     import torch
 
     from paravt_core.engines.transformers_engine import TransformersEngine
@@ -131,22 +130,40 @@ def run(cfg: RlConfig) -> StageResult:
         )
 
     totals: Counter = Counter()
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="paravt-rollout")
     try:
-        for step in range(start, cfg.steps):
-            prompts = prompts_for_step(data.prompts, step, cfg.prompts_per_step, cfg.seed)
+
+        def rollout(step: int) -> StepRollouts:
             engine.reseed(sampling_seed(cfg.seed, step))
-            version = inner.weight_version
-            rollouts = asyncio.run(
+            prompts = prompts_for_step(data.prompts, step, cfg.prompts_per_step, cfg.seed)
+            step_rollouts = asyncio.run(
                 arollout_step(
                     prompts,
                     engine,
                     cfg.agent,
                     cfg.paravt,
                     group_size=cfg.group_size,
-                    version=version,
+                    version=inner.weight_version,
                     judge=judge,
                 )
             )
+            return step_rollouts
+
+        # Bounded staleness: with max_staleness = s > 0, the rollouts of the next s steps are produced (one
+        # step at a time, in a worker thread) while the learner trains; each new weight version is pushed
+        # to the engine between its generate calls. A sample is trained at most s versions after the
+        # version it started under; the decoupled loss uses the behaviour log-probs recorded at sampling.
+        ahead: deque[Future[StepRollouts]] = deque()  # rollouts of steps [step, queued)
+        queued = start
+        for step in range(start, cfg.steps):
+            if cfg.max_staleness == 0:
+                rollouts = rollout(step)
+            else:
+                while queued <= min(step + cfg.max_staleness, cfg.steps - 1):
+                    ahead.append(pool.submit(rollout, queued))
+                    queued += 1
+                rollouts = ahead.popleft().result()
+            version = inner.weight_version
             samples = rollouts.samples
             failed = [s for s in samples if s.episode.finish_reason in ("engine_error", "engine_timeout")]
             if len(failed) == len(samples):
@@ -154,7 +171,10 @@ def run(cfg: RlConfig) -> StageResult:
                     f"rl step {step}: the rollout engine failed every episode ({failed[0].episode.error})"
                 )
             staleness = [version - s.policy_version for s in samples]
-            assert max(staleness) <= cfg.max_staleness, "a sample is older than rl.max_staleness"
+            if max(staleness) > cfg.max_staleness:  # the queue depth above makes this impossible: guard it
+                raise RuntimeError(
+                    f"rl step {step}: a sample is {max(staleness)} versions old (bound {cfg.max_staleness})"
+                )
             learned = learner.step(samples)
             t0 = time.perf_counter()
             inner.load_weights(learner.weights())
@@ -209,6 +229,7 @@ def run(cfg: RlConfig) -> StageResult:
                 )
         final = checkpoint.save_final(out, policy.model, policy.processor, staging_root=staging)
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(staging, ignore_errors=True)
 
     _write_jsonl(storage.join(out, "metrics.jsonl"), history)
