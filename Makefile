@@ -2,7 +2,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch compile clean
+.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-rollout compile clean
 
 setup:
 	@scripts/setup.sh
@@ -24,7 +24,7 @@ format: setup
 compile: setup
 	$(VENV)/bin/paravt pipeline compile build/train.yaml
 
-bench: bench-materialize bench-video bench-dispatch
+bench: bench-materialize bench-video bench-dispatch bench-rollout
 
 bench-materialize: setup
 	$(VENV)/bin/python benchmarks/materialize.py
@@ -36,6 +36,9 @@ bench-video: setup
 
 bench-dispatch: setup
 	$(VENV)/bin/python benchmarks/dispatch.py
+
+bench-rollout: setup
+	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/rollout.py
 
 clean:
 	rm -rf demo-out build .pytest_cache
