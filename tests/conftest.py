@@ -10,4 +10,5 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.tiny_model",
     "tests.fixtures.synth",
+    "tests.fixtures.sft_media",
 ]
