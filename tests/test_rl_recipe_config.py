@@ -120,3 +120,10 @@ def test_published_8b_configs(name, recipe):
 def test_tiny_config_loads():
     cfg = load_config(RlConfig, CONFIGS / "tiny.yaml")
     assert cfg.max_staleness == 0 and cfg.device == "cpu" and cfg.paravt.preset == "para_grpo"
+
+
+def test_cli_rl_rejects_an_unknown_key_before_loading_anything(capsys):
+    from paravt_core.cli import main
+
+    assert main(["rl", "--config", str(CONFIGS / "tiny.yaml"), "optim.learning_rate=1"]) == 2
+    assert "unknown config key 'optim.learning_rate'" in capsys.readouterr().err

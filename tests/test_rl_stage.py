@@ -19,9 +19,18 @@ from paravt_core.rl import checkpoint
 from paravt_core.rl.coalesce import CoalescingEngine
 from paravt_core.rl.data import load_prompts
 from paravt_core.rl.gating import nframes_for
-from paravt_core.rl.learner import Learner, state_checksum
+from paravt_core.rl.learner import (
+    Learner,
+    pack_groups,
+    pack_sample,
+    packed_logprobs,
+    state_checksum,
+    to_sequence,
+    vision_tokens_ok,
+)
 from paravt_core.rl.rollout import arollout_step
 from paravt_core.rl.stage import prompts_for_step, run
+from paravt_core.sft.packing import pack
 from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
 
 
@@ -177,3 +186,48 @@ def test_checksum_sees_any_change():
     changed = {"a": torch.tensor([0.0, 0.0, 1e-7]), "b": torch.ones(2)}
     assert state_checksum(state) == state_checksum({k: v.clone() for k, v in state.items()})
     assert state_checksum(state) != state_checksum(changed)
+
+
+def _one_by_one_logprobs(model, seq, temperature):
+    """Reference: one unpadded sequence per forward, every position projected (log p of token t at t)."""
+    inputs = {
+        "input_ids": seq.input_ids[None],
+        "attention_mask": torch.ones(1, len(seq), dtype=torch.long),
+        "mm_token_type_ids": seq.mm_token_type_ids[None],
+    }
+    if seq.pixel_values is not None:
+        inputs["pixel_values"], inputs["image_grid_thw"] = seq.pixel_values, seq.image_grid_thw
+    with torch.no_grad():
+        logits = model(**inputs).logits[0, :-1].double()
+    picked = torch.log_softmax(logits / temperature, dim=-1).gather(-1, seq.input_ids[1:, None]).squeeze(-1)
+    return torch.cat([picked.new_zeros(1), picked])
+
+
+def test_packed_logprobs_equal_one_by_one_and_the_behaviour_logprobs(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+    cfg = tiny_rl_config(rl_data, tiny_model_dir, str(tmp_path), "agent.max_turns=0")
+    loaded = load(tiny_model_dir)
+    engine = CoalescingEngine(TransformersEngine(loaded.model, loaded.processor), seed=3)
+    prompts = load_prompts(rl_data).prompts[:3]
+    samples = asyncio.run(
+        arollout_step(prompts, engine, cfg.agent, cfg.paravt, group_size=2, version=0)
+    ).samples
+    model = loaded.model
+    seqs = [to_sequence(s, model.config.image_token_id, None) for s in samples if s.trainable]
+    seqs = [s for s in seqs if vision_tokens_ok(model.config, s)]  # the random model may write image pads
+    assert len(seqs) >= 3
+    batch = pack([pack_sample(model.config, s) for s in seqs])  # all sequences in one forward pass
+    with torch.no_grad():
+        packed = packed_logprobs(model, batch, 0.7)
+    for seq, got in zip(seqs, packed, strict=True):
+        mask = seq.loss_mask > 0
+        want = _one_by_one_logprobs(model, seq, 0.7)
+        assert torch.allclose(got[mask].double(), want[mask], atol=1e-5)  # no attention across samples
+        assert torch.all(got[~mask] == 0)
+        # the engine's behaviour log-probs (batched, left-padded generate) are the same distribution
+        assert torch.allclose(seq.behav_logp[mask].double(), want[mask], atol=1e-4)
+
+
+def test_pack_groups_respect_the_token_limit():
+    # lengths 5, 4, 3, 9, 2 with limit 9: [5, 4] = 9, [3], [9], [2]... greedy in order
+    assert pack_groups([5, 4, 3, 9, 2], 9) == [[0, 1], [2], [3], [4]]
+    assert pack_groups([12, 1], 9) == [[0], [1]]  # an over-long sequence gets its own pass

@@ -9,8 +9,9 @@ frozen reference, both at the sampling temperature (log_softmax(logits / T)); th
 decoupled PPO loss of ``advantages.py`` / ``loss.py``; gradients accumulated one sequence at a time with the
 loss normalized by the step's total trained tokens (a global token mean); grad-norm clip; one AdamW step.
 
-One unpadded sequence per forward pass for now: the SFT stage's packing (per-sample M-RoPE ids,
-block-diagonal attention) is the planned replacement once it lands on main.
+Sequences are packed like SFT (``paravt_core.sft.packing``: each keeps its own M-RoPE ids, attention is
+block-diagonal, no sample sees another) into forward passes of at most ``pack_tokens`` tokens; only the
+trained positions go through ``lm_head``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import Any
 import torch
 
 from paravt_core.config import AdvantageConfig, OptimConfig, PolicyLossConfig
+from paravt_core.sft.packing import IGNORE, PackedBatch, mrope_position_ids, pack
+from paravt_core.sft.packing import Sample as PackSample
 
 from .advantages import compute_advantages
 from .loss import decoupled_ppo_loss
@@ -68,21 +71,57 @@ def to_sequence(sample: Sample, image_token_id: int, video_token_id: int | None)
     )
 
 
-def sequence_logprobs(model: Any, seq: TrainSequence, temperature: float) -> torch.Tensor:
-    """log p(token_t | tokens_<t) at ``temperature`` for every position ([L]; position 0 gets 0)."""
+def vision_tokens_ok(config: Any, seq: TrainSequence) -> bool:
+    """False when the model itself generated image / video placeholder tokens: the forward pass would try
+    to put image features there (a random or broken policy does this; such a sample is skipped)."""
+    merge = int(config.vision_config.spatial_merge_size) ** 2
+    pads = int((seq.input_ids == config.image_token_id).sum())
+    expected = 0 if seq.image_grid_thw is None else int(seq.image_grid_thw.prod(dim=-1).sum()) // merge
+    video = getattr(config, "video_token_id", None)
+    return pads == expected and (video is None or not bool((seq.input_ids == video).any()))
+
+
+def pack_sample(config: Any, seq: TrainSequence) -> PackSample:
+    """The SFT packer's view of a training sequence: labels on the trained tokens, its own M-RoPE ids."""
+    labels = torch.where(seq.loss_mask > 0, seq.input_ids, torch.full_like(seq.input_ids, IGNORE))
+    return PackSample(
+        input_ids=seq.input_ids,
+        labels=labels,
+        mm_token_type_ids=seq.mm_token_type_ids,
+        position_ids=mrope_position_ids(config, seq.input_ids, seq.mm_token_type_ids, seq.image_grid_thw),
+        pixel_values=seq.pixel_values,
+        image_grid_thw=seq.image_grid_thw,
+    )
+
+
+def packed_logprobs(model: Any, batch: PackedBatch, temperature: float) -> list[torch.Tensor]:
+    """Per packed sample, log p(token_t | its own tokens_<t) at ``temperature`` on its trained tokens
+    ([L_i] each, 0 elsewhere). Only trained positions are projected to the vocabulary."""
     device = next(model.parameters()).device
-    inputs: dict[str, Any] = {
-        "input_ids": seq.input_ids[None].to(device),
-        "attention_mask": torch.ones(1, len(seq), dtype=torch.long, device=device),
-        "mm_token_type_ids": seq.mm_token_type_ids[None].to(device),
-    }
-    if seq.pixel_values is not None:
-        inputs["pixel_values"] = seq.pixel_values.to(device=device, dtype=model.dtype)
-        inputs["image_grid_thw"] = seq.image_grid_thw.to(device)
-    logits = model(**inputs).logits[0, :-1].float()  # [L-1, V]: logits[t] predicts token t+1
+    batch = batch.to(device, dtype=model.dtype)
+    targets = batch.targets[0]
+    keep = torch.nonzero(targets != IGNORE).flatten()  # position p predicts token p + 1 of the same sample
+    logits = model(**batch.model_inputs(), logits_to_keep=keep, use_cache=False).logits[0].float()
     logp = torch.log_softmax(logits / max(temperature, 1e-6), dim=-1)
-    picked = logp.gather(-1, inputs["input_ids"][0, 1:, None]).squeeze(-1)  # [L-1]
-    return torch.cat([picked.new_zeros(1), picked]).cpu()
+    picked = logp.gather(-1, targets[keep, None]).squeeze(-1)
+    full = torch.zeros(batch.tokens, dtype=picked.dtype, device=picked.device)
+    full = full.index_put((keep + 1,), picked)
+    return [part.cpu() for part in torch.split(full, batch.lengths)]
+
+
+def pack_groups(lengths: Sequence[int], limit: int) -> list[list[int]]:
+    """Consecutive indices grouped so that each group's total length stays within ``limit`` (a longer
+    sequence gets a group of its own)."""
+    groups: list[list[int]] = []
+    total = 0
+    for i, n in enumerate(lengths):
+        if groups and total + n <= limit:
+            groups[-1].append(i)
+            total += n
+        else:
+            groups.append([i])
+            total = n
+    return groups
 
 
 def _pad(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
@@ -112,8 +151,10 @@ class Learner:
         advantage: AdvantageConfig,
         loss: PolicyLossConfig,
         optim: OptimConfig,
+        pack_tokens: int = 8192,
     ):
         self.model, self.reference = model, reference
+        self.pack_tokens = pack_tokens
         self.temperature = temperature if temperature > 0 else 1.0
         self.advantage, self.loss_cfg, self.optim_cfg = advantage, loss, optim
         for p in reference.parameters():
@@ -125,17 +166,6 @@ class Learner:
         config = model.config
         self.image_token_id = config.image_token_id
         self.video_token_id = getattr(config, "video_token_id", None)
-        self.merge = int(getattr(config.vision_config, "spatial_merge_size", 2)) ** 2
-
-    def _vision_tokens_match(self, seq: TrainSequence) -> bool:
-        """False when the model itself generated image / video placeholder tokens: the forward pass would
-        try to put image features there (a random or broken policy does this; the sample is skipped)."""
-        pads = int((seq.input_ids == self.image_token_id).sum())
-        expected = (
-            0 if seq.image_grid_thw is None else int(seq.image_grid_thw.prod(dim=-1).sum()) // self.merge
-        )
-        videos = 0 if self.video_token_id is None else int((seq.input_ids == self.video_token_id).sum())
-        return pads == expected and videos == 0
 
     def step(self, samples: Sequence[Sample]) -> dict[str, float]:
         """One optimizer step on the trainable samples; returns the learner metrics."""
@@ -144,15 +174,17 @@ class Learner:
         if not usable:
             return {"trained_sequences": 0.0, "learner_s": time.perf_counter() - started}
         seqs = [to_sequence(s, self.image_token_id, self.video_token_id) for s in usable]
-        kept = [s for s in seqs if self._vision_tokens_match(s)]
+        kept = [s for s in seqs if vision_tokens_ok(self.model.config, s)]
         skipped_vision = len(seqs) - len(kept)
         seqs = kept
         if not seqs:
             return {"trained_sequences": 0.0, "skipped_vision_tokens": float(skipped_vision)}
         self.model.eval()  # no dropout: prox and the trained forward see the same function
+        packed = [pack_sample(self.model.config, s) for s in seqs]
+        packs = [pack([packed[i] for i in g]) for g in pack_groups([len(s) for s in seqs], self.pack_tokens)]
         with torch.no_grad():
-            prox = [sequence_logprobs(self.model, s, self.temperature) for s in seqs]
-            ref = [sequence_logprobs(self.reference, s, self.temperature) for s in seqs]
+            prox = [lp for batch in packs for lp in packed_logprobs(self.model, batch, self.temperature)]
+            ref = [lp for batch in packs for lp in packed_logprobs(self.reference, batch, self.temperature)]
         width = max(len(s) for s in seqs)
         mask = _pad([s.loss_mask for s in seqs], width)
         behav = _pad([s.behav_logp for s in seqs], width)
@@ -184,15 +216,21 @@ class Learner:
             "approx_kl": 0.0,
             "behav_kl": 0.0,
         }
-        for i, seq in enumerate(seqs):
-            n = len(seq)
-            logp = sequence_logprobs(self.model, seq, self.temperature)
+        at = 0
+        for batch in packs:
+            rows = range(at, at + len(batch.lengths))
+            at += len(batch.lengths)
+            logp = torch.cat(packed_logprobs(self.model, batch, self.temperature))[None]  # [1, L_pack]
+
+            def flat(t: torch.Tensor, rows: range = rows, batch: PackedBatch = batch) -> torch.Tensor:
+                return torch.cat([t[i, :n] for i, n in zip(rows, batch.lengths, strict=True)])[None]
+
             loss, stats = decoupled_ppo_loss(
-                logp[None],
-                prox_t[i : i + 1, :n],
-                behav[i : i + 1, :n],
-                adv[i : i + 1, :n],
-                mask[i : i + 1, :n],
+                logp,
+                flat(prox_t),
+                flat(behav),
+                flat(adv),
+                flat(mask),
                 clip_eps=self.loss_cfg.clip_eps,
                 behav_weight_cap=self.loss_cfg.behav_weight_cap,
                 n_tokens=n_tokens,
@@ -211,6 +249,7 @@ class Learner:
             "trained_sequences": float(len(seqs)),
             "skipped_vision_tokens": float(skipped_vision),
             "trained_tokens": n_tokens,
+            "forward_passes": float(len(packs)),
             "zero_advantage_groups": adv_stats["zero_advantage_groups"],
             "learner_s": time.perf_counter() - started,
         }

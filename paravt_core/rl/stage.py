@@ -108,6 +108,7 @@ def run(cfg: RlConfig) -> StageResult:
         advantage=cfg.advantage,
         loss=cfg.loss,
         optim=cfg.optim,
+        pack_tokens=cfg.pack_tokens,
     )
 
     staging = tempfile.mkdtemp(prefix="paravt-rl-")
