@@ -12,7 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from paravt_core.agent.parsing import format_tool_call
 from paravt_core.engines.base import EngineError
+from paravt_core.engines.scripted import RoutedEngine, ScriptedEngine
 from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.models import load
 from paravt_core.rl import checkpoint
@@ -25,7 +27,7 @@ from paravt_core.rl.learner import (
     pack_sample,
     packed_logprobs,
     state_checksum,
-    to_sequence,
+    trace_sequence,
     vision_tokens_ok,
 )
 from paravt_core.rl.rollout import arollout_step
@@ -212,7 +214,7 @@ def test_packed_logprobs_equal_one_by_one_and_the_behaviour_logprobs(rl_data, ti
         arollout_step(prompts, engine, cfg.agent, cfg.paravt, group_size=2, version=0)
     ).samples
     model = loaded.model
-    seqs = [to_sequence(s, model.config.image_token_id, None) for s in samples if s.trainable]
+    seqs = [trace_sequence(s.episode.main, model.config.image_token_id, None) for s in samples if s.trainable]
     seqs = [s for s in seqs if vision_tokens_ok(model.config, s)]  # the random model may write image pads
     assert len(seqs) >= 3
     batch = pack([pack_sample(model.config, s) for s in seqs])  # all sequences in one forward pass
@@ -231,3 +233,45 @@ def test_pack_groups_respect_the_token_limit():
     # lengths 5, 4, 3, 9, 2 with limit 9: [5, 4] = 9, [3], [9], [2]... greedy in order
     assert pack_groups([5, 4, 3, 9, 2], 9) == [[0, 1], [2], [3], [4]]
     assert pack_groups([12, 1], 9) == [[0], [1]]  # an over-long sequence gets its own pass
+
+
+@pytest.mark.parametrize("train_subagents", [False, True])
+def test_subagent_generations_are_trained_only_when_asked(rl_data, tiny_model_dir, tmp_path, train_subagents):  # noqa: F811
+    cfg = tiny_rl_config(
+        rl_data,
+        tiny_model_dir,
+        str(tmp_path),
+        f"agent.subagent.train={train_subagents}",
+        "agent.max_new_tokens=256",
+    )
+    policy, reference, rollout = (load(tiny_model_dir) for _ in range(3))
+    calls = "\n".join(
+        format_tool_call("crop_video", {"start_time": a, "end_time": b}) for a, b in ((0, 3), (4, 7))
+    )
+    # scripted main agent (both episodes of the group: two calls, then an answer); real tiny sub-agents
+    main = ScriptedEngine(
+        rollout.processor, ["look closer</think>\n" + calls] * 2 + ["done.</think><answer>A</answer>"] * 2
+    )
+    engine = RoutedEngine(main, TransformersEngine(rollout.model, rollout.processor))
+    prompt = load_prompts(rl_data).prompts[0]
+    samples = asyncio.run(
+        arollout_step([prompt], engine, cfg.agent, cfg.paravt, group_size=2, version=0)
+    ).samples
+    assert [c.ok for s in samples for c in s.episode.calls] == [True] * 4, [
+        (s.episode.finish_reason, [c.error for c in s.episode.calls]) for s in samples
+    ]
+    learner = Learner(
+        policy.model,
+        reference.model,
+        temperature=0.7,
+        advantage=cfg.advantage,
+        loss=cfg.loss,
+        optim=cfg.optim,
+    )
+    stats = learner.step(samples)
+    mains = 2
+    if train_subagents:  # every sub-agent report is a sequence of its own (unless it wrote image pads)
+        assert stats["trained_sequences"] + stats["skipped_vision_tokens"] == mains + 4
+        assert stats["subagent_sequences"] == stats["trained_sequences"] - mains >= 1
+    else:
+        assert (stats["trained_sequences"], stats["subagent_sequences"]) == (mains, 0)

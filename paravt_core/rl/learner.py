@@ -3,6 +3,8 @@
 A training sequence is one episode's main-agent ``Trace`` taken as it is: the exact token ids, the loss mask
 (1 only on main-agent generated tokens), the behaviour log-probs recorded at sampling time and the very
 pixels the rollout encoded (SPEC §3: identical frames for rollout and learner). Nothing is re-rendered.
+With ``agent.subagent.train`` each sub-agent trace is a sequence of its own that carries its episode's
+advantage (the group statistics still count each episode once).
 
 Per step: log-probs of every sequence under the current weights before the update (prox) and under the
 frozen reference, both at the sampling temperature (log_softmax(logits / T)); the advantages and the
@@ -24,11 +26,12 @@ from typing import Any
 
 import torch
 
+from paravt_core.agent.segments import Trace
 from paravt_core.config import AdvantageConfig, OptimConfig, PolicyLossConfig
 from paravt_core.sft.packing import IGNORE, PackedBatch, mrope_position_ids, pack
 from paravt_core.sft.packing import Sample as PackSample
 
-from .advantages import compute_advantages
+from .advantages import sequence_advantages, token_advantages, zero_groups
 from .loss import decoupled_ppo_loss
 from .rollout import Sample
 
@@ -41,18 +44,13 @@ class TrainSequence:
     mm_token_type_ids: torch.Tensor  # [L] long: 0 text, 1 image, 2 video
     pixel_values: torch.Tensor | None
     image_grid_thw: torch.Tensor | None
-    reward: float
-    group: int
-    policy_version: int
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
 
-def to_sequence(sample: Sample, image_token_id: int, video_token_id: int | None) -> TrainSequence:
-    trace = sample.episode.main
-    if trace is None:
-        raise ValueError("episode has no main trace")
+def trace_sequence(trace: Trace, image_token_id: int, video_token_id: int | None) -> TrainSequence:
+    """A main-agent or sub-agent trace as a training sequence (its tokens, mask, log-probs, pixels)."""
     ids = torch.tensor(trace.token_ids, dtype=torch.long)
     types = torch.zeros_like(ids)
     types[ids == image_token_id] = 1
@@ -65,9 +63,6 @@ def to_sequence(sample: Sample, image_token_id: int, video_token_id: int | None)
         mm_token_type_ids=types,
         pixel_values=trace.pixel_values,
         image_grid_thw=trace.image_grid_thw,
-        reward=sample.reward.total,
-        group=sample.group,
-        policy_version=sample.policy_version,
     )
 
 
@@ -170,15 +165,40 @@ class Learner:
     def step(self, samples: Sequence[Sample]) -> dict[str, float]:
         """One optimizer step on the trainable samples; returns the learner metrics."""
         started = time.perf_counter()
-        usable = [s for s in samples if s.trainable]
-        if not usable:
-            return {"trained_sequences": 0.0, "learner_s": time.perf_counter() - started}
-        seqs = [to_sequence(s, self.image_token_id, self.video_token_id) for s in usable]
-        kept = [s for s in seqs if vision_tokens_ok(self.model.config, s)]
-        skipped_vision = len(seqs) - len(kept)
-        seqs = kept
+        config = self.model.config
+        episodes, seqs, skipped_vision = [], [], 0
+        for sample in samples:
+            if not sample.trainable:
+                continue
+            main = trace_sequence(sample.episode.main, self.image_token_id, self.video_token_id)
+            if not vision_tokens_ok(config, main):
+                skipped_vision += 1
+                continue
+            episodes.append(sample)
+            seqs.append(main)
         if not seqs:
             return {"trained_sequences": 0.0, "skipped_vision_tokens": float(skipped_vision)}
+        a = self.advantage
+        # Steps 1-2 on episodes: the group statistics count each rollout once.
+        episode_adv, _ = sequence_advantages(
+            torch.tensor([s.reward.total for s in episodes], dtype=torch.float32),
+            torch.tensor([s.group for s in episodes]),
+            bias=a.reward_bias,
+            scale=a.reward_scale,
+            clip=a.reward_clip,
+            group_eps=a.group_eps,
+        )
+        owners = list(range(len(episodes)))
+        for e, sample in enumerate(episodes):  # sub-agent generations, when subagent.train is on
+            for trace in sample.episode.subagent_traces:
+                if sum(trace.loss_mask) == 0:
+                    continue
+                sub = trace_sequence(trace, self.image_token_id, self.video_token_id)
+                if vision_tokens_ok(config, sub):
+                    seqs.append(sub)
+                    owners.append(e)
+                else:
+                    skipped_vision += 1
         self.model.eval()  # no dropout: prox and the trained forward see the same function
         packed = [pack_sample(self.model.config, s) for s in seqs]
         packs = [pack([packed[i] for i in g]) for g in pack_groups([len(s) for s in seqs], self.pack_tokens)]
@@ -189,19 +209,11 @@ class Learner:
         mask = _pad([s.loss_mask for s in seqs], width)
         behav = _pad([s.behav_logp for s in seqs], width)
         prox_t, ref_t = _pad(prox, width), _pad(ref, width)
-        rewards = torch.tensor([s.reward for s in seqs], dtype=torch.float32)
-        groups = torch.tensor([s.group for s in seqs])
-        a = self.advantage
-        adv, adv_stats = compute_advantages(
-            rewards,
-            groups,
+        adv = token_advantages(
+            episode_adv[torch.tensor(owners)],
             behav,
             ref_t,
             mask,
-            bias=a.reward_bias,
-            scale=a.reward_scale,
-            clip=a.reward_clip,
-            group_eps=a.group_eps,
             kl_ctl=a.kl_ctl,
             kl_clamp=a.kl_clamp,
             batch_norm=a.batch_norm,
@@ -250,7 +262,10 @@ class Learner:
             "skipped_vision_tokens": float(skipped_vision),
             "trained_tokens": n_tokens,
             "forward_passes": float(len(packs)),
-            "zero_advantage_groups": adv_stats["zero_advantage_groups"],
+            "subagent_sequences": float(len(seqs) - len(episodes)),
+            "zero_advantage_groups": float(
+                zero_groups(episode_adv, torch.tensor([s.group for s in episodes]))
+            ),
             "learner_s": time.perf_counter() - started,
         }
 
