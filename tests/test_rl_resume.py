@@ -56,3 +56,23 @@ def test_sigkill_then_rerun_matches_the_uninterrupted_run(rl_data, tiny_model_di
     assert state_checksum(load(str(killed / "final")).model.state_dict()) == state_checksum(
         load(str(straight / "final")).model.state_dict()
     )
+
+
+def test_s3_output_checkpoints_final_and_resume(rl_data, tiny_model_dir, s3_bucket):  # noqa: F811
+    from paravt_core import storage
+    from paravt_core.rl import checkpoint
+    from paravt_core.rl.stage import run
+    from tests.rl_support import tiny_rl_config
+
+    out = f"{s3_bucket}/runs/rl"
+    overrides = ["checkpoint.every=1", "group_size=2", "agent.max_turns=0", "agent.max_new_tokens=16"]
+    run(tiny_rl_config(rl_data, tiny_model_dir, out, "steps=2", *overrides))
+    assert [s for s, _, ok in checkpoint.list_checkpoints(out) if ok] == [1, 2]
+    assert storage.is_complete(out) and storage.is_complete(f"{out}/final")
+    # a longer run with the same output continues from step 2 on S3
+    result = run(tiny_rl_config(rl_data, tiny_model_dir, out, "steps=3", *overrides))
+    history = [json.loads(x) for x in storage.read_bytes(f"{out}/metrics.jsonl").decode().splitlines()]
+    assert [m["step"] for m in history] == [0, 1, 2] and history[-1]["policy_version"] == 3
+    assert [s for s, _, ok in checkpoint.list_checkpoints(out) if ok] == [2, 3]  # keep_last 2
+    trainer = json.loads(storage.read_bytes(f"{out}/checkpoints/step_00000003/trainer.json"))
+    assert state_checksum(load(result.outputs["final"]).model.state_dict()) == trainer["weights_sha256"]
