@@ -27,7 +27,8 @@ def rl_op(
     import tempfile
 
     from paravt_core import storage
-    from paravt_core.config import RlConfig, load_config
+    from paravt_core.config import load_config
+    from paravt_core.rl.config import RlConfig
     from paravt_core.rl.stage import run
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:

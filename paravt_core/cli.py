@@ -67,7 +67,8 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 def _cmd_rl(args: argparse.Namespace) -> int:
-    from paravt_core.config import RlConfig, load_config
+    from paravt_core.config import load_config
+    from paravt_core.rl.config import RlConfig
 
     cfg = load_config(RlConfig, args.config, args.overrides)  # config errors before heavy imports
     from paravt_core.rl.stage import run

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from paravt_core.config import DataConfig, RlConfig, load_config
+from paravt_core.config import DataConfig, load_config
+from paravt_core.rl.config import RlConfig
 
 TINY_RL = Path(__file__).resolve().parents[1] / "configs" / "rl" / "tiny.yaml"
 

@@ -11,9 +11,9 @@ from paravt_core.config import (
     ConfigError,
     ParavtRecipe,
     PolicyLossConfig,
-    RlConfig,
     load_config,
 )
+from paravt_core.rl.config import RlConfig
 
 
 def _table(r: ParavtRecipe) -> tuple:
@@ -127,3 +127,18 @@ def test_cli_rl_rejects_an_unknown_key_before_loading_anything(capsys):
 
     assert main(["rl", "--config", str(CONFIGS / "tiny.yaml"), "optim.learning_rate=1"]) == 2
     assert "unknown config key 'optim.learning_rate'" in capsys.readouterr().err
+
+
+def test_rl_config_is_registered_without_importing_the_agent_into_every_stage():
+    import subprocess
+    import sys
+
+    from paravt_core import config
+
+    assert config.stage_config("rl") is RlConfig and config.RlConfig is RlConfig
+    assert config.stage_config("data") is config.DataConfig
+    code = (
+        "import sys, paravt_core.config; print([m for m in sys.modules if m.startswith('paravt_core.agent')])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from paravt_core.agent.segments import Trace
-from paravt_core.config import AdvantageConfig, OptimConfig, PolicyLossConfig
+from paravt_core.config import AdvantageConfig, PolicyLossConfig
+from paravt_core.rl.config import OptimConfig
 from paravt_core.sft.packing import IGNORE, PackedBatch, mrope_position_ids, pack
 from paravt_core.sft.packing import Sample as PackSample
 

@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from paravt_core import storage
-from paravt_core.config import ConfigError, RlConfig
+from paravt_core.config import ConfigError
 from paravt_core.engines.base import EngineError
+from paravt_core.rl.config import RlConfig
 from paravt_core.stage import StageResult, announce_config, console
 
 from . import checkpoint
