@@ -2,7 +2,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft compile clean
+.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout compile clean
 
 setup:
 	@scripts/setup.sh
@@ -24,7 +24,7 @@ format: setup
 compile: setup
 	$(VENV)/bin/paravt pipeline compile build/train.yaml
 
-bench: bench-materialize bench-video bench-dispatch bench-sft
+bench: bench-materialize bench-video bench-dispatch bench-sft bench-rollout
 
 bench-materialize: setup
 	$(VENV)/bin/python benchmarks/materialize.py
@@ -41,6 +41,9 @@ bench-dispatch: setup
 bench-sft: setup
 	$(VENV)/bin/pip install --quiet --target .venv-bench/site --no-deps qwen-vl-utils==0.0.14
 	PYTHONPATH=.venv-bench/site $(VENV)/bin/python benchmarks/sft_inputs.py
+
+bench-rollout: setup
+	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/rollout.py
 
 clean:
 	rm -rf demo-out build .pytest_cache

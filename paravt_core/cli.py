@@ -53,28 +53,38 @@ def _seconds_at_least(low: float) -> Callable[[str], float]:
     return parse
 
 
-def _cmd_data(args: argparse.Namespace) -> int:
-    from paravt_core.config import DataConfig, load_config
+def _stage_config(stage: str, args: argparse.Namespace):
+    """The stage's typed config from ``--config`` and the overrides; config errors before heavy imports."""
+    from paravt_core.config import load_config, stage_config
 
     if args.config is not None and not os.path.isfile(args.config):
         raise UsageError(f"config file not found: {args.config}")
-    cfg = load_config(DataConfig, args.config, args.overrides)  # config errors before heavy imports
+    return load_config(stage_config(stage), args.config, args.overrides)
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    cfg = _stage_config("data", args)
     from paravt_core.data.stage import run
 
-    result = run(cfg)
-    print(result.to_json())
+    print(run(cfg).to_json())
     return 0
 
 
 def _cmd_sft(args: argparse.Namespace) -> int:
-    from paravt_core.config import SftConfig, load_config
-
-    cfg = load_config(SftConfig, args.config, args.overrides)
+    cfg = _stage_config("sft", args)
     from paravt_core.sft.stage import run
 
     result = run(cfg)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 prints
         print(result.to_json())
+    return 0
+
+
+def _cmd_rl(args: argparse.Namespace) -> int:
+    cfg = _stage_config("rl", args)
+    from paravt_core.rl.stage import run
+
+    print(run(cfg).to_json())
     return 0
 
 
@@ -119,9 +129,9 @@ def _cmd_agent_run(args: argparse.Namespace) -> int:
 
 
 def _add_stage(sub: argparse._SubParsersAction, name: str, fn: Callable, help_text: str) -> None:
-    from paravt_core.config import STAGE_CONFIGS, describe_config
+    from paravt_core.config import describe_config, stage_config
 
-    fields = "\n".join(f"  {line}" for line in describe_config(STAGE_CONFIGS[name]))
+    fields = "\n".join(f"  {line}" for line in describe_config(stage_config(name)))
     p = sub.add_parser(
         name,
         help=help_text,
@@ -145,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         _cmd_sft,
         "packed SFT of Qwen3-VL on the data stage's rows (torchrun --nproc-per-node N -m paravt_core.cli sft ...)",
     )
+    _add_stage(sub, "rl", _cmd_rl, "PARA-GRPO: rollouts, rewards, learner, weight sync, checkpoints")
 
     videos_help = f"number of videos (>= {MIN_SYNTH_VIDEOS}: one per sentinel bucket; default: %(default)s)"
     seconds_help = f"length of each video in seconds (>= {MIN_SYNTH_SECONDS:g}; default: %(default)s)"

@@ -8,23 +8,16 @@ valid names at that level.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from paravt_core.config_base import ConfigError, StrictModel
+
 C = TypeVar("C", bound="StrictModel")
-
-
-class ConfigError(ValueError):
-    """A config file or override that cannot be turned into a valid stage config."""
-
-
-class StrictModel(BaseModel):
-    """Base for every config section: unknown keys are errors, assignments are validated."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,7 +291,28 @@ class SftConfig(StrictModel):
     checkpoint: SftCheckpointConfig = Field(default_factory=SftCheckpointConfig)
 
 
-STAGE_CONFIGS: dict[str, type[StrictModel]] = {"data": DataConfig, "sft": SftConfig}
+# ---------------------------------------------------------------------------------------------
+# Stage registry
+# ---------------------------------------------------------------------------------------------
+
+# Stage configs that embed the agent's ``AgentConfig`` live with their stage (``paravt_core.rl.config``):
+# importing the agent here would make every stage import it, the data stage included. They are
+# importable from this module too (``from paravt_core.config import RlConfig``, resolved on first use).
+_STAGE_MODULES = {"RlConfig": "paravt_core.rl.config"}
+STAGE_CONFIGS: dict[str, str] = {"data": "DataConfig", "sft": "SftConfig", "rl": "RlConfig"}
+
+
+def stage_config(stage: str) -> type[StrictModel]:
+    """The config model of ``stage`` (``STAGE_CONFIGS`` names it)."""
+    return getattr(sys.modules[__name__], STAGE_CONFIGS[stage])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _STAGE_MODULES:
+        import importlib
+
+        return getattr(importlib.import_module(_STAGE_MODULES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------------------------------
