@@ -2,7 +2,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-eval compile clean
+.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval compile clean
 
 setup:
 	@scripts/setup.sh
@@ -24,7 +24,7 @@ format: setup
 compile: setup
 	$(VENV)/bin/paravt pipeline compile build/train.yaml
 
-bench: bench-materialize bench-video bench-dispatch bench-eval
+bench: bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval
 
 bench-materialize: setup
 	$(VENV)/bin/python benchmarks/materialize.py
@@ -36,6 +36,14 @@ bench-video: setup
 
 bench-dispatch: setup
 	$(VENV)/bin/python benchmarks/dispatch.py
+
+# The release's per-row strategy (qwen-vl-utils) lives only in the benchmark's own site dir.
+bench-sft: setup
+	$(VENV)/bin/pip install --quiet --target .venv-bench/site --no-deps qwen-vl-utils==0.0.14
+	PYTHONPATH=.venv-bench/site $(VENV)/bin/python benchmarks/sft_inputs.py
+
+bench-rollout: setup
+	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/rollout.py
 
 # Eval runner: concurrent samples with cross-sample batching vs one sample at a time (tiny model, CPU).
 bench-eval: setup

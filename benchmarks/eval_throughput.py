@@ -2,8 +2,9 @@
 
 Both runs evaluate the same synthetic eval split with the eval runner on the tiny Qwen3-VL on CPU, greedy:
 ``ours`` keeps ``--concurrency`` samples in flight and merges their generation calls into shared batches
-(``CoalescingEngine``); the reference runs one sample after the other on the plain engine (what a per-sample
-loop does). Prints samples/s of both, the ratio, and whether every prediction is identical; writes JSON.
+(``paravt_core.rl.coalesce.CoalescingEngine``, shared with RL rollouts); the reference runs one sample after
+the other on the plain engine (what a per-sample loop does). Prints samples/s of both, the ratio, and
+whether every prediction is identical; writes JSON.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/eval_throughput.py [--videos 8] [--concurrency 16]
 """
@@ -26,14 +27,14 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from paravt_core.agent.config import AgentConfig  # noqa: E402
-from paravt_core.data.synth import synthesize  # noqa: E402
 from paravt_core.engines.transformers_engine import TransformersEngine  # noqa: E402
 from paravt_core.eval import benchmarks as B  # noqa: E402
-from paravt_core.eval.coalesce import CoalescingEngine  # noqa: E402
 from paravt_core.eval.formats import read_rows  # noqa: E402
 from paravt_core.eval.records import SampleLog  # noqa: E402
 from paravt_core.eval.runner import RunOptions, run_samples  # noqa: E402
 from paravt_core.models import build_tiny_model, load  # noqa: E402
+from paravt_core.rl.coalesce import CoalescingEngine  # noqa: E402
+from paravt_core.synth import synthesize  # noqa: E402
 
 
 def make_samples(work: Path, videos: int) -> list[B.Sample]:
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> dict:
         }
     )
     timed_run(samples[:2], inner, cfg, 1, work / "warmup.jsonl")  # first-call allocations, decoder handles
-    coalescing = CoalescingEngine(inner, max_requests=args.concurrency * 2)
+    coalescing = CoalescingEngine(inner, seed=None, max_retries=0)
     times: dict[str, list[float]] = {"ours": [], "reference": []}
     preds: dict[str, dict[str, str]] = {}
     for rep in range(args.reps):  # interleaved, so machine noise hits both alike
@@ -90,7 +91,6 @@ def run(args: argparse.Namespace) -> dict:
     rate = {m: len(samples) / best[m] for m in best}
     ratio = rate["ours"] / rate["reference"]
     same = preds["ours"] == preds["reference"]
-    sizes = coalescing.batch_sizes
     out = {
         "benchmark": "eval_throughput",
         "samples": len(samples),
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> dict:
         "reference_samples_per_s": rate["reference"],
         "ratio": ratio,
         "same_predictions": same,
-        "mean_batch_requests": sum(sizes) / len(sizes) if sizes else 0,
+        "mean_batch_requests": coalescing.requests / coalescing.batches if coalescing.batches else 0,
         "all_times_s": times,
     }
     table = Table(title=f"{len(samples)} synthetic samples, tiny Qwen3-VL on CPU (best of {args.reps})")

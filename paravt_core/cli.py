@@ -3,41 +3,105 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from paravt_core.config import ConfigError
 
+# Smallest synthetic dataset: one video per sentinel bucket, two events of >= 1 s with gaps per video.
+MIN_SYNTH_VIDEOS = 4
+MIN_SYNTH_SECONDS = 5.0
+
+
+class UsageError(Exception):
+    """A bad argument found after parsing (e.g. an unknown pipeline name): one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``paravt synth: error: ... (see paravt synth --help)``, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _seconds_at_least(low: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+        if not math.isfinite(value) or value < low:
+            raise argparse.ArgumentTypeError(f"must be a finite number >= {low:g}, got {text}")
+        return value
+
+    return parse
+
+
+def _stage_config(stage: str, args: argparse.Namespace):
+    """The stage's typed config from ``--config`` and the overrides; config errors before heavy imports."""
+    from paravt_core.config import load_config, stage_config
+
+    if args.config is not None and not os.path.isfile(args.config):
+        raise UsageError(f"config file not found: {args.config}")
+    return load_config(stage_config(stage), args.config, args.overrides)
+
 
 def _cmd_data(args: argparse.Namespace) -> int:
-    from paravt_core.config import DataConfig, load_config
-
-    cfg = load_config(DataConfig, args.config, args.overrides)  # config errors before heavy imports
+    cfg = _stage_config("data", args)
     from paravt_core.data.stage import run
 
+    print(run(cfg).to_json())
+    return 0
+
+
+def _cmd_sft(args: argparse.Namespace) -> int:
+    cfg = _stage_config("sft", args)
+    from paravt_core.sft.stage import run
+
     result = run(cfg)
-    print(result.to_json())
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 prints
+        print(result.to_json())
+    return 0
+
+
+def _cmd_rl(args: argparse.Namespace) -> int:
+    cfg = _stage_config("rl", args)
+    from paravt_core.rl.stage import run
+
+    print(run(cfg).to_json())
     return 0
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from paravt_core.config import EvalConfig, load_config
-
-    overrides = list(args.overrides)
     if args.shard:
-        overrides.append(f"shard={args.shard}")
+        args.overrides.append(f"shard={args.shard}")
     if args.merge:
-        overrides.append("merge=true")
-    cfg = load_config(EvalConfig, args.config, overrides)  # config errors before heavy imports
+        args.overrides.append("merge=true")
+    cfg = _stage_config("eval", args)
     from paravt_core.eval.stage import run
 
-    result = run(cfg)
-    print(result.to_json())
+    print(run(cfg).to_json())
     return 0
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from paravt_core.data.synth import synthesize
+    from paravt_core.synth import synthesize
 
     result = synthesize(args.out_dir, videos=args.videos, seconds=args.seconds, seed=args.seed)
     print(result.summary())
@@ -53,7 +117,10 @@ def _cmd_tiny_model(args: argparse.Namespace) -> int:
 
 
 def _cmd_pipeline_compile(args: argparse.Namespace) -> int:
-    from pipelines.compile import compile_pipeline
+    from pipelines.compile import compile_pipeline, pipelines
+
+    if args.name not in pipelines():
+        raise UsageError(f"unknown pipeline {args.name!r}; known: {', '.join(sorted(pipelines()))}")
 
     path = compile_pipeline(args.name, args.out)
     print(path)
@@ -73,35 +140,17 @@ def _cmd_agent_run(args: argparse.Namespace) -> int:
     return agent_main(args)
 
 
-def config_fields(model: type, prefix: str = "", values: object = None) -> list[str]:
-    """``key.path = default`` lines of a stage config, nested sections expanded (for ``--help``)."""
-    from pydantic import BaseModel
-
-    values = values if values is not None else model()
-    lines = []
-    for name, info in model.model_fields.items():
-        key = prefix + (info.alias or name)
-        value = getattr(values, name)
-        if isinstance(value, BaseModel):
-            lines += config_fields(type(value), key + ".", value)
-        else:
-            lines.append(f"  {key} = {value!r}")
-    return lines
-
-
 def _add_stage(
-    sub: argparse._SubParsersAction, name: str, fn: Callable, help_text: str, config: type | None = None
+    sub: argparse._SubParsersAction, name: str, fn: Callable, help_text: str
 ) -> argparse.ArgumentParser:
-    epilog = None
-    if config is not None:
-        epilog = "config fields (defaults; set in the YAML or as key=value overrides):\n" + "\n".join(
-            config_fields(config)
-        )
+    from paravt_core.config import describe_config, stage_config
+
+    fields = "\n".join(f"  {line}" for line in describe_config(stage_config(name)))
     p = sub.add_parser(
         name,
         help=help_text,
         description=help_text,
-        epilog=epilog,
+        epilog=f"config fields (YAML keys or dotted overrides) and their defaults:\n{fields}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", default=None, help="YAML config file")
@@ -111,41 +160,45 @@ def _add_stage(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="paravt", description=__doc__)
+    parser = _Parser(prog="paravt", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    from paravt_core.config import DataConfig, EvalConfig
-
+    _add_stage(sub, "data", _cmd_data, "download, extract, materialize, validate and audit the data")
     _add_stage(
-        sub, "data", _cmd_data, "download, extract, materialize, validate and audit the data", DataConfig
+        sub,
+        "sft",
+        _cmd_sft,
+        "packed SFT of Qwen3-VL on the data stage's rows (torchrun --nproc-per-node N -m paravt_core.cli sft ...)",
     )
+    _add_stage(sub, "rl", _cmd_rl, "PARA-GRPO: rollouts, rewards, learner, weight sync, checkpoints")
     p = _add_stage(
         sub,
         "eval",
         _cmd_eval,
         "evaluate a model on the long-video benchmarks (with and without the tool); "
         "outputs: samples/<protocol>/<benchmark>.jsonl, results.json, metrics.json, report.html",
-        EvalConfig,
     )
     p.add_argument("--shard", default=None, metavar="I/N", help="evaluate shard I of N (0-based), e.g. 0/4")
     p.add_argument("--merge", action="store_true", help="merge complete shards into the final outputs")
 
+    videos_help = f"number of videos (>= {MIN_SYNTH_VIDEOS}: one per sentinel bucket; default: %(default)s)"
+    seconds_help = f"length of each video in seconds (>= {MIN_SYNTH_SECONDS:g}; default: %(default)s)"
     p = sub.add_parser("synth", help="write synthetic ParaVT data (videos, zips, parquets)")
-    p.add_argument("out_dir")
-    p.add_argument("--videos", type=int, default=8)
-    p.add_argument("--seconds", type=float, default=12.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("out_dir", help="local directory to write (empty, or an earlier `paravt synth` output)")
+    p.add_argument("--videos", type=_int_at_least(MIN_SYNTH_VIDEOS), default=8, help=videos_help)
+    p.add_argument("--seconds", type=_seconds_at_least(MIN_SYNTH_SECONDS), default=12.0, help=seconds_help)
+    p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: %(default)s)")
     p.set_defaults(fn=_cmd_synth)
 
     p = sub.add_parser("tiny-model", help="build the tiny Qwen3-VL test/demo model")
     p.add_argument("out_dir")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: %(default)s)")
     p.set_defaults(fn=_cmd_tiny_model)
 
     p = sub.add_parser("demo", help="synthetic data + tiny model + the pipeline through kfp.local")
     p.add_argument("--out-dir", default="demo-out")
-    p.add_argument("--videos", type=int, default=8)
-    p.add_argument("--seconds", type=float, default=12.0)
+    p.add_argument("--videos", type=_int_at_least(MIN_SYNTH_VIDEOS), default=8, help=videos_help)
+    p.add_argument("--seconds", type=_seconds_at_least(MIN_SYNTH_SECONDS), default=12.0, help=seconds_help)
     p.set_defaults(fn=_cmd_demo)
 
     p = sub.add_parser("pipeline", help="Kubeflow pipelines")
@@ -173,9 +226,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from paravt_core.data.validate import DataError
     from paravt_core.engines.base import EngineError
     from paravt_core.eval.stage import EvalError
+    from paravt_core.sft.data import SftDataError
+    from paravt_core.sft.trainer import SftError
     from paravt_core.video.errors import VideoError
 
-    return (DataError, EngineError, EvalError, VideoError, FileNotFoundError)
+    return (DataError, EngineError, EvalError, VideoError, SftDataError, SftError, FileNotFoundError)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.fn(args) or 0)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
+        return 2
+    except (UsageError, FileExistsError, NotADirectoryError) as err:  # a bad argument found while running
+        print(f"paravt {args.command}: error: {err}", file=sys.stderr)
         return 2
     except Exception as err:
         if isinstance(err, _user_errors()):

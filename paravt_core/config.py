@@ -8,13 +8,13 @@ valid names at that level.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from paravt_core.agent.config import AgentConfig
 from paravt_core.config_base import ConfigError, StrictModel
 
 C = TypeVar("C", bound="StrictModel")
@@ -46,6 +46,10 @@ class ExtractConfig(StrictModel):
     # Extraction root (one tree for every archive). Empty: <work_dir>/media.
     root: str = ""
     workers: int = Field(default=2, ge=1)
+    # Zip-bomb bounds per archive, checked on the central directory before anything is written: total
+    # uncompressed bytes, and uncompressed / archive size (media barely compresses; ParaVT zips are < 10 GB).
+    max_archive_bytes: int = Field(default=64 << 30, ge=1)
+    max_compression_ratio: float = Field(default=100.0, gt=0)
 
 
 class MaterializeConfig(StrictModel):
@@ -77,85 +81,6 @@ class DataConfig(StrictModel):
     validate_: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# Eval stage
-# ---------------------------------------------------------------------------------------------
-
-
-class EvalBenchmarkConfig(StrictModel):
-    """One benchmark to evaluate (registry names: videomme, videomme_wsub, longvideobench, lvbench, mlvu,
-    mmvu, charades, synthetic).
-
-    ``source``: the rows - a local file or directory (parquet, a ``save_to_disk`` Arrow directory, JSON or
-    JSONL), an ``s3://`` prefix, or ``hf://<dataset id>`` (downloaded into ``work_dir``); empty = ``hf://``
-    + the registry's dataset id. ``media_root``: where the videos are (local or ``s3://``), laid out as the
-    benchmark publishes them. ``subtitles``: the subtitle directory (``videomme_wsub``; default
-    ``<media_root>/subtitle``).
-    """
-
-    name: str
-    source: str = ""
-    split: str = ""  # default: the registry's split
-    media_root: str = ""
-    subtitles: str = ""
-    limit: int | None = Field(default=None, ge=1)  # first N rows only
-
-
-class EvalEngineConfig(StrictModel):
-    # "transformers": in-process (CPU/GPU) with cross-sample batching; "openai": an OpenAI-compatible server
-    # (vLLM, SGLang) at base_url, the processor loaded from `model`.
-    kind: Literal["transformers", "openai"] = "transformers"
-    base_url: str = ""
-    served_model: str = ""  # model name on the server (default: `model`)
-    device: str = "cpu"
-    dtype: str | None = None
-    coalesce: bool = True  # merge concurrent samples' generation calls into one batch (in-process engine)
-    max_batch: int = Field(default=32, ge=1)
-    coalesce_window_ms: float = Field(default=10.0, ge=0.0)
-
-
-class EvalRunnerConfig(StrictModel):
-    concurrency: int = Field(default=8, ge=1)  # samples in flight
-    retries: int = Field(default=3, ge=0)  # per sample, for engine errors and timeouts
-    backoff_s: float = Field(default=1.0, ge=0.0)  # first retry delay; doubles, with jitter
-    upload_every_s: float = Field(default=60.0, gt=0.0)  # s3:// output: how often records are uploaded
-
-
-class EvalJudgeConfig(StrictModel):
-    # Open-ended items (MMVU) go to the LLM judge (endpoint, key and model from LLM_JUDGE_BASE_URL,
-    # LLM_JUDGE_API_KEY, LLM_JUDGE_MODEL); off, or no endpoint set: scored by token F1 (the results say so).
-    enabled: bool = True
-
-
-class EvalConfig(StrictModel):
-    """``paravt eval``: benchmarks x protocols on one model; exactly-once records, metrics, report."""
-
-    model: str = ""  # model URI (local dir, s3:// prefix, hub id); openai engine: only its processor
-    # Published checkpoint whose SPEC §7 numbers the report shows beside ours: ParaVT-8B, Qwen3-VL-8B,
-    # LongVT-RFT-7B; "auto" guesses from `model`; "" = none.
-    published_model: str = "auto"
-    output: str = "./paravt-work/eval"  # URI of records, results.json, metrics.json, report.html
-    work_dir: str = "./paravt-work/eval-work"  # local scratch (downloads, record files of an s3 output)
-    # Tiny/demo runs: write the synthetic eval split and fixture copies of every benchmark here first, and
-    # evaluate those (benchmarks without a source/media_root use them).
-    demo_data: str = ""
-    benchmarks: list[EvalBenchmarkConfig] = Field(default_factory=list)
-    # agentic (with the tool), direct and reasoning (without); every benchmark runs under each.
-    protocols: list[Literal["agentic", "direct", "reasoning"]] = Field(default_factory=lambda: ["agentic"])
-    # The episode (SPEC §4.4); eval defaults: greedy main agent and sub-agents, otherwise AgentConfig's
-    # (64 overview frames, 2048 tokens, 3 tool rounds x 5 calls). The protocol sets prompt and forced answer.
-    agent: AgentConfig = Field(
-        default_factory=lambda: AgentConfig(temperature=0.0, subagent={"temperature": 0.0})
-    )
-    engine: EvalEngineConfig = Field(default_factory=EvalEngineConfig)
-    runner: EvalRunnerConfig = Field(default_factory=EvalRunnerConfig)
-    judge: EvalJudgeConfig = Field(default_factory=EvalJudgeConfig)
-    shard: str = ""  # "i/n": evaluate shard i of n (records under shards/i-of-n/); merge=true combines them
-    merge: bool = False
-    # Fail the stage (after writing everything) when errors / samples exceeds this share.
-    max_error_share: float = Field(default=0.05, ge=0.0, le=1.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,7 +217,107 @@ class PolicyLossConfig(StrictModel):
     behav_weight_cap: float | None = Field(default=5.0, gt=1.0)  # None: keep every token
 
 
-STAGE_CONFIGS: dict[str, type[StrictModel]] = {"data": DataConfig, "eval": EvalConfig}
+# ---------------------------------------------------------------------------------------------
+# SFT stage
+# ---------------------------------------------------------------------------------------------
+
+
+class SftModelConfig(StrictModel):
+    # Checkpoint to start from: local dir, s3:// prefix or hub id (paravt_core.models.load).
+    uri: str = "Qwen/Qwen3-VL-8B-Instruct"
+    # "sdpa" (CPU and GPU) or "flash_attention_2" (GPU, if installed); both keep packed samples apart.
+    attn_implementation: str = "sdpa"
+    gradient_checkpointing: bool = True
+    # bf16 compute with float32 master weights and gradient reduction (GPU only; CPU runs float32).
+    bf16: bool = True
+
+
+class SftDataConfig(StrictModel):
+    # Output URI of `paravt data` (needs its _COMPLETE marker); the rows are <input>/sft/*.parquet.
+    input: str = "./paravt-work/data"
+    include: list[str] = Field(default_factory=lambda: ["*.parquet"])  # fnmatch on file names
+    seed: int = 0  # row order: a fresh permutation per epoch from (seed, epoch)
+    num_workers: int = Field(default=4, ge=0)  # processes turning rows into model inputs (0: in-process)
+    prefetch_factor: int = Field(default=4, ge=1)  # samples in flight per worker
+    # Fail the stage when dropped rows (any reason) / rows seen exceeds this share ...
+    max_bad_fraction: float = Field(default=0.05, ge=0.0, le=1.0)
+    # ... once at least this many rows were seen (and always at the end).
+    bad_gate_min_rows: int = Field(default=200, ge=1)
+
+
+class SftMediaConfig(StrictModel):
+    video_fps: float = Field(default=1.0, gt=0)
+    video_min_frames: int = Field(default=4, ge=1)
+    video_max_frames: int = Field(default=64, ge=1)
+    video_min_pixels: int = Field(default=784, ge=1)  # per frame
+    video_max_pixels: int = Field(default=50176, ge=1)  # per frame (224 x 224)
+    image_min_pixels: int = Field(default=784, ge=1)
+    image_max_pixels: int = Field(default=50176, ge=1)
+
+
+class SftPackingConfig(StrictModel):
+    length: int = Field(default=8192, ge=16)  # tokens per packed sequence; longer rows are dropped
+    max_open: int = Field(default=4, ge=1)  # open sequences of the first-fit packer (1 = next-fit)
+    close_slack: int = Field(default=64, ge=0)  # a sequence this close to full is emitted at once
+
+
+class SftTrainerConfig(StrictModel):
+    steps: int = Field(default=1500, ge=1)  # optimizer steps
+    grad_accum: int = Field(default=4, ge=1)  # packed sequences per rank per optimizer step
+    lr: float = Field(default=2e-5, gt=0)
+    warmup_ratio: float = Field(default=0.05, ge=0.0, lt=1.0)  # linear warmup share, then cosine to 0
+    weight_decay: float = Field(default=0.01, ge=0.0)  # on matrices; norms and biases are not decayed
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    seed: int = 0
+
+
+class SftCheckpointConfig(StrictModel):
+    every: int = Field(default=100, ge=1)  # steps between checkpoints (the last step always saves)
+    keep_last: int = Field(default=2, ge=1)  # complete checkpoints kept; older ones are deleted
+
+
+class SftConfig(StrictModel):
+    """``paravt sft``: packed SFT of Qwen3-VL on the data stage's SFT rows (SPEC §6)."""
+
+    output: str = "./paravt-work/sft"  # URI: checkpoints/, final/ (HF checkpoint), metrics, plot
+    work_dir: str = "./paravt-work/sft-tmp"  # local scratch (staging of s3 checkpoints)
+    model: SftModelConfig = Field(default_factory=SftModelConfig)
+    data: SftDataConfig = Field(default_factory=SftDataConfig)
+    media: SftMediaConfig = Field(default_factory=SftMediaConfig)
+    packing: SftPackingConfig = Field(default_factory=SftPackingConfig)
+    trainer: SftTrainerConfig = Field(default_factory=SftTrainerConfig)
+    checkpoint: SftCheckpointConfig = Field(default_factory=SftCheckpointConfig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage registry
+# ---------------------------------------------------------------------------------------------
+
+# Stage configs that embed the agent's ``AgentConfig`` live with their stage (``paravt_core.rl.config``):
+# importing the agent here would make every stage import it, the data stage included. They are
+# importable from this module too (``from paravt_core.config import RlConfig``, resolved on first use).
+_STAGE_MODULES = {"RlConfig": "paravt_core.rl.config", "EvalConfig": "paravt_core.eval.config"}
+STAGE_CONFIGS: dict[str, str] = {
+    "data": "DataConfig",
+    "sft": "SftConfig",
+    "rl": "RlConfig",
+    "eval": "EvalConfig",
+}
+
+
+def stage_config(stage: str) -> type[StrictModel]:
+    """The config model of ``stage`` (``STAGE_CONFIGS`` names it)."""
+    return getattr(sys.modules[__name__], STAGE_CONFIGS[stage])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _STAGE_MODULES:
+        import importlib
+
+        return getattr(importlib.import_module(_STAGE_MODULES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,6 +392,27 @@ def load_config(model: type[C], path: str | Path | None = None, overrides: list[
         return model.model_validate(data)
     except ValidationError as err:
         raise ConfigError(f"invalid {model.__name__}:\n{err}") from err
+
+
+def describe_config(model: type[BaseModel], prefix: str = "", values: BaseModel | None = None) -> list[str]:
+    """``key.path = default`` for every field of ``model`` (nested sections flattened), for ``--help``.
+    Nested sections show the values of their default instance (a stage may default a section differently
+    from the section's own defaults, e.g. the eval stage's greedy ``agent``)."""
+    lines: list[str] = []
+    for name, info in model.model_fields.items():
+        key = f"{prefix}{info.alias or name}"
+        default = getattr(values, name) if values is not None else info.get_default(call_default_factory=True)
+        if isinstance(default, BaseModel):
+            lines += describe_config(type(default), f"{key}.", default)
+            continue
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            lines += describe_config(annotation, f"{key}.")
+            continue
+        lines.append(
+            f"{key} = {yaml.safe_dump(default, default_flow_style=True).strip().removesuffix('...').strip()}"
+        )
+    return lines
 
 
 def config_to_dict(cfg: BaseModel) -> dict[str, Any]:

@@ -18,9 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paravt_core.agent.parsing import format_tool_call  # noqa: E402
-from paravt_core.config import EvalConfig  # noqa: E402
 from paravt_core.engines.base import Completion, Engine, GenerationRequest  # noqa: E402
 from paravt_core.engines.scripted import ScriptedEngine  # noqa: E402
+from paravt_core.eval.config import EvalConfig  # noqa: E402
 from paravt_core.eval.fixtures import write_fixtures  # noqa: E402
 from paravt_core.eval.stage import EvalError, run  # noqa: E402
 from paravt_core.models import build_tiny_model, load  # noqa: E402

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from paravt_core.config import EvalConfig
 from paravt_core.engines.base import Completion, Engine, GenerationRequest
 from paravt_core.engines.scripted import Reply, ScriptedEngine
+from paravt_core.eval.config import EvalConfig
 
 # Small frames and short generations: fast on the tiny model (see tests/agent_support.py).
 TINY_AGENT = {

@@ -1,4 +1,4 @@
-"""Hand-built SFT rows shared by the SFT tests (media fixtures: ``tests/fixtures/sft_media.py``)."""
+"""Hand-built SFT rows shared by the SFT tests (fixtures: ``tests/fixtures/sft.py``)."""
 
 from __future__ import annotations
 

@@ -97,3 +97,18 @@ def test_pack_shifts_labels_inside_each_sample() -> None:
     # b: token 4 predicts 5, token 5 predicts nothing.
     assert batch.targets.tolist() == [[2, 3, IGNORE, 5, IGNORE]]
     assert batch.position_ids[:, 0].tolist() == [[0, 1, 2, 0, 1]] * 4
+
+
+def test_text_only_batch_still_runs_the_vision_tower_when_asked(tiny_model_dir: str) -> None:
+    # Under FSDP every rank must run (and backpropagate through) the same sharded vision blocks, even when
+    # its sequence has no media; the blank pass must not change the loss.
+    loaded = load(tiny_model_dir)
+    model = loaded.model.train()
+    batch = pack([encode_row(multi_call_row(), loaded.processor, loaded.config)])
+    plain = token_losses(model, batch)
+    model.zero_grad()
+    forced = token_losses(model, batch, always_run_vision=True)
+    forced.backward()
+    assert forced.item() == plain.item()
+    vision = {n: p.grad for n, p in model.named_parameters() if n.startswith("model.visual.")}
+    assert vision and all(g is not None and not g.any() for g in vision.values())  # reached, zero

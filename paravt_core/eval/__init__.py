@@ -6,7 +6,7 @@
   ``direct``, ``reasoning``);
 - ``scoring``: answer extraction and scores (the PARA-GRPO reward functions) and the judge for open-ended
   items; ``metrics``: accuracy with its breakdowns, MLVU micro/macro, Charades mIoU and R@k (pure);
-- ``records`` (exactly-once JSONL, shard merge), ``coalesce`` (cross-sample batching on one engine),
+- ``records`` (exactly-once JSONL, shard merge),
   ``runner`` (concurrent samples, retries, error accounting), ``report`` (results.json, KFP metrics, HTML);
 - ``fixtures``: a few rows of every benchmark in its real schema pointing at synthetic videos;
 - ``stage``: ``run(cfg) -> StageResult``.

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paravt_core import storage
-from paravt_core.data.synth_rows import CHARADES_QUESTION
+from paravt_core.synth.rows import CHARADES_QUESTION
 
 from .formats import subtitle_text
 

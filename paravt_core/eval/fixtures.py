@@ -27,8 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from paravt_core.data.synth import synthesize
-from paravt_core.data.synth_video import Event, write_video
+from paravt_core.synth import Event, synthesize, write_video
 
 SECONDS, FPS, SIZE = 8.0, 4.0, (128, 96)
 # A: red circle [1, 3) s, then blue square [4.5, 6.5) s.  B: green triangle [0.5, 2.5) s, yellow circle [5, 7) s.

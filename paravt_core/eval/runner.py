@@ -16,6 +16,7 @@ unexpected inside one sample becomes an ``internal_error`` record: a sample is n
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from typing import Any
 from paravt_core.agent.config import AgentConfig
 from paravt_core.agent.episode import EpisodeResult, EpisodeRow, arun_episode
 from paravt_core.engines.base import Engine
+from paravt_core.rl.coalesce import CoalescingEngine
 
 from . import protocols
 from .benchmarks import Benchmark, Sample
@@ -32,6 +34,7 @@ from .records import SampleLog
 from .scoring import prediction_of, score_sample
 
 TRANSIENT = ("engine_error", "engine_timeout")
+_EPISODE_KEYS = itertools.count()  # orders a sample's requests within a coalesced batch
 ERROR_FINISH = ("engine_error", "engine_timeout", "video_error", "context_overflow")
 
 
@@ -98,7 +101,11 @@ async def run_one(
         attempt = 0
         while True:
             attempt += 1
-            result = await arun_episode(row, engine, cfg, processor=processor)
+            if isinstance(engine, CoalescingEngine):  # batched with the other samples in flight
+                async with engine.track(next(_EPISODE_KEYS)):
+                    result = await arun_episode(row, engine, cfg, processor=processor)
+            else:
+                result = await arun_episode(row, engine, cfg, processor=processor)
             if result.finish_reason not in TRANSIENT or attempt > opts.retries:
                 break
             delay = min(opts.max_backoff_s, opts.backoff_s * 2 ** (attempt - 1))

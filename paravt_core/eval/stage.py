@@ -38,11 +38,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from paravt_core import storage
 from paravt_core.agent import prompts
-from paravt_core.config import EvalBenchmarkConfig, EvalConfig, config_to_dict
+from paravt_core.config import config_to_dict
 from paravt_core.stage import StageResult, announce_config, console
 
 from . import benchmarks as registry
 from . import report
+from .config import EvalBenchmarkConfig, EvalConfig
 from .formats import FormatError, read_rows
 from .metrics import benchmark_metrics
 from .protocols import WITH_TOOL
@@ -131,9 +132,10 @@ def build_engine(cfg: EvalConfig) -> tuple[Any, Any]:
         processor = AutoProcessor.from_pretrained(resolve_model_dir(cfg.model), local_files_only=True)
         engine = OpenAIEngine(e.base_url, e.served_model or cfg.model, processor=processor)
     if e.coalesce and e.kind == "transformers":
-        from .coalesce import CoalescingEngine
+        from paravt_core.rl.coalesce import CoalescingEngine
 
-        engine = CoalescingEngine(engine, max_requests=e.max_batch, window_s=e.coalesce_window_ms / 1000)
+        # greedy eval needs no seeds; the runner retries failed samples itself (attempts stay truthful)
+        engine = CoalescingEngine(engine, seed=None, max_retries=0)
     return engine, processor
 
 

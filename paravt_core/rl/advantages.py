@@ -63,6 +63,38 @@ def batch_normalize(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-5)
     return ((x - mean) / (var.sqrt() + eps) * m).to(values.dtype)
 
 
+def sequence_advantages(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    *,
+    bias: float = -0.2,
+    scale: float = 10.0,
+    clip: float = 20.0,
+    group_eps: float = 1e-5,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Steps 1-2 on episodes: (group-normalized advantage [B], shaped reward [B])."""
+    shaped = shape_rewards(rewards.to(torch.float32), bias, scale, clip)
+    return group_normalize(shaped, group_ids, group_eps), shaped
+
+
+def token_advantages(
+    seq_advantages: torch.Tensor,
+    behav_logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    kl_ctl: float = 0.01,
+    kl_clamp: float = 10.0,
+    batch_norm: bool = True,
+    batch_eps: float = 1e-5,
+) -> torch.Tensor:
+    """Steps 3-5 on training sequences: seq [S], tokens [S, T] -> advantages [S, T]. A sub-agent sequence
+    carries the advantage of its episode."""
+    kl = kl_rewards(behav_logp.float(), ref_logp.float(), mask, kl_ctl, kl_clamp)
+    adv = reward_to_go(seq_advantages, kl, mask)
+    return batch_normalize(adv, mask, batch_eps) if batch_norm else adv
+
+
 def compute_advantages(
     rewards: torch.Tensor,
     group_ids: torch.Tensor,
@@ -79,25 +111,31 @@ def compute_advantages(
     batch_norm: bool = True,
     batch_eps: float = 1e-5,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token advantages [B, T] for the loss, and statistics for the metrics (steps 1-5 above)."""
-    shaped = shape_rewards(rewards.to(torch.float32), bias, scale, clip)
-    seq = group_normalize(shaped, group_ids, group_eps)
-    kl = kl_rewards(behav_logp.float(), ref_logp.float(), mask, kl_ctl, kl_clamp)
-    adv = reward_to_go(seq, kl, mask)
-    if batch_norm:
-        adv = batch_normalize(adv, mask, batch_eps)
+    """Token advantages [B, T] (one sequence per episode), and statistics for the metrics (steps 1-5)."""
+    seq, shaped = sequence_advantages(
+        rewards, group_ids, bias=bias, scale=scale, clip=clip, group_eps=group_eps
+    )
+    adv = token_advantages(
+        seq,
+        behav_logp,
+        ref_logp,
+        mask,
+        kl_ctl=kl_ctl,
+        kl_clamp=kl_clamp,
+        batch_norm=batch_norm,
+        batch_eps=batch_eps,
+    )
     m = mask.to(torch.float32)
     tokens = float(m.sum())
     stats = {
         "shaped_reward_mean": float(shaped.mean()) if shaped.numel() else 0.0,
-        "kl_reward_sum_mean": float(kl.sum() / max(1, kl.shape[0])),
         "kl_behav_ref_mean": float(((behav_logp - ref_logp) * m).sum() / max(tokens, 1.0)),
-        "zero_advantage_groups": float(_zero_groups(seq, group_ids)),
+        "zero_advantage_groups": float(zero_groups(seq, group_ids)),
         "trained_tokens": tokens,
     }
     return adv, stats
 
 
-def _zero_groups(seq: torch.Tensor, group_ids: torch.Tensor) -> int:
+def zero_groups(seq: torch.Tensor, group_ids: torch.Tensor) -> int:
     """Groups whose sequence advantages are all 0 (no learning signal: equal rewards)."""
     return sum(bool((seq[group_ids == g] == 0).all()) for g in torch.unique(group_ids))

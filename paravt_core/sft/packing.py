@@ -36,7 +36,7 @@ import torch
 IGNORE = -100  # label of a token that is not trained (transformers' convention)
 
 
-@dataclass
+@dataclass(eq=False)  # identity: fields hold tensors
 class Sample:
     """One training sequence, as the model would take it alone (batch dimension dropped)."""
 
@@ -60,7 +60,7 @@ class Sample:
         return int((self.labels[1:] != IGNORE).sum())
 
 
-@dataclass
+@dataclass(eq=False)  # identity: fields hold tensors
 class PackedBatch:
     """Several samples in one sequence (see the module docstring for the layout)."""
 
@@ -182,25 +182,89 @@ def pack(samples: Sequence[Sample]) -> PackedBatch:
     )
 
 
-def token_losses(model: Any, batch: PackedBatch) -> torch.Tensor:
+def encode_media(model: Any, batch: PackedBatch, always: bool = False) -> tuple[dict[str, Any], torch.Tensor]:
+    """Run the vision tower **once** on all images and videos of ``batch``.
+
+    Returns ``mm_encoder_outputs`` for the model's forward (so it does not call the tower again, once for
+    images and once for videos) and a zero-valued term to add to the loss. Under FSDP every rank must run
+    the same sharded modules the same number of times, forward and backward, whatever its batch holds; with
+    ``always`` a batch without media runs the tower on one blank 32x32 patch group and the zero term ties
+    its output into the loss, so the backward reaches the vision blocks on every rank.
+    """
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
+
+    visual = model.model.visual
+    parts = [(batch.pixel_values, batch.image_grid_thw), (batch.pixel_values_videos, batch.video_grid_thw)]
+    present = [(p, g) for p, g in parts if p is not None]
+    zero = torch.zeros((), device=batch.input_ids.device)
+    if not present and not always:
+        return {}, zero
+    if present:
+        pixels = torch.cat([p for p, _ in present])
+        grids = torch.cat([g for _, g in present])
+    else:
+        embed = visual.patch_embed
+        patch_dim = embed.in_channels * embed.temporal_patch_size * embed.patch_size**2
+        pixels = torch.zeros(4, patch_dim, device=batch.input_ids.device, dtype=torch.float32)
+        grids = torch.tensor([[1, 2, 2]], device=batch.input_ids.device)
+    out = visual(pixels, grid_thw=grids, return_dict=True)  # the patch embedding casts to its dtype
+    if not present:
+        blank = out.pooler_output.sum() + sum(f.sum() for f in out.deepstack_features)
+        return {}, 0.0 * blank
+    sizes = (grids.prod(-1) // visual.spatial_merge_size**2).tolist()
+    pooled = torch.split(out.pooler_output, sizes)
+    deep = [torch.split(f, sizes) for f in out.deepstack_features]
+    n_images = 0 if batch.image_grid_thw is None else int(batch.image_grid_thw.shape[0])
+    encoded: dict[str, Any] = {}
+    for name, lo, hi in (("image", 0, n_images), ("video", n_images, len(sizes))):
+        if hi > lo:
+            encoded[name] = BaseModelOutputWithDeepstackFeatures(
+                pooler_output=pooled[lo:hi], deepstack_features=[d[lo:hi] for d in deep]
+            )
+    return encoded, zero
+
+
+def token_losses(model: Any, batch: PackedBatch, *, always_run_vision: bool = False) -> torch.Tensor:
     """Cross-entropy (at least float32, summed, not averaged) of every target of ``batch``.
 
     Only the positions with a target go through ``lm_head`` (``logits_to_keep`` takes their indices), so the
     vocabulary-sized logits of prompt and media tokens are never materialized. Divide by the number of
     target tokens of the whole optimizer step (all micro-batches, all ranks) for a token-weighted mean.
+    ``always_run_vision``: set it under FSDP (see :func:`encode_media`).
     """
+    encoded, zero = encode_media(model, batch, always=always_run_vision)
+    inputs = batch.model_inputs()
+    for name in ("pixel_values", "pixel_values_videos"):
+        inputs.pop(name, None)  # already encoded
     targets = batch.targets[0]
     keep = torch.nonzero(targets != IGNORE).flatten()
-    out = model(**batch.model_inputs(), logits_to_keep=keep, use_cache=False)
+    out = model(**inputs, mm_encoder_outputs=encoded or None, logits_to_keep=keep, use_cache=False)
     logits = out.logits[0]
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 logits -> float32
-    return torch.nn.functional.cross_entropy(logits, targets[keep], reduction="sum")
+    return torch.nn.functional.cross_entropy(logits, targets[keep], reduction="sum") + zero
+
+
+class PackedLoss(torch.nn.Module):
+    """``forward(batch) = token_losses(inner, batch)``: the root module to shard with FSDP2.
+
+    FSDP2 gathers the root's parameters in the root's forward, so everything the loss runs (the vision tower
+    once, then the language model) must happen inside one; wrapping the Hugging Face model does that. Its
+    state-dict keys are the model's with an ``inner.`` prefix.
+    """
+
+    def __init__(self, inner: torch.nn.Module, always_run_vision: bool = False):
+        super().__init__()
+        self.inner = inner
+        self.always_run_vision = always_run_vision
+
+    def forward(self, batch: PackedBatch) -> torch.Tensor:
+        return token_losses(self.inner, batch, always_run_vision=self.always_run_vision)
 
 
 # ---------------------------------------------------------------------------------------------- bins
 
 
-@dataclass
+@dataclass(eq=False)  # identity: fields hold tensors
 class Bin:
     """Samples waiting to be packed together, and their total length."""
 
