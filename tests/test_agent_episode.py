@@ -10,7 +10,6 @@ import asyncio
 
 import pytest
 
-from paravt_core.agent import prompts
 from paravt_core.agent.episode import FINISH_REASONS, arun_episode
 from paravt_core.agent.parsing import format_tool_call
 from paravt_core.engines.base import EngineError, GenerationRequest
@@ -89,7 +88,7 @@ def test_more_calls_than_allowed(tiny_model, video):  # noqa: F811
     result = run(engine, video, max_parallel=2)
     assert result.finish_reason == "answer"
     assert [c.executed for c in result.calls] == [True, True, False]
-    assert result.calls[2].error == prompts.ERROR_TOO_MANY_CALLS.format(limit=2)
+    assert result.calls[2].error == "at most 2 tool calls are executed per turn; this call was skipped."
     assert engine.batches[1] == ["subagent", "subagent"]
     assert "Error: at most 2 tool calls" in tool_turn_text(result, 1)
 
@@ -110,9 +109,10 @@ def test_forced_answer_after_the_last_round_has_its_own_token_budget(tiny_model,
     engine = ScriptedEngine(tiny_model.processor, [crop(0, 2), "B " * 100])
     result = run(engine, video, max_turns=1, forced_answer="mcq")
     assert result.finish_reason == "max_tokens"  # the forced reply is capped at 64 tokens
-    assert engine.requests[-1].sampling.max_new_tokens == prompts.FORCED_ANSWER_MAX_TOKENS["mcq"] == 64
-    assert result.turns[-1].tokens == 64
-    assert prompts.FORCED_ANSWER_TEXT["mcq"] in result.main.text
+    assert engine.requests[-1].sampling.max_new_tokens == 64  # SPEC §4.2
+    assert result.turns[-1].tokens == 64 and len(result.turns) == 2
+    forced = "Based on the video and cropped segments above, answer with ONLY the letter."  # SPEC §4.2
+    assert "<|im_start|>user\n" + forced + "<|im_end|>\n<|im_start|>assistant\n" in result.main.text
 
 
 @pytest.mark.parametrize("reply", ["", "   \n"])
