@@ -108,10 +108,15 @@ def test_completions_match_the_served_model_and_keep_request_order(engine):
         client = OpenAIEngine(server.base_url, "tiny", max_retries=0)
         completions = asyncio.run(client.generate(requests))
         assert server.attempts == 3
+    processor = engine.processor
+    expected = [_direct(engine, r) for r in requests]
+    assert [c.text for c in completions] == expected
+    assert len(set(expected)) > 1  # the served texts differ, so a swapped order would show
     for request, completion in zip(requests, completions, strict=True):
-        assert completion.text == _direct(engine, request)
-        assert not completion.exact_tokens and completion.prompt_tokens > 0
-    assert len({c.text for c in completions}) > 1  # different prompts, different answers
+        text = processor.apply_chat_template(request.messages, add_generation_prompt=True, tokenize=False)
+        frame = request.messages[1]["content"][0]["image"]
+        assert completion.prompt_tokens == len(processor(text=[text], images=[frame])["input_ids"][0])
+        assert not completion.exact_tokens
 
 
 def test_transient_failures_are_retried(engine):
