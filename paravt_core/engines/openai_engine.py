@@ -6,8 +6,9 @@ jitter up to ``max_retries`` times (a ``Retry-After`` on 429/503 is honoured, up
 other 4xx responses fail at once. Errors never include the API key.
 
 Frames travel as lossless PNG data URLs together with ``mm_processor_kwargs`` (the image-processor settings
-our encoder used, which vLLM and SGLang pass to the processor), so the server makes the same pixels and
-image tokens as the local processor. The server's ``usage.prompt_tokens`` is compared with our exact count:
+our encoder used, which vLLM passes to the HF processor), so the server makes the same pixels and image
+tokens as the local processor. SGLang's OpenAI endpoint (0.5.23) ignores that field: launch it with
+``--mm-process-config`` (``sglang_engine.mm_process_config``) instead. The server's ``usage.prompt_tokens`` is compared with our exact count:
 a mismatch is logged and counted (``prompt_token_mismatches``) and the episode budgets its context with the
 larger number. A request whose last message is a partial assistant turn (the forced ``<think>\\n``) is
 sent with the ``continue_final_message`` / ``add_generation_prompt`` extensions that vLLM and SGLang
