@@ -76,6 +76,7 @@ class TinyChatServer:
         delay_s: float = 0.0,
         finish_reason: str | None = None,
         checkpoint_images_kwargs: dict | None = None,
+        honour_mm_processor_kwargs: bool = True,
     ):
         self.engine = engine
         self.model_name = model_name
@@ -86,6 +87,7 @@ class TinyChatServer:
         self.delay_s = delay_s
         self.finish_reason = finish_reason
         self.checkpoint_images_kwargs = dict(checkpoint_images_kwargs or {})
+        self.honour_mm_processor_kwargs = honour_mm_processor_kwargs  # False: like SGLang's chat endpoint
         self._stopping = threading.Event()
         self.attempts = 0  # completion requests received (failed ones included)
         self.bodies: list[dict] = []
@@ -130,7 +132,8 @@ class TinyChatServer:
             continue_final_message=cont,
             tokenize=False,
         )
-        images_kwargs = {**self.checkpoint_images_kwargs, **(body.get("mm_processor_kwargs") or {})}
+        requested = body.get("mm_processor_kwargs") if self.honour_mm_processor_kwargs else None
+        images_kwargs = {**self.checkpoint_images_kwargs, **(requested or {})}
         inputs = processor(
             text=[text], images=images or None, return_tensors="pt", images_kwargs=images_kwargs
         )

@@ -273,3 +273,24 @@ def test_a_finish_reason_other_than_stop_adds_no_eos(tiny_model, video):  # noqa
             arun_episode({"video": str(video), "question": "q"}, client, tiny_agent_config())
         )
     assert (result.finish_reason, result.error) == ("engine_error", "the server aborted the generation")
+
+
+def test_the_context_budget_uses_the_servers_larger_prompt_count(tiny_model, video):  # noqa: F811
+    """A server that ignores mm_processor_kwargs (SGLang's chat endpoint) and upsizes the 8 overview frames
+    to 96x96 counts 8 x (9 - 4) = 40 prompt tokens more than we do: each turn is counted as a mismatch and
+    the next generation's budget leaves room for the server's count, not ours."""
+    checkpoint = {"size": {"shortest_edge": 96 * 96, "longest_edge": 128 * 128}}
+    scripted = ScriptedEngine(tiny_model.processor, [crop(1, 3), "<answer>A</answer>"], subagent="ok")
+    server = TinyChatServer(scripted, checkpoint_images_kwargs=checkpoint, honour_mm_processor_kwargs=False)
+    with server:
+        client = OpenAIEngine(server.base_url, "tiny", processor=tiny_model.processor)
+        cfg = tiny_agent_config(max_context_tokens=1000, max_new_tokens=2000)
+        result = asyncio.run(arun_episode({"video": str(video), "question": "Which shape?"}, client, cfg))
+        main_bodies = [b for b in server.bodies if b["messages"][0]["role"] == "system"]
+    assert (result.finish_reason, len(result.turns)) == ("answer", 2)
+    # both main turns (40 more each) and the sub-agent (2 crop frames: 2 x 5 = 10 more)
+    assert result.prompt_token_mismatches == 2 and client.prompt_token_mismatches == 3
+    first_gen = next(i for i, s in enumerate(result.main.segments) if s.kind == "generated")
+    prompt0 = sum(len(s) for s in result.main.segments[:first_gen])
+    prompt1 = len(result.main) - len(result.main.segments[-1])  # everything before the last generation
+    assert [b["max_tokens"] for b in main_bodies] == [1000 - prompt0, 1000 - prompt1 - 40]
