@@ -49,6 +49,7 @@ import json
 import os
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -167,7 +168,10 @@ class _ContractServer:
         if path == "/flush_cache":
             return 200, {}
         if path == "/init_weights_update_group":
-            joined = self.trainer_joined.wait(30) and not self._stop.is_set()
+            deadline = time.monotonic() + 30  # the rendezvous: wait for the trainer (or for close())
+            while not (self.trainer_joined.is_set() or self._stop.is_set()) and time.monotonic() < deadline:
+                self.trainer_joined.wait(0.05)
+            joined = self.trainer_joined.is_set() and not self._stop.is_set()
             return 200, {"success": joined and self.control_success, "message": "joined" if joined else "no"}
         return 200, {"success": self.control_success, "message": "recorded"}
 
