@@ -21,6 +21,7 @@ from paravt_core.eval.runner import RunOptions, run_one, run_samples
 from paravt_core.rl.coalesce import CoalescingEngine
 from tests.eval_support import TINY_AGENT, KeyedEngine, fixture_entry
 
+PS = prompts.load_prompt_set(prompts.DEFAULT_PROMPT_SET)
 OPTS = RunOptions(concurrency=4, retries=1, backoff_s=0.0)
 CALLS = "\n".join(format_tool_call("crop_video", {"video_path": "v.mp4", "start_time": a, "end_time": b})
                   for a, b in ((0.0, 2.0), (4.0, 6.0)))  # fmt: skip
@@ -54,13 +55,13 @@ def test_parallel_calls_then_right_answer(tiny_model, video):
     assert (rec["tool_calls"], rec["tool_rounds"], rec["turns"], rec["finish_reason"]) == (2, 1, 2, "answer")
     assert rec["frames"] == TINY_AGENT["overview_frames"] and rec["attempts"] == 1
     # the forced MCQ answer follows the last tool round (max_turns 2 -> after round 2; here the answer came first)
-    assert prompts.FORCED_ANSWER_TEXT["mcq"] not in engine.prompts["[ok]"][-1]
+    assert PS.forced_answer["mcq"].text not in engine.prompts["[ok]"][-1]
 
 
 def test_forced_answer_after_the_last_round(tiny_model, video):
     engine = KeyedEngine(tiny_model.processor, {"[forced]": [CALLS, "<answer>C</answer>"]})
     rec = _run(_mcq("forced", video), engine, max_turns=1)
-    assert prompts.FORCED_ANSWER_TEXT["mcq"] in engine.prompts["[forced]"][1]
+    assert PS.forced_answer["mcq"].text in engine.prompts["[forced]"][1]
     assert (rec["status"], rec["score"], rec["prediction"]) == ("ok", 0.0, "C")
 
 
@@ -122,8 +123,8 @@ def test_no_tool_protocols_use_their_own_format_instruction(tiny_model, video, p
     engine = KeyedEngine(tiny_model.processor, {"[nt]": ["<think>red first</think><answer>B</answer>"]})
     rec = _run(_mcq("nt", video), engine, protocol=protocol)
     (prompt,) = engine.prompts["[nt]"]
-    own = prompts.DIRECT_SYSTEM if protocol == "direct" else prompts.REASONING_SYSTEM
-    other = prompts.REASONING_SYSTEM if protocol == "direct" else prompts.DIRECT_SYSTEM
+    own = PS.system.direct if protocol == "direct" else PS.system.reasoning
+    other = PS.system.reasoning if protocol == "direct" else PS.system.direct
     assert own in prompt and other not in prompt
     assert "crop_video" not in prompt and "The video path for this video is" not in prompt
     assert (rec["status"], rec["score"], rec["tool_calls"]) == ("ok", 1.0, 0)
@@ -138,8 +139,8 @@ def test_charades_uses_the_bare_envelope_and_the_grounding_forced_answer(tiny_mo
     )
     rec = _run(sample, engine, bench="charades", max_turns=1)
     first, second = engine.prompts["[ch]"]
-    assert prompts.TOOL_ENVELOPE in first and "You are a video understanding agent" not in first
-    assert prompts.FORCED_ANSWER_TEXT["tvg"] in second
+    assert PS.system_prompt("agentic_minimal") in first and "You are a video understanding agent" not in first
+    assert PS.forced_answer["tvg"].text in second
     assert rec["score"] == pytest.approx(0.5)  # [1,2] inside [1,3]: 1 / 2
 
 

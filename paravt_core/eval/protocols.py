@@ -5,7 +5,7 @@
   the last tool round the forced answer of the item's type (``mcq`` letter / ``tvg`` interval; none for
   open-ended items, whose free answer must not be forced into a letter).
 - ``direct`` and ``reasoning`` (no tool): no tool rounds, no video-path suffix, each with its own format
-  instruction in the system prompt (``prompts.DIRECT_SYSTEM`` / ``REASONING_SYSTEM``).
+  instruction in the system prompt (the prompt set's ``system.direct`` / ``system.reasoning``).
 
 Eval defaults (``EvalConfig.agent``) are the headline protocol: 64 overview frames, greedy main agent and
 sub-agents, 2048 new tokens, 3 tool rounds x 5 parallel calls.

@@ -211,17 +211,9 @@ def _code_version() -> str:
         return f"paravt {version('paravt')}"
 
 
-def prompt_checksum() -> str:
-    """sha256 of the protocol texts the agent sends (system prompts, sub-agent, forced answers, envelopes)."""
-    texts = {
-        "system": prompts.SYSTEM_PROMPTS,
-        "question_suffix": prompts.QUESTION_SUFFIX,
-        "subagent": [prompts.SUBAGENT_PROMPT, prompts.SUBAGENT_QUESTION_BLOCK],
-        "forced": prompts.FORCED_ANSWER_TEXT,
-        "tool_response": [prompts.TOOL_RESPONSE_OPEN, prompts.TOOL_RESPONSE_CLOSE, prompts.CROP_FRAMES_NOTE],
-        "frame_label": prompts.FRAME_LABEL,
-    }
-    return hashlib.sha256(json.dumps(texts, sort_keys=True).encode()).hexdigest()
+def prompt_set_of(cfg: EvalConfig) -> prompts.PromptSet:
+    """The prompt set the episodes use (``agent.prompt_set``; its checksum is recorded in the results)."""
+    return prompts.load_prompt_set(cfg.agent.prompt_set)
 
 
 def build_results(
@@ -264,8 +256,8 @@ def build_results(
         "tool_use_rate": round(100 * sum(c > 0 for c in calls) / len(calls), 4) if calls else None,
         "elapsed_s": round(elapsed_s, 3),
         "code_version": _code_version(),
-        "prompt_protocol": prompts.PROTOCOL_VERSION,
-        "prompt_checksum": prompt_checksum(),
+        "prompt_protocol": prompt_set_of(cfg).name,
+        "prompt_checksum": prompt_set_of(cfg).checksum,
         "config": config_to_dict(cfg),
     }
 
@@ -391,7 +383,7 @@ def records_fingerprint(cfg: EvalConfig) -> dict[str, Any]:
             "dtype": cfg.engine.dtype,
         },
         "agent": cfg.agent.model_dump(mode="json"),
-        "prompt_checksum": prompt_checksum(),
+        "prompt_checksum": prompt_set_of(cfg).checksum,
     }
     return {"sha256": hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest(), **parts}
 
