@@ -242,7 +242,7 @@ small {{ color: #666; }} figure {{ display: inline-block; margin: 8px; }}
  error share {100 * totals["error_share"]:.1f}%)</td></tr>
 <tr><th>tool use</th><td>{_fmt(results.get("avg_tool_calls"))} executed calls per sample ·
  {_fmt(results.get("tool_use_rate"))}% of samples call the tool (with-tool protocols)</td></tr>
-<tr><th>prompts</th><td>{html.escape(str(results.get("prompt_protocol")))} · sha256 {html.escape(str(results.get("prompt_checksum", ""))[:16])}…</td></tr>
+<tr><th>prompts</th><td>{html.escape(str(results.get("prompt_protocol")))} · {html.escape(str(results.get("prompt_checksum", ""))[:23])}…</td></tr>
 <tr><th>code</th><td>{html.escape(str(results.get("code_version")))} · {results.get("elapsed_s", 0):.1f} s</td></tr>
 </table>
 <h2>Headline (accuracy %, Charades mIoU)</h2>
