@@ -79,6 +79,8 @@ class MediaRefs:
         parts = [p for p in parts if len(p.rows)]
         if not parts:
             return MediaRefs.empty()
+        if len(parts) == 1 and parts[0].paths.type == pa.string():
+            return parts[0]
         paths = pa.concat_arrays([p.paths.cast(pa.string()) for p in parts])
         return MediaRefs(
             np.concatenate([p.rows for p in parts]), paths, np.concatenate([p.status for p in parts])
@@ -386,7 +388,7 @@ def _file_checks(
         return skipped, set(), set()
     candidate = (refs.status == sentinel.OK) & (reasons[refs.rows] == 0)
     rows = refs.rows[candidate]
-    paths = _strip_scheme(refs.paths.filter(pa.array(candidate)))
+    paths = _strip_scheme(refs.paths if candidate.all() else refs.paths.filter(pa.array(candidate)))
     absent = target.checker.missing(paths)
     if not absent:
         return skipped, set(), set()

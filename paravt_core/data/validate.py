@@ -684,15 +684,18 @@ class FileChecker:
             return set(unique.filter(hit).to_pylist())
 
     def _decide(self, paths: set[str]) -> None:
-        by_dir: dict[str, list[str]] = {}
+        # (directory, name) by one str.rpartition per path: posixpath.dirname/basename cost several
+        # calls each, and root/directory/name is the same file as root/path either way
+        by_dir: dict[str, list[tuple[str, str]]] = {}
         for path in paths:
-            by_dir.setdefault(os.path.dirname(path), []).append(path)
+            directory, _, name = path.rpartition("/")
+            by_dir.setdefault(directory, []).append((path, name))
         for directory, group in by_dir.items():
             listing = self._listings.get(directory)
             if listing is None and len(group) >= self.list_min:
                 listing = self._listings[directory] = self._list(directory)
-            for path in group:
-                found = listing is not None and os.path.basename(path) in listing
+            for path, name in group:
+                found = listing is not None and name in listing
                 if found or os.path.isfile(os.path.join(self.root, path)):
                     self._present.add(path)
                 else:
