@@ -247,9 +247,8 @@ def rewrite_messages_json(
     python[rows[lengths < 0]] = True  # unterminated: not a JSON string
     paths = cut_values(texts, starts, np.maximum(lengths, 0))
     if len(paths):  # a backslash is a JSON escape: the value is not the path as written
-        python[rows[pc.fill_null(pc.match_substring(paths, "\\"), False).to_numpy(zero_copy_only=False)]] = (
-            True
-        )
+        escaped = pc.fill_null(pc.match_substring(paths, "\\"), False).to_numpy(zero_copy_only=False)
+        python[rows[escaped]] = True
     # the prefix inserted at each value's start is the whole rewrite: one copy of the bytes
     column = insert_at(texts, rows, starts, esc)
     if canonical is not None:
