@@ -5,23 +5,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from paravt_core.data import sentinel, validate
+from paravt_core.data import sentinel
 from paravt_core.data.materialize import (
     Target,
+    cut_values,
+    find_url_values,
+    insert_at,
     materialize_file,
     process_batch,
     rewrite_messages_json,
     rewrite_messages_obj,
     rewrite_videos,
 )
-from paravt_core.data.validate import DataError, FileChecker, cut_strings
+from paravt_core.data.validate import DataError, FileChecker
 from tests.data_support import RL_SCHEMA, media_urls, messages, rl_table, sft_table
 from tests.test_data_validate import MESSAGE_TYPE
 
@@ -239,19 +242,6 @@ def test_other_string_types_keep_their_type(typ: pa.DataType) -> None:
     assert [media_urls(json.loads(t)) for t in texts] == [["/m/selfqa/a.mp4"], ["/m/selfqa/b.mp4"]]
 
 
-@pytest.mark.parametrize("views", [True, False])
-def test_cut_strings_inline_long_and_empty(views: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    if not views:
-        monkeypatch.setattr(validate, "VIEW_LIMIT", 0)  # force the byte-gather route
-    text = "0123456789abcdefghé/selfqa/long-name.mp4"
-    data = pa.py_buffer(text.encode())
-    # (start, length): empty, 1 byte, exactly 12 (inline), 13 (by reference), a 2-byte char, the tail
-    cuts = [(0, 0), (3, 1), (0, 12), (5, 13), (18, 2), (20, len(text.encode()) - 20)]
-    out = cut_strings(data, np.array([c[0] for c in cuts]), np.array([c[1] for c in cuts]))
-    assert out.type == pa.string()
-    assert out.to_pylist() == ["", "3", "0123456789ab", "56789abcdefgh", "é", "/selfqa/long-name.mp4"]
-
-
 _path_text = st.text(st.sampled_from(list('ab/._-é"\\ 7')), max_size=30)
 _paths = st.one_of(
     st.builds(lambda b, rest: b + rest, st.sampled_from(["selfqa/", "museg/charades/", "file://selfqa/", ""]),
@@ -261,24 +251,32 @@ _paths = st.one_of(
 _row = st.lists(st.tuples(_paths, st.booleans()), max_size=4)
 
 
-def _row_json(refs: list[tuple[str, bool]], compact: bool) -> str:
+def _row_json(refs: list[tuple[str, bool]], compact: bool, first_media: str | None = None) -> str:
     msgs = messages(None)
+    if first_media is not None:  # a media part in the shared first message: its bytes must be searched too
+        msgs[0]["content"].insert(0, {"type": "video_url", "video_url": {"url": first_media}})
     for path, image in refs:
         kind = "image_url" if image else "video_url"
         msgs[1]["content"].append({"type": kind, kind: {"url": path}})
     return json.dumps(msgs, separators=(",", ":") if compact else None, ensure_ascii=False)
 
 
-@pytest.mark.parametrize("view_limit", [validate.VIEW_LIMIT, 0])
-@given(rows=st.lists(st.tuples(_row, st.booleans()), min_size=1, max_size=6))
-def test_columnar_rewrite_agrees_with_python_walk(view_limit: int, rows: list) -> None:
-    """Fast path (split + cut + join) == decode, rewrite in Python, encode; paths and statuses too."""
-    texts = [_row_json(refs, compact) for refs, compact in rows]
-    saved, validate.VIEW_LIMIT = validate.VIEW_LIMIT, view_limit
-    try:
-        out = rewrite_messages_json(pa.array(texts, pa.string()), '/m "x"')
-    finally:
-        validate.VIEW_LIMIT = saved
+@given(
+    rows=st.lists(st.tuples(_row, st.booleans()), min_size=1, max_size=6),
+    first_media=st.one_of(st.none(), _paths),
+    large=st.booleans(),
+    sliced=st.booleans(),
+)
+def test_columnar_rewrite_agrees_with_python_walk(
+    rows: list, first_media: str | None, large: bool, sliced: bool
+) -> None:
+    """Fast path (search + cut + insert) == decode, rewrite in Python, encode; paths and statuses too.
+    Rows share their first message (with or without a media key in it); string and large_string
+    columns, and a column that is a slice of a larger one (offsets not starting at 0)."""
+    texts = [_row_json(refs, compact, first_media) for refs, compact in rows]
+    col = pa.array(["junk", *texts, None], pa.large_string() if large else pa.string())
+    col = col.slice(1, len(texts)) if sliced else pa.array(texts, col.type)
+    out = rewrite_messages_json(col, '/m "x"')
     expected_refs = []
     for i, text in enumerate(texts):
         obj = json.loads(text)
@@ -290,6 +288,44 @@ def test_columnar_rewrite_agrees_with_python_walk(view_limit: int, rows: list) -
         zip(out.refs.rows.tolist(), out.refs.paths.to_pylist(), out.refs.status.tolist(), strict=True)
     )
     assert got == sorted(expected_refs)
+
+
+def test_url_values_found_at_hand_computed_offsets_with_nulls_and_slices() -> None:
+    rows = ['ab"url": "x/y"}', None, "", '"url": "p" "url": "q', "no key"]
+    col = pa.array(["junk", *rows]).slice(1)  # data buffer offsets start after "junk" (4 bytes)
+    found_rows, starts, lengths = find_url_values(col)
+    # row 0 at byte 4: 'ab' + the 8-byte key -> value at 4 + 10 = 14, 'x/y' is 3 bytes long;
+    # row 3 at byte 4 + 15 = 19: values at 19 + 8 = 27 ('p', 1 byte) and 19 + 19 = 38 ('q', unterminated)
+    assert found_rows.tolist() == [0, 3, 3]
+    assert starts.tolist() == [14, 27, 38]
+    assert lengths.tolist() == [3, 1, -1]
+    assert cut_values(col, starts, lengths.clip(0)).to_pylist() == ["x/y", "p", ""]
+    out = insert_at(col, found_rows, starts, "/m/")
+    assert out.to_pylist() == ['ab"url": "/m/x/y"}', None, "", '"url": "/m/p" "url": "/m/q', "no key"]
+
+
+def test_search_skips_the_shared_first_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one key search reads each row from the end of the shared system message on: the message's
+    bytes are null slots of the searched array (Arrow's kernels never read them), and the values found
+    are still every value, with the rewrite equal to the Python walk."""
+    texts = [json.dumps(messages("selfqa/a.mp4")), json.dumps(messages("museg/charades/b.jpg"))]
+    searched: list[pa.Array] = []
+    split = pc.split_pattern
+
+    def spy(arr: pa.Array, pattern: str) -> pa.Array:
+        searched.append(arr)
+        return split(arr, pattern)
+
+    monkeypatch.setattr(pc, "split_pattern", spy)
+    out = rewrite_messages_json(pa.array(texts), "/m")
+    system = json.dumps([messages(None)[0]])[:-1]  # '[{...system message...}' (the shared start)
+    assert len(searched) == 1
+    assert searched[0].to_pylist() == [None, texts[0][len(system) :], None, texts[1][len(system) :]]
+    assert out.python_rows == 0
+    assert [media_urls(json.loads(t)) for t in out.column.to_pylist()] == [
+        ["/m/selfqa/a.mp4"],
+        ["/m/museg/charades/b.jpg"],
+    ]
 
 
 # ------------------------------------------------------------------------------ several bad paths in a row

@@ -1,9 +1,10 @@
 """Materialize: rewrite sentinel media paths in the SFT and RL parquets, columnar, batch by batch.
 
-- SFT ``messages`` as JSON strings: media references are ``"url": "<path>"`` values. Arrow splits every
-  row at its ``"url": "`` keys (one search pass); piece k > 0 of a row starts with its k-th path, which
-  is cut out with numpy and classified as an Arrow array; joining the pieces back with
-  ``"url": "<prefix>/`` is the whole rewrite (one copy). Rows the structural check did not find in the
+- SFT ``messages`` as JSON strings: media references are ``"url": "<path>"`` values. One search finds
+  every ``"url": "`` key after the batch's shared first message (the system prompt, searched never);
+  the paths are cut out of the bytes as an Arrow array and classified there; each row, cut at its
+  paths' starts into zero-copy pieces and joined back with ``<prefix>/``, is the whole rewrite (one
+  copy of the bytes). Rows the structural check did not find in the
   canonical shape (other spacing, extra keys, bad rows) and paths holding JSON escapes are rewritten in
   Python with ``json`` instead: exact, and rare in practice (``json.dumps`` output is canonical).
 - SFT ``messages`` as native nested lists and RL ``videos`` (list<struct<video>>): the string leaf is
@@ -35,9 +36,9 @@ from paravt_core.data.validate import (
     DataError,
     FileChecker,
     Reason,
+    SharedStart,
     check_messages,
     check_rl,
-    cut_strings,
     default_question_type,
     has_path,
     is_json_column,
@@ -46,6 +47,8 @@ from paravt_core.data.validate import (
     map_leaf,
     merge,
     merge_each,
+    null_mask,
+    shared_start,
     string_offsets,
 )
 
@@ -76,6 +79,8 @@ class MediaRefs:
         parts = [p for p in parts if len(p.rows)]
         if not parts:
             return MediaRefs.empty()
+        if len(parts) == 1 and parts[0].paths.type == pa.string():
+            return parts[0]
         paths = pa.concat_arrays([p.paths.cast(pa.string()) for p in parts])
         return MediaRefs(
             np.concatenate([p.rows for p in parts]), paths, np.concatenate([p.status for p in parts])
@@ -110,31 +115,93 @@ def _json_text(value: str) -> str:
 # ----------------------------------------------------------------------------------- SFT, JSON strings
 
 
-def split_at_url_keys(texts: pa.Array) -> tuple[pa.Array, np.ndarray, pa.Array, np.ndarray]:
-    """Split each row at its canonical ``"url": "`` keys.
+def _over(texts: pa.Array, bounds: np.ndarray, valid: np.ndarray | None) -> pa.Array:
+    """Strings ``data[bounds[i]:bounds[i + 1]]`` over ``texts``' own data buffer (no copy); ``valid``:
+    which of them are non-null (Arrow's string kernels skip null slots, so their bytes are never read)."""
+    dtype = np.int64 if pa.types.is_large_string(texts.type) else np.int32
+    bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(
+        texts.type, len(bounds) - 1, [bitmap, pa.py_buffer(bounds.astype(dtype)), texts.buffers()[2]]
+    )
 
-    Returns (the split list array, the row of each path, the paths, rows whose paths the fast path
-    cannot take as they are: unterminated, or holding a backslash, i.e. a JSON escape). Piece k > 0 of a
-    row starts with the row's k-th path, which runs to the next ``"``.
+
+def find_url_values(
+    texts: pa.Array, start: SharedStart | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, start, length) of the value after every canonical ``"url": "`` key of every row.
+
+    ``start`` is a byte offset into ``texts``' data buffer; ``length`` runs to the next ``"`` within the
+    row (-1: none, not a JSON string). One search (Arrow's ``split_pattern``, used for its piece offsets
+    only) over each row's bytes after the shared first message (``start``, as from ``shared_start``;
+    None: worked out here) when that message holds no key; the values' ends are searched in views of
+    the row from each value on. Nothing is copied but the pieces of that search.
     """
     n = len(texts)
-    pieces = pc.split_pattern(texts, CANONICAL_KEY)
-    offsets, flat = list_parts(pieces)
-    counts = np.diff(offsets)
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.maximum(counts - 1, 0))
-    later = np.ones(len(flat), dtype=bool)
-    later[offsets[:-1][counts > 0]] = False  # the first piece of a row precedes any key
-    later_idx = np.flatnonzero(later)
-    # path length = position of the first quote in the piece (-1: unterminated, not a JSON string)
-    ends = pc.find_substring(flat, '"').to_numpy(zero_copy_only=False)[later_idx].astype(np.int64)
-    odd = np.zeros(n, dtype=bool)
-    odd[rows[ends < 0]] = True
-    lengths = np.maximum(ends, 0)
-    piece_starts = string_offsets(flat).astype(np.int64)[later_idx]
-    paths = cut_strings(flat.buffers()[2], piece_starts, lengths)
-    if len(paths):
-        odd[rows[pc.fill_null(pc.match_substring(paths, "\\"), False).to_numpy(zero_copy_only=False)]] = True
-    return pieces, rows, paths, odd
+    offsets = string_offsets(texts).astype(np.int64)
+    if start is None:
+        start = shared_start(texts)
+    skip = offsets[:-1]
+    # the shared message is a JSON object (it ends with "}"), so no key straddles its end
+    if start is not None and CANONICAL_KEY not in start.text:
+        skip = skip + np.where(start.rows, start.size, 0)
+    # 2n strings: each row's lead (null: never searched), then the rest of the row
+    bounds = np.empty(2 * n + 1, dtype=np.int64)
+    bounds[0::2], bounds[1::2] = offsets, skip
+    valid = np.zeros(2 * n, dtype=bool)
+    valid[1::2] = ~null_mask(texts) if texts.null_count else True
+    pieces = pc.split_pattern(_over(texts, bounds, valid), CANONICAL_KEY)
+    list_offsets, flat = list_parts(pieces)
+    counts = np.diff(list_offsets)
+    element = np.repeat(np.arange(2 * n, dtype=np.int64), counts)
+    first = list_offsets[:-1][element]
+    index = np.arange(len(flat), dtype=np.int64)
+    later = index != first  # piece k > 0 of a rest follows the k-th key: its start is a value's start
+    flat_offsets = string_offsets(flat).astype(np.int64)
+    # piece start in the original bytes: the rest's start + bytes of the earlier pieces + the keys between
+    starts = (
+        bounds[element] + flat_offsets[:-1] - flat_offsets[first] + (index - first) * len(CANONICAL_KEY)
+    )[later]
+    rows = element[later] // 2
+    if not len(starts):
+        return rows, starts, starts.copy()
+    # each value's view runs to the next value's start or its row's end, whichever comes first
+    ends = np.minimum(np.append(starts[1:], offsets[-1]), offsets[rows + 1])
+    view_bounds = np.empty(2 * len(starts), dtype=np.int64)
+    view_bounds[0::2], view_bounds[1::2] = starts, ends
+    view_valid = np.zeros(2 * len(starts) - 1, dtype=bool)
+    view_valid[0::2] = True
+    found = pc.find_substring(_over(texts, view_bounds, view_valid), '"').to_numpy(zero_copy_only=False)
+    return rows, starts, found[0::2].astype(np.int64)
+
+
+def cut_values(texts: pa.Array, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """The byte ranges ``[start, start + length)`` of ``texts``' data buffer (ascending, disjoint) as a
+    string array: zero-copy strings over the buffer, every other one taken (one copy of those bytes)."""
+    if not len(starts):
+        return pa.array([], pa.string())
+    bounds = np.empty(2 * len(starts), dtype=np.int64)
+    bounds[0::2], bounds[1::2] = starts, starts + lengths
+    cut = _over(texts, bounds, None).take(pa.array(np.arange(0, 2 * len(starts), 2)))
+    return cut if cut.type == pa.string() else cut.cast(pa.string())
+
+
+def insert_at(texts: pa.Array, rows: np.ndarray, starts: np.ndarray, text: str) -> pa.Array:
+    """``texts`` with ``text`` inserted at each byte offset ``starts`` (ascending; ``rows``: their rows).
+
+    Each row is cut at its offsets into zero-copy pieces over the data buffer and joined back with
+    ``text``: one copy of the bytes."""
+    n = len(texts)
+    offsets = string_offsets(texts).astype(np.int64)
+    bounds = np.insert(offsets, rows + 1, starts)  # each row's offsets before its end
+    list_offsets = np.arange(n + 1, dtype=np.int64)
+    list_offsets[1:] += np.cumsum(np.bincount(rows, minlength=n))
+    pieces = _over(texts, bounds, None)
+    mask = texts.is_null() if texts.null_count else None
+    if pa.types.is_large_string(texts.type):
+        lists = pa.LargeListArray.from_arrays(pa.array(list_offsets, pa.int64()), pieces, mask=mask)
+    else:
+        lists = pa.ListArray.from_arrays(pa.array(list_offsets, pa.int32()), pieces, mask=mask)
+    return pc.binary_join(lists, pa.scalar(text, texts.type))
 
 
 def rewrite_messages_obj(obj: object, prefix: str) -> list[tuple[str, int]]:
@@ -160,19 +227,30 @@ def rewrite_messages_obj(obj: object, prefix: str) -> list[tuple[str, int]]:
 
 
 def rewrite_messages_json(
-    texts: pa.Array, prefix: str, canonical: np.ndarray | None = None, skip: np.ndarray | None = None
+    texts: pa.Array,
+    prefix: str,
+    canonical: np.ndarray | None = None,
+    skip: np.ndarray | None = None,
+    start: SharedStart | None = None,
 ) -> Rewritten:
     """Rewrite sentinel paths in a JSON ``messages`` column (see the module docstring).
 
     ``canonical``: rows the structural check found in the canonical shape (their ``"url"`` keys are
     exactly the media urls, all canonical); every other row is rewritten in Python. Without it, rows
     with a non-canonical ``"url"`` key are found by a regex. ``skip``: rows already rejected (left as is).
+    ``start``: ``shared_start(texts)`` when the caller has it (see ``find_url_values``).
     """
     n = len(texts)
     esc = f"{_json_text(prefix)}/"
-    pieces, rows, paths, python = split_at_url_keys(texts)
-    # joining the pieces back with the prefix inserted is the whole rewrite: one copy of the bytes
-    column = pc.binary_join(pieces, pa.scalar(CANONICAL_KEY + esc, pieces.type.value_type))
+    rows, starts, lengths = find_url_values(texts, start)
+    python = np.zeros(n, dtype=bool)
+    python[rows[lengths < 0]] = True  # unterminated: not a JSON string
+    paths = cut_values(texts, starts, np.maximum(lengths, 0))
+    if len(paths):  # a backslash is a JSON escape: the value is not the path as written
+        escaped = pc.fill_null(pc.match_substring(paths, "\\"), False).to_numpy(zero_copy_only=False)
+        python[rows[escaped]] = True
+    # the prefix inserted at each value's start is the whole rewrite: one copy of the bytes
+    column = insert_at(texts, rows, starts, esc)
     if canonical is not None:
         python |= ~canonical
     else:
@@ -234,13 +312,17 @@ def sft_media_paths() -> list[tuple[str, ...]]:
 
 
 def rewrite_messages(
-    col: pa.Array, prefix: str, canonical: np.ndarray | None = None, skip: np.ndarray | None = None
+    col: pa.Array,
+    prefix: str,
+    canonical: np.ndarray | None = None,
+    skip: np.ndarray | None = None,
+    start: SharedStart | None = None,
 ) -> Rewritten:
     """Rewrite an SFT ``messages`` column, JSON string or native nested list."""
     if is_json_column(col):
         if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             col = col.cast(pa.string())
-        return rewrite_messages_json(col, prefix, canonical, skip)
+        return rewrite_messages_json(col, prefix, canonical, skip, start)
     return rewrite_leaves(col, sft_media_paths(), prefix)
 
 
@@ -305,7 +387,7 @@ def _file_checks(
         return skipped, set(), set()
     candidate = (refs.status == sentinel.OK) & (reasons[refs.rows] == 0)
     rows = refs.rows[candidate]
-    paths = _strip_scheme(refs.paths.filter(pa.array(candidate)))
+    paths = _strip_scheme(refs.paths if candidate.all() else refs.paths.filter(pa.array(candidate)))
     absent = target.checker.missing(paths)
     if not absent:
         return skipped, set(), set()
@@ -343,11 +425,15 @@ def process_batch(batch: pa.RecordBatch, kind: str, target: Target, first_row: i
     if kind == "sft":
         name = "messages"
         col = batch.column(name)
+        # the shared first message, found once for the check and the rewrite (both skip its bytes)
+        start = (
+            shared_start(col) if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) else None
+        )
         if target.check_structure:
-            reasons, canonical = check_messages(col)
+            reasons, canonical = check_messages(col, start)
         else:
             reasons, canonical = np.zeros(n, dtype=np.int8), None
-        rewritten = rewrite_messages(col, target.prefix, canonical, reasons != 0)
+        rewritten = rewrite_messages(col, target.prefix, canonical, reasons != 0, start)
     else:
         name = "videos"
         reasons = check_rl(batch) if target.check_structure else np.zeros(n, dtype=np.int8)

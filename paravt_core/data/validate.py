@@ -22,6 +22,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
@@ -237,43 +238,6 @@ def _check_messages_nested(m: pa.Array) -> np.ndarray:
     return reasons
 
 
-# Offsets of a string_view array are int32: larger buffers take the byte-gather route.
-VIEW_LIMIT = (1 << 31) - 1
-_INLINE = 12  # a string_view holds strings of up to 12 bytes inline, longer ones by (prefix, buffer, offset)
-
-
-def cut_strings(data: pa.Buffer | None, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """The byte ranges ``data[start:start + length]`` as a string array (the bytes must be UTF-8).
-
-    Built as a ``string_view`` array over ``data`` (16 bytes of numpy work per string, no per-byte index)
-    and cast to ``string`` by Arrow in one copy; a byte gather when ``data`` is too large for views.
-    """
-    n = len(starts)
-    total = int(lengths.sum()) if n else 0
-    if total == 0 or data is None:
-        return pa.array([""] * n, pa.string())
-    raw = np.frombuffer(data, dtype=np.uint8)
-    if len(raw) > VIEW_LIMIT:
-        out_offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths, out=out_offsets[1:])
-        gather = np.repeat(starts - out_offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
-        return pa.Array.from_buffers(
-            pa.large_string(), n, [None, pa.py_buffer(out_offsets), pa.py_buffer(raw[gather])]
-        ).cast(pa.string())
-    # the first 12 bytes of each string (zero past its end): inline data or the 4-byte prefix
-    idx = starts[:, None] + np.arange(_INLINE, dtype=np.int64)
-    head = raw[np.minimum(idx, len(raw) - 1)]
-    head[np.arange(_INLINE)[None, :] >= lengths[:, None]] = 0
-    # one row per view: length | inline bytes 0-3 or prefix | 4-7 or buffer index | 8-11 or offset
-    views = np.zeros((n, 4), dtype="<i4")
-    views[:, 0] = lengths
-    views[:, 1:] = head.view("<i4")
-    long = lengths > _INLINE
-    views[long, 2] = 0  # the only data buffer
-    views[long, 3] = starts[long]
-    return pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), data]).cast(pa.string())
-
-
 # ----------------------------------------------------------------------------------- strict JSON parse
 
 # Bisection stops here and hands the rows to the Python checks (also after this many failed levels,
@@ -425,6 +389,25 @@ def shared_first_message(texts: pa.Array) -> tuple[str, bool] | None:
     return prefix, bool(pc.match_substring_regex(pa.array([prefix]), opens_assistant)[0].as_py())
 
 
+@dataclass(frozen=True)
+class SharedStart:
+    """The batch's shared first message (``shared_first_message``) and the rows that begin with it."""
+
+    text: str
+    size: int  # its UTF-8 byte length
+    assistant: bool  # whether that message is the assistant's
+    rows: np.ndarray  # bool per row: the row begins with it
+
+
+def shared_start(texts: pa.Array) -> SharedStart | None:
+    """``shared_first_message`` and the rows that begin with it (one ``starts_with`` pass), or None."""
+    shared = shared_first_message(texts)
+    if shared is None:
+        return None
+    rows = pc.fill_null(pc.starts_with(texts, shared[0]), False).to_numpy(zero_copy_only=False)
+    return SharedStart(shared[0], len(shared[0].encode()), shared[1], rows)
+
+
 def _starts_and_tails(texts: pa.Array, split: np.ndarray, cut: int) -> pa.Array:
     """Each row as two strings over the same bytes (no copy): its first ``cut`` bytes where ``split``
     (else the whole row), then the rest. The tail patterns are anchored at the start and cannot begin
@@ -436,23 +419,22 @@ def _starts_and_tails(texts: pa.Array, split: np.ndarray, cut: int) -> pa.Array:
     return pa.Array.from_buffers(texts.type, 2 * len(texts), [None, pa.py_buffer(bounds), texts.buffers()[2]])
 
 
-def canonical_rows(texts: pa.Array) -> np.ndarray:
+def canonical_rows(texts: pa.Array, start: SharedStart | None = None) -> np.ndarray:
     """Rows in the canonical shape with an assistant message (valid without decoding them).
 
     One RE2 pass; rows that begin with the batch's shared first message (checked once) are matched from
     the end of it on, over a zero-copy view of their remaining bytes. Exact: a canonical row starting with a
-    canonical first message is that message followed by a canonical tail, and the converse.
+    canonical first message is that message followed by a canonical tail, and the converse. ``start``:
+    ``shared_start(texts)`` when the caller has it already (None: worked out here).
     """
     n = len(texts)
     canonical = np.zeros(n, dtype=bool)
-    shared = shared_first_message(texts)
-    skip = np.zeros(n, dtype=bool)
-    if shared is not None:
-        prefix, has_assistant = shared
-        skip = pc.fill_null(pc.starts_with(texts, prefix), False).to_numpy(zero_copy_only=False)
+    if start is None:
+        start = shared_start(texts)
+    skip = start.rows if start is not None else np.zeros(n, dtype=bool)
     if skip.any():
-        tail_re = _TAIL_RE if has_assistant else _TAIL_WITH_ASSISTANT_RE
-        tails = pc.match_substring_regex(_starts_and_tails(texts, skip, len(prefix.encode())), tail_re)
+        tail_re = _TAIL_RE if start.assistant else _TAIL_WITH_ASSISTANT_RE
+        tails = pc.match_substring_regex(_starts_and_tails(texts, skip, start.size), tail_re)
         canonical[skip] = tails.to_numpy(zero_copy_only=False)[1::2][skip]
     rest = np.flatnonzero(~skip)
     if len(rest):
@@ -462,11 +444,12 @@ def canonical_rows(texts: pa.Array) -> np.ndarray:
     return canonical
 
 
-def check_messages(col: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+def check_messages(col: pa.Array, start: SharedStart | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """(reason per row, rows in the canonical shape or None) of an SFT ``messages`` column.
 
-    JSON rows in the canonical shape are valid without decoding them (``canonical_rows``); the others are
-    decoded and checked in Python. Native nested columns are checked on the Arrow arrays (no canonical mask).
+    JSON rows in the canonical shape are valid without decoding them (``canonical_rows``; ``start`` as
+    there); the others are decoded and checked in Python. Native nested columns are checked on the
+    Arrow arrays (no canonical mask).
     """
     if not is_json_column(col):
         return _check_messages_nested(col), None
@@ -475,7 +458,7 @@ def check_messages(col: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     reasons = np.zeros(n, dtype=np.int8)
     if n == 0:
         return reasons, np.zeros(0, dtype=bool)
-    canonical = canonical_rows(texts)
+    canonical = canonical_rows(texts, start)
     rest = np.flatnonzero(~canonical)
     if len(rest):
         for i, text in zip(rest, texts.take(pa.array(rest)).to_pylist(), strict=True):
@@ -701,15 +684,18 @@ class FileChecker:
             return set(unique.filter(hit).to_pylist())
 
     def _decide(self, paths: set[str]) -> None:
-        by_dir: dict[str, list[str]] = {}
+        # (directory, name) by one str.rpartition per path: posixpath.dirname/basename cost several
+        # calls each, and root/directory/name is the same file as root/path either way
+        by_dir: dict[str, list[tuple[str, str]]] = {}
         for path in paths:
-            by_dir.setdefault(os.path.dirname(path), []).append(path)
+            directory, _, name = path.rpartition("/")
+            by_dir.setdefault(directory, []).append((path, name))
         for directory, group in by_dir.items():
             listing = self._listings.get(directory)
             if listing is None and len(group) >= self.list_min:
                 listing = self._listings[directory] = self._list(directory)
-            for path in group:
-                found = listing is not None and os.path.basename(path) in listing
+            for path, name in group:
+                found = listing is not None and name in listing
                 if found or os.path.isfile(os.path.join(self.root, path)):
                     self._present.add(path)
                 else:
