@@ -220,3 +220,22 @@ def test_unreachable_host(monkeypatch, capsys) -> None:
     assert main(["pipeline", "status", "r", "--host", f"http://127.0.0.1:{port}", "--namespace", "x"]) == 1
     _, err = capsys.readouterr()
     assert err.startswith("paravt pipeline: cannot reach the KFP API")
+
+
+@pytest.mark.parametrize("verb", ["create", "submit"])
+def test_kfp_cli_run_create_and_deprecated_submit(kfp_server, tmp_path, verb) -> None:
+    """The README's `kfp run create` line works against the same server; `submit` is an alias that warns."""
+    from click.testing import CliRunner
+    from kfp.cli.cli import cli
+
+    package = tmp_path / "train.yaml"
+    assert main(["pipeline", "compile", "train", str(package)]) == 0
+    argv = ["--endpoint", kfp_server.url, "--namespace", "team-a", "--existing-token", TOKEN, "run", verb]
+    argv += ["--experiment-name", "paravt", "--run-name", "cli-run", "--package-file", str(package)]
+    argv += ['data_overrides=["extract.workers=4"]']
+    result = CliRunner().invoke(cli, argv, obj={})  # kfp.cli.__main__ passes obj={}
+    (run_call,) = kfp_server.state.calls("POST", "/runs")
+    assert run_call.body["display_name"] == "cli-run"
+    assert run_call.body["runtime_config"]["parameters"] == {"data_overrides": ["extract.workers=4"]}
+    deprecation = "Warning: 'submit' is deprecated, use 'create' instead."
+    assert (deprecation in result.output) == (verb == "submit")
