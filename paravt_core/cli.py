@@ -90,6 +90,7 @@ def _cmd_pipeline_schedule(args: argparse.Namespace) -> int:
         enabled=not args.disabled,
         pipeline_root=args.pipeline_root,
         service_account=args.service_account,
+        exist_ok=args.exist_ok,
     )
     print(conn.recurring_run_url(recurring_id))
     return 0
@@ -206,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--cron", default="0 0 2 * * *", help="6-field cron, seconds first (default: 0 0 2 * * *)"
     )
     prc.add_argument("--disabled", action="store_true", help="create it paused")
+    prc.add_argument(
+        "--exist-ok", action="store_true", help="a recurring run of that name already there is success"
+    )
     _add_connection(prc)
     prc.set_defaults(fn=_cmd_pipeline_schedule)
     for verb in ("enable", "disable"):

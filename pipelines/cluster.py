@@ -175,8 +175,12 @@ def schedule(
     enabled: bool = True,
     pipeline_root: str | None = None,
     service_account: str | None = None,
+    exist_ok: bool = False,
 ) -> str:
-    """Create a recurring run: one run at a time, no catch-up of missed slots; return its id."""
+    """Create a recurring run: one run at a time, no catch-up of missed slots; return its id.
+
+    A recurring run of the same name in the experiment is an error, or with ``exist_ok`` the answer
+    (so a job that registers the schedule can be re-applied)."""
     import json
 
     cron = check_cron(cron)
@@ -188,6 +192,8 @@ def schedule(
         )
         existing = kfp_client.list_recurring_runs(experiment_id=experiment_id, filter=same_name)
     if existing.recurring_runs:
+        if exist_ok:
+            return existing.recurring_runs[0].recurring_run_id
         raise ClusterError(
             f"a recurring run named {name!r} already exists in experiment {experiment!r} "
             f"(id {existing.recurring_runs[0].recurring_run_id}); disable it or pick another --name"

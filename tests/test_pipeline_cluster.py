@@ -140,6 +140,12 @@ def test_schedule_create_enable_disable(kfp_server, tmp_path, capsys) -> None:
     assert f"already exists in experiment 'paravt-nightly' (id {job_id})" in err
     assert len(state.recurring_runs) == 1
 
+    # With --exist-ok (the manifests' scheduler job) the existing one is the answer.
+    assert main(argv + ["--exist-ok"] + _conn(kfp_server)) == 0
+    out, _ = _no_token_printed(capsys)
+    assert out == f"{kfp_server.url}/#/recurringrun/details/{job_id}\n"
+    assert len(state.recurring_runs) == 1 and len(state.calls("POST", "/recurringruns")) == 1
+
 
 def test_schedule_created_disabled(kfp_server, capsys) -> None:
     argv = ["pipeline", "schedule", "create", "train", "--name", "paused", "--disabled"] + _conn(kfp_server)
