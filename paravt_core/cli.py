@@ -20,6 +20,16 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from paravt_core.config import ReportConfig, load_config
+
+    cfg = load_config(ReportConfig, args.config, args.overrides)
+    from paravt_core.report.stage import run
+
+    print(run(cfg).to_json())
+    return 0
+
+
 def _cmd_synth(args: argparse.Namespace) -> int:
     from paravt_core.data.synth import synthesize
 
@@ -163,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     _add_stage(sub, "data", _cmd_data, "download, extract, materialize, validate and audit the data")
+    _add_stage(sub, "report", _cmd_report, "eval table and nightly trend report (HTML, Markdown, PNG)")
 
     p = sub.add_parser("synth", help="write synthetic ParaVT data (videos, zips, parquets)")
     p.add_argument("out_dir")

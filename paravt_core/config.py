@@ -86,7 +86,35 @@ class DataConfig(StrictModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
 
-STAGE_CONFIGS: dict[str, type[StrictModel]] = {"data": DataConfig}
+# ---------------------------------------------------------------------------------------------
+# Report stage
+# ---------------------------------------------------------------------------------------------
+
+
+class TrendConfig(StrictModel):
+    """Nightly eval trend. This night's eval outputs are ``<results_prefix>/<night>/<benchmark>/``; every
+    night's summary is ``<results_prefix>/nights/<night>.json``. Empty ``results_prefix``: no trend."""
+
+    results_prefix: str = ""
+    night: str = ""  # YYYY-MM-DD; empty: today (UTC)
+    checkpoint: str = ""  # the model URI evaluated this night (shown in the report)
+    benchmarks: list[str] = Field(default_factory=list)  # what this night should have evaluated
+    # The run's final state as KFP reports it (SUCCEEDED, FAILED, CANCELED); empty: from the benchmarks.
+    state: str = ""
+    error: str = ""
+    max_nights: int = Field(default=30, ge=2)  # nights shown in the plot and the table
+
+
+class ReportConfig(StrictModel):
+    """``paravt report``: the eval table of a run and, for nightly evals, the trend over earlier nights."""
+
+    output: str = "./paravt-work/report"  # URI of report.html, report.md, trend.png, metrics.json
+    title: str = "ParaVT report"
+    eval_outputs: list[str] = Field(default_factory=list)  # eval stage outputs (URIs) to tabulate
+    trend: TrendConfig = Field(default_factory=TrendConfig)
+
+
+STAGE_CONFIGS: dict[str, type[StrictModel]] = {"data": DataConfig, "report": ReportConfig}
 
 
 # ---------------------------------------------------------------------------------------------

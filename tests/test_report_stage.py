@@ -1,0 +1,120 @@
+"""``paravt report`` end to end on hand-made eval outputs: local paths and the real S3 server.
+
+The previous nights' summaries and this night's eval outputs (``results.json`` + ``_COMPLETE``) are
+written by hand; expected values and deltas are worked out in the comments.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from paravt_core import storage
+from paravt_core.cli import main
+from paravt_core.config import ReportConfig
+from paravt_core.report.stage import benchmark_output, night_uri, resolve_night, run, start_night
+from paravt_core.report.trend import FAILED, SUCCEEDED, BenchmarkResult, Night
+
+NIGHT = "2026-11-23"
+
+
+def _eval_output(uri: str, bench: str, protocols: dict[str, float], headline: str = "accuracy") -> None:
+    results = {"protocols": {p: {bench: {headline: v, "headline": headline}} for p, v in protocols.items()}}
+    storage.write_bytes(storage.join(uri, "results.json"), json.dumps(results).encode())
+    storage.mark_complete(uri)
+
+
+def _seed(prefix: str) -> None:
+    earlier = [
+        Night("2026-11-21", SUCCEEDED, "c1", {"videomme": BenchmarkResult(SUCCEEDED, {"agentic": 60.0})}),
+        Night("2026-11-22", FAILED, "c2", {"videomme": BenchmarkResult(FAILED, error="OOM")}, "run failed"),
+    ]
+    for night in earlier:
+        storage.write_bytes(night_uri(prefix, night.date), json.dumps(night.to_json()).encode())
+    start_night(prefix, NIGHT, "c3")
+    _eval_output(benchmark_output(prefix, NIGHT, "videomme"), "videomme", {"agentic": 62.5, "direct": 58.0})
+    # charades: the eval started writing but never completed.
+    storage.write_bytes(storage.join(benchmark_output(prefix, NIGHT, "charades"), "records.jsonl"), b"{}\n")
+
+
+def _config(prefix: str, output: str, state: str) -> ReportConfig:
+    return ReportConfig.model_validate(
+        {
+            "output": output,
+            "title": "nightly",
+            "trend": {
+                "results_prefix": prefix,
+                "night": NIGHT,
+                "checkpoint": "c3",
+                "benchmarks": ["videomme", "charades"],
+                "state": state,
+                "error": "task eval-op failed" if state == "FAILED" else "",
+            },
+        }
+    )
+
+
+def _check(prefix: str, output: str, result) -> None:
+    night = json.loads(storage.read_bytes(night_uri(prefix, NIGHT)))
+    assert night["state"] == FAILED and night["error"] == "task eval-op failed"
+    assert night["benchmarks"]["videomme"] == {
+        "state": SUCCEEDED,
+        "scores": {"agentic": 62.5, "direct": 58.0},
+        "error": "",
+    }
+    assert night["benchmarks"]["charades"]["state"] == FAILED
+    assert "no complete eval output" in night["benchmarks"]["charades"]["error"]
+
+    # Latest night: videomme agentic 62.5, previous value 60.0 (11-22 failed, skipped): delta +2.5.
+    assert result.metrics["trend.videomme.agentic"] == 62.5
+    assert result.metrics["trend.videomme.agentic.delta"] == pytest.approx(2.5)
+    assert "trend.videomme.direct.delta" not in result.metrics  # first value of that series
+    assert result.metrics["trend.nights"] == 3.0 and result.metrics["trend.failed_nights"] == 2.0
+    md = storage.read_bytes(storage.join(output, "report.md")).decode()
+    # Columns sorted: videomme (agentic), videomme (direct); charades has no value on any night.
+    assert "| 2026-11-23 | failed | 62.5 (+2.5) | 58.0 |" in md
+    assert "| 2026-11-22 | failed | failed | failed |" in md
+    assert "| 2026-11-21 | succeeded | 60.0 | — |" in md
+    assert storage.read_bytes(storage.join(output, "trend.png"))[:8] == b"\x89PNG\r\n\x1a\n"
+    page = storage.read_bytes(storage.join(output, "report.html")).decode()
+    assert page.count("data:image/png;base64,") == 1 and "task eval-op failed" in page
+    assert storage.is_complete(output)
+    assert json.loads(storage.read_bytes(storage.join(output, "metrics.json"))) == pytest.approx(
+        result.metrics
+    )
+
+
+def test_report_stage_local(tmp_path) -> None:
+    prefix, output = str(tmp_path / "nightly"), str(tmp_path / "nightly" / NIGHT / "report")
+    _seed(prefix)
+    _check(prefix, output, run(_config(prefix, output, "FAILED")))
+
+
+def test_report_stage_s3(s3_bucket: str) -> None:
+    prefix = f"{s3_bucket}/nightly"
+    output = f"{prefix}/{NIGHT}/report"
+    _seed(prefix)
+    _check(prefix, output, run(_config(prefix, output, "FAILED")))
+
+
+def test_report_cli_eval_table(tmp_path, capsys) -> None:
+    out_a, out_b = str(tmp_path / "eval-a"), str(tmp_path / "eval-b")
+    _eval_output(out_a, "videomme", {"agentic": 61.0, "direct": 57.5})
+    _eval_output(out_b, "charades", {"agentic": 49.0}, headline="miou")
+    argv = ["report", f"output={tmp_path / 'rep'}", f"eval_outputs=[{out_a}, {out_b}]"]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["metrics"] == {"videomme.agentic": 61.0, "videomme.direct": 57.5, "charades.agentic": 49.0}
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| videomme | direct | 57.5 |" in md and "| charades | agentic | 49.0 |" in md
+    assert not (tmp_path / "rep" / "trend.png").exists()  # no results prefix: no trend
+
+
+def test_resolve_night() -> None:
+    assert resolve_night("2026-01-02", "2026-05-05T02:00:00Z") == "2026-01-02"
+    assert resolve_night("", "2026-05-05T02:00:00Z") == "2026-05-05"
+    # The local runner leaves KFP's placeholder unresolved: fall back to today (UTC).
+    from paravt_core.report.stage import today_utc
+
+    assert resolve_night("", "{{$.pipeline_job_create_time_utc}}") == today_utc()
