@@ -96,7 +96,9 @@ class TrendConfig(StrictModel):
     night's summary is ``<results_prefix>/nights/<night>.json``. Empty ``results_prefix``: no trend."""
 
     results_prefix: str = ""
-    night: str = ""  # YYYY-MM-DD; empty: today (UTC)
+    # YYYY-MM-DD; empty: the night that run ``run_id`` started (nights/*.json), else today (UTC).
+    night: str = ""
+    run_id: str = ""  # the KFP run of this night
     checkpoint: str = ""  # the model URI evaluated this night (shown in the report)
     benchmarks: list[str] = Field(default_factory=list)  # what this night should have evaluated
     # The run's final state as KFP reports it (SUCCEEDED, FAILED, CANCELED); empty: from the benchmarks.

@@ -2,14 +2,19 @@
 
 ``kfp.local.SubprocessRunner(use_venv=False)`` executes every component of the DAG as a subprocess
 of the current interpreter (the project venv): the same component code that runs in the images on a
-cluster. Platform settings (secrets, GPUs, retries) are cluster-only and ignored here.
+cluster. Kubernetes settings (secrets, GPUs, volumes) are cluster-only and ignored here; task retry
+policies are honoured (kfp 2.17's local orchestrator retries with the same backoff), so local runs
+compile with ``PARAVT_RETRY_BACKOFF=0s``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,13 +36,54 @@ def run_train_locally(
     """Run the train DAG with the subprocess runner; return where its outputs are."""
     from pipelines.train import train_pipeline
 
+    start = time.perf_counter()
+    with _local_runner(pipeline_root):
+        task = train_pipeline(data_config_yaml=config_to_yaml(data_cfg), data_overrides=list(overrides or []))
+    return LocalRun(data_uri=task.output, pipeline_root=pipeline_root, seconds=time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def _local_runner(pipeline_root: str) -> Iterator[None]:
+    """kfp.local with the subprocess runner; retries without backoff while the pipeline inside is
+    compiled and run (restored afterwards, so later cluster compiles keep the real backoff)."""
     Path(pipeline_root).mkdir(parents=True, exist_ok=True)
     local.init(
         runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(Path(pipeline_root).resolve())
     )
-    start = time.perf_counter()
-    task = train_pipeline(data_config_yaml=config_to_yaml(data_cfg), data_overrides=list(overrides or []))
-    return LocalRun(data_uri=task.output, pipeline_root=pipeline_root, seconds=time.perf_counter() - start)
+    before = os.environ.get("PARAVT_RETRY_BACKOFF")
+    os.environ["PARAVT_RETRY_BACKOFF"] = "0s"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PARAVT_RETRY_BACKOFF", None)
+        else:
+            os.environ["PARAVT_RETRY_BACKOFF"] = before
+
+
+def run_nightly_locally(
+    checkpoint_uri: str,
+    results_prefix: str,
+    benchmarks: list[str],
+    pipeline_root: str,
+    *,
+    night: str = "",
+    eval_config_yaml: str = "{}",
+    eval_overrides: list[str] | None = None,
+) -> None:
+    """Run the nightly eval pipeline with the subprocess runner (raises if the run fails; the report,
+    an exit handler, has run either way)."""
+    from pipelines.nightly_eval import nightly_pipeline
+
+    with _local_runner(pipeline_root):
+        nightly_pipeline(
+            checkpoint_uri=checkpoint_uri,
+            results_prefix=results_prefix,
+            benchmarks=benchmarks,
+            eval_config_yaml=eval_config_yaml,
+            eval_overrides=list(eval_overrides or []),
+            night=night,
+        )
 
 
 def demo(out_dir: str, videos: int = 8, seconds: float = 12.0) -> LocalRun:

@@ -13,7 +13,7 @@ import pytest
 from paravt_core import storage
 from paravt_core.cli import main
 from paravt_core.config import ReportConfig
-from paravt_core.report.stage import benchmark_output, night_uri, resolve_night, run, start_night
+from paravt_core.report.stage import benchmark_output, find_night, night_uri, run, start_night
 from paravt_core.report.trend import FAILED, SUCCEEDED, BenchmarkResult, Night
 
 NIGHT = "2026-11-23"
@@ -58,6 +58,7 @@ def _config(prefix: str, output: str, state: str) -> ReportConfig:
 def _check(prefix: str, output: str, result) -> None:
     night = json.loads(storage.read_bytes(night_uri(prefix, NIGHT)))
     assert night["state"] == FAILED and night["error"] == "task eval-op failed"
+    assert night["run_id"] == ""
     assert night["benchmarks"]["videomme"] == {
         "state": SUCCEEDED,
         "scores": {"agentic": 62.5, "direct": 58.0},
@@ -111,10 +112,20 @@ def test_report_cli_eval_table(tmp_path, capsys) -> None:
     assert not (tmp_path / "rep" / "trend.png").exists()  # no results prefix: no trend
 
 
-def test_resolve_night() -> None:
-    assert resolve_night("2026-01-02", "2026-05-05T02:00:00Z") == "2026-01-02"
-    assert resolve_night("", "2026-05-05T02:00:00Z") == "2026-05-05"
-    # The local runner leaves KFP's placeholder unresolved: fall back to today (UTC).
-    from paravt_core.report.stage import today_utc
-
-    assert resolve_night("", "{{$.pipeline_job_create_time_utc}}") == today_utc()
+def test_final_step_finds_the_night_its_run_started(tmp_path) -> None:
+    """A run that crossed midnight: its report (no explicit night) finishes the night it started."""
+    prefix = str(tmp_path / "nightly")
+    start_night(prefix, "2026-11-20", "c0", run_id="other-run")
+    assert start_night(prefix, "2026-11-22", "c1", run_id="run-77") == "2026-11-22"
+    assert find_night(prefix, "run-77") == "2026-11-22"
+    assert find_night(prefix, "unknown") is None and find_night(prefix, "") is None
+    cfg = ReportConfig.model_validate(
+        {
+            "output": str(tmp_path / "rep"),
+            "trend": {"results_prefix": prefix, "run_id": "run-77", "state": "SUCCEEDED"},
+        }
+    )
+    run(cfg)
+    night = json.loads(storage.read_bytes(night_uri(prefix, "2026-11-22")))
+    # No benchmarks expected and KFP says succeeded: a succeeded night, same run id.
+    assert night["state"] == SUCCEEDED and night["run_id"] == "run-77" and night["checkpoint"] == ""

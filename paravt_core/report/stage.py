@@ -41,17 +41,6 @@ def today_utc() -> str:
     return datetime.now(UTC).date().isoformat()
 
 
-def resolve_night(night: str, created: str = "") -> str:
-    """The night's date: ``night`` if given, else the date of the run's creation time (KFP's
-    ``{{$.pipeline_job_create_time_utc}}``, left unresolved by the local runner), else today (UTC)."""
-    for candidate in (night, created):
-        try:
-            return datetime.fromisoformat(candidate.replace("Z", "+00:00")).date().isoformat()
-        except ValueError:
-            continue
-    return today_utc()
-
-
 def night_uri(results_prefix: str, night: str) -> str:
     return storage.join(results_prefix, NIGHTS_DIR, f"{night}.json")
 
@@ -61,11 +50,24 @@ def benchmark_output(results_prefix: str, night: str, benchmark: str) -> str:
     return storage.join(results_prefix, night, benchmark)
 
 
-def start_night(results_prefix: str, night: str, checkpoint: str) -> str:
-    """Mark the night RUNNING, so a run that dies before its final step still shows, as failed."""
-    uri = night_uri(results_prefix, night)
-    storage.write_bytes(uri, json.dumps(Night(night, RUNNING, checkpoint).to_json(), indent=2).encode())
-    return uri
+def start_night(results_prefix: str, night: str, checkpoint: str, run_id: str = "") -> str:
+    """Mark the night (``night``, or today UTC) RUNNING, so a run that dies before its final step still
+    shows, as failed. Returns the night's date."""
+    date = night or today_utc()
+    summary = Night(date, RUNNING, checkpoint, run_id=run_id)
+    storage.write_bytes(night_uri(results_prefix, date), json.dumps(summary.to_json(), indent=2).encode())
+    return date
+
+
+def find_night(results_prefix: str, run_id: str, recent: int = 3) -> str | None:
+    """The date of the night run ``run_id`` started (among the most recent summaries): the final step
+    of a run that crossed midnight still finishes the night it started."""
+    if not run_id:
+        return None
+    for night in reversed(load_nights(results_prefix, recent)):
+        if night.run_id == run_id:
+            return night.date
+    return None
 
 
 def collect_benchmark(results_prefix: str, night: str, benchmark: str) -> BenchmarkResult:
@@ -82,7 +84,8 @@ def collect_benchmark(results_prefix: str, night: str, benchmark: str) -> Benchm
 
 def finish_night(trend: TrendConfig, night: str) -> Night:
     benches = {b: collect_benchmark(trend.results_prefix, night, b) for b in trend.benchmarks}
-    result = Night(night, night_state(trend.state, benches), trend.checkpoint, benches, trend.error)
+    state = night_state(trend.state, benches)
+    result = Night(night, state, trend.checkpoint, benches, trend.error, trend.run_id)
     storage.write_bytes(
         night_uri(trend.results_prefix, night), json.dumps(result.to_json(), indent=2).encode()
     )
@@ -131,7 +134,8 @@ def run(cfg: ReportConfig) -> StageResult:
     trend = png = None
     today = today_utc()
     if cfg.trend.results_prefix:
-        night = resolve_night(cfg.trend.night)
+        night = cfg.trend.night or find_night(cfg.trend.results_prefix, cfg.trend.run_id) or today
+
         this = finish_night(cfg.trend, night)
         console.print(f"night {night}: {this.state.lower()}")
         nights = load_nights(cfg.trend.results_prefix, cfg.trend.max_nights)

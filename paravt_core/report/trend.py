@@ -31,6 +31,7 @@ class Night:
     checkpoint: str = ""
     benchmarks: dict[str, BenchmarkResult] = field(default_factory=dict)
     error: str = ""
+    run_id: str = ""  # the KFP run that evaluated this night
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -38,6 +39,7 @@ class Night:
             "state": self.state,
             "checkpoint": self.checkpoint,
             "error": self.error,
+            "run_id": self.run_id,
             "benchmarks": {
                 name: {"state": b.state, "scores": dict(b.scores), "error": b.error}
                 for name, b in sorted(self.benchmarks.items())
@@ -52,7 +54,14 @@ class Night:
             )
             for name, b in data.get("benchmarks", {}).items()
         }
-        return cls(data["date"], data["state"], data.get("checkpoint", ""), benches, data.get("error", ""))
+        return cls(
+            data["date"],
+            data["state"],
+            data.get("checkpoint", ""),
+            benches,
+            data.get("error", ""),
+            data.get("run_id", ""),
+        )
 
 
 @dataclass(frozen=True)
