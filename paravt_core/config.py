@@ -113,6 +113,9 @@ class ReportConfig(StrictModel):
     output: str = "./paravt-work/report"  # URI of report.html, report.md, trend.png, metrics.json
     title: str = "ParaVT report"
     eval_outputs: list[str] = Field(default_factory=list)  # eval stage outputs (URIs) to tabulate
+    # Training stage outputs (URIs) whose metrics.json and top-level plots (*.png) the report shows.
+    sft_output: str = ""
+    rl_output: str = ""
     trend: TrendConfig = Field(default_factory=TrendConfig)
 
 

@@ -129,3 +129,45 @@ def test_final_step_finds_the_night_its_run_started(tmp_path) -> None:
     night = json.loads(storage.read_bytes(night_uri(prefix, "2026-11-22")))
     # No benchmarks expected and KFP says succeeded: a succeeded night, same run id.
     assert night["state"] == SUCCEEDED and night["run_id"] == "run-77" and night["checkpoint"] == ""
+
+
+def _png(color: str) -> bytes:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.plot([0, 1], [1, 0], color=color)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def test_report_shows_training_metrics_and_plots(tmp_path) -> None:
+    import base64
+
+    sft, rl = str(tmp_path / "sft"), str(tmp_path / "rl")
+    curve, reward, nested = _png("red"), _png("blue"), _png("green")
+    storage.write_bytes(
+        storage.join(sft, "metrics.json"), json.dumps({"steps": 10, "last_loss": 1.25, "ok": True}).encode()
+    )
+    storage.write_bytes(storage.join(sft, "loss_curve.png"), curve)
+    storage.write_bytes(storage.join(sft, "checkpoints", "step-10", "x.png"), nested)  # not a top-level plot
+    storage.write_bytes(
+        storage.join(rl, "metrics.json"), json.dumps({"mean_reward": 0.5, "run": "r1"}).encode()
+    )
+    storage.write_bytes(storage.join(rl, "reward_curve.png"), reward)
+    cfg = ReportConfig.model_validate({"output": str(tmp_path / "rep"), "sft_output": sft, "rl_output": rl})
+    result = run(cfg)
+    # Numbers only (booleans and strings are not metrics), prefixed by the stage.
+    assert result.metrics == {"sft.steps": 10.0, "sft.last_loss": 1.25, "rl.mean_reward": 0.5}
+    page = (tmp_path / "rep" / "report.html").read_text()
+    for png in (curve, reward):
+        assert base64.b64encode(png).decode() in page
+    assert base64.b64encode(nested).decode() not in page
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## SFT" in md and "| last_loss | 1.25 |" in md and "| mean_reward | 0.5 |" in md

@@ -82,6 +82,16 @@ def eval_markdown(table: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def training_markdown(section: dict[str, Any]) -> str:
+    lines = [f"## {section['name']}\n", "| metric | value |", "|---|---|"]
+    lines += [f"| {k} | {v:.6g} |" for k, v in sorted(section["metrics"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}
@@ -105,6 +115,7 @@ def report_html(
     title: str,
     *,
     eval_table: list[dict[str, Any]],
+    training: list[dict[str, Any]] = (),
     trend: tuple[list[Series], list[tuple[Night, dict[Series, Cell]]]] | None,
     trend_png_bytes: bytes | None,
     today: str,
@@ -121,12 +132,20 @@ def report_html(
                 f"<td>{_fmt(r['value'])}</td></tr>"
             )
         parts.append("</table>")
+    for section in training:
+        parts.append(f"<h2>{html.escape(section['name'])}</h2><p>{html.escape(section['output'])}</p>")
+        parts.extend(_img(png, name) for name, png in sorted(section["plots"].items()))
+        parts.append("<table><tr><th>metric</th><th>value</th></tr>")
+        parts.extend(
+            f"<tr><td>{html.escape(k)}</td><td>{v:.6g}</td></tr>"
+            for k, v in sorted(section["metrics"].items())
+        )
+        parts.append("</table>")
     if trend is not None:
         columns, rows = trend
         parts.append("<h2>Nightly trend</h2>")
         if trend_png_bytes:
-            data = base64.b64encode(trend_png_bytes).decode()
-            parts.append(f'<img alt="trend" src="data:image/png;base64,{data}">')
+            parts.append(_img(trend_png_bytes, "trend"))
         parts.append("<p>Newest night first; in brackets the change against the series' previous value.</p>")
         parts.append("<table><tr><th>night</th><th>state</th><th>checkpoint</th>")
         parts.append("".join(f"<th>{html.escape(s.label)}</th>" for s in columns) + "</tr>")

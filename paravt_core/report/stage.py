@@ -118,6 +118,19 @@ def eval_table(eval_outputs: list[str]) -> list[dict]:
     return rows
 
 
+def training_section(name: str, output: str) -> dict:
+    """A training stage's summary numbers (its ``metrics.json``) and its plots (``*.png`` at the top of
+    its output), as the stage wrote them."""
+    summary = json.loads(storage.read_bytes(storage.join(output, "metrics.json")))
+    numbers = {k: v for k, v in summary.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    plots = {
+        uri.rsplit("/", 1)[-1]: storage.read_bytes(uri)
+        for uri in storage.list_uris(output, suffix=".png")
+        if uri.rsplit("/", 1)[0].rstrip("/") == output.rstrip("/")
+    }
+    return {"name": name, "output": output, "metrics": numbers, "plots": plots}
+
+
 def run(cfg: ReportConfig) -> StageResult:
     announce_config(STAGE, cfg, cfg.output)
     storage.clear_complete(cfg.output)
@@ -130,6 +143,10 @@ def run(cfg: ReportConfig) -> StageResult:
     markdown = [f"# {cfg.title}\n"]
     if table:
         markdown.append(render.eval_markdown(table))
+    training = [training_section(n, o) for n, o in (("SFT", cfg.sft_output), ("RL", cfg.rl_output)) if o]
+    for section in training:
+        markdown.append(render.training_markdown(section))
+        metrics.update({f"{section['name'].lower()}.{k}": float(v) for k, v in section["metrics"].items()})
 
     trend = png = None
     today = today_utc()
@@ -147,7 +164,9 @@ def run(cfg: ReportConfig) -> StageResult:
         metrics.update({f"trend.{k}": v for k, v in latest_deltas(nights, today).items()})
         markdown.append(f"## Nightly trend ({len(nights)} nights)\n\n" + render.trend_markdown(*trend, today))
 
-    page = render.report_html(cfg.title, eval_table=table, trend=trend, trend_png_bytes=png, today=today)
+    page = render.report_html(
+        cfg.title, eval_table=table, training=training, trend=trend, trend_png_bytes=png, today=today
+    )
     storage.write_bytes(outputs["html"], page.encode())
     storage.write_bytes(outputs["markdown"], "\n".join(markdown).encode())
     storage.write_bytes(storage.join(cfg.output, "metrics.json"), json.dumps(metrics, indent=2).encode())
