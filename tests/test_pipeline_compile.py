@@ -35,6 +35,9 @@ def test_train_pipeline_ir(tmp_path, monkeypatch) -> None:
     assert envs == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"}
     assert k8s["secretAsEnv"][0]["secretName"] == "paravt-s3"
     assert k8s["activeDeadlineSeconds"] == "86400"
+    # The data stage extracts media onto the media volume (a pipeline parameter names the claim).
+    assert k8s["pvcMount"][0]["mountPath"] == "/mnt/media"
+    assert k8s["pvcMount"][0]["pvcNameParameter"] == {"componentInputParameter": "media_pvc"}
     assert "do-not-leak" not in text
 
 
@@ -65,5 +68,5 @@ def test_unknown_pipeline_name(tmp_path) -> None:
 
     from pipelines.compile import compile_pipeline
 
-    with pytest.raises(ValueError, match="known: train"):
+    with pytest.raises(ValueError, match="known: nightly, train"):
         compile_pipeline("nightly-typo", str(tmp_path / "x.yaml"))
