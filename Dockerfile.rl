@@ -11,7 +11,7 @@ ENV PATH=/opt/paravt/bin:$PATH \
     PYTHONUNBUFFERED=1
 
 COPY . /src
-RUN sh /src/images/install.sh -r /src/images/rl-requirements.txt
+RUN sh /src/images/install.sh --lock-override /src/images/rl-lock-overrides.txt -r /src/images/rl-requirements.txt
 
 # Labels (and their build args) after the install: the expensive layer above is shared by images
 # built from the same source, and a new commit does not invalidate it.

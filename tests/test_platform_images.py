@@ -74,6 +74,7 @@ def test_dockerfile_structure(family: str) -> None:
     runs = _one(instrs, "RUN")
     assert len(runs) == 1 and runs[0].startswith("sh /src/images/install.sh")
     assert ("-r /src/images/rl-requirements.txt" in runs[0]) == (family == "rl")
+    assert ("--lock-override /src/images/rl-lock-overrides.txt" in runs[0]) == (family == "rl")
 
     # Runs as a fixed non-root numeric uid, set after the (root) install; entrypoint in exec form.
     (user,) = _one(instrs, "USER")
@@ -106,6 +107,23 @@ def test_rl_extra_is_sglang_pinned() -> None:
         if line.strip() and not line.startswith("#")
     ]
     assert lines == ["sglang==0.5.23"]
+
+
+def _pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[name.strip().lower().replace("_", "-")] = version.strip()
+    return pins
+
+
+def test_rl_lock_overrides_replace_lock_pins() -> None:
+    lock = _pins(ROOT / "images" / "requirements.lock")
+    overrides = _pins(ROOT / "images" / "rl-lock-overrides.txt")
+    assert overrides == {"numpy": "2.3.5", "cuda-bindings": "13.4.4"}
+    for name, version in overrides.items():
+        assert name in lock and lock[name] != version  # each override replaces a different lock pin
 
 
 def test_dockerignore_is_an_allowlist() -> None:
