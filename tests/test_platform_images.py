@@ -94,8 +94,9 @@ def test_install_script_uses_the_lock_python311_and_creates_the_user() -> None:
     script = (ROOT / "images" / "install.sh").read_text()
     assert "python3.11 -m venv /opt/paravt" in script
     pip_line = next(line for line in script.splitlines() if "pip install" in line)
-    continuation = script[script.index(pip_line) :].split("\n\n")[0]
-    assert "-c /src/images/requirements.lock /src" in continuation
+    assert '-c "$constraints" /src' in pip_line
+    # The constraints are the lock, or (--lock-override) the lock with some pins replaced.
+    assert "constraints=/src/images/requirements.lock\n" in script
     assert "useradd --uid 10001" in script  # the uid the Dockerfiles' USER names
     assert "rm -rf /src" in script  # the source tree does not stay in the image
 
