@@ -28,10 +28,10 @@ from rich.table import Table  # noqa: E402
 from paravt_core.agent.config import AgentConfig  # noqa: E402
 from paravt_core.agent.episode import arun_episode  # noqa: E402
 from paravt_core.agent.parsing import format_tool_call  # noqa: E402
-from paravt_core.data.synth_video import Event, write_video  # noqa: E402
 from paravt_core.engines.scripted import RoutedEngine, ScriptedEngine  # noqa: E402
 from paravt_core.engines.transformers_engine import TransformersEngine  # noqa: E402
 from paravt_core.models import build_tiny_model, load  # noqa: E402
+from paravt_core.synth import Event, write_video  # noqa: E402
 
 WINDOWS = [(0.0, 2.0), (2.5, 4.5), (5.0, 7.0), (7.5, 9.5), (10.0, 12.0)]
 

@@ -3,27 +3,93 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from paravt_core.config import ConfigError
 
+# Smallest synthetic dataset: one video per sentinel bucket, two events of >= 1 s with gaps per video.
+MIN_SYNTH_VIDEOS = 4
+MIN_SYNTH_SECONDS = 5.0
+
+
+class UsageError(Exception):
+    """A bad argument found after parsing (e.g. an unknown pipeline name): one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``paravt synth: error: ... (see paravt synth --help)``, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _seconds_at_least(low: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+        if not math.isfinite(value) or value < low:
+            raise argparse.ArgumentTypeError(f"must be a finite number >= {low:g}, got {text}")
+        return value
+
+    return parse
+
+
+def _stage_config(stage: str, args: argparse.Namespace):
+    """The stage's typed config from ``--config`` and the overrides; config errors before heavy imports."""
+    from paravt_core.config import load_config, stage_config
+
+    if args.config is not None and not os.path.isfile(args.config):
+        raise UsageError(f"config file not found: {args.config}")
+    return load_config(stage_config(stage), args.config, args.overrides)
+
 
 def _cmd_data(args: argparse.Namespace) -> int:
-    from paravt_core.config import DataConfig, load_config
-
-    cfg = load_config(DataConfig, args.config, args.overrides)  # config errors before heavy imports
+    cfg = _stage_config("data", args)
     from paravt_core.data.stage import run
 
+    print(run(cfg).to_json())
+    return 0
+
+
+def _cmd_sft(args: argparse.Namespace) -> int:
+    cfg = _stage_config("sft", args)
+    from paravt_core.sft.stage import run
+
     result = run(cfg)
-    print(result.to_json())
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 prints
+        print(result.to_json())
+    return 0
+
+
+def _cmd_rl(args: argparse.Namespace) -> int:
+    cfg = _stage_config("rl", args)
+    from paravt_core.rl.stage import run
+
+    print(run(cfg).to_json())
     return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from paravt_core.config import ReportConfig, load_config
-
-    cfg = load_config(ReportConfig, args.config, args.overrides)
+    cfg = _stage_config("report", args)
     from paravt_core.report.stage import run
 
     print(run(cfg).to_json())
@@ -31,7 +97,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from paravt_core.data.synth import synthesize
+    from paravt_core.synth import synthesize
 
     result = synthesize(args.out_dir, videos=args.videos, seconds=args.seconds, seed=args.seed)
     print(result.summary())
@@ -47,11 +113,13 @@ def _cmd_tiny_model(args: argparse.Namespace) -> int:
 
 
 def _cmd_pipeline_compile(args: argparse.Namespace) -> int:
-    from pipelines.compile import compile_pipeline
+    from pipelines.compile import compile_pipeline, pipelines
 
     if len(args.name_and_out) > 2:
-        raise ConfigError("usage: paravt pipeline compile [train|nightly] OUT.yaml")
+        raise UsageError("expected [NAME] OUT.yaml")
     name, out = args.name_and_out if len(args.name_and_out) == 2 else ("train", args.name_and_out[0])
+    if name not in pipelines():
+        raise UsageError(f"unknown pipeline {name!r}; known: {', '.join(sorted(pipelines()))}")
     print(compile_pipeline(name, out))
     return 0
 
@@ -60,7 +128,7 @@ def _connection(args: argparse.Namespace):
     from pipelines.cluster import Connection
 
     if not args.host:
-        raise ConfigError("no KFP host: pass --host or set KF_PIPELINES_ENDPOINT")
+        raise UsageError("no KFP host: pass --host or set KF_PIPELINES_ENDPOINT")
     return Connection(
         host=args.host, namespace=args.namespace, token_env=args.token_env, ui_host=args.ui_host
     )
@@ -162,35 +230,55 @@ def _cmd_agent_run(args: argparse.Namespace) -> int:
 
 
 def _add_stage(sub: argparse._SubParsersAction, name: str, fn: Callable, help_text: str) -> None:
-    p = sub.add_parser(name, help=help_text)
+    from paravt_core.config import describe_config, stage_config
+
+    fields = "\n".join(f"  {line}" for line in describe_config(stage_config(name)))
+    p = sub.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        epilog=f"config fields (YAML keys or dotted overrides) and their defaults:\n{fields}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--config", default=None, help="YAML config file")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. extract.workers=4")
     p.set_defaults(fn=fn)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="paravt", description=__doc__)
+    parser = _Parser(prog="paravt", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     _add_stage(sub, "data", _cmd_data, "download, extract, materialize, validate and audit the data")
-    _add_stage(sub, "report", _cmd_report, "eval table and nightly trend report (HTML, Markdown, PNG)")
+    _add_stage(
+        sub,
+        "sft",
+        _cmd_sft,
+        "packed SFT of Qwen3-VL on the data stage's rows (torchrun --nproc-per-node N -m paravt_core.cli sft ...)",
+    )
+    _add_stage(sub, "rl", _cmd_rl, "PARA-GRPO: rollouts, rewards, learner, weight sync, checkpoints")
+    _add_stage(
+        sub, "report", _cmd_report, "eval table, training curves and the nightly trend (HTML, Markdown, PNG)"
+    )
 
+    videos_help = f"number of videos (>= {MIN_SYNTH_VIDEOS}: one per sentinel bucket; default: %(default)s)"
+    seconds_help = f"length of each video in seconds (>= {MIN_SYNTH_SECONDS:g}; default: %(default)s)"
     p = sub.add_parser("synth", help="write synthetic ParaVT data (videos, zips, parquets)")
-    p.add_argument("out_dir")
-    p.add_argument("--videos", type=int, default=8)
-    p.add_argument("--seconds", type=float, default=12.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("out_dir", help="local directory to write (empty, or an earlier `paravt synth` output)")
+    p.add_argument("--videos", type=_int_at_least(MIN_SYNTH_VIDEOS), default=8, help=videos_help)
+    p.add_argument("--seconds", type=_seconds_at_least(MIN_SYNTH_SECONDS), default=12.0, help=seconds_help)
+    p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: %(default)s)")
     p.set_defaults(fn=_cmd_synth)
 
     p = sub.add_parser("tiny-model", help="build the tiny Qwen3-VL test/demo model")
     p.add_argument("out_dir")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: %(default)s)")
     p.set_defaults(fn=_cmd_tiny_model)
 
     p = sub.add_parser("demo", help="synthetic data + tiny model + the pipeline through kfp.local")
     p.add_argument("--out-dir", default="demo-out")
-    p.add_argument("--videos", type=int, default=8)
-    p.add_argument("--seconds", type=float, default=12.0)
+    p.add_argument("--videos", type=_int_at_least(MIN_SYNTH_VIDEOS), default=8, help=videos_help)
+    p.add_argument("--seconds", type=_seconds_at_least(MIN_SYNTH_SECONDS), default=12.0, help=seconds_help)
     p.set_defaults(fn=_cmd_demo)
 
     p = sub.add_parser("pipeline", help="Kubeflow pipelines")
@@ -256,9 +344,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that carry a complete message for the user: printed without a traceback."""
     from paravt_core.data.validate import DataError
     from paravt_core.engines.base import EngineError
+    from paravt_core.sft.data import SftDataError
+    from paravt_core.sft.trainer import SftError
     from paravt_core.video.errors import VideoError
 
-    return (DataError, EngineError, VideoError, FileNotFoundError)
+    return (DataError, EngineError, VideoError, SftDataError, SftError, FileNotFoundError)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.fn(args) or 0)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
+        return 2
+    except (UsageError, FileExistsError, NotADirectoryError) as err:  # a bad argument found while running
+        print(f"paravt {args.command}: error: {err}", file=sys.stderr)
         return 2
     except Exception as err:
         if isinstance(err, _user_errors()):

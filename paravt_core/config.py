@@ -8,23 +8,16 @@ valid names at that level.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from paravt_core.config_base import ConfigError, StrictModel
 
 C = TypeVar("C", bound="StrictModel")
-
-
-class ConfigError(ValueError):
-    """A config file or override that cannot be turned into a valid stage config."""
-
-
-class StrictModel(BaseModel):
-    """Base for every config section: unknown keys are errors, assignments are validated."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -53,6 +46,10 @@ class ExtractConfig(StrictModel):
     # Extraction root (one tree for every archive). Empty: <work_dir>/media.
     root: str = ""
     workers: int = Field(default=2, ge=1)
+    # Zip-bomb bounds per archive, checked on the central directory before anything is written: total
+    # uncompressed bytes, and uncompressed / archive size (media barely compresses; ParaVT zips are < 10 GB).
+    max_archive_bytes: int = Field(default=64 << 30, ge=1)
+    max_compression_ratio: float = Field(default=100.0, gt=0)
 
 
 class MaterializeConfig(StrictModel):
@@ -87,6 +84,222 @@ class DataConfig(StrictModel):
 
 
 # ---------------------------------------------------------------------------------------------
+# RL recipe (the ``paravt:`` block, SPEC §5) and the GRPO algorithm knobs
+# ---------------------------------------------------------------------------------------------
+
+RecipeName = Literal["para_grpo", "vanilla_grpo"]
+
+
+class ConstrainedConfig(StrictModel):
+    think_prefix: bool = True  # force "<think>\n" at the start of every main-agent turn
+    answer_suffix: bool = True  # answer-closure weights in the format reward's base part
+
+
+class GatingConfig(StrictModel):
+    nframes_gating: bool = True  # K ~ Uniform(choices) per prompt, shared by its group
+    choices: list[int] = Field(default_factory=lambda: [4, 8, 16, 32, 64], min_length=1)
+    default_frames: int = Field(default=64, ge=1)  # K when gating is off
+    seed: int = 0  # with the row id, decides every K (stable across processes)
+
+    @field_validator("choices")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if any(k < 1 for k in value):
+            raise ValueError(f"every frame count must be >= 1, got {value}")
+        return value
+
+
+class AnchoringConfig(StrictModel):
+    weight: float = 0.5  # lambda_anchor
+
+
+class JudgeConfig(StrictModel):
+    """LLM judge knobs; the endpoint, key and model come from LLM_JUDGE_* environment variables."""
+
+    timeout_s: float = Field(default=10.0, gt=0.0)  # per HTTP attempt
+    max_retries: int = Field(default=2, ge=0)
+    backoff_s: float = Field(default=0.5, ge=0.0)
+    deadline_s: float = Field(default=30.0, gt=0.0)  # whole verdict, retries included
+
+
+class RewardConfig(StrictModel):
+    mode: Literal["f1", "exact", "llm"] = "f1"  # open-ended answers: token F1, 0, or the LLM judge
+    format_weight: float = 1.0
+    timeout_s: float = Field(default=60.0, gt=0.0)  # one sample's reward; beyond: 0, counted
+    degenerate_im_starts: int = Field(default=5, ge=1)  # guard: >= this many <|im_start|> ...
+    degenerate_max_chars: int = Field(default=300, ge=0)  # ... in fewer characters than this -> 0
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+
+    @model_validator(mode="after")
+    def _judge_inside_reward_timeout(self) -> RewardConfig:
+        if self.judge.deadline_s >= self.timeout_s:
+            raise ValueError(
+                f"reward.judge.deadline_s ({self.judge.deadline_s}) must be below reward.timeout_s "
+                f"({self.timeout_s}), so a slow judge falls back to F1 instead of zeroing the sample"
+            )
+        return self
+
+
+# SPEC §5 table: what each preset sets. Keys given explicitly (YAML or dotted overrides) win.
+RECIPE_PRESETS: dict[str, dict[str, Any]] = {
+    "para_grpo": {
+        "constrained": {"think_prefix": True, "answer_suffix": True},
+        "gating": {"nframes_gating": True},
+        "anchoring": {"weight": 0.5},
+        "reward": {"mode": "f1", "format_weight": 1.0},
+    },
+    "vanilla_grpo": {
+        "constrained": {"think_prefix": False, "answer_suffix": False},
+        "gating": {"nframes_gating": False},
+        "anchoring": {"weight": 0.0},
+        "reward": {"mode": "f1", "format_weight": 1.0},
+    },
+}
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class ParavtRecipe(StrictModel):
+    """The ``paravt:`` block: ``preset`` fills SPEC §5's column, every knob stays overridable
+    (``paravt.preset=vanilla_grpo paravt.anchoring.weight=0.2``)."""
+
+    preset: RecipeName = "para_grpo"
+    constrained: ConstrainedConfig = Field(default_factory=ConstrainedConfig)
+    gating: GatingConfig = Field(default_factory=GatingConfig)
+    anchoring: AnchoringConfig = Field(default_factory=AnchoringConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        preset = data.get("preset", "para_grpo")
+        if preset not in RECIPE_PRESETS:
+            return data  # the Literal check reports it
+        return _deep_merge(RECIPE_PRESETS[preset], data)
+
+    @classmethod
+    def para_grpo(cls, **overrides: Any) -> ParavtRecipe:
+        return cls.model_validate({"preset": "para_grpo", **overrides})
+
+    @classmethod
+    def vanilla_grpo(cls, **overrides: Any) -> ParavtRecipe:
+        return cls.model_validate({"preset": "vanilla_grpo", **overrides})
+
+
+class AdvantageConfig(StrictModel):
+    """SPEC §5 advantages: R' = clip((R + bias) * scale, +-clip), group-normalized, per-token KL reward,
+    reward-to-go (gamma = lambda = 1), token-weighted batch normalization."""
+
+    reward_bias: float = -0.2
+    reward_scale: float = 10.0
+    reward_clip: float = Field(default=20.0, gt=0.0)
+    group_eps: float = Field(default=1e-5, gt=0.0)
+    kl_ctl: float = Field(default=0.01, ge=0.0)
+    kl_clamp: float = Field(default=10.0, gt=0.0)
+    batch_norm: bool = True
+    batch_eps: float = Field(default=1e-5, gt=0.0)
+
+
+class PolicyLossConfig(StrictModel):
+    """SPEC §5 decoupled PPO loss."""
+
+    clip_eps: float = Field(default=0.2, gt=0.0, lt=1.0)
+    behav_weight_cap: float | None = Field(default=5.0, gt=1.0)  # None: keep every token
+
+
+# ---------------------------------------------------------------------------------------------
+# SFT stage
+# ---------------------------------------------------------------------------------------------
+
+
+class SftModelConfig(StrictModel):
+    # Checkpoint to start from: local dir, s3:// prefix or hub id (paravt_core.models.load).
+    uri: str = "Qwen/Qwen3-VL-8B-Instruct"
+    # "sdpa" (CPU and GPU) or "flash_attention_2" (GPU, if installed); both keep packed samples apart.
+    attn_implementation: str = "sdpa"
+    gradient_checkpointing: bool = True
+    # bf16 compute with float32 master weights and gradient reduction (GPU only; CPU runs float32).
+    bf16: bool = True
+
+
+class SftDataConfig(StrictModel):
+    # Output URI of `paravt data` (needs its _COMPLETE marker); the rows are <input>/sft/*.parquet.
+    input: str = "./paravt-work/data"
+    include: list[str] = Field(default_factory=lambda: ["*.parquet"])  # fnmatch on file names
+    seed: int = 0  # row order: a fresh permutation per epoch from (seed, epoch)
+    num_workers: int = Field(default=4, ge=0)  # processes turning rows into model inputs (0: in-process)
+    prefetch_factor: int = Field(default=4, ge=1)  # samples in flight per worker
+    # Fail the stage when dropped rows (any reason) / rows seen exceeds this share ...
+    max_bad_fraction: float = Field(default=0.05, ge=0.0, le=1.0)
+    # ... once at least this many rows were seen (and always at the end).
+    bad_gate_min_rows: int = Field(default=200, ge=1)
+
+
+class SftMediaConfig(StrictModel):
+    video_fps: float = Field(default=1.0, gt=0)
+    video_min_frames: int = Field(default=4, ge=1)
+    video_max_frames: int = Field(default=64, ge=1)
+    video_min_pixels: int = Field(default=784, ge=1)  # per frame
+    video_max_pixels: int = Field(default=50176, ge=1)  # per frame (224 x 224)
+    image_min_pixels: int = Field(default=784, ge=1)
+    image_max_pixels: int = Field(default=50176, ge=1)
+
+
+class SftPackingConfig(StrictModel):
+    length: int = Field(default=8192, ge=16)  # tokens per packed sequence; longer rows are dropped
+    max_open: int = Field(default=4, ge=1)  # open sequences of the first-fit packer (1 = next-fit)
+    close_slack: int = Field(default=64, ge=0)  # a sequence this close to full is emitted at once
+
+
+class SftTrainerConfig(StrictModel):
+    steps: int = Field(default=1500, ge=1)  # optimizer steps
+    grad_accum: int = Field(default=4, ge=1)  # packed sequences per rank per optimizer step
+    lr: float = Field(default=2e-5, gt=0)
+    warmup_ratio: float = Field(default=0.05, ge=0.0, lt=1.0)  # linear warmup share, then cosine to 0
+    weight_decay: float = Field(default=0.01, ge=0.0)  # on matrices; norms and biases are not decayed
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    seed: int = 0
+
+
+class SftCheckpointConfig(StrictModel):
+    every: int = Field(default=100, ge=1)  # steps between checkpoints (the last step always saves)
+    keep_last: int = Field(default=2, ge=1)  # complete checkpoints kept; older ones are deleted
+
+
+class SftConfig(StrictModel):
+    """``paravt sft``: packed SFT of Qwen3-VL on the data stage's SFT rows (SPEC §6)."""
+
+    output: str = "./paravt-work/sft"  # URI: checkpoints/, final/ (HF checkpoint), metrics, plot
+    work_dir: str = "./paravt-work/sft-tmp"  # local scratch (staging of s3 checkpoints)
+    model: SftModelConfig = Field(default_factory=SftModelConfig)
+    data: SftDataConfig = Field(default_factory=SftDataConfig)
+    media: SftMediaConfig = Field(default_factory=SftMediaConfig)
+    packing: SftPackingConfig = Field(default_factory=SftPackingConfig)
+    trainer: SftTrainerConfig = Field(default_factory=SftTrainerConfig)
+    checkpoint: SftCheckpointConfig = Field(default_factory=SftCheckpointConfig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage registry
+# ---------------------------------------------------------------------------------------------
+
+# Stage configs that embed the agent's ``AgentConfig`` live with their stage (``paravt_core.rl.config``):
+# importing the agent here would make every stage import it, the data stage included. They are
+# importable from this module too (``from paravt_core.config import RlConfig``, resolved on first use).
+_STAGE_MODULES = {"RlConfig": "paravt_core.rl.config"}
+# ---------------------------------------------------------------------------------------------
 # Report stage
 # ---------------------------------------------------------------------------------------------
 
@@ -119,7 +332,25 @@ class ReportConfig(StrictModel):
     trend: TrendConfig = Field(default_factory=TrendConfig)
 
 
-STAGE_CONFIGS: dict[str, type[StrictModel]] = {"data": DataConfig, "report": ReportConfig}
+STAGE_CONFIGS: dict[str, str] = {
+    "data": "DataConfig",
+    "sft": "SftConfig",
+    "rl": "RlConfig",
+    "report": "ReportConfig",
+}
+
+
+def stage_config(stage: str) -> type[StrictModel]:
+    """The config model of ``stage`` (``STAGE_CONFIGS`` names it)."""
+    return getattr(sys.modules[__name__], STAGE_CONFIGS[stage])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _STAGE_MODULES:
+        import importlib
+
+        return getattr(importlib.import_module(_STAGE_MODULES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,6 +425,22 @@ def load_config(model: type[C], path: str | Path | None = None, overrides: list[
         return model.model_validate(data)
     except ValidationError as err:
         raise ConfigError(f"invalid {model.__name__}:\n{err}") from err
+
+
+def describe_config(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """``key.path = default`` for every field of ``model`` (nested sections flattened), for ``--help``."""
+    lines: list[str] = []
+    for name, info in model.model_fields.items():
+        key = f"{prefix}{info.alias or name}"
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            lines += describe_config(annotation, f"{key}.")
+            continue
+        default = info.get_default(call_default_factory=True)
+        lines.append(
+            f"{key} = {yaml.safe_dump(default, default_flow_style=True).strip().removesuffix('...').strip()}"
+        )
+    return lines
 
 
 def config_to_dict(cfg: BaseModel) -> dict[str, Any]:

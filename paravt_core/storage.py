@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import boto3
 import botocore.exceptions as bce
@@ -111,6 +111,52 @@ def join(uri: str | os.PathLike[str], *parts: str) -> str:
         split_s3(text)
         return "/".join([text.rstrip("/"), *clean]) if clean else text
     return os.path.join(text, *clean)
+
+
+# ------------------------------------------------------------------------------------------ remote names
+
+
+class UnsafePathError(ValueError):
+    """A remote name (object key, archive member) that must not become a local path."""
+
+
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def unsafe_name_reason(name: str) -> str | None:
+    """Why the remote relative ``name`` must not be joined under a local directory, or None.
+
+    Judged as written and percent-decoded (``%2e%2e/x``, ``%2fetc``), with ``\\`` counted as a separator.
+    """
+    if not name or "\0" in name:
+        return "has an empty name or a NUL byte in its name"
+    for form in dict.fromkeys((name, unquote(name))):
+        if "\0" in form:
+            return "has a NUL byte in its name (percent-encoded)"
+        if form.startswith(("/", "\\")) or _DRIVE.match(form):
+            return "has an absolute path"
+        if ".." in re.split(r"[\\/]", form):
+            return "has a '..' component (would escape the target directory)"
+    return None
+
+
+def safe_join(root: str | os.PathLike[str], name: str) -> str:
+    """``root/name`` for a remote ``name``, or ``UnsafePathError`` when it would land outside ``root``.
+
+    The one guarded join for every remote name that becomes a local path (downloaded object keys, archive
+    members): the name itself must be relative and free of ``..`` (``unsafe_name_reason``), and the result,
+    with the symlinks already under ``root`` resolved, must stay below ``root``, so nothing is written
+    through a link such as ``root/selfqa -> /elsewhere``.
+    """
+    reason = unsafe_name_reason(name)
+    if reason:
+        raise UnsafePathError(f"{name!r} {reason}")
+    real_root = os.path.realpath(root)
+    target = os.path.join(real_root, *[p for p in name.split("/") if p])
+    resolved = os.path.realpath(target)
+    if resolved != real_root and not resolved.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise UnsafePathError(f"{name!r} resolves outside {os.fspath(root)} (through an existing symlink)")
+    return target
 
 
 def _dir_key(key: str) -> str:
@@ -544,14 +590,14 @@ def download_dir(
     if not objects:
         raise FileNotFoundError(f"{text}: no objects under this prefix")
     pairs = []
-    root = dst.resolve()
+    dst.mkdir(parents=True, exist_ok=True)
     for k, _ in objects:
-        rel = k[len(base) :]
-        path = (dst / rel).resolve()
-        if root not in path.parents:  # a key like "a/../../x" must not write outside local_dir
-            raise ValueError(f"s3://{bucket}/{k}: key escapes the target directory {dst}")
+        try:  # a key like "a/../../x" must not write outside local_dir: every key is checked first
+            pairs.append((k, Path(safe_join(dst, k[len(base) :]))))
+        except UnsafePathError as exc:
+            raise UnsafePathError(f"s3://{bucket}/{k}: key not usable under {dst}: {exc}") from None
+    for _, path in pairs:
         path.parent.mkdir(parents=True, exist_ok=True)
-        pairs.append((k, path))
     total = sum(size for _, size in objects)
     with _bar(total, f"download {text}") as bar:
 
@@ -643,7 +689,8 @@ def local_copy(
     digest = hashlib.sha256(f"{text}\0{head.get('ETag', '')}\0{size}".encode()).hexdigest()[:32]
     root = Path(cache_dir or default_cache_dir())
     entry = root / digest
-    target = entry / (Path(key).name or "object")
+    name = Path(key).name  # the key's last component only: never a directory part, never ".."
+    target = entry / (name if name and unsafe_name_reason(name) is None else "object")
     with _flock(root / ".locks" / f"{digest}.lock"):
         if target.is_file() and target.stat().st_size == size:
             os.utime(target)  # recently used: evicted last

@@ -92,8 +92,8 @@ def demo(out_dir: str, videos: int = 8, seconds: float = 12.0) -> LocalRun:
 
     from paravt_core import storage
     from paravt_core.data.audit import print_audit
-    from paravt_core.data.synth import synthesize
     from paravt_core.models import build_tiny_model
+    from paravt_core.synth import synthesize
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     out = Path(out_dir).resolve()

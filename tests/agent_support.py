@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from paravt_core.agent.config import AgentConfig
-from paravt_core.data.synth_video import Event, write_video
 from paravt_core.engines.base import GenerationRequest, SamplingParams
+from paravt_core.synth import Event, write_video
 
 # 12 s at 4 fps, 128x96: a red circle during [2, 5) s and a blue square during [7, 10) s.
 VIDEO_SECONDS = 12.0

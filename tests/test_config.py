@@ -72,7 +72,9 @@ def test_non_mapping_file(tmp_path) -> None:
 
 def test_cli_reports_config_errors(capsys) -> None:
     assert main(["data", "extract.nope=1"]) == 2
-    assert "valid keys here: root, workers" in capsys.readouterr().err
+    assert (
+        "valid keys here: max_archive_bytes, max_compression_ratio, root, workers" in capsys.readouterr().err
+    )
 
 
 def test_cli_stage_errors_are_one_clear_line(tmp_path, capsys) -> None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from paravt_core.data.download import Source, fetch, matches, parse_source
+from paravt_core.data import download
+from paravt_core.data.download import Source, fetch, left_out, matches, parse_source
 from paravt_core.data.validate import DataError
 
 
@@ -59,3 +60,23 @@ def test_local_fetch_errors(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     with pytest.raises(DataError, match="no file matches"):
         fetch(str(tmp_path / "d"), ["*.zip"], "")
+
+
+def test_left_out_names_what_the_patterns_did_not_select(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("museg/charades_0.zip", "museg/charades_1.zip", "selfqa/selfqa.zip", ".cache/x.zip"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"z")
+    assert left_out(str(tmp_path), ["museg/charades_0*"]) == ["museg/charades_1.zip", "selfqa/selfqa.zip"]
+    assert left_out(str(tmp_path), ["*.zip"]) == []
+    # the hub is listed by one call (it needs the network: replaced here by the listing it would return)
+    listing = ["README.md", "museg/charades_0.zip", "museg/charades_1.zip", "selfqa/selfqa.zip"]
+    monkeypatch.setattr(download, "hub_files", lambda repo, revision: listing)
+    assert left_out("hf://ParaVT/ParaVT-Source", ["museg/*"]) == ["README.md", "selfqa/selfqa.zip"]
+
+    def offline(repo: str, revision: str | None) -> list[str]:
+        raise OSError("no network")
+
+    monkeypatch.setattr(download, "hub_files", offline)
+    assert left_out("hf://ParaVT/ParaVT-Source", ["museg/*"]) is None  # unknown, not "nothing left out"

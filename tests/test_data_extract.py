@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from paravt_core.data.extract import MARKER_DIR, Archive, archive_key, extract_all, marker_path
+from paravt_core.data.extract import (
+    MARKER_DIR,
+    Archive,
+    Limits,
+    archive_key,
+    extract_all,
+    marker_path,
+    part_path,
+)
 from paravt_core.data.validate import DataError
 from tests.data_support import MEDIA, build_dataset, jpg_bytes, mp4_bytes, write_zip
 
@@ -65,7 +73,7 @@ def test_half_extracted_archive_is_redone(tmp_path: Path) -> None:
     # what a crash mid-archive leaves: one member in place, one partial temp file, no marker
     (root / "museg" / "charades").mkdir(parents=True)
     (root / "museg" / "charades" / "c0.mp4").write_bytes(mp4_bytes("red"))
-    partial = root / "museg" / "charades" / f"c1.mp4.{key[:12]}.part"
+    partial = Path(part_path(str(root / "museg" / "charades" / "c1.mp4"), key))
     partial.write_bytes(b"half")
     results = extract_all([archive], str(root), progress=False)
     assert not results[0].skipped
@@ -92,6 +100,11 @@ def test_changed_archive_gets_a_new_key(tmp_path: Path) -> None:
         ("selfqa/dev", stat.S_IFCHR | 0o600, "character device"),
         ("selfqa/blk", stat.S_IFBLK | 0o600, "block device"),
         ("selfqa/fifo", stat.S_IFIFO | 0o600, "FIFO"),
+        ("selfqa/sock", stat.S_IFSOCK | 0o600, "socket"),
+        ("", None, "empty name"),
+        ("selfqa/%2e%2e/%2e%2e/evil.mp4", None, "'..' component"),  # percent-encoded ..
+        ("%2Fetc/evil.mp4", None, "absolute path"),  # percent-encoded leading /
+        ("selfqa\\..\\..\\evil.mp4", None, "'..' component"),  # backslash separators
         (f"{MARKER_DIR}/fake.done", None, "extraction markers"),
     ],
 )
@@ -151,3 +164,81 @@ def test_root_that_is_a_file_is_refused(tmp_path: Path) -> None:
     root.write_text("not a directory")
     with pytest.raises(DataError, match="is not a directory"):
         extract_all(_archives(source), str(root), progress=False)
+
+
+def test_member_name_with_nul_refuses_the_archive(tmp_path: Path) -> None:
+    """zipfile cuts a stored name at NUL ('selfqa/ok.mp4\\0evil' reads as 'selfqa/ok.mp4', a second copy of
+    the first member): the name as stored decides."""
+    path = write_zip(tmp_path / "selfqa.zip", {"selfqa/ok.mp4": b"good", "selfqa/ok.mp4Xevil": b"evil"})
+    path.write_bytes(path.read_bytes().replace(b"ok.mp4Xevil", b"ok.mp4\0evil"))  # same length: offsets hold
+    root = tmp_path / "root"
+    with pytest.raises(DataError) as err:
+        extract_all([Archive("selfqa/selfqa.zip", str(path))], str(root), progress=False)
+    assert "selfqa/selfqa.zip" in str(err.value) and "NUL byte" in str(err.value)
+    assert _files(root) == {}
+
+
+def test_symlink_already_in_the_root_is_never_written_through(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "selfqa").symlink_to(elsewhere)  # e.g. left by an earlier tool, or a shared scratch dir
+    archive = write_zip(tmp_path / "src" / "selfqa.zip", {"museg/charades/a.mp4": b"a", "selfqa/x.mp4": b"x"})
+    with pytest.raises(DataError) as err:
+        extract_all([Archive("selfqa/selfqa.zip", str(archive))], str(root), progress=False)
+    assert "'selfqa/x.mp4'" in str(err.value) and "through an existing symlink" in str(err.value)
+    assert list(elsewhere.iterdir()) == []
+    assert not (root / "museg").exists()  # refused as a whole: not even the safe member was written
+
+
+def test_member_names_at_the_file_system_limit_extract(tmp_path: Path) -> None:
+    long = "v" * 251 + ".mp4"  # a 255-byte component: NAME_MAX on ext4/xfs/tmpfs
+    assert len(long.encode()) == 255
+    archive = write_zip(tmp_path / "selfqa.zip", {f"selfqa/{long}": b"long", "selfqa/short.mp4": b"s"})
+    root = tmp_path / "root"
+    (result,) = extract_all([Archive("selfqa/selfqa.zip", str(archive))], str(root), progress=False)
+    assert (root / "selfqa" / long).read_bytes() == b"long"
+    assert sorted(p.name for p in (root / "selfqa").iterdir()) == sorted([long, "short.mp4"])  # no temp left
+    assert result.files == ("selfqa/short.mp4", f"selfqa/{long}")  # sorted: "s" < "v"
+
+
+def _deflated(path: Path, members: dict[str, bytes]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+def test_zip_bomb_ratio_is_refused_before_writing(tmp_path: Path) -> None:
+    # 8 MiB of zeros deflate to about 8 KiB: a ratio near 1000, far above the default bound of 100
+    bomb = _deflated(tmp_path / "selfqa.zip", {"selfqa/ok.mp4": b"fine", "selfqa/zeros.bin": bytes(8 << 20)})
+    ratio = (8 * 2**20 + 4) / bomb.stat().st_size
+    assert ratio > 500
+    root = tmp_path / "root"
+    with pytest.raises(DataError) as err:
+        extract_all([Archive("selfqa/selfqa.zip", str(bomb))], str(root), progress=False)
+    msg = str(err.value)
+    assert "selfqa/selfqa.zip" in msg and "extract.max_compression_ratio=100" in msg
+    assert f"{8 * 2**20 + 4} bytes" in msg
+    assert _files(root) == {}
+    # a genuine archive that compresses well goes through with a looser bound
+    extract_all(
+        [Archive("selfqa/selfqa.zip", str(bomb))], str(root), progress=False, limits=Limits(max_ratio=2000)
+    )
+    assert (root / "selfqa" / "zeros.bin").stat().st_size == 8 << 20
+
+
+def test_total_uncompressed_size_is_bounded(tmp_path: Path) -> None:
+    archive = write_zip(tmp_path / "selfqa.zip", {"selfqa/a.mp4": b"a" * 600, "selfqa/b.mp4": b"b" * 500})
+    root = tmp_path / "root"
+    with pytest.raises(DataError) as err:  # 600 + 500 = 1100 declared bytes > 1000
+        extract_all(
+            [Archive("selfqa/selfqa.zip", str(archive))],
+            str(root),
+            progress=False,
+            limits=Limits(max_bytes=1000),
+        )
+    assert "1100 bytes" in str(err.value) and "extract.max_archive_bytes=1000" in str(err.value)
+    assert _files(root) == {}

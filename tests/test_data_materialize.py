@@ -9,20 +9,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from paravt_core.data import materialize, sentinel
+from paravt_core.data import sentinel, validate
 from paravt_core.data.materialize import (
     Target,
-    cut_strings,
     materialize_file,
     process_batch,
     rewrite_messages_json,
     rewrite_messages_obj,
     rewrite_videos,
 )
-from paravt_core.data.validate import DataError, FileChecker
+from paravt_core.data.validate import DataError, FileChecker, cut_strings
 from tests.data_support import RL_SCHEMA, media_urls, messages, rl_table, sft_table
 from tests.test_data_validate import MESSAGE_TYPE
 
@@ -105,7 +104,9 @@ def test_process_batch_splits_good_and_rejected(tmp_path: Path) -> None:
         json.dumps(messages("museg/charades/not_downloaded.mp4")),
         json.dumps(messages("selfqa/a.mp4", assistant=False)),
     ]
-    target = Target("/m", FileChecker(str(tmp_path)), present={"selfqa"})
+    # the selected archives held a.mp4 and missing.mp4; something else was left out of the download
+    held = frozenset({"selfqa/a.mp4", "selfqa/missing.mp4"})
+    target = Target("/m", FileChecker(str(tmp_path)), presence=sentinel.Presence(held, all_selected=False))
     out = process_batch(_batch(sft_table(rows)), "sft", target, first_row=100)
     assert out.good.column("id").to_pylist() == ["r0"]
     assert media_urls(json.loads(out.good.column("messages")[0].as_py())) == ["/m/selfqa/a.mp4"]
@@ -241,7 +242,7 @@ def test_other_string_types_keep_their_type(typ: pa.DataType) -> None:
 @pytest.mark.parametrize("views", [True, False])
 def test_cut_strings_inline_long_and_empty(views: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     if not views:
-        monkeypatch.setattr(materialize, "VIEW_LIMIT", 0)  # force the byte-gather route
+        monkeypatch.setattr(validate, "VIEW_LIMIT", 0)  # force the byte-gather route
     text = "0123456789abcdefghé/selfqa/long-name.mp4"
     data = pa.py_buffer(text.encode())
     # (start, length): empty, 1 byte, exactly 12 (inline), 13 (by reference), a 2-byte char, the tail
@@ -268,17 +269,16 @@ def _row_json(refs: list[tuple[str, bool]], compact: bool) -> str:
     return json.dumps(msgs, separators=(",", ":") if compact else None, ensure_ascii=False)
 
 
-@pytest.mark.parametrize("view_limit", [materialize.VIEW_LIMIT, 0])
-@settings(max_examples=150, deadline=None)
+@pytest.mark.parametrize("view_limit", [validate.VIEW_LIMIT, 0])
 @given(rows=st.lists(st.tuples(_row, st.booleans()), min_size=1, max_size=6))
 def test_columnar_rewrite_agrees_with_python_walk(view_limit: int, rows: list) -> None:
     """Fast path (split + cut + join) == decode, rewrite in Python, encode; paths and statuses too."""
     texts = [_row_json(refs, compact) for refs, compact in rows]
-    saved, materialize.VIEW_LIMIT = materialize.VIEW_LIMIT, view_limit
+    saved, validate.VIEW_LIMIT = validate.VIEW_LIMIT, view_limit
     try:
         out = rewrite_messages_json(pa.array(texts, pa.string()), '/m "x"')
     finally:
-        materialize.VIEW_LIMIT = saved
+        validate.VIEW_LIMIT = saved
     expected_refs = []
     for i, text in enumerate(texts):
         obj = json.loads(text)
@@ -290,3 +290,118 @@ def test_columnar_rewrite_agrees_with_python_walk(view_limit: int, rows: list) -
         zip(out.refs.rows.tolist(), out.refs.paths.to_pylist(), out.refs.status.tolist(), strict=True)
     )
     assert got == sorted(expected_refs)
+
+
+# ------------------------------------------------------------------------------ several bad paths in a row
+
+ESC, NOT_SENTINEL, EMPTY, GONE, GOOD = "selfqa/../x.mp4", "other/x.mp4", "", "selfqa/gone.mp4", "selfqa/a.mp4"
+# The documented priority (validate.Reason: the lower value wins): path_escapes_root (12) before
+# path_not_sentinel (13) before path_empty (14) before missing_file (15); structural reasons come first.
+# Each case lists a row's paths in an order that a "first wins" or a "last wins" merge gets wrong.
+PRIORITY_CASES = [
+    ([GONE, EMPTY, NOT_SENTINEL, ESC], "path_escapes_root"),
+    ([ESC, GONE, NOT_SENTINEL], "path_escapes_root"),
+    ([EMPTY, NOT_SENTINEL, GOOD], "path_not_sentinel"),
+    ([GOOD, NOT_SENTINEL, EMPTY], "path_not_sentinel"),
+    ([GONE, EMPTY], "path_empty"),
+    ([EMPTY, GONE, GOOD], "path_empty"),
+    ([GOOD, GONE], "missing_file"),
+]
+
+
+def _media_tree(tmp_path: Path) -> Target:
+    (tmp_path / "selfqa").mkdir()
+    (tmp_path / "selfqa" / "a.mp4").write_bytes(b"x")
+    # everything was downloaded: an absent file is missing
+    return Target("/m", FileChecker(str(tmp_path)), presence=sentinel.Presence(frozenset([GOOD]), True))
+
+
+def test_sft_row_with_several_bad_paths_gets_the_documented_reason(tmp_path: Path) -> None:
+    target = _media_tree(tmp_path)
+    rows = [_row_json([(p, i % 2 == 1) for i, p in enumerate(paths)], False) for paths, _ in PRIORITY_CASES]
+    no_assistant = messages(None, assistant=False)
+    no_assistant[1]["content"] += [{"type": "video_url", "video_url": {"url": ESC}}]
+    rows.append(json.dumps(no_assistant))  # a structural reason (6) beats any path reason
+    out = process_batch(_batch(sft_table(rows)), "sft", target)
+    expected = [why for _, why in PRIORITY_CASES] + ["no_assistant_turn"]
+    assert out.rejected.column("reason").to_pylist() == expected
+    assert out.good.num_rows == 0
+
+
+def test_rl_row_with_several_bad_paths_gets_the_documented_reason(tmp_path: Path) -> None:
+    target = _media_tree(tmp_path)
+    table = rl_table([paths for paths, _ in PRIORITY_CASES])
+    out = process_batch(_batch(table), "rl", target)
+    assert out.rejected.column("reason").to_pylist() == [why for _, why in PRIORITY_CASES]
+
+
+# ------------------------------------------------------------------------------ question_type defaults to oe
+
+_EXTRA = pa.struct([("answer", pa.string()), ("question_type", pa.string())])
+
+
+def _rl_with_extra(extra: pa.Array) -> pa.RecordBatch:
+    n = len(extra)
+    table = pa.table(
+        {
+            "prompt": [[{"role": "user", "content": "<video> Which?"}]] * n,
+            "videos": [[{"video": "selfqa/a.mp4"}]] * n,
+            "extra_info": extra,
+        }
+    )
+    return _batch(table)
+
+
+def test_struct_question_type_null_or_empty_becomes_oe_and_is_counted() -> None:
+    extra = pa.array(
+        [
+            {"answer": "A", "question_type": "mcq"},
+            {"answer": "x", "question_type": None},
+            {"answer": "y", "question_type": ""},
+            {"answer": "1, 2", "question_type": "tvg"},
+            {"answer": None, "question_type": None},  # rejected for the answer: not counted
+        ],
+        _EXTRA,
+    )
+    out = process_batch(_rl_with_extra(extra), "rl", Target("/m"))
+    assert out.good.column("extra_info").to_pylist() == [
+        {"answer": "A", "question_type": "mcq"},
+        {"answer": "x", "question_type": "oe"},
+        {"answer": "y", "question_type": "oe"},
+        {"answer": "1, 2", "question_type": "tvg"},
+    ]
+    assert out.good.schema.field("extra_info").type == _EXTRA  # the schema is kept
+    assert out.rejected.column("reason").to_pylist() == ["extra_info_missing_answer"]
+    assert out.question_type_defaulted == 2
+
+
+def test_struct_without_question_type_field_gains_it() -> None:
+    extra = pa.array([{"answer": "A"}, {"answer": "B"}], pa.struct([("answer", pa.string())]))
+    out = process_batch(_rl_with_extra(extra), "rl", Target("/m"))
+    assert out.good.column("extra_info").to_pylist() == [
+        {"answer": "A", "question_type": "oe"},
+        {"answer": "B", "question_type": "oe"},
+    ]
+    assert out.question_type_defaulted == 2
+
+
+def test_json_question_type_missing_becomes_oe_other_keys_kept() -> None:
+    extra = pa.array(
+        [
+            '{"answer": "A", "question_type": "mcq"}',
+            '{"answer": "x", "index": 7}',
+            '{"answer": "y", "question_type": null}',
+            '{"answer": "z", "question_type": 3}',  # not a string: rejected
+        ]
+    )
+    out = process_batch(_rl_with_extra(extra), "rl", Target("/m"))
+    assert [json.loads(t) for t in out.good.column("extra_info").to_pylist()] == [
+        {"answer": "A", "question_type": "mcq"},
+        {"answer": "x", "index": 7, "question_type": "oe"},
+        {"answer": "y", "question_type": "oe"},
+    ]
+    assert (
+        out.good.column("extra_info").to_pylist()[0] == '{"answer": "A", "question_type": "mcq"}'
+    )  # untouched
+    assert out.rejected.column("reason").to_pylist() == ["extra_info_bad_question_type"]
+    assert out.question_type_defaulted == 2

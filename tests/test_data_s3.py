@@ -7,10 +7,13 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from paravt_core import storage
 from paravt_core.config import DataConfig, load_config
+from paravt_core.data.download import fetch
 from paravt_core.data.stage import run
+from paravt_core.data.validate import DataError
 from tests.data_support import DATASET_OUTPUTS, build_dataset, jpg_bytes, media_urls, mp4_bytes
 
 
@@ -83,3 +86,25 @@ def test_s3_selective_include(tmp_path: Path, s3_bucket: str) -> None:
     ]
     assert result.metrics["kept"] == 1 and result.metrics["skipped_not_downloaded"] == 4
     assert result.metrics["rl_rows"] == 0
+
+
+# object keys under the source prefix that would land outside the download directory
+@pytest.mark.parametrize(
+    ("rel", "why"),
+    [
+        ("museg/../../../evil.zip", "'..' component"),
+        ("museg/%2e%2e/%2e%2e/%2e%2e/evil.zip", "'..' component"),
+        ("museg\\..\\..\\..\\evil.zip", "'..' component"),
+        ("ABSOLUTE", "absolute path"),  # "src/" + an absolute path under tmp_path
+    ],
+)
+def test_s3_source_key_that_escapes_is_refused(tmp_path: Path, s3_bucket: str, rel: str, why: str) -> None:
+    if rel == "ABSOLUTE":
+        rel = str(tmp_path / "abs" / "evil.zip")
+    storage.write_bytes(f"{s3_bucket}/src/museg/charades_0.zip", b"PK fine")
+    storage.write_bytes(f"{s3_bucket}/src/{rel}", b"PK evil")
+    dest = tmp_path / "work" / "download" / "media"
+    with pytest.raises(DataError) as err:
+        fetch(f"{s3_bucket}/src", ["*.zip"], str(dest))
+    assert repr(rel) in str(err.value) and why in str(err.value)
+    assert [p for p in tmp_path.rglob("*") if not p.is_dir()] == []  # nothing fetched, inside or outside

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from paravt_core.data import sentinel
@@ -47,7 +47,6 @@ _piece = st.sampled_from(["selfqa", "museg", "charades", "museg/charades", "long
                           "", "file:", "x.mp4", "et_instruct_164k", "é", "\n", "file://selfqa"])  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(_piece, min_size=1, max_size=5).map("/".join) | st.none(), min_size=1, max_size=20))
 def test_columnar_and_per_string_agree(paths: list[str | None]) -> None:
     codes = sentinel.classify_array(pa.array(paths, pa.string())).tolist()

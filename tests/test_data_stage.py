@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import av
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -124,6 +125,93 @@ def test_selective_include_processes_only_the_subset(tmp_path: Path) -> None:
     assert audit["totals"]["skipped_not_downloaded"] == 5 and audit["totals"]["rejected"] == 0
     assert audit["not_downloaded"]["groups"] == ["longvt_source/videor1_0", "selfqa"]
     assert result.metrics["archives"] == 1
+
+
+def _second_charades_archive(tmp: Path) -> tuple[Path, Path]:
+    """``build_dataset`` plus ``museg/charades_1.zip`` (c2, c3), which unpacks into the same
+    ``museg/charades/`` directory as ``charades_0.zip`` (c0, c1); the Charades parquet references all four."""
+    source, parquet = build_dataset(tmp)
+    write_zip(
+        source / "museg" / "charades_1.zip",
+        {"museg/charades/c2.mp4": mp4_bytes("green"), "museg/charades/c3.mp4": mp4_bytes("green")},
+    )
+    (parquet / "paravt_sft_charades_3.parquet").unlink()
+    rows = [json.dumps(messages(f"museg/charades/c{i}.mp4")) for i in range(4)]
+    pq.write_table(sft_table(rows), parquet / "paravt_sft_charades_4.parquet")
+    return source, parquet
+
+
+@pytest.mark.parametrize("include", ["museg/charades_0.zip", "museg/charades_0*"])
+def test_subset_of_one_groups_archives(tmp_path: Path, include: str) -> None:
+    """Only charades_0 of the two Charades archives: rows of charades_1 were not downloaded (not missing)."""
+    source, parquet = _second_charades_archive(tmp_path)
+    result = run(_cfg(tmp_path, source, parquet, f"download.media_include=[{include}]"))
+    out = tmp_path / "out"
+    # charades: c0, c1 kept; c2, c3 skipped. videor1: both rows skipped. RL: c0 kept, selfqa + videor1 skipped
+    assert pq.read_table(out / "sft/paravt_sft_charades_4.parquet").column("id").to_pylist() == ["r0", "r1"]
+    assert pq.read_table(out / "rl/paravt_rl_diverse_3.parquet").column("id").to_pylist() == ["rl0"]
+    audit = json.loads((out / "audit.json").read_text())
+    totals = audit["totals"]
+    assert (totals["rows"], totals["kept"], totals["skipped_not_downloaded"], totals["rejected"]) == (
+        9,
+        3,
+        6,
+        0,
+    )
+    assert audit["not_downloaded"]["groups"] == ["longvt_source/videor1_0", "museg/charades", "selfqa"]
+    assert audit["media"]["presence"]["archives_left_out"] == 4  # charades_1, selfqa, videor1_0(+_images)
+    assert audit["media"]["presence"]["member_files"] == 2
+    assert result.metrics["archives"] == 1
+
+    # a member of the downloaded archive that is gone from the root is truly missing
+    (tmp_path / "work" / "media" / "museg" / "charades" / "c1.mp4").unlink()
+    with pytest.raises(DataError) as err:
+        run(
+            _cfg(
+                tmp_path,
+                source,
+                parquet,
+                f"download.media_include=[{include}]",
+                f"output={tmp_path / 'out2'}",
+            )
+        )
+    assert "1 of 3 rows" in str(err.value) and "missing_file=1" in str(err.value)  # 9 rows - 6 skipped
+    audit = json.loads((tmp_path / "out2" / "audit.json").read_text())
+    assert audit["missing_files"]["examples"] == ["museg/charades/c1.mp4"]
+    assert audit["totals"]["skipped_not_downloaded"] == 6
+
+
+def test_all_archives_of_a_group_selected_absent_file_is_missing(tmp_path: Path) -> None:
+    source, parquet = _second_charades_archive(tmp_path)
+    rows = [json.dumps(messages("museg/charades/c0.mp4")), json.dumps(messages("museg/charades/c9.mp4"))]
+    pq.write_table(sft_table(rows), parquet / "paravt_sft_charades_4.parquet")
+    # every archive of the source is selected: c9 is in none of them, so it is missing, not "not downloaded"
+    with pytest.raises(DataError, match="missing_file=1"):
+        run(_cfg(tmp_path, source, parquet))
+
+
+def test_rl_rows_without_question_type_are_kept_as_open_ended(tmp_path: Path) -> None:
+    source, parquet = build_dataset(tmp_path)
+    path = parquet / "paravt_rl_diverse_3.parquet"
+    table = pq.read_table(path)
+    extra = pa.array(
+        [{"answer": "A", "question_type": "mcq"}, {"answer": "B", "question_type": None}, {"answer": "C"}],
+        pa.struct([("answer", pa.string()), ("question_type", pa.string())]),
+    )
+    pq.write_table(table.set_column(table.schema.get_field_index("extra_info"), "extra_info", extra), path)
+    result = run(_cfg(tmp_path, source, parquet))
+    rl = pq.read_table(tmp_path / "out/rl/paravt_rl_diverse_3.parquet")
+    assert [e["question_type"] for e in rl.column("extra_info").to_pylist()] == ["mcq", "oe", "oe"]
+    assert result.metrics["question_type_defaulted"] == 2 and result.metrics["rl_rows"] == 3
+    audit = json.loads((tmp_path / "out/audit.json").read_text())
+    assert audit["totals"]["question_type_defaulted"] == 2 and audit["totals"]["rejected"] == 0
+
+
+def test_zip_bomb_bound_is_configurable(tmp_path: Path) -> None:
+    source, parquet = build_dataset(tmp_path)
+    # selfqa.zip holds one stored mp4: its declared size is the mp4's size
+    with pytest.raises(DataError, match=r"selfqa/selfqa\.zip.*extract\.max_archive_bytes=100\b"):
+        run(_cfg(tmp_path, source, parquet, "extract.max_archive_bytes=100"))
 
 
 def test_missing_file_of_a_downloaded_group_counts_as_bad(tmp_path: Path) -> None:
@@ -243,13 +331,36 @@ def test_no_parquet_matches_is_an_error(tmp_path: Path) -> None:
         run(_cfg(tmp_path, source, parquet, "download.parquet_include=[paravt_eval_*]"))
 
 
+def _tagged_rows(name: str) -> int:
+    """Row count from a release-style parquet name (``paravt_sft_tvg_8.parquet`` -> 8; tags under 1000
+    are exact counts), worked out from the name alone."""
+    tag = name.removesuffix(".parquet").rsplit("_", 1)[1]
+    assert tag.isdigit(), name  # the synthetic set is small: exact counts in the names
+    return int(tag)
+
+
 def test_on_synthetic_paravt_data(tmp_path: Path, synth_dataset) -> None:
     """The stage on ``paravt synth`` output (the layout of ParaVT-Source / ParaVT-Parquet)."""
     result = run(_cfg(tmp_path, synth_dataset.source_dir, synth_dataset.parquet_dir))
     out = tmp_path / "out"
     audit = json.loads((out / "audit.json").read_text())
+    # every row the generator wrote (counts from its manifest's file names, cross-checked against the
+    # input files' own metadata) comes out, per file and in total
+    expected = {}
+    for kind in ("sft", "rl"):
+        for rel in synth_dataset.manifest["parquets"][kind]:
+            name = os.path.basename(rel)
+            expected[f"{kind}/{name}"] = _tagged_rows(name)
+            assert pq.read_metadata(synth_dataset.out_dir / rel).num_rows == expected[f"{kind}/{name}"]
+    got = {
+        f"{kind}/{p.name}": pq.read_metadata(p).num_rows
+        for kind in ("sft", "rl")
+        for p in (out / kind).glob("*")
+    }
+    assert got == expected
+    assert result.metrics["kept"] == sum(expected.values())
+    assert result.metrics["rl_rows"] == sum(v for k, v in expected.items() if k.startswith("rl/"))
     assert audit["totals"]["rejected"] == 0 and audit["totals"]["skipped_not_downloaded"] == 0
-    assert result.metrics["kept"] == audit["totals"]["rows"] > 0
     assert audit["totals"]["rows_rewritten_in_python"] == 0  # synth writes canonical JSON: all columnar
     assert len(list((out / "sft").glob("*.parquet"))) == 7 and len(list((out / "rl").glob("*.parquet"))) == 1
     urls = [u for f in (out / "sft").glob("*.parquet") for m in read_messages(f) for u in media_urls(m)]

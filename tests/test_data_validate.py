@@ -6,7 +6,7 @@ import json
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from paravt_core.data.validate import (
@@ -113,7 +113,6 @@ def _serialize(obj: object, style: dict, cut: int | None) -> str:
     return text[:cut] if cut is not None else text
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     st.lists(
         st.tuples(st.lists(_message, max_size=4), _style, st.one_of(st.none(), st.integers(0, 40))),
@@ -125,6 +124,44 @@ def test_fast_path_agrees_with_reference(rows: list[tuple[list, dict, int | None
     texts = [_serialize(obj, style, cut) for obj, style, cut in rows]
     reasons, _ = check_messages(pa.array(texts, pa.string()))
     assert reasons.tolist() == [check_messages_text(t) for t in texts]
+
+
+@given(
+    _message,
+    st.lists(
+        st.tuples(st.lists(_message, max_size=4), _style, st.one_of(st.none(), st.integers(0, 60))),
+        min_size=1,
+        max_size=12,
+    ),
+    st.booleans(),
+)
+def test_shared_first_message_path_agrees_with_reference(
+    first: dict, rows: list[tuple[list, dict, int | None]], large: bool
+) -> None:
+    """Rows that begin with the same first message (the system prompt) are checked from its end on;
+    that must decide every row exactly as the reference, whatever follows (or is cut off)."""
+    texts = [_serialize([first, *obj], style, cut) for obj, style, cut in rows]
+    col = pa.array(texts, pa.large_string() if large else pa.string())
+    reasons, canonical = check_messages(col)
+    assert reasons.tolist() == [check_messages_text(t) for t in texts]
+    assert all(check_messages_text(t) == OK for t, c in zip(texts, canonical, strict=True) if c)
+
+
+def test_shared_first_message_is_checked_once_and_rows_from_its_end() -> None:
+    system = {"role": "system", "content": [{"type": "text", "text": 'tools: {"name": "crop"}'}]}
+    rows = [
+        json.dumps([system, *messages("selfqa/a.mp4")[1:]]),  # shared start, canonical tail
+        json.dumps([system, {"role": "user", "content": [{"type": "text", "text": "q"}]}]),  # no assistant
+        json.dumps([system, *messages("selfqa/a.mp4")[1:]])[:-3],  # shared start, truncated tail
+        json.dumps(messages("selfqa/b.mp4")),  # another start: the whole row is matched
+    ]
+    reasons, canonical = check_messages(pa.array(rows))
+    assert reasons.tolist() == [OK, Reason.NO_ASSISTANT_TURN, Reason.MESSAGES_NOT_JSON, OK]
+    assert canonical.tolist() == [True, False, False, True]
+    # an assistant first message: the tail needs none of its own
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "A"}]}
+    rows = [json.dumps([answer]), json.dumps([answer, {"role": "user", "content": []}])]
+    assert check_messages(pa.array(rows))[1].tolist() == [True, True]
 
 
 MESSAGE_TYPE = pa.list_(
@@ -204,7 +241,10 @@ def test_rl_extra_info_json_strings() -> None:
         '{"answer": "12.0, 18.5", "question_type": "tvg", "index": 3}',  # extra key: decided in Python
         '{"answer": ["a", 1], "question_type": "oe"}',  # non-string answer is still an answer
         '{"question_type": "mcq"}',
-        '{"answer": "A", "question_type": ""}',
+        '{"answer": "A", "question_type": ""}',  # empty, null or absent: open-ended (SPEC 2.4), kept
+        '{"answer": "A", "question_type": null}',
+        '{"answer": "A"}',
+        '{"answer": "A", "question_type": 5}',  # present but not a string: rejected
         '{"answer": "A"',
         "[1, 2]",
         None,
@@ -215,7 +255,10 @@ def test_rl_extra_info_json_strings() -> None:
         OK,
         OK,
         Reason.EXTRA_INFO_MISSING_ANSWER,
-        Reason.EXTRA_INFO_MISSING_QUESTION_TYPE,
+        OK,
+        OK,
+        OK,
+        Reason.EXTRA_INFO_BAD_QUESTION_TYPE,
         Reason.EXTRA_INFO_INVALID,
         Reason.EXTRA_INFO_INVALID,
         Reason.EXTRA_INFO_INVALID,
@@ -252,6 +295,11 @@ def test_file_checker_listing_agrees_with_isfile(tmp_path) -> None:
     for list_min in (1, 3, 1000):  # every directory listed, the big groups listed, nothing listed
         checker = FileChecker(str(tmp_path), list_min=list_min)
         assert checker.missing(paths) == set(paths) - present, list_min
+        # the columnar lookup (Arrow array, duplicates, a second call answered from what was decided)
+        columnar = FileChecker(str(tmp_path), list_min=list_min)
+        assert columnar.missing(pa.array(paths[:7] * 2)) == set(paths[:7]) - present, list_min
+        assert columnar.missing(pa.array(paths[::-1])) == set(paths) - present, list_min
+        assert columnar.missing(pa.array(paths[:3], pa.large_string())) == set(), list_min
     listed = FileChecker(str(tmp_path), list_min=1)
     listed.missing(["selfqa/a.mp4"])
     assert "selfqa" in listed._listings  # the listing route was really taken

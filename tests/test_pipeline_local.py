@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from paravt_core import storage
 from paravt_core.config import DataConfig
-from paravt_core.data.synth import SynthResult
+from paravt_core.synth import SynthResult
 from pipelines.local import run_train_locally
 
 

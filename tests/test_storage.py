@@ -158,6 +158,78 @@ def test_file_and_dir_transfer(root: str, tmp_path: Path) -> None:
         storage.upload_dir(tmp_path / "no-such-dir", storage.join(root, "x"))
 
 
+# ------------------------------------------------------------------------------ remote names -> local paths
+
+# (name, why it is refused): as written, percent-encoded and with backslashes
+UNSAFE_NAMES = [
+    ("..", "'..' component"),
+    ("../evil.txt", "'..' component"),
+    ("a/../../evil.txt", "'..' component"),
+    ("%2e%2e/evil.txt", "'..' component"),
+    ("a/%2E%2E/%2e%2e/evil.txt", "'..' component"),
+    ("..\\evil.txt", "'..' component"),
+    ("a\\..\\..\\evil.txt", "'..' component"),
+    ("/abs/evil.txt", "absolute path"),
+    ("\\abs\\evil.txt", "absolute path"),
+    ("%2Fabs/evil.txt", "absolute path"),
+    ("C:/evil.txt", "absolute path"),
+    ("", "empty name"),
+    ("a\0b", "NUL byte"),
+    ("a%00b", "NUL byte"),
+]
+
+
+@pytest.mark.parametrize(("name", "why"), UNSAFE_NAMES)
+def test_safe_join_refuses_names_that_leave_the_root(tmp_path: Path, name: str, why: str) -> None:
+    with pytest.raises(storage.UnsafePathError, match=why):
+        storage.safe_join(tmp_path, name)
+
+
+def test_safe_join_accepts_names_below_the_root_and_refuses_symlinks_out(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("museg/charades/a.mp4", "a..b/c..", "100%25 sure.mp4", "./x/./y", "a//b"):
+        joined = Path(storage.safe_join(root, name))
+        assert root in joined.parents, name  # below the root, whatever the spelling
+    assert storage.safe_join(root, "a//b") == str(root / "a" / "b")
+    (tmp_path / "elsewhere").mkdir()
+    (root / "selfqa").symlink_to(tmp_path / "elsewhere")
+    (root / "inside").symlink_to(root / "museg", target_is_directory=True)
+    with pytest.raises(storage.UnsafePathError, match="through an existing symlink"):
+        storage.safe_join(root, "selfqa/x.mp4")
+    assert storage.safe_join(root, "inside/x.mp4") == str(root / "inside" / "x.mp4")  # a link that stays in
+
+
+# keys below the prefix (what follows "pfx/") that must not become files outside the target directory
+ESCAPING_KEYS = [
+    ("../../evil.txt", "'..' component"),
+    ("sub/../../../evil.txt", "'..' component"),
+    ("%2e%2e/%2e%2e/evil.txt", "'..' component"),
+    ("..\\..\\evil.txt", "'..' component"),
+    (
+        "ABSOLUTE",
+        "absolute path",
+    ),  # replaced by <tmp_path>/abs/evil.txt: the key is "pfx/" + an absolute path
+]
+
+
+@pytest.mark.parametrize(("rel", "why"), ESCAPING_KEYS)
+def test_download_dir_refuses_keys_that_leave_the_target(
+    s3_bucket: str, tmp_path: Path, rel: str, why: str
+) -> None:
+    if rel == "ABSOLUTE":
+        rel = str(tmp_path / "abs" / "evil.txt")  # a path this test may check, never a system path
+    storage.write_bytes(f"{s3_bucket}/pfx/ok.txt", b"fine")
+    storage.write_bytes(f"{s3_bucket}/pfx/{rel}", b"evil")  # radosgw stores the key as written
+    assert f"{s3_bucket}/pfx/{rel}" in storage.list_uris(f"{s3_bucket}/pfx")
+    dst = tmp_path / "one" / "two" / "dst"
+    with pytest.raises(storage.UnsafePathError, match=why) as err:
+        storage.download_dir(f"{s3_bucket}/pfx", dst)
+    assert rel in str(err.value)
+    # every key is checked before anything is fetched: no file at all, inside or outside the target
+    assert [p for p in tmp_path.rglob("*") if not p.is_dir()] == []
+
+
 # ------------------------------------------------------------------------------ local only
 
 

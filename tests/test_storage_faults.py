@@ -15,11 +15,12 @@ import hashlib
 import http.client
 import logging
 import multiprocessing
+import re
 import socket
 import struct
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -32,6 +33,7 @@ from paravt_core import storage
 from tests.fixtures.s3 import S3Endpoint
 
 MiB = 1024 * 1024
+CHILD_TIMEOUT_S = 120  # generous on a loaded 2-core machine; the point is not to hang forever
 Rule = Callable[[int, str, str], str | None]  # (request number from 1, method, path) -> fault or None
 HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "expect", "te", "upgrade"}
 
@@ -190,6 +192,25 @@ def retry_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
+_WARNED = re.compile(r"^S3 \S+ (\S+) (?:attempt \d+/\d+ failed|failed) \((.*)\); ")
+
+
+def check_warnings_match_injected(warnings: list[str], injected: list[Seen], http_cause: str | None) -> None:
+    """Every injected fault was logged as a failed attempt on its own path; nothing else was logged but
+    connection-level failures (a kept-alive connection the server dropped under load is one, and it is
+    not ours to count). ``http_cause``: how the cause of an injected HTTP error starts (``HTTP 503``; a
+    HEAD answer has no body, so no error code), whose warnings are counted exactly: only the proxy sends them."""
+    parsed = [_WARNED.match(w) for w in warnings]
+    assert all(parsed), warnings
+    by_path = Counter(m.group(1) for m in parsed if m)
+    for path, count in Counter(urlsplit(s.path).path for s in injected).items():
+        assert by_path[path] >= count, (path, warnings)
+    if http_cause is not None:
+        assert sum(m.group(2).startswith(http_cause) for m in parsed if m) == len(injected)
+    http_extra = [w for w, m in zip(warnings, parsed, strict=True) if m and m.group(2).startswith("HTTP")]
+    assert len(http_extra) == (len(injected) if http_cause else 0), warnings
+
+
 def object_absent(server: S3Endpoint, uri: str) -> bool:
     """Checked straight against radosgw, bypassing the proxy and the code under test."""
     bucket, key = storage.split_s3(uri)
@@ -239,9 +260,9 @@ def test_every_third_request_fails_and_everything_still_arrives(
     assert len(listed) == 5 + 1 + 4 + 1  # small objects, big, tree, _COMPLETE
     faults = proxy.faults()
     assert len(faults) == len(proxy.seen) // 3 and len(faults) >= 10  # faults really were injected
-    # each injected fault was seen and logged as one failed attempt, and then retried
+    # each injected fault was logged as a failed attempt on its path, and then retried
     warnings = retry_warnings(caplog)
-    assert len(warnings) == len(faults)
+    check_warnings_match_injected(warnings, faults, "HTTP 503" if fault == "503" else None)
     assert all("retrying" in w for w in warnings)
 
 
@@ -252,8 +273,9 @@ def test_throttling_is_retried(s3_bucket: str, s3_env: S3Endpoint, caplog: pytes
             storage.write_bytes(f"{s3_bucket}/t{i}", blob(500, i))
         back = [storage.read_bytes(f"{s3_bucket}/t{i}") for i in range(3)]
     assert back == [blob(500, i) for i in range(3)]
-    assert len(proxy.faults()) == 2  # requests 3 and 6 of 8
-    assert [w.split("(")[1].split(")")[0] for w in retry_warnings(caplog)] == ["HTTP 503 SlowDown"] * 2
+    faults = proxy.faults()
+    assert len(faults) >= 2  # requests 3 and 6 of (at least) 8
+    check_warnings_match_injected(retry_warnings(caplog), faults, "HTTP 503 SlowDown")
 
 
 def test_connection_reset_mid_body_is_retried(
@@ -274,13 +296,15 @@ def test_connection_reset_mid_body_is_retried(
 
     with fault_proxy(s3_env.endpoint_url, every_other_get) as proxy:
         back = {uri: storage.read_bytes(uri) for uri in data}
+        cut_reads = len(proxy.faults())  # bodies cut under read_bytes (the next one is the download's)
         first = next(iter(data))
         storage.download_file(first, tmp_path / "dl.bin")  # s3transfer's own retry of streaming errors
     assert back == data
     assert (tmp_path / "dl.bin").read_bytes() == data[first]
     body_faults = [s for s in proxy.faults() if s.fault == "reset-body"]
-    assert len(body_faults) == 5  # 4 read_bytes + 1 download, each cut once
-    assert sum("body read attempt" in w for w in retry_warnings(caplog)) == 4
+    assert cut_reads == 4 and len(body_faults) == 5  # 4 read_bytes + 1 download, each cut once
+    # read_bytes logs one body-read retry per injected cut (the download's is s3transfer's, unlogged)
+    assert sum("body read attempt" in w for w in retry_warnings(caplog)) == cut_reads
 
 
 # ---------------------------------------------------------------------------- failures leave nothing
@@ -420,8 +444,10 @@ def test_local_copy_downloads_once_across_processes(
     cache = str(tmp_path / "cache")
     with fault_proxy(s3_env.endpoint_url, lambda n, method, path: None) as proxy:
         ctx = multiprocessing.get_context("fork")  # children inherit the proxy endpoint from the environment
-        with ProcessPoolExecutor(4, mp_context=ctx) as pool:
-            paths = list(pool.map(_local_copy_in_child, [uri] * 4, [cache] * 4))
+        # waited for with a timeout: a child stuck on the lock fails the test instead of hanging the
+        # suite, and leaving the block terminates the children whatever happened
+        with ctx.Pool(4) as pool:
+            paths = pool.starmap_async(_local_copy_in_child, [(uri, cache)] * 4).get(timeout=CHILD_TIMEOUT_S)
     assert len(set(paths)) == 1
     assert Path(paths[0]).read_bytes() == data
     gets = [s for s in proxy.seen if s.method == "GET" and s.path.endswith("/media/shared.mp4")]

@@ -7,8 +7,11 @@ text), not with the generator's own question code.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -23,7 +26,7 @@ from PIL import Image
 from torchcodec.decoders import VideoDecoder
 
 from paravt_core.data.schema import SENTINEL_BUCKETS, bucket_of, count_tag, parquet_kind
-from paravt_core.data.synth import SynthResult, make_schedule, synthesize
+from paravt_core.synth import SynthResult, encode_frames, make_schedule, synthesize
 
 SFT_NAMES = ["charades", "geminicot", "longvideoreason", "museg", "selftrace", "tvg", "videor1"]
 BACKGROUND = np.array([60, 60, 60])
@@ -110,7 +113,10 @@ def _probe_box(bbox: list[int]) -> tuple[slice, slice]:
 
 
 def test_layout_and_names(synth_dataset: SynthResult) -> None:
+    """The manifest against what is on disk: the files that exist, the zips' members and the row counts
+    read back from the parquets; the counts themselves worked out by hand."""
     res = synth_dataset
+    on_disk = sorted(p.relative_to(res.out_dir).as_posix() for p in res.out_dir.rglob("*") if p.is_file())
     archives = sorted(a.relative_to(res.source_dir).as_posix() for a in res.source_dir.rglob("*.zip"))
     # 4 videos -> slots videor1, charades, et_instruct, selfqa (one per sentinel bucket) + videor1 images.
     assert archives == [
@@ -120,16 +126,40 @@ def test_layout_and_names(synth_dataset: SynthResult) -> None:
         "museg/et_instruct_0.zip",
         "selfqa/selfqa.zip",
     ]
-    names = sorted(p.name for p in res.parquet_dir.glob("*.parquet"))
-    sft = [n for n in names if n.startswith("paravt_sft_")]
-    assert [re.sub(r"_\d+(k\d*)?\.parquet$", "", n)[len("paravt_sft_") :] for n in sft] == SFT_NAMES
-    assert [n for n in names if n.startswith("paravt_rl_")] == [
-        "paravt_rl_diverse_12.parquet"
-    ]  # 4 videos x 3
-    for name in names:  # the row count in the name is the real one
-        assert name.rsplit("_", 1)[1] == f"{pq.ParquetFile(res.parquet_dir / name).metadata.num_rows}.parquet"
-    assert (res.eval_dir / "synthetic_eval.parquet").is_file()
-    assert json.loads(res.manifest_path.read_text()) == res.manifest
+    manifest = json.loads(res.manifest_path.read_text())
+    assert sorted(manifest["archives"]) == archives
+    for archive, members in manifest["archives"].items():
+        with zipfile.ZipFile(res.source_dir / archive) as zf:
+            assert sorted(zf.namelist()) == members, archive
+    for video in manifest["videos"]:
+        assert video["path"] in manifest["archives"][video["archive"]]
+        assert video["frames"] == 32 and video["duration"] == 8.0  # 8 s at 4 fps
+    # Rows per parquet, by hand: RL 4 videos x 3 question families = 12; eval 4 x 2 = 8; an SFT split
+    # writes max(6, 2 x its candidate videos) rows, where candidates are its own videos (1 each for
+    # charades, museg = et_instruct, videor1) or else all 4 (-> 8); videor1 adds 4 image rows + 1
+    # interleaved image + video row: 6 + 5 = 11.
+    expected_rows = {
+        "parquet/paravt_sft_charades_6.parquet": 6,
+        "parquet/paravt_sft_geminicot_8.parquet": 8,
+        "parquet/paravt_sft_longvideoreason_8.parquet": 8,
+        "parquet/paravt_sft_museg_6.parquet": 6,
+        "parquet/paravt_sft_selftrace_8.parquet": 8,
+        "parquet/paravt_sft_tvg_8.parquet": 8,
+        "parquet/paravt_sft_videor1_11.parquet": 11,
+        "parquet/paravt_rl_diverse_12.parquet": 12,
+        "eval/synthetic_eval.parquet": 8,
+    }
+    read_back = {name: pq.read_table(res.out_dir / name).num_rows for name in expected_rows}
+    assert read_back == expected_rows
+    assert manifest["rows"] == expected_rows
+    listed = manifest["parquets"]
+    assert sorted(listed["sft"] + listed["rl"] + listed["eval"]) == sorted(expected_rows)
+    # Nothing on disk that the manifest does not describe, nothing described that is missing.
+    described = ["manifest.json"] + [f"source/{a}" for a in archives] + list(expected_rows)
+    assert on_disk == sorted(described)
+    assert [
+        re.sub(r"_\d+(k\d*)?\.parquet$", "", Path(n).name)[len("paravt_sft_") :] for n in listed["sft"]
+    ] == SFT_NAMES
     assert "videos:   4" in res.summary()
 
 
@@ -493,3 +523,28 @@ def test_schema_helpers() -> None:
     assert bucket_of("museg/other/x.mp4") is None
     assert bucket_of("/data/selfqa/x.mp4") is None
     assert bucket_of("selfqa_extra/x.mp4") is None
+
+
+def test_data_stage_imports_neither_the_agent_nor_the_generator() -> None:
+    """The data stage reads the release's files; synthetic data and the agent's prompts live elsewhere."""
+    code = (
+        "import sys, paravt_core.data.stage; "
+        "print(sorted(m for m in sys.modules if m.startswith(('paravt_core.agent', 'paravt_core.synth'))))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_one_writer_reports_bad_input_clearly(tmp_path: Path) -> None:
+    grey = np.zeros((3, 48, 64), dtype=np.uint8)
+    with pytest.raises(ValueError, match=r"N x H x W or N x H x W x 3, got shape \(3, 48, 64, 4\)"):
+        encode_frames(tmp_path / "a.mp4", np.zeros((3, 48, 64, 4), dtype=np.uint8), fps=10)
+    with pytest.raises(ValueError, match="yuv420p needs even frame sizes, got 63x48"):
+        encode_frames(tmp_path / "b.mp4", grey[:, :, :63], fps=10)
+    with pytest.raises(RuntimeError, match="ffmpeg failed writing .*c.mp4 \\(3 frames\\): .*no-such-codec"):
+        encode_frames(tmp_path / "c.mp4", grey, fps=10, codec="no-such-codec")
+    encode_frames(tmp_path / "d.mkv", grey, fps=10)  # grey input, Matroska from the file name
+    with av.open(str(tmp_path / "d.mkv")) as container:
+        times = [float(f.time) for f in container.decode(video=0)]
+    assert times == [0.0, 0.1, 0.2]  # 3 frames at 10 fps

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from paravt_core import storage
+from paravt_core.synth import read_code, write_coded_video
 from paravt_core.video import (
     CropError,
     DecoderCache,
@@ -22,7 +23,6 @@ from paravt_core.video import (
     probe,
     run_crops,
 )
-from paravt_core.video.synth import read_code, write_coded_video
 
 
 @pytest.fixture(scope="module")
@@ -245,3 +245,31 @@ def test_s3_video_is_downloaded_once_and_served(good, s3_bucket, tmp_path, monke
     assert c.indices == [20, 40] and [read_code(f.numpy()) for f in c.frames] == [20, 40]
     assert crop_video_tool(uri, {"start_time": 2, "end_time": 4}, cache=cache).ok
     assert cache.open_paths() == [info.path]  # one local copy, one entry
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"start_time": 10**309, "end_time": 5},
+        {"start_time": 0, "end_time": 10**4400},
+        {"start_time": "1" * 310, "end_time": 5},
+        {"start_time": 0, "end_time": "9" * 5000},
+        {"start_time": "1" * 5000 + ":00", "end_time": 5},
+    ],
+    ids=["int-309-digits", "int-4400-digits", "str-310", "str-5000", "clock-5000"],
+)
+def test_overflowing_times_become_tool_errors(good, cache, arguments):
+    """Each of these escaped as OverflowError / ValueError before; now the tool and the episode's batch
+    path (``run_crops`` with the raw arguments) answer with an error text, and a good window beside it
+    is still served."""
+    assert "start_time" in tool_error(good, arguments, cache) or "end_time" in tool_error(
+        good, arguments, cache
+    )
+    bad, ok = run_crops(good, [(arguments["start_time"], arguments["end_time"]), (1, 3)], cache=cache)
+    assert isinstance(bad, CropError) and ("too large" in str(bad) or "too long" in str(bad))
+    assert [read_code(f.numpy()) for f in ok.frames] == [10, 30]  # 1 s and 3 s at 10 fps
+
+
+def test_unprintable_arguments_object_is_a_tool_error(good, cache):
+    text = tool_error(good, [10**5000], cache)  # not an object, and repr() of it would raise ValueError
+    assert "arguments must be a JSON object" in text and len(text) < 200

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import av
 import numpy as np
 import pytest
 
+from paravt_core.synth import read_code, write_coded_video
 from paravt_core.video import DecoderCache, crop, overview, probe, run_crops
 from paravt_core.video import decoder as decoder_module
 from paravt_core.video.decoder import build_table, to_rgb
 from paravt_core.video.sampling import plan_runs
-from paravt_core.video.synth import read_code, write_coded_video
 
 # name -> (file suffix, segments (count, fps), gop, x264 params)
 VIDEOS = {
@@ -34,7 +37,22 @@ VIDEOS = {
     "vfr": (".mp4", [(90, 30), (40, 10), (72, 24), (120, 60)], 50, "scenecut=0"),
     # Matroska: millisecond time base, so timestamps are i/30 rounded to the ms (the true pts, not i/fps).
     "mkv30": (".mkv", [(300, 30)], 60, "scenecut=0"),
+    # MPEG-TS with B-frames: 90 kHz clock, the muxer starts the timeline late (~1.4 s), and its demuxer
+    # seeks by decode time, so seeks into the first GOP land past the first frames.
+    "ts30": (".ts", [(300, 30)], 30, "scenecut=0"),
 }
+
+
+def ts_start_ticks(path) -> int:
+    """First frame's time in 90 kHz ticks, as ffprobe (ffmpeg's own decode) reports it."""
+    out = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "frame=pts"]
+        + ["-read_intervals", "%+#1", "-of", "csv=p=0", str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return int(out.split()[0].strip(","))
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +64,9 @@ def videos(tmp_path_factory):
         ticks = write_coded_video(path, segments, gop=gop, x264_params=params)
         if suffix == ".mkv":
             truth = [round(t / 600 * 1000) / 1000 for t in ticks]
+        elif suffix == ".ts":
+            start = ts_start_ticks(path)
+            truth = [(start + t * 150) / 90000 for t in ticks]  # 90000 / 600 = 150 ticks per 1/600 s
         else:
             truth = [t / 600 for t in ticks]
         out[name] = (str(path), truth)
@@ -138,7 +159,7 @@ def test_overview_and_crops_are_exact_and_bit_identical(videos, name):
     duration = info.duration
     windows = []
     for _ in range(12):
-        a, b = sorted(rng.uniform(0, duration) for _ in range(2))
+        a, b = sorted(rng.uniform(info.start_time, duration) for _ in range(2))
         windows.append((round(a, 2), round(b, 2) + 0.01))
     for frames in run_crops(path, windows, max_workers=2, cache=cache, max_frames=8):
         assert_exact(frames, truth, path, reference)
@@ -296,6 +317,20 @@ def test_wrong_index_table_is_detected_and_rebuilt(videos, monkeypatch):
     assert cache.table(path).from_index is False
 
 
+def wait_child(pid: int, timeout_s: float) -> int:
+    """Exit code of a forked child; a child that hangs (e.g. on a lock copied from the parent) is killed
+    and reported instead of hanging the suite."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError(f"forked child {pid} did not finish within {timeout_s} s")
+
+
 def test_forked_child_gets_a_fresh_cache(videos):
     path, _ = videos["cfr24_nob"]
     cache = DecoderCache()
@@ -307,6 +342,5 @@ def test_forked_child_gets_a_fresh_cache(videos):
         decoded = cache.decode(table, plan_runs([24, 48], table.keyframes), (96, 128), max_workers=1)
         ok = ok and [read_code(decoded[i]) for i in (24, 48)] == [24, 48]
         os._exit(0 if ok else 1)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert wait_child(pid, timeout_s=120) == 0
     assert cache.open_paths() == [path]  # the parent keeps its own

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from paravt_core.config import StrictModel
+from paravt_core.config_base import StrictModel
 
 from . import prompts
 

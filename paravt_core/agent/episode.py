@@ -15,12 +15,14 @@ answer; calls in it end the episode (``tool_call_in_last_turn``).
 Finish reasons: ``answer``, ``no_answer`` (final turn without ``<answer>``), ``empty_generation``,
 ``max_tokens`` / ``max_tokens_in_tag`` (cut by the token limit, inside an open tag for the latter),
 ``tool_call_in_last_turn``, ``engine_error``, ``engine_timeout``, ``video_error`` (overview failed),
-``context_overflow`` (no room left in ``max_context_tokens``).
+``context_overflow`` (no room left in ``max_context_tokens``), ``internal_error`` (an unexpected exception:
+that episode ends with the exception type in ``error``, its siblings run on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -37,6 +39,8 @@ from .conversation import Conversation, Part, image_part, text_part
 from .parsing import ParsedCall, extract_answer, open_tag_at_end, parse_tool_calls
 from .segments import SegmentEncoder, Trace
 
+log = logging.getLogger(__name__)
+
 FINISH_REASONS = (
     "answer",
     "no_answer",
@@ -48,6 +52,7 @@ FINISH_REASONS = (
     "engine_timeout",
     "video_error",
     "context_overflow",
+    "internal_error",
 )
 
 
@@ -251,6 +256,10 @@ class _Episode:
         started = time.perf_counter()
         try:
             await self._run(overview)
+        except Exception as err:  # a bug or an unforeseen input ends this episode only, never its group
+            log.exception("episode %s ended by an internal error", self.row.row_id)
+            self.result.finish_reason = "internal_error"
+            self.result.error = f"{type(err).__name__}: {err}"
         finally:
             self.result.timings["total_s"] = time.perf_counter() - started
         return self.result

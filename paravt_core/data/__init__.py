@@ -1,1 +1,1 @@
-"""Data: hub download, safe extraction, sentinel paths, materialize, validation, synthetic data."""
+"""Data: hub download, safe extraction, sentinel paths, materialize, validation (synthetic data: ``paravt_core.synth``)."""

@@ -1,10 +1,11 @@
 """The data audit: one JSON report, a printed table, and the too-many-bad-rows gate.
 
-A row is *bad* when it is invalid (any reason but ``missing_file``) or references a missing file of a
-downloaded media group; bad rows are written to ``rejected/`` with their reason. A row that references
-media of a group that was not downloaded (selective include patterns) is *skipped*: counted, not written,
-not bad. The gate: bad / (rows - skipped) must not exceed ``validate.max_bad_fraction``.
-"""
+A row is *bad* when it is invalid (any reason but ``missing_file``) or references a missing file (one a
+downloaded archive holds, or any absent file when no archive was left out); bad rows are written to
+``rejected/`` with their reason. A row that references media of an archive that was not downloaded
+(selective include patterns; see ``sentinel.Presence``) is *skipped*: counted, not written, not bad.
+RL rows without a ``question_type`` are kept as ``oe`` and counted (``question_type_defaulted``).
+The gate: bad / (rows - skipped) must not exceed ``validate.max_bad_fraction``."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ def build_audit(
             "max_bad_fraction": max_bad_fraction,
             "passed": fraction <= max_bad_fraction,
             "rows_rewritten_in_python": sum(r.python_rows for r in reports),
+            "question_type_defaulted": sum(r.question_type_defaulted for r in reports),
         },
         "files": [
             {
@@ -65,6 +67,7 @@ def build_audit(
                 "missing_files": len(r.missing_files),
                 "skipped_not_downloaded": r.skipped_not_downloaded,
                 "reasons": dict(sorted(r.reasons.items())),
+                "question_type_defaulted": r.question_type_defaulted,
                 "rejected_rows": r.rejected_rows,
                 "output": r.output,
                 "rejected_output": r.rejected_output,
@@ -129,6 +132,10 @@ def print_audit(audit: dict[str, Any], console: Console) -> None:
             + ", ".join(f"{k}={v}" for k, v in missing["by_bucket"].items())
             + "; rows by split "
             + ", ".join(f"{k}={v}" for k, v in missing["rows_by_split"].items())
+        )
+    if t["question_type_defaulted"]:
+        console.print(
+            f"RL rows without a question_type, kept as open-ended (oe): {t['question_type_defaulted']}"
         )
     nd = audit["not_downloaded"]
     if nd["rows"]:

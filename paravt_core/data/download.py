@@ -4,18 +4,22 @@ A source string is one of
 - ``hf://owner/name`` (or a bare ``owner/name`` that is not an existing local path): a dataset repo on the
   hub, fetched with ``huggingface_hub.snapshot_download`` (resumable; only files matching the include
   patterns);
-- ``s3://bucket/prefix``: objects under the prefix matching the patterns are downloaded to the work dir;
-  a file already there with the object's size is not fetched again;
+- ``s3://bucket/prefix``: objects under the prefix matching the patterns are downloaded to the work dir
+  (every key through the guarded join ``storage.safe_join``: a key that would land outside it is an
+  error); a file already there with the object's size is not fetched again;
 - a local directory: used in place (nothing is copied).
 
 Include patterns are ``fnmatch`` patterns on the path relative to the source root, as on the hub
 (``*`` also matches ``/``): ``museg/charades*`` selects the Charades archives only. Later steps work on
-whatever was selected.
+whatever was selected; ``left_out`` names the files of the source the patterns did not select (a row
+whose media is in none of the downloaded archives counts as not downloaded only when something was left
+out).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from paravt_core import storage
 from paravt_core.data.validate import DataError
 
+log = logging.getLogger(__name__)
 HF_SCHEME = "hf://"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -90,14 +95,26 @@ def _walk(root: str) -> list[Fetched]:
     return sorted(out, key=lambda f: f.name)
 
 
+def hub_files(repo_id: str, revision: str | None) -> list[str]:
+    """The one listing call to the hub: every file of a dataset repo."""
+    from huggingface_hub import HfApi
+
+    return HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision)
+
+
 def _fetch_s3(prefix: str, patterns: list[str], dest: str) -> list[Fetched]:
     client = storage.s3_client()
-    out = []
-    for uri in storage.list_uris(prefix):
+    selected = []
+    for uri in storage.list_uris(prefix):  # every key is checked before anything is fetched
         name = uri[len(prefix) + 1 :]
         if not matches(name, patterns):
             continue
-        local = os.path.join(dest, *name.split("/"))
+        try:
+            selected.append((uri, name, storage.safe_join(dest, name)))
+        except storage.UnsafePathError as err:
+            raise DataError(f"source {prefix}: object key {err}; refusing the download") from None
+    out = []
+    for uri, name, local in selected:
         bucket, key = storage.split_s3(uri)
         size = client.head_object(Bucket=bucket, Key=key)["ContentLength"]
         if not (os.path.isfile(local) and os.path.getsize(local) == size):
@@ -129,3 +146,19 @@ def fetch(
     if not found:
         raise DataError(f"source {spec}: no file matches the include patterns {patterns}")
     return found
+
+
+def left_out(spec: str, patterns: list[str], revision: str | None = None) -> list[str] | None:
+    """Names of the files of ``spec`` that ``patterns`` do not select; None when the hub cannot be listed."""
+    source = parse_source(spec)
+    if source.kind == "local":
+        names = [f.name for f in _walk(source.location)]
+    elif source.kind == "s3":
+        names = [uri[len(source.location) + 1 :] for uri in storage.list_uris(source.location)]
+    else:
+        try:
+            names = hub_files(source.location, revision)
+        except Exception as err:  # offline or no access: presence falls back to "unknown"
+            log.warning("source %s: cannot list the hub repo (%s); unselected archives unknown", spec, err)
+            return None
+    return sorted(n for n in names if not matches(n, patterns))

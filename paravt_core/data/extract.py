@@ -2,14 +2,21 @@
 
 ParaVT-Source zips carry full sentinel paths, so all of them unpack into the same root.
 
-- Safety: every member of an archive is checked before anything of it is written. Absolute names,
-  ``..`` components, symlinks, devices, FIFOs and sockets are refused with an error naming the archive
-  and the member (zip-slip); a corrupt archive or a member whose CRC does not match is an error naming
-  the archive (and the member).
-- Idempotence: a member is written under a temporary name and renamed when complete; when every member
-  is in place, ``<root>/.paravt-extract/<key>.done`` is written. ``key`` hashes the archive's name and
-  central directory (member names, CRCs, sizes), so it is cheap to compute for a 10 GB zip and changes
-  when the archive does. A rerun skips archives with a marker and redoes any other one from the start.
+- Safety: every member of an archive is checked before anything of it is written. Names go through the
+  one guarded join of remote names (``storage.safe_join``: no absolute names, no ``..`` as written,
+  percent-decoded or with backslashes, nothing through a symlink already under the root); symlinks,
+  devices, FIFOs, sockets, empty names and names holding NUL are refused with an error naming the archive
+  and the member (zip-slip); a corrupt archive or a member whose CRC does not match is an error naming the
+  archive (and the member).
+- Zip bombs: the members' declared sizes are bounded per archive, in total (``max_bytes``) and against the
+  archive's size on disk (``max_ratio``), before anything is written; ``zipfile`` never yields more than a
+  member's declared size (and checks its CRC), so the declared sizes bound what is written.
+- Idempotence: a member is written under a short temporary name in its directory (names near the 255-byte
+  limit still fit) and renamed when complete; when every member is in place,
+  ``<root>/.paravt-extract/<key>.done`` is written, listing the member files (what later steps count as
+  downloaded). ``key`` hashes the archive's name and central directory (member names, CRCs, sizes), so it
+  is cheap to compute for a 10 GB zip and changes when the archive does. A rerun skips archives with a
+  marker and redoes any other one from the start.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
+import posixpath
 import stat
 import zipfile
 from collections.abc import Callable
@@ -34,11 +41,11 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from paravt_core import storage
 from paravt_core.data.validate import DataError
 
 MARKER_DIR = ".paravt-extract"
 _CHUNK = 1 << 20
-_DRIVE = re.compile(r"^[A-Za-z]:")
 _BAD_TYPES = {
     stat.S_IFLNK: "a symbolic link",
     stat.S_IFCHR: "a character device",
@@ -56,6 +63,14 @@ class Archive:
     path: str
 
 
+@dataclass(frozen=True)
+class Limits:
+    """Per-archive bounds against zip bombs (``extract.max_archive_bytes`` / ``max_compression_ratio``)."""
+
+    max_bytes: int = 64 << 30
+    max_ratio: float = 100.0
+
+
 @dataclass
 class ExtractResult:
     name: str
@@ -63,6 +78,7 @@ class ExtractResult:
     members: int
     bytes: int
     skipped: bool  # already extracted by an earlier run
+    files: tuple[str, ...] = ()  # the member files (normalized relative paths) now under the root
 
 
 def archive_key(archive: Archive) -> str:
@@ -83,37 +99,66 @@ def _infolist(archive: Archive) -> list[zipfile.ZipInfo]:
 
 
 def unsafe_reason(info: zipfile.ZipInfo) -> str | None:
-    """Why a member must not be extracted, or None when it is a plain file or directory below the root."""
-    name = info.filename
-    if not name or "\0" in name:
-        return "has an empty name or a NUL byte in its name"
-    if name.startswith(("/", "\\")) or _DRIVE.match(name):
-        return "has an absolute path"
-    if ".." in re.split(r"[\\/]", name):
-        return "has a '..' component (would escape the extraction root)"
+    """Why a member must not be extracted (name or file type), or None for a plain file or directory."""
+    # ``filename`` is cut at the first NUL by zipfile; the name as stored is ``orig_filename``
+    reason = storage.unsafe_name_reason(info.orig_filename) or storage.unsafe_name_reason(info.filename)
+    if reason:
+        return reason
     kind = stat.S_IFMT(info.external_attr >> 16)
     if kind in _BAD_TYPES:
         return f"is {_BAD_TYPES[kind]}"
     if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
         return f"has an unsupported file type (mode {oct(info.external_attr >> 16)})"
-    if name.split("/", 1)[0] == MARKER_DIR:
+    if info.filename.split("/", 1)[0] == MARKER_DIR:
         return f"would overwrite the extraction markers ({MARKER_DIR}/)"
     return None
 
 
-def check_members(archive: Archive, infos: list[zipfile.ZipInfo], root: str) -> None:
-    """Refuse the whole archive if any member is unsafe (nothing of it has been written yet)."""
-    real_root = os.path.realpath(root)
+def check_members(archive: Archive, infos: list[zipfile.ZipInfo], root: str) -> list[str]:
+    """Local target of every member; refuses the whole archive if any is unsafe (nothing written yet)."""
+    targets = []
     for info in infos:
         reason = unsafe_reason(info)
         if reason is None:
-            target = os.path.realpath(os.path.join(real_root, info.filename))
-            if target != real_root and not target.startswith(real_root + os.sep):
+            try:
+                targets.append(storage.safe_join(root, info.filename))
+            except storage.UnsafePathError:
                 reason = "resolves outside the extraction root (through an existing symlink)"
         if reason:
             raise DataError(
                 f"archive {archive.name}: member {info.filename!r} {reason}; refusing the archive"
             )
+    return targets
+
+
+def check_limits(archive: Archive, infos: list[zipfile.ZipInfo], limits: Limits) -> None:
+    """Refuse an archive whose members would expand beyond the configured bounds (a zip bomb)."""
+    total = sum(i.file_size for i in infos)
+    on_disk = max(os.path.getsize(archive.path), 1)
+    if total > limits.max_bytes:
+        raise DataError(
+            f"archive {archive.name}: members would expand to {total} bytes, above "
+            f"extract.max_archive_bytes={limits.max_bytes} (a zip bomb?); refusing the archive"
+        )
+    if total / on_disk > limits.max_ratio:
+        raise DataError(
+            f"archive {archive.name}: members would expand to {total} bytes from {on_disk} on disk "
+            f"(ratio {total / on_disk:.0f}, above extract.max_compression_ratio={limits.max_ratio:g}; "
+            "a zip bomb?); refusing the archive"
+        )
+
+
+def member_files(infos: list[zipfile.ZipInfo]) -> tuple[str, ...]:
+    """The file members as normalized relative paths (how sentinel paths are compared with them)."""
+    return tuple(sorted({posixpath.normpath(i.filename) for i in infos if not i.is_dir()}))
+
+
+def part_path(target: str, key: str) -> str:
+    """The temporary name a member is written under: short (the member's own name may be near the
+    255-byte limit of a path component) and distinct per archive and member (two archives may hold the
+    same member)."""
+    tag = hashlib.sha256(f"{key}\0{os.path.basename(target)}".encode()).hexdigest()[:16]
+    return os.path.join(os.path.dirname(target), f".paravt-{tag}.part")
 
 
 def marker_path(root: str, key: str) -> str:
@@ -128,24 +173,28 @@ def ensure_root(root: str) -> None:
 
 
 def extract_archive(
-    archive: Archive, root: str, key: str, advance: Callable[[int], None] | None = None
+    archive: Archive,
+    root: str,
+    key: str,
+    advance: Callable[[int], None] | None = None,
+    limits: Limits | None = None,
 ) -> ExtractResult:
     """Extract one archive (already known not to be done) and write its marker last."""
     infos = _infolist(archive)
-    check_members(archive, infos, root)
+    targets = check_members(archive, infos, root)
+    check_limits(archive, infos, limits or Limits())
     total = 0
     try:
         zf = zipfile.ZipFile(archive.path)
     except (zipfile.BadZipFile, OSError) as err:
         raise DataError(f"archive {archive.name}: not a readable zip file ({err})") from None
     with zf:
-        for info in infos:
-            target = os.path.join(root, info.filename)
+        for info, target in zip(infos, targets, strict=True):
             if info.is_dir():
                 os.makedirs(target, exist_ok=True)
                 continue
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            tmp = f"{target}.{key[:12]}.part"  # per archive: two archives may hold the same member
+            tmp = part_path(target, key)
             try:
                 with zf.open(info) as src, open(tmp, "wb") as dst:
                     while chunk := src.read(_CHUNK):
@@ -160,22 +209,50 @@ def extract_archive(
                     f"archive {archive.name}: member {info.filename!r} cannot be extracted ({err})"
                 ) from None
             total += info.file_size
+    files = member_files(infos)
     done = {
         "archive": archive.name,
         "key": key,
         "members": len(infos),
         "bytes": total,
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "files": list(files),
     }
     marker = marker_path(root, key)
     with open(marker + ".tmp", "w") as fh:
         json.dump(done, fh)
     os.replace(marker + ".tmp", marker)
-    return ExtractResult(archive.name, key, len(infos), total, skipped=False)
+    return ExtractResult(archive.name, key, len(infos), total, skipped=False, files=files)
+
+
+def _from_marker(done: dict, archive: Archive | None) -> ExtractResult:
+    """The result recorded by a finished extraction (member files read from the zip for old markers)."""
+    files = done.get("files")
+    if files is None and archive is not None:
+        files = member_files(_infolist(archive))
+    return ExtractResult(
+        done["archive"], done["key"], done["members"], done["bytes"], skipped=True, files=tuple(files or ())
+    )
+
+
+def recorded(root: str) -> list[ExtractResult]:
+    """Every archive a finished extraction recorded under ``root`` (a root extracted by earlier runs)."""
+    directory = os.path.join(root, MARKER_DIR)
+    out = []
+    if os.path.isdir(directory):
+        for name in sorted(os.listdir(directory)):
+            if name.endswith(".done"):
+                with open(os.path.join(directory, name)) as fh:
+                    out.append(_from_marker(json.load(fh), None))
+    return sorted(out, key=lambda r: r.name)
 
 
 def extract_all(
-    archives: list[Archive], root: str, workers: int = 2, progress: bool = True
+    archives: list[Archive],
+    root: str,
+    workers: int = 2,
+    progress: bool = True,
+    limits: Limits | None = None,
 ) -> list[ExtractResult]:
     """Extract ``archives`` into ``root`` with ``workers`` threads; skip the ones already done.
 
@@ -193,8 +270,7 @@ def extract_all(
             continue
         if os.path.exists(marker_path(root, key)):
             with open(marker_path(root, key)) as fh:
-                done = json.load(fh)
-            results.append(ExtractResult(archive.name, key, done["members"], done["bytes"], skipped=True))
+                results.append(_from_marker(json.load(fh), archive))
         else:
             size = sum(i.file_size for i in _infolist(archive))
             todo.append((archive, key, size))
@@ -212,7 +288,7 @@ def extract_all(
 
         def one(item: tuple[Archive, str, int]) -> ExtractResult:
             archive, key, _ = item
-            return extract_archive(archive, root, key, advance=lambda n: bar.advance(task, n))
+            return extract_archive(archive, root, key, lambda n: bar.advance(task, n), limits)
 
         with ThreadPoolExecutor(max(1, workers)) as pool:
             futures = [pool.submit(one, item) for item in todo]

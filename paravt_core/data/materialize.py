@@ -37,6 +37,8 @@ from paravt_core.data.validate import (
     Reason,
     check_messages,
     check_rl,
+    cut_strings,
+    default_question_type,
     has_path,
     is_json_column,
     leaf_rows,
@@ -106,43 +108,6 @@ def _json_text(value: str) -> str:
 
 
 # ----------------------------------------------------------------------------------- SFT, JSON strings
-
-
-# Offsets of a string_view array are int32: larger buffers take the byte-gather route.
-VIEW_LIMIT = (1 << 31) - 1
-_INLINE = 12  # a string_view holds strings of up to 12 bytes inline, longer ones by (prefix, buffer, offset)
-
-
-def cut_strings(data: pa.Buffer | None, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """The byte ranges ``data[start:start + length]`` as a string array (the bytes must be UTF-8).
-
-    Built as a ``string_view`` array over ``data`` (16 bytes of numpy work per string, no per-byte index)
-    and cast to ``string`` by Arrow in one copy; a byte gather when ``data`` is too large for views.
-    """
-    n = len(starts)
-    total = int(lengths.sum()) if n else 0
-    if total == 0 or data is None:
-        return pa.array([""] * n, pa.string())
-    raw = np.frombuffer(data, dtype=np.uint8)
-    if len(raw) > VIEW_LIMIT:
-        out_offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths, out=out_offsets[1:])
-        gather = np.repeat(starts - out_offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
-        return pa.Array.from_buffers(
-            pa.large_string(), n, [None, pa.py_buffer(out_offsets), pa.py_buffer(raw[gather])]
-        ).cast(pa.string())
-    # the first 12 bytes of each string (zero past its end): inline data or the 4-byte prefix
-    idx = starts[:, None] + np.arange(_INLINE, dtype=np.int64)
-    head = raw[np.minimum(idx, len(raw) - 1)]
-    head[np.arange(_INLINE)[None, :] >= lengths[:, None]] = 0
-    # one row per view: length | inline bytes 0-3 or prefix | 4-7 or buffer index | 8-11 or offset
-    views = np.zeros((n, 4), dtype="<i4")
-    views[:, 0] = lengths
-    views[:, 1:] = head.view("<i4")
-    long = lengths > _INLINE
-    views[long, 2] = 0  # the only data buffer
-    views[long, 3] = starts[long]
-    return pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), data]).cast(pa.string())
 
 
 def split_at_url_keys(texts: pa.Array) -> tuple[pa.Array, np.ndarray, pa.Array, np.ndarray]:
@@ -297,13 +262,13 @@ class Target:
 
     ``prefix``: what sentinel paths are joined to (absolute local root or ``s3://`` prefix).
     ``checker``: existence checks against the local extracted root (None: no file checks).
-    ``present``: media groups that were downloaded; a missing file of an absent group is "not downloaded"
-    (the row is skipped, not counted as bad). None: every missing file counts as missing.
+    ``presence``: what was downloaded; an absent file it calls "not downloaded" skips the row (not bad).
+    None: every absent file counts as missing.
     """
 
     prefix: str
     checker: FileChecker | None = None
-    present: set[str] | None = None
+    presence: sentinel.Presence | None = None
     check_structure: bool = True
 
 
@@ -317,6 +282,7 @@ class BatchOutcome:
     not_downloaded: set[str]
     examples: list[dict]
     python_rows: int
+    question_type_defaulted: int = 0  # kept RL rows whose question_type was written as "oe"
 
 
 MAX_EXAMPLES = 20
@@ -340,11 +306,11 @@ def _file_checks(
     candidate = (refs.status == sentinel.OK) & (reasons[refs.rows] == 0)
     rows = refs.rows[candidate]
     paths = _strip_scheme(refs.paths.filter(pa.array(candidate)))
-    absent = target.checker.missing(pc.unique(paths).to_pylist())
+    absent = target.checker.missing(paths)
     if not absent:
         return skipped, set(), set()
-    present = target.present
-    not_downloaded = {p for p in absent if present is not None and sentinel.group_of(p) not in present}
+    presence = target.presence
+    not_downloaded = {p for p in absent if presence is not None and presence.not_downloaded(p)}
     missing = absent - not_downloaded
     if missing:
         hit = pc.is_in(paths, value_set=pa.array(sorted(missing), paths.type)).to_numpy(zero_copy_only=False)
@@ -372,6 +338,8 @@ def _examples(refs: MediaRefs, first_row: int, missing: set[str]) -> list[dict]:
 def process_batch(batch: pa.RecordBatch, kind: str, target: Target, first_row: int = 0) -> BatchOutcome:
     """Validate and materialize one batch: good rows rewritten, bad rows kept aside with a reason."""
     n = batch.num_rows
+    replaced: dict[str, pa.Array] = {}
+    defaulted = np.zeros(n, dtype=bool)
     if kind == "sft":
         name = "messages"
         col = batch.column(name)
@@ -384,6 +352,7 @@ def process_batch(batch: pa.RecordBatch, kind: str, target: Target, first_row: i
         name = "videos"
         reasons = check_rl(batch) if target.check_structure else np.zeros(n, dtype=np.int8)
         rewritten = rewrite_videos(batch.column(name), target.prefix)
+        replaced["extra_info"], defaulted = default_question_type(batch.column("extra_info"))
     for extra in (rewritten.reasons, rewritten.refs.path_reasons(n)):
         rows = np.flatnonzero(extra)
         merge_each(reasons, rows, extra[rows])
@@ -393,8 +362,13 @@ def process_batch(batch: pa.RecordBatch, kind: str, target: Target, first_row: i
     column = rewritten.column
     if column.type != batch.schema.field(name).type:  # e.g. a binary column rewritten as text
         column = column.cast(batch.schema.field(name).type)
-    arrays = [column if f.name == name else batch.column(i) for i, f in enumerate(batch.schema)]
-    out = pa.RecordBatch.from_arrays(arrays, schema=batch.schema)
+    replaced[name] = column
+    schema = batch.schema
+    for i, f in enumerate(schema):  # a struct that gained its question_type field changes type
+        if f.name in replaced and replaced[f.name].type != f.type:
+            schema = schema.set(i, f.with_type(replaced[f.name].type))
+    arrays = [replaced.get(f.name, batch.column(i)) for i, f in enumerate(batch.schema)]
+    out = pa.RecordBatch.from_arrays(arrays, schema=schema)
     out = out if good.all() else out.filter(pa.array(good))
     rejected = None
     if bad.any():
@@ -412,6 +386,7 @@ def process_batch(batch: pa.RecordBatch, kind: str, target: Target, first_row: i
         not_downloaded=not_downloaded,
         examples=_examples(rewritten.refs, first_row, missing),
         python_rows=rewritten.python_rows,
+        question_type_defaulted=int((defaulted & good).sum()),
     )
 
 
@@ -432,6 +407,7 @@ class FileReport:
     examples: list[dict] = field(default_factory=list)
     rejected_rows: list[dict] = field(default_factory=list)  # the first few: source row + reason
     python_rows: int = 0
+    question_type_defaulted: int = 0
     output: str | None = None
     rejected_output: str | None = None
     seconds: float = 0.0
@@ -602,6 +578,7 @@ def _account(report: FileReport, outcome: BatchOutcome, n: int) -> None:
     report.missing_files |= outcome.missing
     report.not_downloaded_files |= outcome.not_downloaded
     report.python_rows += outcome.python_rows
+    report.question_type_defaulted += outcome.question_type_defaulted
     room = MAX_EXAMPLES - len(report.examples)
     report.examples.extend(outcome.examples[:room])
     room = MAX_EXAMPLES - len(report.rejected_rows)

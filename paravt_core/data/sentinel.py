@@ -9,8 +9,11 @@ Arrow array (``classify_array``) for the columnar path. Tests check that the two
 
 from __future__ import annotations
 
+import hashlib
 import os
+import posixpath
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -110,7 +113,7 @@ def group_of(path: str) -> str | None:
 
 
 def present_groups(root: str) -> set[str]:
-    """Groups that have a directory under an extracted media root (what was downloaded and extracted)."""
+    """Groups that have a directory under an extracted media root."""
     found: set[str] = set()
     for bucket in SENTINEL_BUCKETS:
         directory = os.path.join(root, bucket)
@@ -121,6 +124,41 @@ def present_groups(root: str) -> set[str]:
             with os.scandir(directory) as entries:
                 found.update(f"longvt_source/{e.name}" for e in entries if e.is_dir())
     return found
+
+
+@dataclass(frozen=True)
+class Presence:
+    """What was downloaded and extracted: tells a missing file from one whose archive was not selected.
+
+    ``members``: the files the extracted archives hold (their member lists, recorded at extraction);
+    None when unknown (a root extracted by other means). ``all_selected``: no archive of the source was
+    left out by the include patterns. ``groups``: groups with a directory under the root, the rule
+    when the member lists are unknown.
+
+    A file absent from the root is *missing* when a selected archive holds it (it should be there), or
+    when nothing was left out (no archive can hold it); otherwise it belongs to an archive that was not
+    selected and counts as *not downloaded*: ``charades_1``'s videos when only ``charades_0.zip`` was
+    downloaded, although both unpack into ``museg/charades/``.
+    """
+
+    members: frozenset[str] | None = None
+    all_selected: bool = False
+    groups: frozenset[str] = frozenset()
+
+    def not_downloaded(self, path: str) -> bool:
+        """Whether an absent sentinel path (``file://`` stripped) belongs to media that was not selected."""
+        if self.members is None:
+            return group_of(path) not in self.groups
+        if self.all_selected:
+            return False
+        return posixpath.normpath(path) not in self.members
+
+    def digest(self) -> str:
+        """A short hash of what decides presence (for the stage's fingerprint)."""
+        h = hashlib.sha256(f"{self.all_selected}\0{sorted(self.groups)}\0{self.members is None}\n".encode())
+        for name in sorted(self.members or ()):
+            h.update(name.encode() + b"\n")
+        return h.hexdigest()[:32]
 
 
 def media_prefix(root: str, prefix: str = "") -> str:

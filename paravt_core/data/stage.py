@@ -12,7 +12,7 @@ Every parquet is written under a temporary name and renamed (or uploaded after i
 never leaves a truncated file; a failing run (bad input, too many bad rows) never writes ``_COMPLETE``.
 
 Reruns: downloads resume and extraction skips finished archives. When the output is complete and its
-fingerprint (parquet contents, archive identities, media groups present, output-relevant config) is
+fingerprint (parquet contents, archive identities, what counts as downloaded, output-relevant config) is
 unchanged, the stage returns the earlier result without rewriting anything; otherwise it clears
 ``_COMPLETE`` and redoes validation + materialization of every file (cheap next to download/extract).
 """
@@ -34,13 +34,20 @@ from paravt_core import storage
 from paravt_core.config import DataConfig, config_to_yaml
 from paravt_core.data import download, extract, sentinel
 from paravt_core.data.audit import build_audit, check_gate, print_audit
-from paravt_core.data.materialize import FileReport, Target, detect_kind, materialize_file, open_parquet
+from paravt_core.data.materialize import (
+    MAX_EXAMPLES,
+    FileReport,
+    Target,
+    detect_kind,
+    materialize_file,
+    open_parquet,
+)
 from paravt_core.data.validate import DataError, FileChecker
 from paravt_core.stage import StageResult, announce_config, console
 
 STAGE = "data"
 # Bump when the meaning of the outputs changes, so complete outputs of older code are redone.
-FINGERPRINT_VERSION = 1
+FINGERPRINT_VERSION = 2
 _OUTPUT_DIRS = ("sft", "rl", "rejected")
 
 
@@ -74,7 +81,7 @@ def fingerprint(
     archives: list[extract.ExtractResult],
     root: str,
     prefix: str,
-    present: set[str] | None,
+    presence: sentinel.Presence | None,
 ) -> str:
     """Hash of everything the outputs depend on (not of knobs like worker counts)."""
     relevant = {
@@ -84,9 +91,41 @@ def fingerprint(
         "validate": cfg.validate_.model_dump(mode="json"),
         "parquets": [(f.name, _sha256_file(f.path)) for f in parquets],
         "archives": sorted((a.name, a.key) for a in archives),
-        "present": sorted(present or []),
+        "presence": presence.digest() if presence else None,
     }
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
+
+
+def media_presence(
+    root: str, extracted: list[extract.ExtractResult] | None, left_out: list[str] | None
+) -> sentinel.Presence:
+    """What counts as downloaded (see ``sentinel.Presence``).
+
+    ``extracted``: the archives of this run's media source (None: no source, the root was extracted
+    earlier; its markers then say which archives it holds, and whether the source had more is unknown).
+    ``left_out``: the source's archives the include patterns did not select (None: unknown).
+    """
+    groups = frozenset(sentinel.present_groups(root))
+    if extracted is None:
+        extracted = extract.recorded(root)
+        if not extracted:  # extracted by other means: a group with a directory counts as downloaded
+            return sentinel.Presence(None, False, groups)
+    members = frozenset(f for a in extracted for f in a.files)
+    return sentinel.Presence(members, left_out == [], groups)
+
+
+def _presence_info(presence: sentinel.Presence | None, left_out: list[str] | None) -> dict[str, Any]:
+    if presence is None:
+        return {"checked": False}
+    return {
+        "checked": True,
+        "rule": "archive members" if presence.members is not None else "group directories",
+        "member_files": len(presence.members or ()),
+        "all_archives_selected": presence.all_selected,
+        "archives_left_out": None if left_out is None else len(left_out),
+        "archives_left_out_examples": (left_out or [])[:MAX_EXAMPLES],
+        "groups_present": sorted(presence.groups),
+    }
 
 
 def upload_media(root: str, prefix: str, archives: list[extract.ExtractResult]) -> bool:
@@ -214,6 +253,7 @@ def run(cfg: DataConfig) -> StageResult:
     )
     parquets = [f for f in parquets if f.name.endswith(".parquet")]
     archives: list[extract.Archive] = []
+    left_out: list[str] | None = None
     if dl.media_source:
         media = download.fetch(
             dl.media_source,
@@ -223,19 +263,22 @@ def run(cfg: DataConfig) -> StageResult:
             max_workers=dl.max_workers,
         )
         archives = [extract.Archive(f.name, f.path) for f in media if f.name.endswith(".zip")]
+        others = download.left_out(dl.media_source, dl.media_include, dl.revision)
+        left_out = None if others is None else [n for n in others if n.endswith(".zip")]
     seconds["download"] = time.perf_counter() - t
 
     t = time.perf_counter()
     if dl.media_source:
         extract.ensure_root(root)
     check_root(root)
-    extracted = extract.extract_all(archives, root, cfg.extract.workers) if archives else []
+    limits = extract.Limits(cfg.extract.max_archive_bytes, cfg.extract.max_compression_ratio)
+    extracted = extract.extract_all(archives, root, cfg.extract.workers, limits=limits) if archives else []
     seconds["extract"] = time.perf_counter() - t
 
     prefix = sentinel.media_prefix(root, cfg.materialize.media_prefix)
     checks = cfg.validate_.check_files_exist
-    present = sentinel.present_groups(root) if checks else None
-    fp = fingerprint(cfg, parquets, extracted, root, prefix, present)
+    presence = media_presence(root, extracted if dl.media_source else None, left_out) if checks else None
+    fp = fingerprint(cfg, parquets, extracted, root, prefix, presence)
     if was_complete:
         info = (storage.completion_info(output) or {}).get("info", {})
         if info.get("fingerprint") == fp:
@@ -262,7 +305,7 @@ def run(cfg: DataConfig) -> StageResult:
     target = Target(
         prefix=prefix,
         checker=FileChecker(root) if checks else None,
-        present=present,
+        presence=presence,
         check_structure=cfg.validate_.check_structure,
     )
     reports = _materialize_all(parquets, staging, target, cfg)
@@ -272,7 +315,7 @@ def run(cfg: DataConfig) -> StageResult:
     media_info: dict[str, Any] = {
         "root": root,
         "prefix": prefix,
-        "groups_present": sorted(present or []),
+        "presence": _presence_info(presence, left_out),
         "archives": [
             {"name": a.name, "members": a.members, "bytes": a.bytes, "reused": a.skipped} for a in extracted
         ],
@@ -289,6 +332,7 @@ def run(cfg: DataConfig) -> StageResult:
         "invalid_rows": totals["invalid_rows"],
         "missing_file_rows": totals["missing_file_rows"],
         "skipped_not_downloaded": totals["skipped_not_downloaded"],
+        "question_type_defaulted": totals["question_type_defaulted"],
         "bad_fraction": totals["bad_fraction"],
         "sft_rows": sum(r.kept for r in reports if r.kind == "sft"),
         "rl_rows": sum(r.kept for r in reports if r.kind == "rl"),

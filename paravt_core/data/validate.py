@@ -2,7 +2,9 @@
 
 SFT ``messages`` must decode, be a list of ``{role, content: [part, ...]}`` objects, have an assistant
 turn, and media parts must hold ``{"url": str}``. RL rows need a prompt, at least one video and an
-``extra_info`` with ``answer`` and ``question_type``. Referenced files must exist.
+``extra_info`` with an ``answer``; a ``question_type`` that is absent, null or empty means open-ended
+(SPEC §2.4: anything but ``mcq``/``tvg`` is ``oe``) and is written as ``oe`` (``default_question_type``),
+one that is not a string is rejected. Referenced files must exist.
 
 The Python functions ``check_messages_obj`` / ``check_extra_info_obj`` are the definition of valid.
 The JSON fast paths only ever *accept* rows that definition accepts and hand everything else to it:
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable
 from enum import IntEnum
@@ -48,7 +51,7 @@ class Reason(IntEnum):
     VIDEOS_EMPTY = 8
     EXTRA_INFO_INVALID = 9
     EXTRA_INFO_MISSING_ANSWER = 10
-    EXTRA_INFO_MISSING_QUESTION_TYPE = 11
+    EXTRA_INFO_BAD_QUESTION_TYPE = 11
     PATH_ESCAPES_ROOT = 12
     PATH_NOT_SENTINEL = 13
     PATH_EMPTY = 14
@@ -234,6 +237,43 @@ def _check_messages_nested(m: pa.Array) -> np.ndarray:
     return reasons
 
 
+# Offsets of a string_view array are int32: larger buffers take the byte-gather route.
+VIEW_LIMIT = (1 << 31) - 1
+_INLINE = 12  # a string_view holds strings of up to 12 bytes inline, longer ones by (prefix, buffer, offset)
+
+
+def cut_strings(data: pa.Buffer | None, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """The byte ranges ``data[start:start + length]`` as a string array (the bytes must be UTF-8).
+
+    Built as a ``string_view`` array over ``data`` (16 bytes of numpy work per string, no per-byte index)
+    and cast to ``string`` by Arrow in one copy; a byte gather when ``data`` is too large for views.
+    """
+    n = len(starts)
+    total = int(lengths.sum()) if n else 0
+    if total == 0 or data is None:
+        return pa.array([""] * n, pa.string())
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if len(raw) > VIEW_LIMIT:
+        out_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=out_offsets[1:])
+        gather = np.repeat(starts - out_offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
+        return pa.Array.from_buffers(
+            pa.large_string(), n, [None, pa.py_buffer(out_offsets), pa.py_buffer(raw[gather])]
+        ).cast(pa.string())
+    # the first 12 bytes of each string (zero past its end): inline data or the 4-byte prefix
+    idx = starts[:, None] + np.arange(_INLINE, dtype=np.int64)
+    head = raw[np.minimum(idx, len(raw) - 1)]
+    head[np.arange(_INLINE)[None, :] >= lengths[:, None]] = 0
+    # one row per view: length | inline bytes 0-3 or prefix | 4-7 or buffer index | 8-11 or offset
+    views = np.zeros((n, 4), dtype="<i4")
+    views[:, 0] = lengths
+    views[:, 1:] = head.view("<i4")
+    long = lengths > _INLINE
+    views[long, 2] = 0  # the only data buffer
+    views[long, 3] = starts[long]
+    return pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), data]).cast(pa.string())
+
+
 # ----------------------------------------------------------------------------------- strict JSON parse
 
 # Bisection stops here and hands the rows to the Python checks (also after this many failed levels,
@@ -347,15 +387,86 @@ _PART = (
     + ")"
 )
 _MESSAGE = _two_keys(("role", _STR), ("content", _list(_PART)))
-CANONICAL_MESSAGES_RE = f"^{_WS}{_list(_MESSAGE)}{_WS}$"
-ASSISTANT_RE = f'"role"{_WS}:{_WS}"assistant"'
+_ASSISTANT_MESSAGE = _two_keys(("role", '"assistant"'), ("content", _list(_PART)))
+_SEP = f"{_WS},{_WS}"
+# A canonical list holding an assistant message, in one pass (no second search for the role).
+CANONICAL_MESSAGES_RE = (
+    rf"^{_WS}\[{_WS}(?:{_MESSAGE}{_SEP})*{_ASSISTANT_MESSAGE}(?:{_SEP}{_MESSAGE})*{_WS}\]{_WS}$"
+)
+# What may follow a canonical first message: more messages (an assistant one among them, or not), the end.
+_TAIL_WITH_ASSISTANT_RE = (
+    rf"^(?:{_SEP}{_MESSAGE})*{_SEP}{_ASSISTANT_MESSAGE}(?:{_SEP}{_MESSAGE})*{_WS}\]{_WS}$"
+)
+_TAIL_RE = rf"^(?:{_SEP}{_MESSAGE})*{_WS}\]{_WS}$"
+_FIRST_MESSAGE_RE = rf"^{_WS}\[{_WS}{_MESSAGE}$"
+_OPEN = re.compile(r"[ \t\n\r]*\[[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def shared_first_message(texts: pa.Array) -> tuple[str, bool] | None:
+    """(the first row's text up to the end of its first message, whether that message is the assistant's),
+    when that much is in the canonical shape; None otherwise.
+
+    Rows of one file share their first message (the system prompt with the tool block, about half of a
+    row's bytes), so ``check_messages`` checks it once and only the rest of each row that starts with it.
+    """
+    first = next((t for t in texts.slice(0, 64).to_pylist() if t is not None), None)
+    opening = _OPEN.match(first) if first is not None else None
+    if opening is None:
+        return None
+    try:
+        _, end = _DECODER.raw_decode(first, opening.end())
+    except (ValueError, RecursionError):
+        return None
+    prefix = first[:end]
+    if not pc.match_substring_regex(pa.array([prefix]), _FIRST_MESSAGE_RE)[0].as_py():
+        return None
+    opens_assistant = rf"^{_WS}\[{_WS}{_ASSISTANT_MESSAGE}$"
+    return prefix, bool(pc.match_substring_regex(pa.array([prefix]), opens_assistant)[0].as_py())
+
+
+def _starts_and_tails(texts: pa.Array, split: np.ndarray, cut: int) -> pa.Array:
+    """Each row as two strings over the same bytes (no copy): its first ``cut`` bytes where ``split``
+    (else the whole row), then the rest. The tail patterns are anchored at the start and cannot begin
+    with ``[``, so RE2 gives up on a row's start at its first bytes and scans only the tails."""
+    offsets = string_offsets(texts)
+    bounds = np.empty(2 * len(texts) + 1, dtype=offsets.dtype)
+    bounds[0::2] = offsets
+    bounds[1::2] = np.where(split, offsets[:-1] + cut, offsets[1:])
+    return pa.Array.from_buffers(texts.type, 2 * len(texts), [None, pa.py_buffer(bounds), texts.buffers()[2]])
+
+
+def canonical_rows(texts: pa.Array) -> np.ndarray:
+    """Rows in the canonical shape with an assistant message (valid without decoding them).
+
+    One RE2 pass; rows that begin with the batch's shared first message (checked once) are matched from
+    the end of it on, over a zero-copy view of their remaining bytes. Exact: a canonical row starting with a
+    canonical first message is that message followed by a canonical tail, and the converse.
+    """
+    n = len(texts)
+    canonical = np.zeros(n, dtype=bool)
+    shared = shared_first_message(texts)
+    skip = np.zeros(n, dtype=bool)
+    if shared is not None:
+        prefix, has_assistant = shared
+        skip = pc.fill_null(pc.starts_with(texts, prefix), False).to_numpy(zero_copy_only=False)
+    if skip.any():
+        tail_re = _TAIL_RE if has_assistant else _TAIL_WITH_ASSISTANT_RE
+        tails = pc.match_substring_regex(_starts_and_tails(texts, skip, len(prefix.encode())), tail_re)
+        canonical[skip] = tails.to_numpy(zero_copy_only=False)[1::2][skip]
+    rest = np.flatnonzero(~skip)
+    if len(rest):
+        others = texts if len(rest) == n else texts.take(pa.array(rest))
+        matched = pc.fill_null(pc.match_substring_regex(others, CANONICAL_MESSAGES_RE), False)
+        canonical[rest] = matched.to_numpy(zero_copy_only=False)
+    return canonical
 
 
 def check_messages(col: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     """(reason per row, rows in the canonical shape or None) of an SFT ``messages`` column.
 
-    JSON rows in the canonical shape are valid without decoding them; the others are decoded and
-    checked in Python. Native nested columns are checked on the Arrow arrays (no canonical mask).
+    JSON rows in the canonical shape are valid without decoding them (``canonical_rows``); the others are
+    decoded and checked in Python. Native nested columns are checked on the Arrow arrays (no canonical mask).
     """
     if not is_json_column(col):
         return _check_messages_nested(col), None
@@ -364,9 +475,7 @@ def check_messages(col: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     reasons = np.zeros(n, dtype=np.int8)
     if n == 0:
         return reasons, np.zeros(0, dtype=bool)
-    shaped = pc.match_substring_regex(texts, CANONICAL_MESSAGES_RE)
-    canonical = pc.and_kleene(shaped, pc.match_substring_regex(texts, ASSISTANT_RE))
-    canonical = pc.fill_null(canonical, False).to_numpy(zero_copy_only=False)
+    canonical = canonical_rows(texts)
     rest = np.flatnonzero(~canonical)
     if len(rest):
         for i, text in zip(rest, texts.take(pa.array(rest)).to_pylist(), strict=True):
@@ -384,9 +493,14 @@ def check_extra_info_obj(obj: Any) -> int:
     if obj.get(RL_EXTRA_INFO_KEYS[0]) is None:
         return Reason.EXTRA_INFO_MISSING_ANSWER
     qtype = obj.get(RL_EXTRA_INFO_KEYS[1])
-    if not isinstance(qtype, str) or not qtype:
-        return Reason.EXTRA_INFO_MISSING_QUESTION_TYPE
+    if qtype is not None and not isinstance(qtype, str):
+        return Reason.EXTRA_INFO_BAD_QUESTION_TYPE
     return Reason.OK
+
+
+def question_type_missing_obj(obj: Any) -> bool:
+    """Whether a decoded ``extra_info`` has no usable ``question_type`` (absent, null or empty)."""
+    return isinstance(obj, dict) and obj.get(RL_EXTRA_INFO_KEYS[1]) in (None, "")
 
 
 def check_extra_info_text(text: str | None) -> int:
@@ -414,16 +528,85 @@ def _check_extra_info_struct(col: pa.Array) -> np.ndarray:
         merge(reasons, np.arange(n), Reason.EXTRA_INFO_MISSING_ANSWER)
     else:
         merge(reasons, np.flatnonzero(null_mask(col.field(answer_key))), Reason.EXTRA_INFO_MISSING_ANSWER)
-    if col.type.get_field_index(qtype_key) < 0:
-        merge(reasons, np.arange(n), Reason.EXTRA_INFO_MISSING_QUESTION_TYPE)
-    else:
-        qtype = col.field(qtype_key)
-        if not (pa.types.is_string(qtype.type) or pa.types.is_large_string(qtype.type)):
-            merge(reasons, np.arange(n), Reason.EXTRA_INFO_MISSING_QUESTION_TYPE)
-        else:
-            bad = pc.fill_null(pc.equal(pc.binary_length(qtype), 0), True).to_numpy(zero_copy_only=False)
-            merge(reasons, np.flatnonzero(bad), Reason.EXTRA_INFO_MISSING_QUESTION_TYPE)
+    index = col.type.get_field_index(qtype_key)
+    if (
+        index >= 0
+        and not _is_text(col.type.field(index).type)
+        and not pa.types.is_null(col.type.field(index).type)
+    ):
+        bad = ~null_mask(col.field(qtype_key))  # a non-string question_type (an all-null field is absent)
+        merge(reasons, np.flatnonzero(bad), Reason.EXTRA_INFO_BAD_QUESTION_TYPE)
     return reasons
+
+
+def _is_text(typ: pa.DataType) -> bool:
+    return pa.types.is_string(typ) or pa.types.is_large_string(typ)
+
+
+def _question_type_missing_struct(col: pa.Array) -> np.ndarray:
+    """Rows of a struct ``extra_info`` whose ``question_type`` is absent, null or empty (null rows: no)."""
+    live = ~null_mask(col)
+    if not pa.types.is_struct(col.type):
+        return np.zeros(len(col), dtype=bool)
+    index = col.type.get_field_index(RL_EXTRA_INFO_KEYS[1])
+    if index < 0 or pa.types.is_null(col.type.field(index).type):
+        return live
+    qtype = col.field(index)
+    if not _is_text(qtype.type):
+        return np.zeros(len(col), dtype=bool)
+    empty = pc.fill_null(pc.equal(pc.binary_length(qtype), 0), True).to_numpy(zero_copy_only=False)
+    return live & empty
+
+
+def default_question_type(col: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """``extra_info`` with ``question_type`` set to ``oe`` where it is absent, null or empty; and those rows.
+
+    A struct column gets the field filled in (added when the struct has none); JSON rows lacking it are
+    decoded, completed and encoded again in Python (rare: released rows carry it).
+    """
+    n = len(col)
+    key = RL_EXTRA_INFO_KEYS[1]
+    if not is_json_column(col):
+        missing = _question_type_missing_struct(col)
+        if not missing.any():
+            return col, missing
+        fill = pa.array(np.where(missing, "oe", None), pa.string())
+        index = col.type.get_field_index(key)
+        fields, children = list(col.type), [col.field(i) for i in range(col.type.num_fields)]
+        if index < 0 or pa.types.is_null(fields[index].type):
+            if index >= 0:
+                del fields[index], children[index]
+            fields.append(pa.field(key, pa.string()))
+            children.append(fill)
+        else:
+            children[index] = pc.if_else(pa.array(missing), fill.cast(fields[index].type), children[index])
+        mask = col.is_null() if col.null_count else None
+        return pa.StructArray.from_arrays(children, fields=fields, mask=mask), missing
+    texts = _as_string(col, "extra_info")
+    flags = np.zeros(n, dtype=np.int8)
+    _bisect(
+        texts, EXTRA_INFO_JSON_SCHEMA, _question_type_missing_struct, _question_type_missing_text, flags, 0, n
+    )
+    missing = flags.astype(bool)
+    rows = np.flatnonzero(missing)
+    if not len(rows):
+        return col, missing
+    fixed = []
+    for text in texts.take(pa.array(rows)).to_pylist():
+        obj = json.loads(text)
+        obj[key] = "oe"
+        fixed.append(json.dumps(obj, ensure_ascii=False))
+    out = pc.replace_with_mask(texts, pa.array(missing), pa.array(fixed, texts.type))
+    return (out if out.type == col.type else out.cast(col.type)), missing
+
+
+def _question_type_missing_text(text: str | None) -> int:
+    if text is None:
+        return 0
+    try:
+        return int(question_type_missing_obj(json.loads(text)))
+    except (ValueError, RecursionError):
+        return 0
 
 
 def check_extra_info(col: pa.Array) -> np.ndarray:
@@ -486,16 +669,36 @@ class FileChecker:
         self._present: set[str] = set()
         self._absent: set[str] = set()
         self._listings: dict[str, frozenset[str]] = {}
+        self._decided: pa.Array | None = None  # every decided path, for columnar lookups
         self._lock = threading.Lock()
 
-    def missing(self, paths: Iterable[str]) -> set[str]:
-        """The subset of sentinel paths (relative, ``file://`` already stripped) with no file under root."""
+    def missing(self, paths: Iterable[str] | pa.Array) -> set[str]:
+        """The subset of sentinel paths (relative, ``file://`` already stripped) with no file under root.
+
+        An Arrow string array is looked up columnar (``is_in`` against the paths decided so far), so a
+        batch whose paths were all seen before costs no Python work per path.
+        """
+        if isinstance(paths, pa.Array):
+            return self._missing_array(paths)
         wanted = set(paths)
         with self._lock:
             new = wanted - self._present - self._absent
             if new:
                 self._decide(new)
             return wanted & self._absent
+
+    def _missing_array(self, paths: pa.Array) -> set[str]:
+        unique = pc.unique(paths.cast(pa.string())).drop_null()
+        with self._lock:
+            decided = self._decided
+            new = unique if decided is None else unique.filter(pc.invert(pc.is_in(unique, value_set=decided)))
+            if len(new):
+                self._decide(set(new.to_pylist()) - self._present - self._absent)
+                self._decided = new if decided is None else pa.concat_arrays([decided, new])
+            if not self._absent:
+                return set()
+            hit = pc.is_in(unique, value_set=pa.array(sorted(self._absent), pa.string()))
+            return set(unique.filter(hit).to_pylist())
 
     def _decide(self, paths: set[str]) -> None:
         by_dir: dict[str, list[str]] = {}

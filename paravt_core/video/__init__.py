@@ -10,6 +10,9 @@ Public API::
     parse_time(value) -> seconds; fit_to_grid(height, width, ...) -> (height, width)
 
 ``Frames.frames`` is a uint8 tensor T x C x H x W (RGB); ``timestamps`` are true presentation times in seconds.
+Frames are what a player shows: the container's timeline (edit lists applied), the display matrix's rotation
+and the sample aspect ratio (applied before the pixel budget). Error texts meant for the model name the video
+by its file name only.
 """
 
 from .api import (

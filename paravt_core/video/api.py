@@ -8,6 +8,7 @@ Tensors handed out by the overview cache are shared between callers: treat them 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -19,7 +20,14 @@ import numpy as np
 import torch
 
 from .decoder import DecoderCache, FrameTable
-from .errors import CropError, InvalidWindowError, VideoDecodeError, VideoError, VideoNotFoundError
+from .errors import (
+    CropError,
+    InvalidWindowError,
+    VideoDecodeError,
+    VideoError,
+    VideoNotFoundError,
+    for_model,
+)
 from .sampling import (
     Run,
     crop_frame_count,
@@ -33,6 +41,7 @@ from .timeparse import parse_time
 
 DEFAULT_CACHE = DecoderCache()
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,10 +51,11 @@ class VideoInfo:
     fps: float  # average frame rate over the stream
     num_frames: int
     keyframe_times: tuple[float, ...]
-    width: int
+    width: int  # as shown: sample aspect ratio applied, sides swapped by a 90-degree rotation
     height: int
     start_time: float  # timestamp of the first frame (0.0 for almost every file)
     codec: str
+    rotated: bool = False  # the container's display matrix turns or mirrors the picture
 
 
 @dataclass(frozen=True, eq=False)  # eq on tensors is ambiguous: compare fields explicitly
@@ -53,7 +63,8 @@ class Frames:
     frames: torch.Tensor  # uint8, T x C x H x W, RGB
     timestamps: list[float]  # true presentation time of each frame, seconds, absolute
     indices: list[int]  # display index of each frame in the stream
-    window: tuple[float, float] | None = None  # the [start, end] served for a crop (end after clamping)
+    window: tuple[float, float] | None = None  # the [start, end] served for a crop (clamped to the video)
+    requested: tuple[float, float] | None = None  # the [start, end] asked for, in seconds
 
     def labels(self) -> list[str]:
         """Prompt labels, one per frame: ``<12.3 seconds>``."""
@@ -125,20 +136,22 @@ def probe(uri: str | os.PathLike, *, cache: DecoderCache | None = None) -> Video
         fps=table.num_frames / span if span > 0 else 0.0,
         num_frames=table.num_frames,
         keyframe_times=tuple(table.times[k] for k in table.keyframes),
-        width=table.width,
-        height=table.height,
+        width=table.shown_width,
+        height=table.shown_height,
         start_time=table.start_time,
         codec=table.codec,
+        rotated=table.display.transpose or table.display.flip_x or table.display.flip_y,
     )
 
 
 def _frame_size(table: FrameTable, max_pixels: int, min_pixels: int) -> tuple[int, int]:
+    # Sizes follow the shown picture (sample aspect ratio applied, rotation swapping the sides), so the
+    # pixel budget applies to what a player shows.
+    h, w = table.shown_height, table.shown_width
     try:
-        return fit_to_grid(table.height, table.width, max_pixels=max_pixels, min_pixels=min_pixels)
+        return fit_to_grid(h, w, max_pixels=max_pixels, min_pixels=min_pixels)
     except ValueError as exc:  # e.g. a 1x1000 frame: the video is unusable, not the episode
-        raise VideoDecodeError(
-            f"{table.path}: frames of {table.width}x{table.height} cannot be served: {exc}"
-        ) from exc
+        raise VideoDecodeError(f"{table.path}: frames of {w}x{h} cannot be served: {exc}") from exc
 
 
 def _assemble(
@@ -146,6 +159,7 @@ def _assemble(
     indices: Sequence[int],
     decoded: dict[int, np.ndarray],
     window: tuple[float, float] | None = None,
+    requested: tuple[float, float] | None = None,
 ) -> Frames:
     stacked = np.stack([decoded[i] for i in indices])  # T x H x W x C
     tensor = torch.from_numpy(stacked).permute(0, 3, 1, 2).contiguous()
@@ -154,6 +168,7 @@ def _assemble(
         timestamps=[table.times[i] for i in indices],
         indices=list(indices),
         window=window,
+        requested=requested,
     )
 
 
@@ -250,26 +265,33 @@ def overview(
 class _CropPlan:
     window: tuple[float, float]
     indices: list[int]  # one per returned frame (a frame may repeat in windows shorter than a frame)
+    requested: tuple[float, float]  # the window asked for, before clamping to the timeline
 
 
 def _plan_crop(
     table: FrameTable, start: object, end: object, *, fps: float, min_frames: int, max_frames: int
 ) -> _CropPlan:
-    s = parse_time(start, "start_time")
-    e = parse_time(end, "end_time")
-    duration = table.end_time
+    requested = (parse_time(start, "start_time"), parse_time(end, "end_time"))
+    s, e = requested
+    first, duration = table.start_time, table.end_time
     if s >= e:
         raise InvalidWindowError(f"start_time ({s:g}) must be smaller than end_time ({e:g})")
     if s >= duration:
         raise InvalidWindowError(
             f"start_time ({s:g}) is at or after the end of the video (duration {duration:.1f} seconds)"
         )
-    e = min(e, duration)
+    if e <= first:
+        # Nothing is shown before the first frame: repeating it for the whole window would be a lie.
+        raise InvalidWindowError(
+            f"the window {s:g}-{e:g} s ends before the video's first frame at {first:.1f} s "
+            f"(the video runs from {first:.1f} to {duration:.1f} seconds)"
+        )
+    s, e = max(s, first), min(e, duration)  # clamp to the timeline; the tool text says so
     count = crop_frame_count(s, e, fps=fps, min_frames=min_frames, max_frames=max_frames)
     # Sample between the window's edges, but never past the last frame's own timestamp.
     last = max(s, min(e, table.times[-1]))
     indices = frames_at(table.times, uniform_times(s, last, count))
-    return _CropPlan((s, e), indices)
+    return _CropPlan((s, e), indices, requested)
 
 
 def crop(
@@ -306,6 +328,19 @@ def crop(
     return result
 
 
+def clamp_note(frames: Frames) -> str:
+    """What a served crop changed about the window asked for ("" when nothing), for the model."""
+    if frames.window is None or frames.requested is None:
+        return ""
+    (s, e), (rs, re_) = frames.window, frames.requested
+    notes = []
+    if s > rs:
+        notes.append(f"start_time {rs:g} is before the video's first frame, clamped to {s:.1f}s.")
+    if e < re_:
+        notes.append(f"end_time {re_:g} is past the end of the video, clamped to {e:.1f}s.")
+    return " ".join(notes)
+
+
 def run_crops(
     uri: str | os.PathLike,
     windows: Sequence[tuple[object, object]],
@@ -321,18 +356,33 @@ def run_crops(
     """All crops of one turn, decoded together and concurrently over the shared handle cache.
 
     Returns one entry per window, in order: ``Frames`` or a ``CropError`` (returned, not raised) whose
-    message is meant for the model. Frames that several windows need are decoded once.
+    message is meant for the model: it names the video by its file name only (the full path is logged).
+    Frames that several windows need are decoded once.
     """
+    path = None
     try:
-        _, table, cache = _table(uri, cache)
+        path, table, cache = _table(uri, cache)
         size = _frame_size(table, max_pixels, min_pixels)
+        options = {"fps": fps, "min_frames": min_frames, "max_frames": max_frames}
+        try:
+            results = _checked(
+                cache, table, lambda t: _serve_crops(cache, t, windows, size, max_workers, options)
+            )
+        except VideoDecodeError:  # every window failed to decode even after a rescan
+            results = _serve_crops(cache, table, windows, size, max_workers, options, together=False)
     except VideoError as exc:
-        return [CropError(str(exc), start=s, end=e, cause=exc) for s, e in windows]
-    options = {"fps": fps, "min_frames": min_frames, "max_frames": max_frames}
-    try:
-        return _checked(cache, table, lambda t: _serve_crops(cache, t, windows, size, max_workers, options))
-    except VideoDecodeError:  # every window failed to decode even after a rescan
-        return _serve_crops(cache, table, windows, size, max_workers, options, together=False)
+        results = [CropError(str(exc), start=s, end=e, cause=exc) for s, e in windows]
+    return [_public(r, uri, path) for r in results]
+
+
+def _public(result: Frames | CropError, uri: str | os.PathLike, path: str | None) -> Frames | CropError:
+    """The same crop error with host paths reduced to file names; the full message goes to the log."""
+    if not isinstance(result, CropError):
+        return result
+    full = str(result)
+    log.info("crop %s-%s of %s failed: %s", result.start, result.end, os.fspath(uri), full)
+    text = for_model(full, os.fspath(uri), path)
+    return CropError(text, start=result.start, end=result.end, cause=result.cause)
 
 
 def _serve_crops(
@@ -368,7 +418,7 @@ def _serve_crops(
             if part is None:
                 runs = plan_runs(sorted(set(plan.indices)), table.keyframes)
                 part = cache.decode(table, runs, size, max_workers=max_workers)
-            out.append(_assemble(table, plan.indices, part, plan.window))
+            out.append(_assemble(table, plan.indices, part, plan.window, plan.requested))
         except VideoError as exc:
             out.append(CropError(str(exc), start=start, end=end, cause=exc))
     return out

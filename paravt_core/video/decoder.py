@@ -12,10 +12,17 @@ How a request is served:
    return are bit-identical, we just skip work nobody looks at.
 4. A frame is returned only if its decoded timestamp is exactly the one in the table, so the frame index
    and timestamp we report are the true ones.
+
+The table is the timeline a player presents: packets the container marks as discarded (the part an MP4
+edit list cuts away, e.g. after ``ffmpeg -ss 1.3 -c copy``) are decoded as references but are not frames
+of the timeline. Frames come out as a player shows them (display matrix and sample aspect ratio, see
+``display.py``). Where a seek lands after the frames we need (MPEG-TS seeks by decode time, some files have
+odd indexes), decoding falls back to earlier keyframes and finally restarts from the file's first byte.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import weakref
@@ -29,6 +36,7 @@ import av
 import av.error
 import numpy as np
 
+from .display import Display, display_from_matrix
 from .errors import VideoDecodeError, VideoNotFoundError
 from .sampling import Run
 
@@ -50,6 +58,15 @@ class FrameTable:
     codec: str
     times: list[float] = field(repr=False)  # pts in seconds, for bisect
     from_index: bool = False  # built from the container index (fast path) rather than a full packet scan
+    display: Display = field(default_factory=Display)  # how a player shows the decoded pictures
+
+    @property
+    def shown_width(self) -> int:
+        return self.display.shown_size(self.width, self.height)[0]
+
+    @property
+    def shown_height(self) -> int:
+        return self.display.shown_size(self.width, self.height)[1]
 
     @property
     def num_frames(self) -> int:
@@ -106,6 +123,24 @@ def _open_container(path: str) -> tuple[av.container.InputContainer, av.video.st
     ctx = stream.codec_context
     ctx.thread_count = 1  # parallelism comes from decoding runs on several handles, not inside one
     return container, stream
+
+
+def read_display(path: str) -> Display:
+    """How a player shows the frames of ``path``: the display matrix the decoder attaches to the first frame
+    (FFmpeg carries the container's matrix there) and the stream's sample aspect ratio."""
+    container, stream = _open_container(path)
+    matrix = None
+    with container:
+        try:
+            for frame in container.decode(stream):
+                for side in frame.side_data:
+                    if side.type.name == "DISPLAYMATRIX":
+                        matrix = np.frombuffer(bytes(side), dtype=np.int32).tolist()
+                break
+        except av.error.FFmpegError:
+            pass  # unreadable start: scanning or decoding reports the damage with a better message
+        sar = stream.sample_aspect_ratio or stream.codec_context.sample_aspect_ratio
+    return display_from_matrix(matrix, Fraction(sar) if sar else None)
 
 
 def _reason(exc: BaseException) -> str:
@@ -185,15 +220,16 @@ def _make_table(
 def build_table(path: str, *, full_scan: bool = False) -> FrameTable:
     """Frame table of the first video stream: from the container index when possible, else by a full
     packet scan (each on a container of its own, read from the start)."""
+    table = None
     if not full_scan:
         container, stream = _open_container(path)
         with container:
             table = table_from_index(path, container, stream)
-        if table is not None:
-            return table
-    container, stream = _open_container(path)
-    with container:
-        return scan_table(path, container, stream)
+    if table is None:
+        container, stream = _open_container(path)
+        with container:
+            table = scan_table(path, container, stream)
+    return dataclasses.replace(table, display=read_display(path))
 
 
 def scan_table(path: str, container: av.container.InputContainer, stream) -> FrameTable:
@@ -206,6 +242,8 @@ def scan_table(path: str, container: av.container.InputContainer, stream) -> Fra
     try:
         for packet in container.demux(stream):
             if packet.size == 0:  # the demuxer's end-of-stream marker
+                continue
+            if packet.is_discard:  # cut away by an edit list: decoded as a reference, never shown
                 continue
             ts = packet.pts if packet.pts is not None else packet.dts
             if ts is None:
@@ -256,8 +294,15 @@ class Handle:
     def close(self) -> None:
         self.container.close()
 
-    def _seek(self, pts: int) -> None:
+    def _seek(self, pts: int | None) -> None:
+        """Position the demuxer before ``pts``; ``None`` restarts from the first byte of the file (a fresh
+        container: seeking to the first timestamp is not the same where a demuxer seeks by decode time)."""
+        if pts is None:
+            self.container.close()
+            self.container, self.stream = _open_container(self.path)
+            return
         self.container.seek(int(pts), stream=self.stream, backward=True, any_frame=False)
+        self.stream.codec_context.flush_buffers()  # no frame of before the seek, and out of draining mode
 
     def decode_run(
         self, table: FrameTable, run: Run, size: tuple[int, int], convert: Callable
@@ -265,12 +310,12 @@ class Handle:
         """Decode every target of ``run``: returns display index -> HxWx3 uint8 frame at ``size`` (h, w)."""
         wanted = {int(table.pts[i]): i for i in run.targets}
         last = int(table.pts[run.targets[-1]])
-        # Seek to the run's keyframe; if the demuxer lands after our first target (unusual index), back off
-        # to earlier keyframes and finally to the start of the stream.
+        # Seek to the run's keyframe; if the demuxer lands after our first target (MPEG-TS seeks by decode
+        # time, unusual indexes), back off to earlier keyframes and finally restart from the file start.
         earlier = [k for k in table.keyframes if k < run.keyframe][-2:]
-        points = [run.keyframe, *reversed(earlier), 0]
+        points: list[int | None] = [int(table.pts[k]) for k in (run.keyframe, *reversed(earlier))]
         missing: list[int] = []
-        for seek_pts in dict.fromkeys(int(table.pts[k]) for k in points):  # in order, without repeats
+        for seek_pts in [*dict.fromkeys(points), None]:  # in order, without repeats, then the restart
             got, missing = self._decode_from(seek_pts, wanted, last, size, convert)
             if not missing:
                 return got
@@ -280,18 +325,30 @@ class Handle:
         )
 
     def _decode_from(
-        self, seek_pts: int, wanted: dict[int, int], last: int, size: tuple[int, int], convert: Callable
+        self,
+        seek_pts: int | None,
+        wanted: dict[int, int],
+        last: int,
+        size: tuple[int, int],
+        convert: Callable,
     ) -> tuple[dict[int, np.ndarray], list[int]]:
-        ctx = self.stream.codec_context
         got: dict[int, np.ndarray] = {}
         sent = skipped = out = 0
+        ctx = self.stream.codec_context
         try:
             self._seek(seek_pts)
+            ctx = self.stream.codec_context  # a restart opens a new container
             done = False
+            started = seek_pts is None  # from the file start everything is decoded, as a plain decode does
             for packet in self.container.demux(self.stream):
                 if packet.size == 0:
                     packet = None  # end of file: drain the frames still held for reordering
                 else:
+                    # After a seek, decoding starts at a keyframe: what the seek lands on before it cannot
+                    # be decoded correctly (decoders may output such frames, damaged, with a valid pts).
+                    started = started or packet.is_keyframe
+                    if not started:
+                        continue
                     ts = packet.pts if packet.pts is not None else packet.dts
                     # Only frames nobody asked for may be skipped, and NONREF keeps every reference frame.
                     ctx.skip_frame = "DEFAULT" if ts in wanted else "NONREF"
@@ -343,10 +400,18 @@ class Handle:
         return self.decode_run(table, Run(index, (index,)), size, convert)[index]
 
 
-def to_rgb(frame: av.VideoFrame, size: tuple[int, int]) -> np.ndarray:
-    """Frame -> HxWx3 uint8 RGB at ``size`` = (height, width), resized by swscale."""
-    h, w = size
-    return frame.to_ndarray(format="rgb24", width=w, height=h, interpolation=_INTERPOLATION)
+_AS_DECODED = Display()
+
+
+def to_rgb(frame: av.VideoFrame, size: tuple[int, int], display: Display = _AS_DECODED) -> np.ndarray:
+    """Frame -> HxWx3 uint8 RGB as a player shows it, at ``size`` = (height, width) of the shown picture.
+
+    One swscale resize from the coded picture to the (possibly transposed) target applies the sample aspect
+    ratio and the pixel budget together; rotation and mirroring are then exact array transposes and flips.
+    """
+    h, w = display.decode_size(size)
+    rgb = frame.to_ndarray(format="rgb24", width=w, height=h, interpolation=_INTERPOLATION)
+    return display.apply(rgb)
 
 
 @dataclass
@@ -486,14 +551,17 @@ class DecoderCache:
         threads."""
         path = table.path
 
+        def convert(frame: av.VideoFrame, size: tuple[int, int]) -> np.ndarray:
+            return to_rgb(frame, size, table.display)
+
         def work(run: Run) -> dict[int, np.ndarray]:
             handle = self.acquire(path)
             ok = False
             try:
                 if keyframes_only:
-                    part = {i: handle.decode_keyframe(table, i, size, to_rgb) for i in run.targets}
+                    part = {i: handle.decode_keyframe(table, i, size, convert) for i in run.targets}
                 else:
-                    part = handle.decode_run(table, run, size, to_rgb)
+                    part = handle.decode_run(table, run, size, convert)
                 ok = True
                 return part
             finally:

@@ -7,6 +7,22 @@ of crashing.
 
 from __future__ import annotations
 
+import os
+import re
+
+# An absolute path (or an s3:// / file:// URI) inside a message: reduced to its last component.
+_HOST_PATH = re.compile(r"(?:(?:s3|file)://|(?<![\w.:/])/)(?:[^\s/'\"]+/)+([^\s/'\"]+)")
+
+
+def for_model(text: str, *locations: str | None) -> str:
+    """``text`` with every host path reduced to its file name, for messages the model sees.
+
+    The known ``locations`` (the URI asked for, the local path opened) are replaced first; any other
+    absolute path (a library error quoting a cache path) is reduced by pattern."""
+    for loc in sorted({x for x in locations if x}, key=len, reverse=True):
+        text = text.replace(loc, os.path.basename(loc.rstrip("/")) or loc)
+    return _HOST_PATH.sub(r"\1", text)
+
 
 class VideoError(Exception):
     """Base class: the video or the request cannot be served."""

@@ -6,13 +6,16 @@ always crops the sample's own video, so a model cannot make us open an arbitrary
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .api import Frames, crop
-from .errors import VideoError
-from .timeparse import parse_time
+from .api import Frames, clamp_note, crop
+from .errors import VideoError, for_model
+from .timeparse import parse_time, shown
+
+log = logging.getLogger(__name__)
 
 START_KEYS = ("start_time", "start")
 END_KEYS = ("end_time", "end")
@@ -37,7 +40,7 @@ def parse_crop_arguments(arguments: object) -> tuple[float, float]:
     messages meant for the model. Window checks that need the video (duration) happen in ``crop``."""
     if not isinstance(arguments, Mapping):
         raise _ArgumentError(
-            f"arguments must be a JSON object with start_time and end_time, got {arguments!r}"
+            f"arguments must be a JSON object with start_time and end_time, got {shown(arguments)}"
         )
     start = _pick(arguments, START_KEYS)
     end = _pick(arguments, END_KEYS)
@@ -52,14 +55,16 @@ class _ArgumentError(VideoError, ValueError):
 
 
 def crop_video_tool(video_uri: str | os.PathLike, arguments: object, **crop_kwargs) -> ToolResult:
-    """Run ``crop_video`` on the sample's video. Never raises for bad arguments or a bad video file."""
+    """Run ``crop_video`` on the sample's video. Never raises for bad arguments or a bad video file; error
+    texts name the video by its file name only (the full path goes to the log)."""
     try:
         start, end = parse_crop_arguments(arguments)
         frames = crop(video_uri, start, end, **crop_kwargs)
     except VideoError as exc:
-        return ToolResult(ok=False, frames=None, text=f"Error: crop_video failed: {exc}")
+        log.info("crop_video on %s failed: %s", os.fspath(video_uri), exc)
+        text = for_model(str(exc), os.fspath(video_uri))
+        return ToolResult(ok=False, frames=None, text=f"Error: crop_video failed: {text}")
     s, e = frames.window or (start, end)
     text = f"Cropped {s:.1f}s to {e:.1f}s: {len(frames)} frames."
-    if e < end:
-        text += f" end_time {end:g} is past the end of the video, clamped to {e:.1f}s."
-    return ToolResult(ok=True, frames=frames, text=text)
+    note = clamp_note(frames)
+    return ToolResult(ok=True, frames=frames, text=f"{text} {note}" if note else text)

@@ -1,7 +1,7 @@
 """Questions, answers and tool-call traces for the synthetic data, all derived from the event schedule.
 
 Every answer is computed from the ground-truth events, never typed by hand, so it is correct by
-construction. Row builders return plain Python objects; ``synth.py`` writes them with explicit schemas.
+construction. Row builders return plain Python objects; ``tables.py`` writes them with explicit schemas.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from paravt_core.agent import prompts
-from paravt_core.data.synth_video import COLOURS, SHAPES, Event
+from paravt_core.synth.scenes import COLOURS, SHAPES, Event
 
 # The synthetic rows carry the real protocol texts, so SFT on them trains the prompts the agent uses.
 TOOL_ENVELOPE = prompts.system_prompt("agentic_minimal")

@@ -2,18 +2,18 @@
 
 Used by tests and benchmarks to check that a decoder returns exactly the frame it claims: the blocks are
 large (a quarter of the frame per row/column), so they survive H.264 and any resize to at least 8x8 px.
-Videos are encoded by the ffmpeg command-line tool from raw frames piped to its stdin.
+Videos are encoded by the synthetic data's one writer (``writer.encode_frames``).
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+
+from paravt_core.synth.writer import encode_frames
 
 BITS = 16  # 4 x 4 blocks: indices up to 65535
 TIMESCALE = 600  # ticks per second of the test videos: divisible by 10, 12, 24, 25, 30, 50, 60
@@ -77,8 +77,8 @@ def _setpts_expression(segments: Sequence[tuple[int, float]], timescale: int) ->
     first, _, start, step = parts[-1]
     expr = f"{start}+(N-{first})*{step}"
     for first, count, start, step in reversed(parts[:-1]):
-        # Commas inside a filter argument must be escaped for the filter-graph parser.
-        expr = f"if(lt(N\\,{first + count})\\,{start}+(N-{first})*{step}\\,{expr})"
+        # ffmpeg-python escapes the commas for the filter-graph parser.
+        expr = f"if(lt(N,{first + count}),{start}+(N-{first})*{step},{expr})"
     return expr
 
 
@@ -91,42 +91,37 @@ def write_coded_video(
     height: int = 96,
     first_index: int = 0,
     x264_params: str | None = None,
+    codec: str = "libx264",
+    options: Mapping[str, object] | None = None,
     timescale: int = TIMESCALE,
 ) -> list[int]:
-    """Encode frames ``first_index, first_index+1, ...`` played as (count, fps) segments with libx264.
+    """Encode frames ``first_index, first_index+1, ...`` played as (count, fps) segments.
 
-    Returns the presentation timestamps in 1/timescale s (what a decoder must report). One segment gives a
-    constant frame rate; several give a variable frame rate video. ``x264_params`` is passed to
-    ``-x264-params`` (e.g. ``"scenecut=0:bframes=0"``).
+    Returns the presentation timestamps in 1/timescale s (what a decoder must report for containers that
+    keep them; Matroska/WebM round to the millisecond). One segment gives a constant frame rate; several
+    give a variable frame rate video. ``x264_params`` is passed to ``-x264-params`` (e.g.
+    ``"scenecut=0:bframes=0"``); ``codec`` and ``options`` pick another encoder and its settings.
     """
-    if shutil.which("ffmpeg") is None:
-        raise RuntimeError("ffmpeg is not installed")
     total = sum(count for count, _ in segments)
     ticks = segment_ticks(segments, timescale)
     raw = np.stack([code_image(first_index + i, width, height) for i in range(total)])
-    expr = _setpts_expression(segments, timescale)
-    cmd = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-y"]
-    cmd += [
-        "-f",
-        "rawvideo",
-        "-pix_fmt",
-        "gray",
-        "-s",
-        f"{width}x{height}",
-        "-r",
-        str(segments[0][1]),
-        "-i",
-        "-",
-    ]
-    cmd += ["-vf", f"settb=1/{timescale},setpts={expr}", "-fps_mode", "passthrough"]
-    # The encoder time base must be the fine one, else timestamps are rounded to the input frame rate.
-    cmd += ["-enc_time_base", f"1/{timescale}", "-c:v", "libx264", "-g", str(gop), "-pix_fmt", "yuv420p"]
+    extra = dict(options or {})
     if x264_params:
-        cmd += ["-x264-params", x264_params]
-    if str(path).endswith((".mp4", ".mov")):
-        cmd += ["-video_track_timescale", str(timescale)]
-    cmd.append(str(path))
-    proc = subprocess.run(cmd, input=raw.tobytes(), capture_output=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"ffmpeg failed writing {path}: {proc.stderr.decode(errors='replace')[-2000:]}")
+        extra["x264-params"] = x264_params
+    if Path(path).suffix.lower() == ".avi":
+        # AVI has no timestamps, only a frame rate: constant rate only, written at its own rate.
+        if len(segments) != 1:
+            raise ValueError("AVI stores a constant frame rate: give one (count, fps) segment")
+        encode_frames(path, raw, fps=segments[0][1], codec=codec, gop=gop, options=extra)
+        return ticks
+    encode_frames(
+        path,
+        raw,
+        fps=segments[0][1],
+        codec=codec,
+        gop=gop,
+        setpts=_setpts_expression(segments, timescale),
+        timescale=timescale,
+        options=extra,
+    )
     return ticks

@@ -8,12 +8,12 @@ such as "which shape appears at 5 s" exactly.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+from paravt_core.synth.writer import encode_frames
 
 # Saturated, mutually distant colours: they stay recognisable after yuv420p chroma subsampling and x264.
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -106,38 +106,14 @@ def render_image(
     Image.fromarray(img).save(path, format="PNG")
 
 
-def encode_mp4(frames: np.ndarray, fps: float, path: Path) -> None:
-    """Encode RGB frames to an H.264 (yuv420p) mp4 by piping raw video into ffmpeg.
+def write_video(path: Path, events: list[Event], seconds: float, fps: float, size: tuple[int, int]) -> int:
+    """Render and encode one video to H.264 (yuv420p) mp4; returns its frame count.
 
     Bit-exact flags and one encoder thread make the bytes depend only on the frames, so the same seed
     gives the same file. A keyframe every second keeps seeks cheap for the decoders downstream.
     """
-    ffmpeg = shutil.which("ffmpeg")
-    if ffmpeg is None:
-        raise RuntimeError(
-            "ffmpeg not found on PATH; install it (apt-get install ffmpeg) to synthesize videos"
-        )
-    n, height, width, _ = frames.shape
-    if width % 2 or height % 2:
-        raise ValueError(f"yuv420p needs even frame sizes, got {width}x{height}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        ffmpeg, "-hide_banner", "-loglevel", "error", "-y",
-        "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", f"{fps:g}", "-i", "-",
-        "-an", "-c:v", "libx264", "-preset", "veryfast", "-crf", "16", "-pix_fmt", "yuv420p",
-        "-g", str(max(1, int(round(fps)))), "-threads", "1",
-        "-fflags", "+bitexact", "-flags:v", "+bitexact", "-map_metadata", "-1",
-        "-movflags", "+faststart", str(path),
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, input=np.ascontiguousarray(frames).tobytes(), capture_output=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"ffmpeg failed writing {path} ({n} frames): {proc.stderr.decode(errors='replace')}"
-        )
-
-
-def write_video(path: Path, events: list[Event], seconds: float, fps: float, size: tuple[int, int]) -> int:
-    """Render and encode one video; returns its frame count."""
     frames = render_frames(events, seconds, fps, size)
-    encode_mp4(frames, fps, path)
+    options = {"preset": "veryfast", "crf": 16, "threads": 1, "fflags": "+bitexact", "flags:v": "+bitexact"}
+    options |= {"map_metadata": -1, "movflags": "+faststart"}
+    encode_frames(path, frames, fps=fps, gop=max(1, int(round(fps))), options=options)
     return len(frames)

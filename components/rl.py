@@ -1,0 +1,46 @@
+"""KFP component: the RL stage (PARA-GRPO), from the SFT checkpoint on the data stage's RL prompts.
+
+Thin by design, like ``components/data.py``: the body imports paravt_core and calls the same ``run(cfg)``
+as ``paravt rl``. The data URI (the data step's output), the starting model (the SFT step's final
+checkpoint) and the output URI are set on top of the YAML config and the dotted overrides. A retried task
+resumes from the newest complete checkpoint under ``output``. Returns the URI of the final HF checkpoint.
+"""
+
+from kfp import dsl
+from kfp.dsl import Artifact, Metrics, Output
+
+from components.images import RL_IMAGE
+
+
+@dsl.component(base_image=RL_IMAGE, install_kfp_package=False)
+def rl_op(
+    config_yaml: str,
+    overrides: list,
+    data: str,
+    model: str,
+    output: str,
+    curves: Output[Artifact],
+    metrics: Output[Metrics],
+) -> str:
+    """Run ``paravt rl``; return the URI of the trained model (``<output>/final``)."""
+    import json
+    import tempfile
+
+    from paravt_core import storage
+    from paravt_core.config import load_config
+    from paravt_core.rl.config import RlConfig
+    from paravt_core.rl.stage import run
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(config_yaml)
+    cfg = load_config(RlConfig, f.name, [str(o) for o in overrides])
+    cfg.data, cfg.model, cfg.output = data, model, output
+    result = run(cfg)
+    with open(curves.path, "wb") as out:
+        out.write(storage.read_bytes(storage.join(output, "curves.png")))
+    curves.metadata["uri"] = storage.join(output, "curves.png")
+    for key, value in result.metrics.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            metrics.log_metric(key, value)
+    print(json.dumps(result.outputs))
+    return result.outputs["final"]

@@ -1,0 +1,145 @@
+"""The episode reward R = R_acc + format_weight * R_fmt + R_tool, with every part kept (SPEC §5).
+
+``compose`` (sync) and ``acompose`` (async: awaits the judge, bounded by ``reward.timeout_s``) take the main
+agent's text (forced prefix + every turn), its call records, the gold answer and the ``paravt:`` recipe.
+R_acc reads the last complete ``<answer>`` only: a completion without one scores 0 there
+(``no_answer``), whatever else it wrote. The degenerate guard sets the total to 0 for a completion with at
+least ``degenerate_im_starts`` ``<|im_start|>`` markers in fewer than ``degenerate_max_chars`` characters
+(a model that learned to spam chat headers). Nothing here raises: a failure is a zero total with a reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .accuracy import AccuracyResult, aaccuracy_reward, accuracy_reward, extract_answer_text
+from .format import FormatResult, format_reward
+from .tool import CallLike, ToolResult, tool_reward
+
+if TYPE_CHECKING:
+    from paravt_core.config import ParavtRecipe
+
+    from .judge import Judge
+
+IM_START = "<|im_start|>"
+
+
+@dataclass(frozen=True)
+class RewardBreakdown:
+    total: float
+    accuracy: float
+    format: float  # R_fmt before format_weight
+    tool: float
+    format_weight: float = 1.0
+    format_parts: dict[str, float] = field(default_factory=dict)
+    tool_level: float = 0.0
+    compliant: bool = False  # think -> answer flow present, every tag balanced
+    degenerate: bool = False
+    reason: str | None = None  # why R_acc could not compare (no_answer, unparseable_letter, ...)
+    failure: str | None = None  # why the whole reward is 0 (reward_error, reward_timeout)
+    parsed: Any = None  # what R_acc compared
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "accuracy": self.accuracy,
+            "format": self.format,
+            "tool": self.tool,
+            "format_parts": dict(self.format_parts),
+            "tool_level": self.tool_level,
+            "compliant": self.compliant,
+            "degenerate": self.degenerate,
+            "reason": self.reason,
+            "failure": self.failure,
+        }
+
+
+def is_degenerate(text: str, *, im_starts: int = 5, max_chars: int = 300) -> bool:
+    return text.count(IM_START) >= im_starts and len(text) < max_chars
+
+
+def failed(why: str) -> RewardBreakdown:
+    """The zero reward of a sample whose reward could not be computed."""
+    return RewardBreakdown(0.0, 0.0, 0.0, 0.0, failure=why)
+
+
+def _assemble(
+    text: str, calls: Sequence[CallLike], acc: AccuracyResult, recipe: ParavtRecipe
+) -> RewardBreakdown:
+    fmt: FormatResult = format_reward(
+        text, answer_suffix=recipe.constrained.answer_suffix, anchor_weight=recipe.anchoring.weight
+    )
+    tool: ToolResult = tool_reward(calls, acc.score)
+    weight = recipe.reward.format_weight
+    degenerate = is_degenerate(
+        text, im_starts=recipe.reward.degenerate_im_starts, max_chars=recipe.reward.degenerate_max_chars
+    )
+    total = 0.0 if degenerate else acc.score + weight * fmt.score + tool.score
+    return RewardBreakdown(
+        total=total,
+        accuracy=acc.score,
+        format=fmt.score,
+        tool=tool.score,
+        format_weight=weight,
+        format_parts=fmt.parts,
+        tool_level=tool.level,
+        compliant=fmt.compliant,
+        degenerate=degenerate,
+        reason=acc.reason,
+        parsed=acc.parsed,
+    )
+
+
+def compose(
+    text: str,
+    calls: Sequence[CallLike],
+    gold: str,
+    question_type: str | None,
+    recipe: ParavtRecipe,
+    *,
+    question: str = "",
+    judge: Judge | None = None,
+) -> RewardBreakdown:
+    """The reward of one episode from its main-agent text and call records. Never raises."""
+    try:
+        text = str(text)
+        if extract_answer_text(text) is None:
+            acc = AccuracyResult(0.0, "no_answer")
+        else:
+            acc = accuracy_reward(text, gold, question_type, recipe.reward.mode, judge, question=question)
+        return _assemble(text, calls, acc, recipe)
+    except Exception as err:
+        return failed(f"reward_error:{type(err).__name__}")
+
+
+async def acompose(
+    text: str,
+    calls: Sequence[CallLike],
+    gold: str,
+    question_type: str | None,
+    recipe: ParavtRecipe,
+    *,
+    question: str = "",
+    judge: Judge | None = None,
+) -> RewardBreakdown:
+    """``compose`` inside an event loop; past ``recipe.reward.timeout_s`` the sample scores 0."""
+
+    async def run() -> RewardBreakdown:
+        body = str(text)
+        if extract_answer_text(body) is None:
+            acc = AccuracyResult(0.0, "no_answer")
+        else:
+            acc = await aaccuracy_reward(
+                body, gold, question_type, recipe.reward.mode, judge, question=question
+            )
+        return _assemble(body, calls, acc, recipe)
+
+    try:
+        return await asyncio.wait_for(run(), recipe.reward.timeout_s)
+    except TimeoutError:
+        return failed("reward_timeout")
+    except Exception as err:
+        return failed(f"reward_error:{type(err).__name__}")

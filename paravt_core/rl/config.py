@@ -1,0 +1,51 @@
+"""Typed config of the RL stage (``paravt rl``): the ``paravt:`` recipe, the episode, the GRPO algorithm, the
+optimizer and checkpoints. It lives here, not in ``paravt_core.config``, because it embeds the agent's
+``AgentConfig`` (see ``paravt_core.config.STAGE_CONFIGS``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from paravt_core.agent.config import AgentConfig
+from paravt_core.config import AdvantageConfig, ParavtRecipe, PolicyLossConfig
+from paravt_core.config_base import StrictModel
+
+
+class OptimConfig(StrictModel):
+    lr: float = Field(default=2e-6, gt=0.0)  # constant (SPEC §5)
+    weight_decay: float = Field(default=0.01, ge=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = Field(default=1.0, gt=0.0)
+
+
+class RlCheckpointConfig(StrictModel):
+    every: int = Field(default=5, ge=1)  # steps between checkpoints (and at the last step)
+    keep_last: int = Field(default=2, ge=1)
+
+
+class RlConfig(StrictModel):
+    """``paravt rl``: PARA-GRPO on the data stage's RL parquets, starting from the SFT checkpoint."""
+
+    data: str = "./paravt-work/data"  # the data stage's output: reads <data>/rl/*.parquet
+    model: str = "./paravt-work/sft/final"  # policy to start from (SFT checkpoint URI)
+    reference_model: str = ""  # frozen KL reference; empty: the same checkpoint as `model`
+    output: str = "./paravt-work/rl"  # checkpoints, final HF model, metrics, trajectories
+    seed: int = 0  # data order and sampling seeds
+    steps: int = Field(default=700, ge=1)
+    prompts_per_step: int = Field(default=7, ge=1)
+    group_size: int = Field(default=8, ge=2)  # rollouts per prompt (GRPO group n)
+    # Policy versions a trained sample may lag behind the learner; 0 = synchronous (the CPU default).
+    max_staleness: int = Field(default=0, ge=0)
+    device: str = "cpu"
+    dtype: str = "float32"  # learner and engine weights (bfloat16 on GPUs)
+    engine_batch_size: int = Field(default=64, ge=1)  # requests per generate call of the in-process engine
+    pack_tokens: int = Field(default=8192, ge=256)  # learner: sequences packed per forward pass (like SFT)
+    trajectories_per_step: int = Field(default=2, ge=0)  # sampled episodes written to trajectories.jsonl
+    paravt: ParavtRecipe = Field(default_factory=ParavtRecipe)
+    # The episode: the published RL sampling (temperature 0.7, 2048 new tokens); think_prefix comes from
+    # paravt.constrained.think_prefix.
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
+    loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    checkpoint: RlCheckpointConfig = Field(default_factory=RlCheckpointConfig)

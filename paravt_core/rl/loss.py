@@ -1,0 +1,61 @@
+"""Decoupled PPO policy loss of PARA-GRPO (SPEC §5). Pure tensor function: no I/O, no distributed.
+
+Per trained token t (``mask`` = 1), with logp from the current weights (theta), the proximal policy
+(prox: the weights at the start of this step) and the behaviour policy (behav: what sampled the token):
+
+    ratio_t = exp(logp_theta - logp_prox)
+    pg_t    = max(-A_t * ratio_t, -A_t * clip(ratio_t, 1 - eps, 1 + eps))
+    w_t     = exp(logp_prox - logp_behav)                 (behaviour importance weight)
+    keep_t  = w_t <= cap                                  (tokens too far off-policy are dropped)
+    loss    = sum_t mask_t * keep_t * w_t * pg_t / n_tokens
+
+``n_tokens`` is the number of trained tokens of the whole global batch (dropped ones included): a global
+token mean, so a sequence weighs by its length and micro-batches / ranks add up to the same loss. No
+entropy bonus. With synchronous rollouts prox = behav up to numerics, so w = 1 and this is GRPO's
+clipped loss.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def decoupled_ppo_loss(
+    logp: torch.Tensor,
+    prox_logp: torch.Tensor,
+    behav_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_eps: float = 0.2,
+    behav_weight_cap: float | None = 5.0,
+    n_tokens: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """(scalar loss, statistics). All inputs [B, T]; ``n_tokens`` defaults to ``mask.sum()``."""
+    m = mask.to(torch.bool)
+    prox = prox_logp.detach()
+    behav = behav_logp.detach()
+    adv = advantages.detach()
+    ratio = torch.where(m, torch.exp(logp - prox), torch.zeros_like(logp))
+    clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps)
+    pg_unclipped = -adv * ratio
+    pg_clipped = -adv * clipped
+    pg = torch.maximum(pg_unclipped, pg_clipped)
+
+    weight = torch.exp(prox - behav)
+    keep = m if behav_weight_cap is None else m & (weight <= behav_weight_cap)
+    weight = torch.where(keep, weight, torch.zeros_like(weight))
+    total_tokens = float(m.sum()) if n_tokens is None else float(n_tokens)
+    loss = (pg * weight).sum() / max(total_tokens, 1.0)
+
+    count = max(float(m.sum()), 1.0)
+    with torch.no_grad():
+        stats = {
+            "clip_fraction": float(((pg_clipped > pg_unclipped) & m).sum()) / count,
+            "dropped_fraction": float((m & ~keep).sum()) / count,
+            "approx_kl": float(((logp - prox) * m).sum()) / count,
+            "behav_kl": float(((prox - behav) * m).sum()) / count,
+            "ratio_mean": float((ratio * m).sum()) / count,
+            "tokens": float(m.sum()),
+        }
+    return loss, stats

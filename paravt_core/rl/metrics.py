@@ -1,0 +1,83 @@
+"""Per-step RL metrics from the step's samples and the learner's statistics, plus curves and trajectories.
+
+``step_metrics`` flattens everything into one JSON-able dict per step (one line of ``metrics.jsonl``):
+reward and each part, format compliance, tool-call rate, calls per turn, finish reasons, the K histogram
+and the mean reward by K, response length, KL, clip and dropped-token fractions, staleness, timings.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from .rollout import Sample
+
+CURVES = ("reward_mean", "accuracy_mean", "format_mean", "tool_mean", "format_compliance", "tool_call_rate")
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+def step_metrics(step: int, samples: Sequence[Sample], learner: dict[str, float], extra: dict[str, Any]):
+    rewards = [s.reward for s in samples]
+    episodes = [s.episode for s in samples]
+    turns = sum(len(e.turns) for e in episodes)
+    calls = sum(len(e.calls) for e in episodes)
+    by_k: dict[int, list[float]] = defaultdict(list)
+    for s in samples:
+        by_k[s.nframes].append(s.reward.total)
+    generated = [sum(t.tokens for t in e.turns) for e in episodes]
+    out: dict[str, Any] = {
+        "step": step,
+        "samples": len(samples),
+        "reward_mean": _mean([r.total for r in rewards]),
+        "reward_max": max((r.total for r in rewards), default=0.0),
+        "accuracy_mean": _mean([r.accuracy for r in rewards]),
+        "format_mean": _mean([r.format for r in rewards]),
+        "tool_mean": _mean([r.tool for r in rewards]),
+        "format_compliance": _mean([float(r.compliant) for r in rewards]),
+        "degenerate": sum(r.degenerate for r in rewards),
+        "reward_failures": sum(r.failure is not None for r in rewards),
+        "tool_call_rate": _mean([float(bool(e.calls)) for e in episodes]),
+        "calls_per_turn": calls / turns if turns else 0.0,
+        "calls_succeeded": sum(c.ok for e in episodes for c in e.calls),
+        "finish_reasons": dict(Counter(e.finish_reason for e in episodes)),
+        "acc_reasons": dict(Counter(r.reason for r in rewards if r.reason)),
+        "k_histogram": {str(k): len(v) for k, v in sorted(by_k.items())},
+        "reward_by_k": {str(k): _mean(v) for k, v in sorted(by_k.items())},
+        "response_tokens_mean": _mean([float(g) for g in generated]),
+        "policy_versions": sorted({s.policy_version for s in samples}),
+    }
+    out.update(learner)
+    out.update(extra)
+    return out
+
+
+def trajectory_lines(step: int, samples: Sequence[Sample], count: int, seed: int) -> list[str]:
+    """JSON lines of ``count`` samples drawn reproducibly from the step (for inspection)."""
+    if count <= 0 or not samples:
+        return []
+    chosen = random.Random(f"{seed}/{step}").sample(list(samples), min(count, len(samples)))
+    return [json.dumps({"step": step, **s.to_dict()}, default=str) for s in chosen]
+
+
+def plot_curves(history: Sequence[dict[str, Any]], path: str) -> None:
+    """PNG with one panel per curve in ``CURVES`` (x: step)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(12, 6), constrained_layout=True)
+    steps = [m["step"] for m in history]
+    for ax, key in zip(axes.flat, CURVES, strict=True):
+        ax.plot(steps, [m.get(key, 0.0) for m in history], marker="o", markersize=3)
+        ax.set_title(key)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)

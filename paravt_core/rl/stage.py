@@ -1,0 +1,263 @@
+"""``paravt rl``: PARA-GRPO from the SFT checkpoint on the data stage's RL prompts (SPEC §5).
+
+One step: the next ``prompts_per_step`` prompts (a seeded permutation per epoch) -> a group of
+``group_size`` episodes each through the real episode loop on the rollout engine (concurrent, coalesced
+into batched generate calls) -> PARA-GRPO rewards -> the learner step (prox / reference log-probs,
+advantages, decoupled PPO loss, one AdamW step) -> the new weights pushed to the rollout engine (policy
+version + 1). Every ``checkpoint.every`` steps (and at the end) a checkpoint is written; a rerun of the
+same command resumes from the newest complete one and reproduces the uninterrupted run step for step
+(sampling seeds depend only on the seed and the step). The end result is a Hugging Face checkpoint at
+``<output>/final``.
+
+Outputs: ``metrics.jsonl`` (one line per step), ``metrics.json`` (last step + totals), ``curves.png``,
+``trajectories/step_XXXXXXXX.jsonl`` (a few sampled episodes per step), ``checkpoints/``, ``final/``,
+``config.yaml``, then ``_COMPLETE``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from paravt_core import storage
+from paravt_core.config import ConfigError
+from paravt_core.engines.base import EngineError
+from paravt_core.rl.config import RlConfig
+from paravt_core.stage import StageResult, announce_config, console
+
+from . import checkpoint
+from .coalesce import CoalescingEngine
+from .data import RlPrompt, load_prompts
+from .learner import Learner, state_checksum
+from .metrics import plot_curves, step_metrics, trajectory_lines
+from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
+
+
+def prompts_for_step(prompts: list[RlPrompt], step: int, per_step: int, seed: int) -> list[RlPrompt]:
+    """Prompts of ``step``: positions [step * per_step, (step + 1) * per_step) of the endless sequence of
+    per-epoch permutations (epoch e shuffled with seed (seed, e)). Depends only on its arguments."""
+    n = len(prompts)
+    out = []
+    for pos in range(step * per_step, (step + 1) * per_step):
+        epoch, at = divmod(pos, n)
+        order = np.random.default_rng([seed, epoch]).permutation(n)
+        out.append(prompts[int(order[at])])
+    return out
+
+
+def sampling_seed(seed: int, step: int) -> int:
+    """Base of the step's per-batch sampling seeds (see ``CoalescingEngine``)."""
+    return (seed * 1_000_003 + step * 10_007) % (2**31)
+
+
+def _judge(cfg: RlConfig) -> Any:
+    if cfg.paravt.reward.mode != "llm":
+        return None
+    from paravt_core.rewards.judge import Judge
+
+    j = cfg.paravt.reward.judge
+    return Judge.from_env(
+        timeout_s=j.timeout_s, max_retries=j.max_retries, backoff_s=j.backoff_s, deadline_s=j.deadline_s
+    )
+
+
+def _write_jsonl(uri: str, rows: list[dict[str, Any]]) -> None:
+    storage.write_bytes(uri, "".join(json.dumps(r) + "\n" for r in rows).encode())
+
+
+def run(cfg: RlConfig) -> StageResult:
+    import torch
+
+    from paravt_core.engines.transformers_engine import TransformersEngine
+    from paravt_core.models import load
+
+    out = cfg.output
+    if storage.is_complete(out):
+        storage.clear_complete(out)  # a rerun rewrites the outputs: never leave them looking complete
+    announce_config("rl", cfg, out)
+    judge = _judge(cfg)
+    data = load_prompts(cfg.data)
+    if not data.prompts:
+        raise FileNotFoundError(f"{cfg.data}: no usable RL prompt (skipped: {dict(data.skipped)})")
+    console.print(
+        f"rl: {len(data.prompts)} prompts from {len(data.files)} file(s), skipped {dict(data.skipped)}"
+    )
+
+    torch.manual_seed(cfg.seed)
+    dtype = getattr(torch, cfg.dtype)
+    policy = load(cfg.model, device=cfg.device, dtype=dtype)
+    reference_uri = cfg.reference_model or cfg.model
+    reference = load(reference_uri, device=cfg.device, dtype=dtype)
+    rollout_model = load(cfg.model, device=cfg.device, dtype=dtype)
+    inner = TransformersEngine(
+        rollout_model.model, rollout_model.processor, max_batch_size=cfg.engine_batch_size
+    )
+    engine = CoalescingEngine(inner, seed=cfg.seed)
+    learner = Learner(
+        policy.model,
+        reference.model,
+        temperature=cfg.agent.temperature,
+        advantage=cfg.advantage,
+        loss=cfg.loss,
+        optim=cfg.optim,
+        pack_tokens=cfg.pack_tokens,
+    )
+
+    staging = tempfile.mkdtemp(prefix="paravt-rl-")
+    history: list[dict[str, Any]] = []
+    start = 0
+    resumed = checkpoint.latest_complete(out)
+    if resumed:
+        state = checkpoint.load(resumed, policy.model, learner.optimizer, staging_root=staging)
+        if state.get("reference_model") != reference_uri:
+            raise ConfigError(
+                f"checkpoint {resumed} was trained against reference {state.get('reference_model')!r}, "
+                f"not {reference_uri!r}"
+            )
+        start, history = int(state["step"]), list(state["history"])
+        inner.load_weights(learner.weights())
+        inner.weight_version = int(state["policy_version"])
+        console.print(
+            f"rl: resumed from {resumed} (step {start}, policy version {inner.weight_version})",
+            soft_wrap=True,
+        )
+
+    totals: Counter = Counter()
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="paravt-rollout")
+    try:
+
+        def rollout(step: int) -> StepRollouts:
+            engine.reseed(sampling_seed(cfg.seed, step))
+            prompts = prompts_for_step(data.prompts, step, cfg.prompts_per_step, cfg.seed)
+            step_rollouts = asyncio.run(
+                arollout_step(
+                    prompts,
+                    engine,
+                    cfg.agent,
+                    cfg.paravt,
+                    group_size=cfg.group_size,
+                    version=inner.weight_version,
+                    judge=judge,
+                )
+            )
+            return step_rollouts
+
+        # Bounded staleness: with max_staleness = s > 0, the rollouts of the next s steps are produced (one
+        # step at a time, in a worker thread) while the learner trains; each new weight version is pushed
+        # to the engine between its generate calls. A sample is trained at most s versions after the
+        # version it started under; the decoupled loss uses the behaviour log-probs recorded at sampling.
+        ahead: deque[Future[StepRollouts]] = deque()  # rollouts of steps [step, queued)
+        queued = start
+        for step in range(start, cfg.steps):
+            if cfg.max_staleness == 0:
+                rollouts = rollout(step)
+            else:
+                while queued <= min(step + cfg.max_staleness, cfg.steps - 1):
+                    ahead.append(pool.submit(rollout, queued))
+                    queued += 1
+                rollouts = ahead.popleft().result()
+            version = inner.weight_version
+            samples = rollouts.samples
+            failed = [s for s in samples if s.episode.finish_reason in ("engine_error", "engine_timeout")]
+            if len(failed) == len(samples):
+                raise EngineError(
+                    f"rl step {step}: the rollout engine failed every episode ({failed[0].episode.error})"
+                )
+            staleness = [version - s.policy_version for s in samples]
+            if max(staleness) > cfg.max_staleness:  # the queue depth above makes this impossible: guard it
+                raise RuntimeError(
+                    f"rl step {step}: a sample is {max(staleness)} versions old (bound {cfg.max_staleness})"
+                )
+            learned = learner.step(samples)
+            t0 = time.perf_counter()
+            inner.load_weights(learner.weights())
+            sync_s = time.perf_counter() - t0
+            totals.update(rollouts.counts)
+            totals.update(f"finish:{s.episode.finish_reason}" for s in samples)
+            extra = {
+                "policy_version": inner.weight_version,
+                "staleness_max": max(staleness),
+                "staleness_mean": float(np.mean(staleness)),
+                "untrained_samples": sum(s.episode.finish_reason in NO_SAMPLE_REASONS for s in samples),
+                "rollout_s": rollouts.seconds,
+                "sync_s": sync_s,
+                "engine_batches": engine.batches,
+                "counts": dict(rollouts.counts),
+                **(judge.counters() if judge is not None else {}),
+            }
+            metrics = step_metrics(step, samples, learned, extra)
+            history.append(metrics)
+            console.print(
+                f"rl step {step + 1}/{cfg.steps}: reward {metrics['reward_mean']:.3f} "
+                f"(acc {metrics['accuracy_mean']:.3f} fmt {metrics['format_mean']:.3f} "
+                f"tool {metrics['tool_mean']:.3f}) loss {metrics.get('loss', 0.0):.4f} "
+                f"rollout {rollouts.seconds:.1f}s learner {metrics.get('learner_s', 0.0):.1f}s",
+                soft_wrap=True,
+            )
+            lines = trajectory_lines(step, samples, cfg.trajectories_per_step, cfg.seed)
+            storage.write_bytes(
+                storage.join(out, "trajectories", f"step_{step:08d}.jsonl"),
+                "".join(x + "\n" for x in lines).encode(),
+            )
+            _write_jsonl(storage.join(out, "metrics.jsonl"), history)
+            done = step + 1
+            if done % cfg.checkpoint.every == 0 or done == cfg.steps:
+                state = {
+                    "step": done,
+                    "policy_version": inner.weight_version,
+                    "reference_model": reference_uri,
+                    "model": cfg.model,
+                    "data_position": done * cfg.prompts_per_step,
+                    "history": history,
+                    "weights_sha256": state_checksum(policy.model.state_dict()),
+                }
+                checkpoint.save(
+                    out,
+                    done,
+                    policy.model,
+                    learner.optimizer,
+                    state,
+                    staging_root=staging,
+                    keep_last=cfg.checkpoint.keep_last,
+                )
+        final = checkpoint.save_final(out, policy.model, policy.processor, staging_root=staging)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        shutil.rmtree(staging, ignore_errors=True)
+
+    _write_jsonl(storage.join(out, "metrics.jsonl"), history)
+    local_png = os.path.join(tempfile.gettempdir(), f"paravt-rl-curves-{os.getpid()}.png")
+    plot_curves(history, local_png)
+    with open(local_png, "rb") as f:
+        storage.write_bytes(storage.join(out, "curves.png"), f.read())
+    os.remove(local_png)
+    summary = {
+        "steps": len(history),
+        "prompts": len(data.prompts),
+        "skipped_rows": dict(data.skipped),
+        "reward_first": history[0]["reward_mean"] if history else None,
+        "reward_last": history[-1]["reward_mean"] if history else None,
+        "policy_version": inner.weight_version,
+        "counts": dict(totals),
+        "last_step": history[-1] if history else None,
+    }
+    storage.write_bytes(storage.join(out, "metrics.json"), json.dumps(summary, indent=2).encode())
+    storage.mark_complete(out, {"steps": len(history)})
+    return StageResult(
+        "rl",
+        outputs={
+            "final": final,
+            "metrics": storage.join(out, "metrics.jsonl"),
+            "checkpoints": storage.join(out, checkpoint.CHECKPOINTS),
+        },
+        metrics={k: v for k, v in summary.items() if k != "last_step"},
+    )

@@ -1,0 +1,62 @@
+"""``paravt sft``: train, then write the HF checkpoint, metrics and the loss curve (DESIGN.md §3).
+
+Outputs under ``cfg.output`` (local directory or ``s3://`` prefix)::
+
+    config.yaml          the resolved config
+    checkpoints/         resumable training checkpoints (see ``paravt_core/sft/checkpoint.py``)
+    final/               Hugging Face checkpoint (model + processor) + _COMPLETE; ``paravt_core.models.load``
+    metrics.jsonl        one line per optimizer step: loss, lr, grad_norm, tokens, tokens_per_s,
+                         padding_share, rows_used, rows_dropped, step_time_s
+    metrics.json         summary: first/last loss, tokens/s, rows used, rows dropped by reason (counted per
+                         visit: a row trained or dropped in two epochs counts twice)
+    loss_curve.png       loss and learning rate per step
+    _COMPLETE            written last
+
+A rerun of a complete output returns the earlier result; a rerun of an interrupted one resumes from its
+newest complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from paravt_core import storage
+from paravt_core.config import SftConfig
+from paravt_core.sft import metrics
+from paravt_core.sft.trainer import train
+from paravt_core.stage import StageResult, announce_config, console
+
+STAGE = "sft"
+
+
+def _outputs(cfg: SftConfig) -> dict[str, str]:
+    return {
+        "final": storage.join(cfg.output, "final"),
+        "checkpoints": storage.join(cfg.output, "checkpoints"),
+        "metrics": storage.join(cfg.output, "metrics.json"),
+        "metrics_jsonl": storage.join(cfg.output, "metrics.jsonl"),
+        "loss_curve": storage.join(cfg.output, "loss_curve.png"),
+    }
+
+
+def run(cfg: SftConfig) -> StageResult:
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    if storage.is_complete(cfg.output):
+        summary = json.loads(storage.read_bytes(storage.join(cfg.output, "metrics.json")))
+        if rank0:
+            console.print(f"paravt sft: {cfg.output} is complete; nothing to do")
+        return StageResult(STAGE, _outputs(cfg), {**summary, "reused_output": True})
+    if rank0:
+        announce_config(STAGE, cfg, cfg.output)
+    result = train(cfg, log=console.print)
+    summary = metrics.summary(result.records, result.rows_used, result.dropped)
+    summary["world_size"] = result.world
+    summary["resumed_from"] = result.resumed_from
+    if rank0:
+        out = _outputs(cfg)
+        metrics.write_jsonl(out["metrics_jsonl"], result.records)
+        storage.write_bytes(out["metrics"], json.dumps(summary, indent=2).encode())
+        storage.write_bytes(out["loss_curve"], metrics.loss_curve_png(result.records))
+        storage.mark_complete(cfg.output, {"steps": summary.get("steps", 0)})
+    return StageResult(STAGE, _outputs(cfg), summary)

@@ -1,0 +1,413 @@
+"""The SFT training loop: plain PyTorch, one code path for one CPU process and ``torchrun`` on N GPUs.
+
+- Launch: ``paravt sft --config c.yaml`` (one process) or ``torchrun --nproc-per-node N -m paravt_core.cli sft
+  --config c.yaml``. Under torchrun the model is sharded with FSDP2 (``fully_shard`` on every
+  ``Qwen3VLTextDecoderLayer`` and ``Qwen3VLVisionBlock``, then the root), NCCL on GPUs and gloo on CPUs.
+- Step: ``trainer.grad_accum`` packed sequences per rank, each ``token_losses(...) * world / T`` backpropagated
+  where ``T`` is the number of target tokens of the whole step over all ranks (FSDP averages gradients over
+  ranks, so this is the exact token-weighted mean of the global batch); then gradient clipping, AdamW
+  (no decay on norms and biases), the warmup + cosine schedule of ``transformers``.
+- GPU: bf16 compute (FSDP2 ``MixedPrecisionPolicy`` with float32 master weights and reductions; autocast in a
+  single process) and gradient checkpointing. CPU: float32.
+- Checkpoints every ``checkpoint.every`` steps (``checkpoint.py``); a restarted run continues from the newest
+  complete one with the same data position, RNG and metrics, so its per-step losses are those of an
+  uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from paravt_core.config import SftConfig
+from paravt_core.sft import checkpoint
+from paravt_core.sft.data import (
+    Dropped,
+    RankIndices,
+    SftDataError,
+    SftRows,
+    StreamPosition,
+    read_rows,
+    sample_stream,
+    sft_files,
+)
+from paravt_core.sft.inputs import REASONS, MediaSpec
+from paravt_core.sft.packing import Bin, PackedBatch, PackedLoss, Packer, Sample, pack
+
+
+class SftError(RuntimeError):
+    """The run cannot go on (too many bad rows, an incompatible checkpoint); the message says why."""
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    sharded: bool = False  # launched by torchrun: FSDP2 + collectives
+
+    def barrier(self) -> None:
+        if self.sharded:
+            dist.barrier()
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum over ranks."""
+        if not self.sharded:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def gather(self, obj: Any) -> list[Any]:
+        if not self.sharded:
+            return [obj]
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+
+def setup_distributed() -> Dist:
+    """A process group when started by torchrun (``RANK``/``WORLD_SIZE`` set), else one plain process."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+        return Dist(device=device)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend)
+    return Dist(dist.get_rank(), dist.get_world_size(), local_rank, device, sharded=True)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------------ model
+
+
+def shard_model(model: torch.nn.Module, d: Dist, bf16: bool) -> None:
+    """FSDP2: each decoder layer and vision block is its own unit; the root (``PackedLoss``) holds the rest."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextDecoderLayer, Qwen3VLVisionBlock
+
+    mesh = init_device_mesh(d.device.type, (d.world,))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
+    kwargs: dict[str, Any] = {"mesh": mesh}
+    if mp is not None:
+        kwargs["mp_policy"] = mp
+    for module in model.modules():
+        if isinstance(module, (Qwen3VLTextDecoderLayer, Qwen3VLVisionBlock)):
+            fully_shard(module, **kwargs)
+    fully_shard(model, **kwargs)
+
+
+def make_optimizer(model: torch.nn.Module, cfg: SftConfig) -> torch.optim.AdamW:
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    t = cfg.trainer
+    groups = [
+        {"params": decay, "weight_decay": t.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=t.lr, betas=t.betas, eps=t.eps)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, cfg: SftConfig) -> Any:
+    from transformers import get_cosine_schedule_with_warmup
+
+    steps = cfg.trainer.steps
+    return get_cosine_schedule_with_warmup(optimizer, math.ceil(cfg.trainer.warmup_ratio * steps), steps)
+
+
+def grad_norm_and_clip(model: torch.nn.Module, max_norm: float) -> float:
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    full = getattr(norm, "full_tensor", None)  # FSDP2: a DTensor
+    return float(full() if full is not None else norm)
+
+
+# ------------------------------------------------------------------------------------------ data feed
+
+
+class Feed:
+    """Samples of this rank -> packed sequences; counts drops and tracks which rows are done."""
+
+    def __init__(self, rows: SftRows, cfg: SftConfig, d: Dist, position: StreamPosition, pending: dict):
+        self.rows = rows
+        self.packer = Packer(cfg.packing.length, cfg.packing.max_open, cfg.packing.close_slack)
+        self.ready: list[list[Sample]] = []
+        self.dropped: Counter[str] = Counter()
+        self.done: list[int] = []  # rows of this rank done since the last sync
+        self.bad_in_a_row = 0
+        # Rows that waited in sequences at checkpoint time go back into the same sequences (same rank
+        # count); with another rank count they are simply not done yet and come back through the stream.
+        same_world = pending.get("world") == d.world
+        mine = pending.get(str(d.rank)) if same_world else None
+        if mine:
+            self.ready = [[self._restore(i) for i in b] for b in mine["ready"]]
+            for b in mine["open"]:
+                bin_ = Bin()
+                for i in b:
+                    bin_.add(self._restore(i))
+                self.packer.open.append(bin_)
+        held = [
+            i
+            for key, bins in pending.items()
+            if key != "world" and same_world
+            for group in bins.values()
+            for b in group
+            for i in b
+        ]
+        sampler = RankIndices(position, d.rank, d.world, exclude=held)
+        self.stream = sample_stream(rows, sampler, cfg.data.num_workers, cfg.data.prefetch_factor)
+
+    def _restore(self, index: int) -> Sample:
+        item = self.rows[index]
+        if isinstance(item, Dropped):  # the same row was fine when it was packed: data changed under us
+            raise SftError(f"row {item.row_id} could be used before the restart but now fails: {item.detail}")
+        return item
+
+    def next_sequence(self) -> PackedBatch:
+        while not self.ready:
+            item = next(self.stream)
+            if isinstance(item, Dropped) or not self.packer.fits(item):
+                self.dropped[item.reason if isinstance(item, Dropped) else "too_long"] += 1
+                self.done.append(item.index)
+                self.bad_in_a_row += 1
+                if self.bad_in_a_row > self.rows.n_rows:
+                    raise SftError(f"no row of the input can be trained on (dropped: {dict(self.dropped)})")
+                continue
+            self.bad_in_a_row = 0
+            self.ready.extend(self.packer.add(item))
+        return pack(self.ready.pop(0))
+
+    def pending(self) -> dict[str, list[list[int]]]:
+        return {"ready": [[s.index for s in b] for b in self.ready], "open": self.packer.pending()}
+
+
+# ------------------------------------------------------------------------------------------ loop
+
+
+@dataclass
+class TrainResult:
+    records: list[dict[str, Any]]
+    rows_used: int
+    dropped: dict[str, int]
+    final_uri: str
+    resumed_from: str | None
+    world: int
+
+
+def _check_bad_rows(cfg: SftConfig, rows_used: int, dropped: Counter, final: bool) -> None:
+    seen = rows_used + sum(dropped.values())
+    if seen == 0 or (not final and seen < cfg.data.bad_gate_min_rows):
+        return
+    share = sum(dropped.values()) / seen
+    if share > cfg.data.max_bad_fraction:
+        reasons = ", ".join(f"{k}={v}" for k, v in sorted(dropped.items()))
+        raise SftError(
+            f"{sum(dropped.values())} of {seen} rows dropped ({share:.1%} > data.max_bad_fraction="
+            f"{cfg.data.max_bad_fraction:.1%}): {reasons}"
+        )
+
+
+def train(cfg: SftConfig, log: Any = print) -> TrainResult:
+    """Run (or resume) the SFT loop of ``cfg``; every rank calls it."""
+    from paravt_core.models import load
+
+    d = setup_distributed()
+    staging = os.path.join(cfg.work_dir, f"rank{d.rank}")
+    os.makedirs(staging, exist_ok=True)
+    seed_everything(cfg.trainer.seed + d.rank)
+
+    loaded = load(cfg.model.uri, device="cpu", dtype=torch.float32)
+    save_dtype = getattr(loaded.config, "dtype", None) or torch.float32
+    if isinstance(save_dtype, str):
+        save_dtype = getattr(torch, save_dtype)
+    model: Any = loaded.model
+    model.config.use_cache = False
+    if cfg.model.attn_implementation != model.config._attn_implementation:
+        model.set_attn_implementation(cfg.model.attn_implementation)
+    model.train()
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    bf16 = cfg.model.bf16 and d.device.type == "cuda"
+    model = PackedLoss(model.to(d.device), always_run_vision=d.sharded)
+    if d.sharded:
+        shard_model(model, d, bf16)
+    optimizer = make_optimizer(model, cfg)
+    scheduler = make_scheduler(optimizer, cfg)
+
+    messages, row_ids = read_rows(sft_files(cfg.data.input, cfg.data.include))
+    spec = MediaSpec(**cfg.media.model_dump())
+    rows = SftRows(messages, row_ids, loaded.processor, loaded.config, spec, cfg.data.seed)
+
+    resumed_from = checkpoint.latest_complete(cfg.output)
+    position, pending, records = StreamPosition(), {}, []
+    rows_used, dropped, start = 0, Counter(), 0
+    if resumed_from is not None:
+        state = checkpoint.load(resumed_from, model, optimizer, scheduler, staging)
+        if state["n_rows"] != rows.n_rows or state["data_seed"] != cfg.data.seed:
+            raise SftError(
+                f"checkpoint {resumed_from} was written for {state['n_rows']} rows with data.seed="
+                f"{state['data_seed']}, this run has {rows.n_rows} rows and seed {cfg.data.seed}: use a new "
+                "output or the same data"
+            )
+        start, records = state["step"], state["metrics"]
+        position = StreamPosition.from_dict(state["position"])
+        pending, rows_used, dropped = state["pending"], state["rows_used"], Counter(state["dropped"])
+        if d.rank == 0:
+            log(
+                f"resuming from {resumed_from} (step {start}, world size {state['pending']['world']} -> {d.world})"
+            )
+    feed = Feed(rows, cfg, d, position, pending)
+
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16) if bf16 and not d.sharded else contextlib.nullcontext()
+    )
+    progress = _progress(d.rank == 0, cfg.trainer.steps, start)
+    try:
+        for step in range(start + 1, cfg.trainer.steps + 1):
+            t0 = time.perf_counter()
+            drops_before = Counter(feed.dropped)
+            seqs = [feed.next_sequence() for _ in range(cfg.trainer.grad_accum)]
+            local = [float(sum(s.loss_tokens for s in seqs)), float(sum(s.tokens for s in seqs))]
+            global_targets, _ = d.sum(local)
+            lr = scheduler.get_last_lr()[0]
+            loss_sum = 0.0
+            for seq in seqs:
+                with autocast:
+                    loss = model(seq.to(d.device))
+                (loss * d.world / max(global_targets, 1.0)).backward()
+                loss_sum += float(loss.detach())
+            norm = grad_norm_and_clip(model, cfg.trainer.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            for seq in seqs:
+                feed.done.extend(seq.indices)
+            new_drops = feed.dropped - drops_before
+            sums = d.sum(
+                [loss_sum, local[0], local[1], float(sum(len(s.lengths) for s in seqs)), float(len(seqs))]
+                + [float(new_drops.get(r, 0)) for r in REASONS]
+            )
+            rows_used += int(sums[3])
+            dropped.update({r: int(v) for r, v in zip(REASONS, sums[5:], strict=True) if v})
+            elapsed = time.perf_counter() - t0
+            record = {
+                "step": step,
+                "loss": sums[0] / max(sums[1], 1.0),
+                "lr": lr,
+                "grad_norm": norm,
+                "tokens": int(sums[2]),
+                "loss_tokens": int(sums[1]),
+                "sequences": int(sums[4]),
+                "tokens_per_s": sums[2] / elapsed,
+                "padding_share": 1.0 - sums[2] / (sums[4] * cfg.packing.length),
+                "rows_used": rows_used,
+                "rows_dropped": sum(dropped.values()),
+                "step_time_s": elapsed,
+            }
+            if d.device.type == "cuda":  # this rank's peak since the start (ranks are alike under FSDP)
+                record["peak_mem_gib"] = torch.cuda.max_memory_allocated(d.device) / 2**30
+            records.append(record)
+            _check_bad_rows(cfg, rows_used, dropped, final=False)
+            if progress is not None:
+                progress.update(step, record)
+            if step % cfg.checkpoint.every == 0 or step == cfg.trainer.steps:
+                _save(
+                    cfg,
+                    d,
+                    feed,
+                    position,
+                    step,
+                    model,
+                    optimizer,
+                    scheduler,
+                    records,
+                    rows_used,
+                    dropped,
+                    rows,
+                )
+    finally:
+        if progress is not None:
+            progress.close()
+    _check_bad_rows(cfg, rows_used, dropped, final=True)
+    final = checkpoint.save_final(cfg.output, model, loaded.processor, save_dtype, staging)
+    return TrainResult(records, rows_used, dict(dropped), final, resumed_from, d.world)
+
+
+def _save(
+    cfg, d, feed, position, step, model, optimizer, scheduler, records, rows_used, dropped, rows
+) -> None:
+    for done in d.gather(feed.done):
+        position.mark(done)
+    feed.done = []
+    pending: dict[str, Any] = {str(r): p for r, p in enumerate(d.gather(feed.pending()))}
+    pending["world"] = d.world
+    state = {
+        "step": step,
+        "world_size": d.world,
+        "position": position.to_dict(),
+        "pending": pending,
+        "rows_used": rows_used,
+        "dropped": dict(dropped),
+        "n_rows": rows.n_rows,
+        "data_seed": cfg.data.seed,
+        "metrics": records,
+    }
+    staging = os.path.join(cfg.work_dir, f"rank{d.rank}")
+    checkpoint.save(cfg.output, step, model, optimizer, scheduler, state, staging, cfg.checkpoint.keep_last)
+
+
+class _Bar:
+    """Rank 0's progress bar: step, loss, tokens/s."""
+
+    def __init__(self, total: int, start: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        from paravt_core.stage import console
+
+        self.progress = Progress(
+            TextColumn("sft"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeRemainingColumn(),
+            console=console,
+        )
+        self.task = self.progress.add_task("sft", total=total, completed=start, info="")
+        self.progress.start()
+
+    def update(self, step: int, record: dict[str, Any]) -> None:
+        info = f"loss {record['loss']:.4f}  {record['tokens_per_s']:.0f} tok/s  lr {record['lr']:.2e}"
+        self.progress.update(self.task, completed=step, info=info)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def _progress(enabled: bool, total: int, start: int) -> _Bar | None:
+    return _Bar(total, start) if enabled else None
+
+
+__all__ = ["SftDataError", "SftError", "TrainResult", "train"]

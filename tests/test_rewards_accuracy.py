@@ -1,0 +1,173 @@
+"""R_acc (SPEC §5): normalization, MCQ letters, temporal IoU, token F1; values worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paravt_core.rewards.accuracy import (
+    accuracy_reward,
+    extract_answer_text,
+    interval_iou,
+    normalize_answer,
+    parse_interval,
+    parse_mcq_letter,
+    token_f1,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("The  Red-Circle!", "red circle"),  # lower, "-" and "!" -> spaces, "the" dropped, spaces collapsed
+        ("An apple, a day", "apple day"),  # both articles dropped
+        ("  2.0, 5.0 ", "2 0 5 0"),  # punctuation becomes spaces (so "2.0,5.0" != "2.0, 5.0" only by spacing)
+        ("", ""),
+    ],
+)
+def test_normalize_answer(text, expected):
+    assert normalize_answer(text) == expected
+
+
+def test_extract_answer_text_is_the_last_complete_answer():
+    text = "<answer>A</answer> second thoughts <answer> B </answer> <answer>C"  # last one never closed
+    assert extract_answer_text(text) == "B"
+    assert extract_answer_text("just B") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "letter"),
+    [
+        ("<answer>B</answer>", "B"),
+        ("<answer>(C)</answer>", "C"),
+        ("<answer>D.</answer>", "D"),
+        ("<answer>The answer is E.</answer>", "E"),
+        ("<answer>answer: (F)</answer>", "F"),
+        ("<answer>Option G</answer>", "G"),
+        ("<answer>H. the red circle</answer>", "H"),  # lettered option text
+        ("<answer>A</answer> wait <answer>J</answer>", "J"),  # the LAST answer counts
+        ("<think>\nA looks wrong</think> B", "B"),  # plain answer (no tag), think block ignored
+        ("The answer is C", "C"),  # plain eval answer
+        ("<answer>A or B</answer>", None),  # hedged
+        ("<answer>B/C</answer>", None),  # hedged
+        ("<answer>the answer is a red circle</answer>", None),  # the article "a" is not option A
+        ("<answer>K</answer>", None),  # outside A-J
+        ("<answer>I think it is red</answer>", None),
+        ("", None),
+    ],
+)
+def test_parse_mcq_letter(text, letter):
+    assert parse_mcq_letter(text) == letter
+
+
+@pytest.mark.parametrize(
+    ("text", "interval"),
+    [
+        ("2, 5", (2.0, 5.0)),
+        ("2 - 5", (2.0, 5.0)),
+        ("2-5", (2.0, 5.0)),
+        ("2 to 5", (2.0, 5.0)),
+        ("2–5", (2.0, 5.0)),  # en dash
+        ("[2.5, 7.25]", (2.5, 7.25)),
+        ("1:05 - 1:10", (65.0, 70.0)),  # m:ss -> 60 + 5, 60 + 10
+        ("0:01:05 to 0:01:10", (65.0, 70.0)),  # h:mm:ss
+        ("from 2.5s to 5s", (2.5, 5.0)),
+        ("The event happens in the 12.3 - 15.8 seconds.", (12.3, 15.8)),  # the forced-answer format
+        ("<answer>8, 3</answer>", (3.0, 8.0)),  # reversed -> swapped
+        ("I checked 0 - 10 first. <answer>4 - 6</answer>", (4.0, 6.0)),  # answer tag wins
+        ("I checked 0 - 10, then it is 4 - 6", (4.0, 6.0)),  # plain text: the last interval
+        ("1:75 - 1:80", None),  # seconds >= 60 are not clock times
+        ("around seven", None),
+        ("7", None),
+    ],
+)
+def test_parse_interval(text, interval):
+    assert parse_interval(text) == interval
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "iou"),
+    [
+        ((2.0, 5.0), (2.0, 5.0), 1.0),
+        ((3.0, 6.0), (2.0, 5.0), 0.5),  # inter 5-3 = 2; union 3 + 3 - 2 = 4
+        ((4.0, 8.0), (2.0, 5.0), 1 / 6),  # inter 5-4 = 1; union 4 + 3 - 1 = 6
+        ((6.0, 3.0), (2.0, 5.0), 0.5),  # reversed prediction reordered to (3, 6)
+        ((5.0, 5.0), (2.0, 5.0), 0.0),  # degenerate: no length, no overlap
+        ((5.0, 5.0), (5.0, 5.0), 0.0),  # both degenerate: union 0 -> 0
+        ((8.0, 10.0), (2.0, 5.0), 0.0),  # disjoint
+        ((0.0, 10.0), (2.0, 5.0), 0.3),  # inter 3; union 10 + 3 - 3 = 10
+    ],
+)
+def test_interval_iou(pred, gold, iou):
+    assert interval_iou(pred, gold) == pytest.approx(iou)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "f1"),
+    [
+        ("red circle", "a red square", 0.5),  # [red, circle] vs [red, square]: P = R = 1/2
+        ("red red circle", "red circle", 0.8),  # common 2: P = 2/3, R = 1 -> 2 * (2/3) / (5/3)
+        ("blue", "red", 0.0),
+        ("the", "a", 1.0),  # both empty after dropping articles
+        ("", "red", 0.0),
+    ],
+)
+def test_token_f1(pred, gold, f1):
+    assert token_f1(pred, gold) == pytest.approx(f1)
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "qtype", "mode", "score", "reason"),
+    [
+        # exact match first (normalized), whatever the type
+        ("<answer>The Red Circle.</answer>", "red circle", "oe", "exact", 1.0, None),
+        ("<answer>B</answer>", "B", "mcq", "f1", 1.0, None),
+        # mcq
+        ("<answer>The answer is C</answer>", "B", "mcq", "f1", 0.0, None),
+        ("<answer>b</answer>", "B. the blue square", "mcq", "f1", 0.0, "unparseable_letter"),  # lower-case
+        ("<answer>B</answer>", "B. the blue square", "mcq", "f1", 1.0, None),  # gold letter parsed too
+        ("Option D", "D", "mcq", "f1", 1.0, None),  # plain answer without tags
+        ("<answer>A or B</answer>", "A", "mcq", "f1", 0.0, "hedged_letter"),
+        ("<answer>maybe</answer>", "A", "mcq", "f1", 0.0, "unparseable_letter"),
+        ("<answer>B</answer>", "?", "mcq", "f1", 0.0, "bad_gold"),
+        # tvg: IoU against the gold pair
+        ("<answer>3 - 6</answer>", "2.0, 5.0", "tvg", "f1", 0.5, None),
+        ("<answer>2, 5</answer>", "2.0, 5.0", "tvg", "f1", 1.0, None),  # no text match, IoU 1
+        ("The event happens in the 2.5 - 5.0 seconds.", "2.0, 5.0", "tvg", "f1", 2.5 / 3, None),
+        ("<answer>0:00:02 - 0:00:04</answer>", "2, 5", "tvg", "f1", 2 / 3, None),  # inter 2, union 3
+        ("<answer>somewhere early</answer>", "2, 5", "tvg", "f1", 0.0, "unparseable_interval"),
+        # open-ended: token F1 / exact / judge
+        ("<answer>red circle</answer>", "a red square", "oe", "f1", 0.5, None),
+        ("<answer>red circle</answer>", "a red square", "oe", "exact", 0.0, None),
+        ("<answer>red circle</answer>", "a red square", "oe", "llm", 0.5, "no_judge"),  # F1 without judge
+        ("<answer>red circle</answer>", "a red square", None, "f1", 0.5, None),  # unknown type -> oe
+        # empty
+        ("<answer> </answer>", "red", "oe", "f1", 0.0, "empty_answer"),
+        ("", "B", "mcq", "f1", 0.0, "empty_answer"),
+    ],
+)
+def test_accuracy_reward(prediction, gold, qtype, mode, score, reason):
+    result = accuracy_reward(prediction, gold, qtype, mode)
+    assert result.score == pytest.approx(score)
+    assert result.reason == reason
+
+
+_PIECES = st.sampled_from(
+    ["<answer>", "</answer>", "<think>", "</think>", "B", " or ", "2 - 5", "1:05", "answer is", "\n", "x"]
+)
+_TEXT = st.one_of(st.text(max_size=200), st.lists(_PIECES, max_size=20).map("".join))
+
+
+@settings(max_examples=300, deadline=None)
+@given(prediction=_TEXT, gold=_TEXT, qtype=st.sampled_from(["mcq", "tvg", "oe", None, "weird"]))
+def test_accuracy_stays_in_range_and_never_raises(prediction, gold, qtype):
+    for mode in ("f1", "exact", "llm"):
+        result = accuracy_reward(prediction, gold, qtype, mode)
+        assert 0.0 <= result.score <= 1.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.floats(allow_nan=True), b=st.floats(), c=st.floats(), d=st.floats())
+def test_iou_in_unit_range(a, b, c, d):
+    assert 0.0 <= interval_iou((a, b), (c, d)) <= 1.0

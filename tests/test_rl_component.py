@@ -1,0 +1,24 @@
+"""The RL KFP component compiles to IR on the RL image with the stage's inputs and outputs."""
+
+from __future__ import annotations
+
+import yaml
+from kfp import compiler
+
+from components.rl import rl_op
+
+
+def test_rl_component_ir(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLM_JUDGE_API_KEY", "do-not-leak-judge")
+    path = tmp_path / "rl.yaml"
+    compiler.Compiler().compile(rl_op, str(path))
+    text = path.read_text()
+    spec = yaml.safe_load(text)
+    component = spec["components"]["comp-rl-op"]
+    params = component["inputDefinitions"]["parameters"]
+    assert set(params) == {"config_yaml", "overrides", "data", "model", "output"}
+    assert set(component["outputDefinitions"]["artifacts"]) == {"curves", "metrics"}
+    assert component["outputDefinitions"]["parameters"]["Output"]["parameterType"] == "STRING"
+    executor = spec["deploymentSpec"]["executors"]["exec-rl-op"]["container"]
+    assert executor["image"].startswith("paravt-rl")
+    assert "do-not-leak" not in text
