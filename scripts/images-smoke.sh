@@ -53,12 +53,15 @@ for d in /opt/pypi /opt/pypi-more /opt/wheels /etc/xdg/pip; do
   [ -e "$d" ] && MOUNTS+=(-v "$d:$d:ro")
 done
 
+# Build context: the committed tree at HEAD (what VCS_REF names), not the working directory.
+rm -rf "$WORK/context" && mkdir -p "$WORK/context"
+git archive --format=tar HEAD | tar -x -C "$WORK/context"
 for fam in $FAMILIES; do
   say "building paravt-$fam:$TAG"
   s=$(date +%s)
   podman build --runtime runc --network host "${MOUNTS[@]}" \
     --build-arg BASE_IMAGE="$BASE" --build-arg VCS_REF="$(git rev-parse HEAD)" \
-    -f "Dockerfile.$fam" -t "paravt-$fam:$TAG" . >"$WORK/build-$fam.log" 2>&1 \
+    -f "$WORK/context/Dockerfile.$fam" -t "paravt-$fam:$TAG" "$WORK/context" >"$WORK/build-$fam.log" 2>&1 \
     || { tail -30 "$WORK/build-$fam.log"; exit 1; }
   say "built paravt-$fam:$TAG in $(( $(date +%s) - s ))s"
 done
