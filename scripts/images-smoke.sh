@@ -103,8 +103,8 @@ uid=$(podman run --rm "${RUN_FLAGS[@]}" --entrypoint id "paravt-sft:$TAG" -u)
 say "the stage ran as uid $uid"
 
 for fam in $FAMILIES; do
-  verbs=$($PY - "$fam" <<'EOF'
-import importlib, pathlib, sys
+  verbs=$(cd "$WORK/context" && PYTHONPATH=. "$ROOT/$PY" - "$fam" <<'EOF'
+import importlib, importlib.util, pathlib, sys
 from components import images
 family_image = images.image(sys.argv[1])
 verbs = set()
@@ -114,7 +114,9 @@ for path in pathlib.Path("components").glob("*.py"):
     module = importlib.import_module(f"components.{path.stem}")
     for name, op in vars(module).items():
         if name.endswith("_op") and op.component_spec.implementation.container.image == family_image:
-            verbs.add(path.stem)
+            # A component written ahead of its stage (not in this tree yet) has no verb to check.
+            if importlib.util.find_spec(f"paravt_core.{path.stem}") is not None:
+                verbs.add(path.stem)
 print(" ".join(sorted(verbs)))
 EOF
 )
