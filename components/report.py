@@ -65,3 +65,39 @@ def nightly_report_op(
     report.metadata["uri"] = cfg.output
     for key, value in result.metrics.items():
         metrics.log_metric(key, value)
+
+
+@dsl.component(base_image=EVAL_IMAGE, install_kfp_package=False)
+def report_op(
+    config_yaml: str,
+    overrides: list,
+    eval_outputs: list,
+    sft_output: str,
+    rl_output: str,
+    output: str,
+    report: Output[HTML],
+    summary: Output[Markdown],
+    metrics: Output[Metrics],
+) -> str:
+    """The train DAG's report: the eval table over every benchmark (fan-in), the SFT and RL curves
+    and metrics. Returns the URI of ``report.html``."""
+    import tempfile
+
+    from paravt_core import storage
+    from paravt_core.config import ReportConfig, load_config
+    from paravt_core.report.stage import run
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(config_yaml)
+    cfg = load_config(ReportConfig, f.name, [str(o) for o in overrides])
+    cfg.eval_outputs = [str(o) for o in eval_outputs]
+    cfg.sft_output, cfg.rl_output, cfg.output = sft_output, rl_output, output
+    result = run(cfg)
+    with open(report.path, "wb") as out:
+        out.write(storage.read_bytes(result.outputs["html"]))
+    with open(summary.path, "wb") as out:
+        out.write(storage.read_bytes(result.outputs["markdown"]))
+    report.metadata["uri"] = result.outputs["html"]
+    for key, value in result.metrics.items():
+        metrics.log_metric(key, value)
+    return result.outputs["html"]
