@@ -18,10 +18,14 @@ def eval_op(
     model: str,
     benchmark: str,
     output_prefix: str,
+    gpus: int,
     report: Output[HTML],
     metrics: Output[Metrics],
 ) -> str:
-    """Run ``paravt eval`` on one benchmark; return the URI of its (complete) output."""
+    """Run ``paravt eval`` on one benchmark; return the URI of its (complete) output. ``gpus``: what the
+    task requested (its accelerator limit), recorded with the report. Passing it as an input also makes
+    a ParallelFor around this task declare the GPU-count parameter, which kfp 2.17's compiler leaves out
+    of the loop's inputs when only the accelerator limit refers to it (the task then cannot start)."""
     import json
     import tempfile
 
@@ -42,6 +46,7 @@ def eval_op(
     with open(report.path, "wb") as out:
         out.write(storage.read_bytes(storage.join(output, "report.html")))
     report.metadata["uri"] = output
+    report.metadata["gpus"] = gpus
     for key, value in result.metrics.items():
         if isinstance(value, int | float) and not isinstance(value, bool):
             metrics.log_metric(key, value)

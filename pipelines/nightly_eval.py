@@ -57,5 +57,6 @@ def nightly_pipeline(
                 model=checkpoint_uri,
                 benchmark=benchmark,
                 output_prefix=start.output,
+                gpus=eval_gpus,
             )
             configure_task(ev, "eval", display_name="eval", gpus=eval_gpus, media_pvc=media_pvc)

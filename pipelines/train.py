@@ -72,6 +72,7 @@ def train_pipeline(
             model=rl.outputs["Output"],
             benchmark=benchmark,
             output_prefix=f"{run_prefix}/eval",
+            gpus=eval_gpus,
         )
         configure_task(ev, "eval", display_name="eval", gpus=eval_gpus, media_pvc=media_pvc)
 

@@ -90,6 +90,9 @@ def test_train_dag_wiring_images_and_resources(tmp_path, monkeypatch) -> None:
     loop = tasks["for-loop-1"]
     assert loop["parameterIterator"]["items"]["inputParameter"] == "pipelinechannel--benchmarks"
     assert loop["dependentTasks"] == ["rl-op"]
+    # The GPU count reaches the eval tasks inside the loop (kfp 2.17 drops it unless passed as an input).
+    loop_inputs = spec["components"]["comp-for-loop-1"]["inputDefinitions"]["parameters"]
+    assert "pipelinechannel--eval_gpus" in loop_inputs
     collected = tasks["report-op"]["inputs"]["parameters"]["eval_outputs"]["taskOutputParameter"]
     assert collected == {
         "producerTask": "for-loop-1",

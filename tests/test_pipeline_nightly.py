@@ -45,6 +45,8 @@ def test_nightly_ir_structure(compiled) -> None:
     loop = handler["for-loop-2"]
     assert loop["parameterIterator"]["items"]["inputParameter"] == "pipelinechannel--benchmarks"
     assert loop["dependentTasks"] == ["night-start-op"]  # evals write under the started night
+    loop_inputs = spec["components"]["comp-for-loop-2"]["inputDefinitions"]["parameters"]
+    assert "pipelinechannel--eval_gpus" in loop_inputs  # the GPU count reaches the eval tasks
     (eval_task,) = spec["components"]["comp-for-loop-2"]["dag"]["tasks"].values()
     assert eval_task["componentRef"]["name"] == "comp-eval-op"
     # The eval output prefix is the started night's (passed into the loop from night-start-op).
