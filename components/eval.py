@@ -21,11 +21,16 @@ def eval_op(
     gpus: int,
     report: Output[HTML],
     metrics: Output[Metrics],
+    night: str = "",
+    run_id: str = "",
 ) -> str:
     """Run ``paravt eval`` on one benchmark; return the URI of its (complete) output. ``gpus``: what the
     task requested (its accelerator limit), recorded with the report. Passing it as an input also makes
     a ParallelFor around this task declare the GPU-count parameter, which kfp 2.17's compiler leaves out
-    of the loop's inputs when only the accelerator limit refers to it (the task then cannot start)."""
+    of the loop's inputs when only the accelerator limit refers to it (the task then cannot start).
+    Nightly layout when ``run_id`` is set: ``<output_prefix>/<night>/<benchmark>``, the night being
+    ``night`` or the one this run started (inputs are pipeline parameters only: kfp.local 2.17 replaces a
+    task output passed into a ParallelFor with the loop item)."""
     import json
     import tempfile
 
@@ -35,6 +40,10 @@ def eval_op(
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config_yaml)
+    if run_id:
+        from paravt_core.report.stage import find_night, today_utc
+
+        output_prefix = storage.join(output_prefix, night or find_night(output_prefix, run_id) or today_utc())
     output = storage.join(output_prefix, benchmark)
     cfg = load_config(EvalConfig, f.name, [str(o) for o in overrides])
     cfg.model = model

@@ -3,14 +3,12 @@
 ``kfp.local.SubprocessRunner(use_venv=False)`` executes every component of the DAG as a subprocess
 of the current interpreter (the project venv): the same component code that runs in the images on a
 cluster. Kubernetes settings (secrets, GPUs, volumes) are cluster-only and ignored here; task retry
-policies are honoured (kfp 2.17's local orchestrator retries with the same backoff), so local runs
-compile with ``PARAVT_RETRY_BACKOFF=0s``.
+policies are honoured (kfp 2.17's local orchestrator retries), without the backoff.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -52,7 +50,7 @@ def run_train_locally(
         args[f"{stage}_config_yaml"] = configs.get(stage, "{}")
         args[f"{stage}_overrides"] = list(overrides.get(stage, []))
     start = time.perf_counter()
-    with local_runner(pipeline_root):
+    with local_runner(pipeline_root, train_pipeline):
         task = train_pipeline(
             run_prefix=run_prefix,
             base_model=base_model,
@@ -76,22 +74,28 @@ def run_data_locally(data_cfg: DataConfig, pipeline_root: str) -> str:
 
 
 @contextlib.contextmanager
-def local_runner(pipeline_root: str) -> Iterator[None]:
-    """kfp.local with the subprocess runner; retries without backoff while the pipeline inside is
-    compiled and run (restored afterwards, so later cluster compiles keep the real backoff)."""
+def local_runner(pipeline_root: str, pipeline=None) -> Iterator[None]:
+    """kfp.local with the subprocess runner. kfp 2.17's local orchestrator honours the tasks' retry
+    policies, backoff included; for ``pipeline`` the backoff is set to zero while inside (the compiled
+    spec is restored afterwards, so later cluster compiles keep the real backoff)."""
     Path(pipeline_root).mkdir(parents=True, exist_ok=True)
     local.init(
         runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(Path(pipeline_root).resolve())
     )
-    before = os.environ.get("PARAVT_RETRY_BACKOFF")
-    os.environ["PARAVT_RETRY_BACKOFF"] = "0s"
+    if pipeline is None:
+        yield
+        return
+    saved = type(pipeline.pipeline_spec)()
+    saved.CopyFrom(pipeline.pipeline_spec)
+    dags = [pipeline.pipeline_spec.root.dag] + [c.dag for c in pipeline.pipeline_spec.components.values()]
+    for dag in dags:
+        for task in dag.tasks.values():
+            if task.HasField("retry_policy"):
+                task.retry_policy.backoff_duration.seconds = 0
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("PARAVT_RETRY_BACKOFF", None)
-        else:
-            os.environ["PARAVT_RETRY_BACKOFF"] = before
+        pipeline.pipeline_spec.CopyFrom(saved)
 
 
 def run_nightly_locally(
@@ -108,7 +112,7 @@ def run_nightly_locally(
     an exit handler, has run either way)."""
     from pipelines.nightly_eval import nightly_pipeline
 
-    with local_runner(pipeline_root):
+    with local_runner(pipeline_root, nightly_pipeline):
         nightly_pipeline(
             checkpoint_uri=checkpoint_uri,
             results_prefix=results_prefix,

@@ -56,7 +56,9 @@ def nightly_pipeline(
                 overrides=eval_overrides,
                 model=checkpoint_uri,
                 benchmark=benchmark,
-                output_prefix=start.output,
+                output_prefix=results_prefix,
                 gpus=eval_gpus,
-            )
+                night=night,
+                run_id=run_id,
+            ).after(start)
             configure_task(ev, "eval", display_name="eval", gpus=eval_gpus, media_pvc=media_pvc)

@@ -8,7 +8,6 @@ are referenced by Secret name and key, and Kubernetes injects the values into th
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -127,12 +126,9 @@ def add_shared_memory(task: dsl.PipelineTask, size: str) -> dsl.PipelineTask:
 
 def set_retries(task: dsl.PipelineTask, retries: int) -> dsl.PipelineTask:
     """Stages are resumable, so each retry continues where the failed attempt stopped. Backoff 60 s,
-    doubling, retried for at most 6 h (long enough to ride out a node or spot-instance loss).
-    ``PARAVT_RETRY_BACKOFF`` (read at compile time, e.g. ``0s``) shortens the first wait for local runs,
-    where kfp.local honours the same policy."""
-    backoff = os.environ.get("PARAVT_RETRY_BACKOFF", "60s")
+    doubling, retried for at most 6 h (long enough to ride out a node or spot-instance loss)."""
     return task.set_retry(
-        num_retries=retries, backoff_duration=backoff, backoff_factor=2.0, backoff_max_duration="21600s"
+        num_retries=retries, backoff_duration="60s", backoff_factor=2.0, backoff_max_duration="21600s"
     )
 
 

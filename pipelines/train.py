@@ -69,11 +69,13 @@ def train_pipeline(
         ev = eval_op(
             config_yaml=eval_config_yaml,
             overrides=eval_overrides,
-            model=rl.outputs["Output"],
+            # The RL stage's final checkpoint (what rl_op returns), as a parameter: kfp.local 2.17
+            # replaces a task output passed into a ParallelFor with the loop item.
+            model=f"{run_prefix}/rl/final",
             benchmark=benchmark,
             output_prefix=f"{run_prefix}/eval",
             gpus=eval_gpus,
-        )
+        ).after(rl)
         configure_task(ev, "eval", display_name="eval", gpus=eval_gpus, media_pvc=media_pvc)
 
     report = report_op(

@@ -49,12 +49,10 @@ def test_nightly_ir_structure(compiled) -> None:
     assert "pipelinechannel--eval_gpus" in loop_inputs  # the GPU count reaches the eval tasks
     (eval_task,) = spec["components"]["comp-for-loop-2"]["dag"]["tasks"].values()
     assert eval_task["componentRef"]["name"] == "comp-eval-op"
-    # The eval output prefix is the started night's (passed into the loop from night-start-op).
-    assert eval_task["inputs"]["parameters"]["output_prefix"] == {
-        "componentInputParameter": "pipelinechannel--night-start-op-Output"
-    }
-    passed = loop["inputs"]["parameters"]["pipelinechannel--night-start-op-Output"]
-    assert passed["taskOutputParameter"] == {"producerTask": "night-start-op", "outputParameterKey": "Output"}
+    # Evals write under the night their run started (results_prefix + run id, resolved in the task).
+    params = eval_task["inputs"]["parameters"]
+    assert params["output_prefix"] == {"componentInputParameter": "pipelinechannel--results_prefix"}
+    assert params["run_id"]["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
     # Every task retries with backoff and does not cache.
     for task in (report, handler["night-start-op"], eval_task):
         assert task["retryPolicy"]["maxRetryCount"] == 3 and task["retryPolicy"]["backoffDuration"] == "60s"
