@@ -54,9 +54,10 @@ def _tensors(final_dir: str) -> dict:
     return merged
 
 
-def _jsonl(uri: str, drop: tuple[str, ...]) -> list[dict]:
+def _jsonl(uri: str) -> list[dict]:
+    """Per-step metrics without wall-clock measurements (``*_s`` seconds, ``*_per_s`` rates)."""
     rows = [json.loads(line) for line in storage.read_bytes(uri).decode().splitlines() if line.strip()]
-    return [{k: v for k, v in r.items() if k not in drop} for r in rows]
+    return [{k: v for k, v in r.items() if not (k.endswith("_s") or k.startswith("peak_mem"))} for r in rows]
 
 
 def test_train_dag_locally_and_a_retry_resumes(synth_dataset, tiny_model_dir, tmp_path, monkeypatch) -> None:
@@ -83,10 +84,9 @@ def test_train_dag_locally_and_a_retry_resumes(synth_dataset, tiny_model_dir, tm
 
     # Same outputs as the uninterrupted run: per-step SFT and RL metrics (timings aside), final weights,
     # eval scores.
-    timing = ("step_time_s", "tokens_per_s", "elapsed_s", "time_s", "seconds")
     for stage in ("sft", "rl"):
-        assert _jsonl(str(fprefix / stage / "metrics.jsonl"), timing) == _jsonl(
-            str(prefix / stage / "metrics.jsonl"), timing
+        assert _jsonl(str(fprefix / stage / "metrics.jsonl")) == _jsonl(
+            str(prefix / stage / "metrics.jsonl")
         ), stage
         a, b = _tensors(str(prefix / stage / "final")), _tensors(str(fprefix / stage / "final"))
         assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a), stage
