@@ -2,7 +2,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout compile images-smoke clean
+.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval compile images-smoke clean
 
 setup:
 	@scripts/setup.sh
@@ -29,7 +29,7 @@ compile: setup
 images-smoke: setup
 	scripts/images-smoke.sh
 
-bench: bench-materialize bench-video bench-dispatch bench-sft bench-rollout
+bench: bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval
 
 bench-materialize: setup
 	$(VENV)/bin/python benchmarks/materialize.py
@@ -49,6 +49,10 @@ bench-sft: setup
 
 bench-rollout: setup
 	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/rollout.py
+
+# Eval runner: concurrent samples with cross-sample batching vs one sample at a time (tiny model, CPU).
+bench-eval: setup
+	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/eval_throughput.py
 
 clean:
 	rm -rf demo-out build .pytest_cache

@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> dict:
         "ratio": ratio,
         "same_outputs": same,
         "engine_calls": {m: batches[m] for m in batches},
+        "reports": reports,
         "all_times_s": times,
     }
     table = Table(title=f"one turn, {len(WINDOWS)} crop calls, tiny Qwen3-VL on CPU (median of {args.reps})")

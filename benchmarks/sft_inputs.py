@@ -87,7 +87,7 @@ def make_row(video: Path, seconds: float, k: int) -> list[dict]:
             "role": "user",
             "content": [
                 {"type": "video_url", "video_url": {"url": str(video)}},
-                text(prompts.question_with_suffix(question, video.name)),
+                text(prompts.load_prompt_set().question_with_suffix(question, video.name)),
             ],
         },
     ]

@@ -96,6 +96,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    if args.shard:
+        args.overrides.append(f"shard={args.shard}")
+    if args.merge:
+        args.overrides.append("merge=true")
+    cfg = _stage_config("eval", args)
+    from paravt_core.eval.stage import run
+
+    print(run(cfg).to_json())
+    return 0
+
+
 def _cmd_synth(args: argparse.Namespace) -> int:
     from paravt_core.synth import synthesize
 
@@ -229,7 +241,9 @@ def _cmd_agent_run(args: argparse.Namespace) -> int:
     return agent_main(args)
 
 
-def _add_stage(sub: argparse._SubParsersAction, name: str, fn: Callable, help_text: str) -> None:
+def _add_stage(
+    sub: argparse._SubParsersAction, name: str, fn: Callable, help_text: str
+) -> argparse.ArgumentParser:
     from paravt_core.config import describe_config, stage_config
 
     fields = "\n".join(f"  {line}" for line in describe_config(stage_config(name)))
@@ -243,6 +257,7 @@ def _add_stage(sub: argparse._SubParsersAction, name: str, fn: Callable, help_te
     p.add_argument("--config", default=None, help="YAML config file")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. extract.workers=4")
     p.set_defaults(fn=fn)
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -260,6 +275,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stage(
         sub, "report", _cmd_report, "eval table, training curves and the nightly trend (HTML, Markdown, PNG)"
     )
+    p = _add_stage(
+        sub,
+        "eval",
+        _cmd_eval,
+        "evaluate a model on the long-video benchmarks (with and without the tool); "
+        "outputs: samples/<protocol>/<benchmark>.jsonl, results.json, metrics.json, report.html",
+    )
+    p.add_argument("--shard", default=None, metavar="I/N", help="evaluate shard I of N (0-based), e.g. 0/4")
+    p.add_argument("--merge", action="store_true", help="merge complete shards into the final outputs")
 
     videos_help = f"number of videos (>= {MIN_SYNTH_VIDEOS}: one per sentinel bucket; default: %(default)s)"
     seconds_help = f"length of each video in seconds (>= {MIN_SYNTH_SECONDS:g}; default: %(default)s)"
@@ -344,11 +368,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that carry a complete message for the user: printed without a traceback."""
     from paravt_core.data.validate import DataError
     from paravt_core.engines.base import EngineError
+    from paravt_core.eval.stage import EvalError
     from paravt_core.sft.data import SftDataError
     from paravt_core.sft.trainer import SftError
     from paravt_core.video.errors import VideoError
 
-    return (DataError, EngineError, VideoError, SftDataError, SftError, FileNotFoundError)
+    return (DataError, EngineError, EvalError, VideoError, SftDataError, SftError, FileNotFoundError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -298,7 +298,6 @@ class SftConfig(StrictModel):
 # Stage configs that embed the agent's ``AgentConfig`` live with their stage (``paravt_core.rl.config``):
 # importing the agent here would make every stage import it, the data stage included. They are
 # importable from this module too (``from paravt_core.config import RlConfig``, resolved on first use).
-_STAGE_MODULES = {"RlConfig": "paravt_core.rl.config"}
 # ---------------------------------------------------------------------------------------------
 # Report stage
 # ---------------------------------------------------------------------------------------------
@@ -332,11 +331,13 @@ class ReportConfig(StrictModel):
     trend: TrendConfig = Field(default_factory=TrendConfig)
 
 
+_STAGE_MODULES = {"RlConfig": "paravt_core.rl.config", "EvalConfig": "paravt_core.eval.config"}
 STAGE_CONFIGS: dict[str, str] = {
     "data": "DataConfig",
     "sft": "SftConfig",
     "rl": "RlConfig",
     "report": "ReportConfig",
+    "eval": "EvalConfig",
 }
 
 
@@ -427,16 +428,21 @@ def load_config(model: type[C], path: str | Path | None = None, overrides: list[
         raise ConfigError(f"invalid {model.__name__}:\n{err}") from err
 
 
-def describe_config(model: type[BaseModel], prefix: str = "") -> list[str]:
-    """``key.path = default`` for every field of ``model`` (nested sections flattened), for ``--help``."""
+def describe_config(model: type[BaseModel], prefix: str = "", values: BaseModel | None = None) -> list[str]:
+    """``key.path = default`` for every field of ``model`` (nested sections flattened), for ``--help``.
+    Nested sections show the values of their default instance (a stage may default a section differently
+    from the section's own defaults, e.g. the eval stage's greedy ``agent``)."""
     lines: list[str] = []
     for name, info in model.model_fields.items():
         key = f"{prefix}{info.alias or name}"
+        default = getattr(values, name) if values is not None else info.get_default(call_default_factory=True)
+        if isinstance(default, BaseModel):
+            lines += describe_config(type(default), f"{key}.", default)
+            continue
         annotation = info.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             lines += describe_config(annotation, f"{key}.")
             continue
-        default = info.get_default(call_default_factory=True)
         lines.append(
             f"{key} = {yaml.safe_dump(default, default_flow_style=True).strip().removesuffix('...').strip()}"
         )

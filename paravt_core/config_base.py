@@ -1,7 +1,8 @@
 """The base of every typed config: a pydantic model that rejects unknown keys.
 
 Kept apart from ``paravt_core.config`` so that section models living elsewhere (``agent.config``) can build
-on it while ``config`` embeds them in stage configs (``EvalConfig.agent``) without an import cycle.
+on it without importing the stage configs (and stage configs that embed them, ``RlConfig`` and
+``EvalConfig``, can live with their stages).
 """
 
 from __future__ import annotations

@@ -31,4 +31,5 @@ pytest_plugins = [
     "tests.fixtures.tiny_model",
     "tests.fixtures.synth",
     "tests.fixtures.sft",
+    "tests.fixtures.eval",
 ]

@@ -2,9 +2,13 @@
 
 ``POST /v1/chat/completions`` renders the messages with the model's chat template (honouring vLLM's
 ``add_generation_prompt`` / ``continue_final_message`` extensions), decodes ``image_url`` data URLs into
-frames, runs the processor and generates. ``GET /v1/models`` lists the model. Faults for the client's retry
-and timeout tests: the first ``fail_first`` completions answer ``fail_status``, every completion can be
-delayed by ``delay_s``, and a configured ``api_key`` is required as a bearer token.
+frames, runs the processor with the checkpoint's image settings (``checkpoint_images_kwargs``) updated by
+the request's ``mm_processor_kwargs`` (as vLLM does) and generates; ``usage.prompt_tokens`` is the processed
+prompt's length. ``GET /v1/models`` lists the model. The engine is a ``TransformersEngine`` or any engine
+(e.g. a ``ScriptedEngine``: requests with a system message are tagged "main", others "subagent"). Faults
+for the client's tests: the first ``fail_first`` completions answer ``fail_status`` (with ``Retry-After:
+retry_after`` when set), every completion can be delayed by ``delay_s``, ``finish_reason`` can be forced,
+and a configured ``api_key`` is required as a bearer token. ``stop()`` joins every handler thread.
 
 Usage::
 
@@ -14,6 +18,7 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import io
@@ -27,8 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from paravt_core.engines.base import GenerationRequest, SamplingParams
-from paravt_core.engines.transformers_engine import TransformersEngine
+from paravt_core.engines.base import Engine, GenerationRequest, SamplingParams
 
 
 def _decode_data_url(url: str) -> torch.Tensor:
@@ -62,26 +66,35 @@ def _to_template_messages(messages: list[dict]) -> tuple[list[dict], list[torch.
 class TinyChatServer:
     def __init__(
         self,
-        engine: TransformersEngine,
+        engine: Engine,
         *,
         model_name: str = "tiny",
         api_key: str | None = None,
         fail_first: int = 0,
         fail_status: int = 503,
+        retry_after: str | None = None,
         delay_s: float = 0.0,
+        finish_reason: str | None = None,
+        checkpoint_images_kwargs: dict | None = None,
+        honour_mm_processor_kwargs: bool = True,
     ):
         self.engine = engine
         self.model_name = model_name
         self.api_key = api_key
         self.fail_first = fail_first
         self.fail_status = fail_status
+        self.retry_after = retry_after
         self.delay_s = delay_s
+        self.finish_reason = finish_reason
+        self.checkpoint_images_kwargs = dict(checkpoint_images_kwargs or {})
+        self.honour_mm_processor_kwargs = honour_mm_processor_kwargs  # False: like SGLang's chat endpoint
+        self._stopping = threading.Event()
         self.attempts = 0  # completion requests received (failed ones included)
         self.bodies: list[dict] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._httpd.daemon_threads = True  # do not wait for handlers still sleeping in fault tests
-        self._httpd.block_on_close = False
+        self._httpd.daemon_threads = False
+        self._httpd.block_on_close = True  # stop() joins the handlers (delayed ones wake on _stopping)
         self._thread: threading.Thread | None = None
 
     @property
@@ -95,8 +108,11 @@ class TinyChatServer:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join()
 
     def __enter__(self) -> TinyChatServer:
         return self.start()
@@ -116,7 +132,11 @@ class TinyChatServer:
             continue_final_message=cont,
             tokenize=False,
         )
-        inputs = processor(text=[text], images=images or None, return_tensors="pt")
+        requested = body.get("mm_processor_kwargs") if self.honour_mm_processor_kwargs else None
+        images_kwargs = {**self.checkpoint_images_kwargs, **(requested or {})}
+        inputs = processor(
+            text=[text], images=images or None, return_tensors="pt", images_kwargs=images_kwargs
+        )
         sampling = SamplingParams(
             temperature=float(body.get("temperature", 1.0)),
             top_p=float(body.get("top_p", 1.0)),
@@ -129,16 +149,18 @@ class TinyChatServer:
             pixel_values=inputs.get("pixel_values"),
             image_grid_thw=inputs.get("image_grid_thw"),
             sampling=sampling,
+            tag="main" if any(m["role"] == "system" for m in messages) else "subagent",
         )
-        (completion,) = self.engine.generate_sync([request])
+        (completion,) = asyncio.run(self.engine.generate([request]))
         ids = completion.token_ids
-        if completion.finish_reason == "stop" and ids and ids[-1] in self.engine.eos_token_ids:
+        eos = self.engine.processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if completion.finish_reason == "stop" and ids and ids[-1] == eos:
             ids = ids[:-1]
         content = self.engine.tokenizer.decode(ids, skip_special_tokens=True)
         choice: dict[str, Any] = {
             "index": 0,
             "message": {"role": "assistant", "content": content},
-            "finish_reason": completion.finish_reason,
+            "finish_reason": self.finish_reason or completion.finish_reason,
             "logprobs": None,
         }
         if body.get("logprobs"):
@@ -169,9 +191,11 @@ class TinyChatServer:
             def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
                 pass
 
-            def _send(self, status: int, payload: dict) -> None:
+            def _send(self, status: int, payload: dict, headers: dict | None = None) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -211,10 +235,11 @@ class TinyChatServer:
                     self._send(400, {"error": {"message": f"unknown model {body.get('model')!r}"}})
                     return
                 if attempt <= server.fail_first:
-                    self._send(server.fail_status, {"error": {"message": "injected failure"}})
+                    headers = {"Retry-After": server.retry_after} if server.retry_after else None
+                    self._send(server.fail_status, {"error": {"message": "injected failure"}}, headers)
                     return
-                if server.delay_s:
-                    time.sleep(server.delay_s)
+                if server.delay_s and server._stopping.wait(server.delay_s):
+                    return  # stopping: the client gave up long ago
                 try:
                     payload = server.complete(body)
                 except Exception as err:  # report, do not kill the server thread

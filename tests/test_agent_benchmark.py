@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import statistics
 from pathlib import Path
 
 from paravt_core.agent import config as agent_config
@@ -46,9 +47,18 @@ def test_dispatch_benchmark_runs_and_agrees(tiny_model_dir, video, tmp_path, cap
         torch.set_num_threads(threads)  # the benchmark pins one thread; leave the session as it was
     assert code == 0
     data = json.loads(out.read_text())
-    assert data["same_outputs"] is True and data["calls"] == 5
+    reports = data["reports"]
+    # the outputs themselves: five non-empty greedy reports, the same text whichever way they were dispatched
+    assert len(reports["batched"]) == data["calls"] == 5 and all(r.strip() for r in reports["batched"])
+    assert reports["batched"] == reports["sequential"]
+    assert data["same_outputs"] is True
     assert data["engine_calls"] == {"batched": [5], "sequential": [1, 1, 1, 1, 1]}
-    assert data["ratio"] > 0 and "ratio sequential / batched" in capsys.readouterr().out
+    # the printed ratio is the ratio of the medians of the recorded times
+    times = data["all_times_s"]
+    assert data["batched_s"] == statistics.median(times["batched"])
+    assert data["sequential_s"] == statistics.median(times["sequential"])
+    assert data["ratio"] == data["sequential_s"] / data["batched_s"]
+    assert f"ratio sequential / batched: {data['ratio']:.2f}x" in capsys.readouterr().out
 
 
 def test_agent_pixel_defaults_match_the_video_package():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from paravt_core.agent.parsing import format_tool_call
+from paravt_core.agent.prompts import load_prompt_set
 from paravt_core.cli import main as paravt
 from paravt_core.engines.transformers_engine import TransformersEngine
 from tests.agent_support import MAX_PIXELS, video  # noqa: F401
@@ -42,21 +43,41 @@ def test_agent_run_prints_the_trajectory(tiny_model_dir, video, tmp_path, capsys
     )
     printed = capsys.readouterr().out
     assert code == 0
-    assert "overview: 8 frames of 64x64 px" in printed
-    assert "turn 0" in printed and "turn 1" in printed
+    # 12 s at 4 fps: targets k * 11.75 / 7 = 0, 1.68, 3.36, 5.04, 6.71, 8.39, 10.07, 11.75 s, shown frames on
+    # the 0.25 s grid at or before them: 0, 1.5, 3.25, 5, 6.5, 8.25, 10, 11.75 (printed with one decimal,
+    # half to even: 3.2, 8.2, 11.8), at 64x64
+    assert "overview: 8 frames of 64x64 px at [0.0, 1.5, 3.2, 5.0, 6.5, 8.2, 10.0, 11.8] s" in printed
+    assert "question: Which shape first?" in printed
+    flat = " ".join(printed.replace("│", " ").split())  # rich wraps long lines and draws panel borders
+    assert f"prompt set: paravt-v1 ({load_prompt_set('paravt-v1').checksum})" in flat
+    assert (
+        "<think> Two places to check.</think>" in flat
+        and "<think> The circle.</think><answer>B</answer>" in flat
+    )
+    assert "turn 0 · " in printed and "turn 1 · " in printed and "turn 2" not in printed
+    assert "tool calls of turn 0" in printed
     assert "1.0–5.0 s" in printed and "6.0–12.0 s" in printed  # the second window clamped to the video
-    assert "answer: 'B'" in printed and "finish: answer" in printed
+    assert "answer: 'B'    finish: answer" in printed
+    assert "tool rounds 1/3 · calls 2 (executed 2, ok 2, failed 0, rejected 0)" in printed
     data = json.loads(out_json.read_text())
     assert data["finish_reason"] == "answer" and data["calls_executed"] == 2 and data["calls_succeeded"] == 2
     assert [c["window"] for c in data["turns"][0]["calls"]] == [[1.0, 5.0], [6.0, 12.0]]
+    # 1 fps: 4 s -> 4 frames; 6 s -> 6, capped at crop.max_frames=4
+    assert [c["frames"] for c in data["turns"][0]["calls"]] == [4, 4]
     assert all(c["report"] for c in data["turns"][0]["calls"])  # real tiny-model sub-agent reports
 
 
 def test_agent_run_real_model_and_errors(tiny_model_dir, video, tmp_path, capsys):  # noqa: F811
     base = ["agent", "run", "--model", tiny_model_dir, "--question", "What is shown?"]
-    assert paravt(base + ["--video", str(video)] + FAST) == 0
+    out_json = tmp_path / "real.json"
+    assert paravt(base + ["--video", str(video), "--json", str(out_json)] + FAST) == 0
     printed = capsys.readouterr().out
-    assert "overview: 8 frames" in printed and "turn 0 · " in printed and "finish: " in printed
+    data = json.loads(out_json.read_text())
+    # the random model writes neither a call nor an answer in 12 tokens: one turn, no answer
+    assert len(data["turns"]) == 1 and data["answer"] is None and data["calls_total"] == 0
+    assert data["finish_reason"] in ("max_tokens", "no_answer", "max_tokens_in_tag")
+    assert f"answer: None    finish: {data['finish_reason']}" in printed
+    assert f"turn 0 · {data['turns'][0]['tokens']} tokens · " in printed
 
     assert paravt(base + ["--video", str(tmp_path / "missing.mp4")] + FAST) == 1
     assert "finish: video_error" in capsys.readouterr().out
@@ -71,5 +92,9 @@ def test_agent_run_against_an_openai_compatible_server(tiny_model, tiny_model_di
         args = ["agent", "run", "--engine", "openai", "--base-url", server.base_url, "--served-model", "tiny"]
         args += ["--model", tiny_model_dir, "--video", str(video), "--question", "What is shown?"]
         assert paravt(args + FAST) == 0
-        assert server.attempts >= 1
-    assert "finish: " in capsys.readouterr().out
+        sent = list(server.bodies)
+    printed = capsys.readouterr().out
+    # one generation (the random model calls no tool): one request, greedy, the sub-agents' temperature too
+    assert len(sent) == 1 and sent[0]["temperature"] == 0.0 and sent[0]["max_tokens"] == 12
+    assert sent[0]["mm_processor_kwargs"] == {"size": {"shortest_edge": 784, "longest_edge": MAX_PIXELS}}
+    assert "turn 0 · " in printed and "turn 1" not in printed and "answer: None" in printed

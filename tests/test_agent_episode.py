@@ -7,11 +7,11 @@ chat template are real. One test runs the real tiny model end to end.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from paravt_core.agent import prompts
-from paravt_core.agent.episode import FINISH_REASONS, arun_episode
+from paravt_core.agent.episode import arun_episode
 from paravt_core.agent.parsing import format_tool_call
 from paravt_core.engines.base import EngineError, GenerationRequest
 from paravt_core.engines.scripted import Reply, RoutedEngine, ScriptedEngine
@@ -44,6 +44,8 @@ def test_parallel_calls_run_as_one_batch_and_come_back_in_call_order(tiny_model,
     engine = ScriptedEngine(tiny_model.processor, main, subagent=report)
     result = run(engine, video)
     assert result.finish_reason == "answer" and result.answer == "B" and result.row_id == "row-1"
+    assert len(result.turns) == 2 and [len(t.calls) for t in result.turns] == [4, 0]
+    assert [c.window for c in result.calls] == [(0.0, 2.0), (3.0, 5.0), (6.0, 8.0), (9.0, 11.0)]
     assert engine.batches == [["main"], ["subagent"] * 4, ["main"]]
     assert [c.report for c in result.calls] == [
         "Saw 00:00 to 00:02",
@@ -73,11 +75,12 @@ def test_malformed_json_and_unknown_tool_get_error_responses(tiny_model, video):
         "<answer>B</answer>",
     ]
     result = run(ScriptedEngine(tiny_model.processor, main), video)
-    assert result.finish_reason == "answer"
+    assert result.finish_reason == "answer" and len(result.turns) == 2
     bad, unknown, good = result.calls
     assert not bad.parsed and not bad.executed and "not valid JSON" in bad.error
     assert unknown.parsed and not unknown.executed and "unknown tool 'zoom_in'" in unknown.error
-    assert good.ok
+    assert unknown.error == "unknown tool 'zoom_in'; the only tool is crop_video."
+    assert good.ok and good.window == (1.0, 3.0) and good.report == "A short report."
     text = tool_turn_text(result, 1)
     assert text.count("<tool_response>\nError: ") == 2
     assert result.counts()["calls_rejected"] == 2 and result.counts()["calls_succeeded"] == 1
@@ -87,9 +90,9 @@ def test_more_calls_than_allowed(tiny_model, video):  # noqa: F811
     main = [crop(0, 2) + crop(2, 4) + crop(4, 6), "<answer>B</answer>"]
     engine = ScriptedEngine(tiny_model.processor, main)
     result = run(engine, video, max_parallel=2)
-    assert result.finish_reason == "answer"
+    assert result.finish_reason == "answer" and len(result.turns) == 2
     assert [c.executed for c in result.calls] == [True, True, False]
-    assert result.calls[2].error == prompts.ERROR_TOO_MANY_CALLS.format(limit=2)
+    assert result.calls[2].error == "at most 2 tool calls are executed per turn; this call was skipped."
     assert engine.batches[1] == ["subagent", "subagent"]
     assert "Error: at most 2 tool calls" in tool_turn_text(result, 1)
 
@@ -110,9 +113,10 @@ def test_forced_answer_after_the_last_round_has_its_own_token_budget(tiny_model,
     engine = ScriptedEngine(tiny_model.processor, [crop(0, 2), "B " * 100])
     result = run(engine, video, max_turns=1, forced_answer="mcq")
     assert result.finish_reason == "max_tokens"  # the forced reply is capped at 64 tokens
-    assert engine.requests[-1].sampling.max_new_tokens == prompts.FORCED_ANSWER_MAX_TOKENS["mcq"] == 64
-    assert result.turns[-1].tokens == 64
-    assert prompts.FORCED_ANSWER_TEXT["mcq"] in result.main.text
+    assert engine.requests[-1].sampling.max_new_tokens == 64  # SPEC §4.2
+    assert result.turns[-1].tokens == 64 and len(result.turns) == 2
+    forced = "Based on the video and cropped segments above, answer with ONLY the letter."  # SPEC §4.2
+    assert "<|im_start|>user\n" + forced + "<|im_end|>\n<|im_start|>assistant\n" in result.main.text
 
 
 @pytest.mark.parametrize("reply", ["", "   \n"])
@@ -136,7 +140,11 @@ def test_generation_cut_by_the_token_limit(tiny_model, video):  # noqa: F811
 
 def test_engine_error_and_timeout(tiny_model, video):  # noqa: F811
     result = run(ScriptedEngine(tiny_model.processor, [EngineError("server went away")]), video)
-    assert result.finish_reason == "engine_error" and "server went away" in result.error
+    assert (result.finish_reason, result.error, result.turns) == (
+        "engine_error",
+        "EngineError: server went away",
+        [],
+    )
     slow = Reply("<answer>B</answer>", delay_s=5.0)
     result = run(ScriptedEngine(tiny_model.processor, [slow]), video, engine_timeout_s=0.2)
     assert result.finish_reason == "engine_timeout" and result.turns == []
@@ -147,7 +155,8 @@ def test_engine_error_and_timeout(tiny_model, video):  # noqa: F811
     result = run(engine, video)
     assert result.finish_reason == "answer"
     (call,) = result.calls
-    assert call.executed and not call.ok and "oom" in call.error and call.subagent is None
+    assert call.executed and not call.ok and call.subagent is None
+    assert call.error == "the segment could not be analyzed (EngineError: oom)."
     assert result.counts()["calls_failed"] == 1
 
 
@@ -169,7 +178,8 @@ def test_video_that_fails_to_decode(tiny_model, tmp_path, video):  # noqa: F811
 
 def test_context_overflow(tiny_model, video):  # noqa: F811
     result = run(ScriptedEngine(tiny_model.processor, ["<answer>B</answer>"]), video, max_context_tokens=256)
-    assert result.finish_reason == "context_overflow"
+    # the first prompt alone (system prompt + 8 frames x 4 tokens + question) is longer than 256 tokens
+    assert result.finish_reason == "context_overflow" and result.turns == [] and len(result.main) > 256
 
 
 def test_real_tiny_model_subagents_and_sequential_dispatch_agree(tiny_model, video):  # noqa: F811
@@ -190,14 +200,36 @@ def test_real_tiny_model_subagents_and_sequential_dispatch_agree(tiny_model, vid
 
 
 def test_real_tiny_model_episode_ends_cleanly(tiny_model, video):  # noqa: F811
+    """Smoke run of the random tiny model, checked against an independent greedy decode of its prompt."""
+    import torch
+
     engine = TransformersEngine(tiny_model.model, tiny_model.processor)
     result = run(engine, video, max_new_tokens=16, think_prefix=True)
-    assert result.finish_reason in FINISH_REASONS
     trace = result.main
     gen = [s for s in trace.segments if s.kind == "generated"]
-    assert len(gen) == len(result.turns) >= 1
-    assert sum(trace.loss_mask) == sum(len(s) for s in gen)
-    assert all(lp <= 0 for s in gen for lp in s.logprobs)
+    prompt = trace.segments[: trace.segments.index(gen[0])]
+    ids = torch.tensor([[t for s in prompt for t in s.token_ids]])
+    with torch.no_grad():
+        out = tiny_model.model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            # Qwen3-VL marks image tokens with type 1 (its processor's mm_token_type_ids)
+            mm_token_type_ids=(ids == tiny_model.tokenizer.convert_tokens_to_ids("<|image_pad|>")).long(),
+            pixel_values=trace.pixel_values,
+            image_grid_thw=trace.image_grid_thw,
+            max_new_tokens=16,
+            do_sample=False,
+        )
+    expected = out[0, ids.shape[1] :].tolist()
+    assert gen[0].token_ids == expected
+    eos = tiny_model.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    text = "<think>\n" + tiny_model.tokenizer.decode([t for t in expected if t != eos])
+    # the random model writes no call and no answer: one turn, ended by the limit (inside the open <think>)
+    # or by eos (no answer)
+    assert "<tool_call>" not in text and "<answer>" not in text
+    assert len(result.turns) == 1 and result.turns[0].text == text
+    assert result.finish_reason == ("no_answer" if expected[-1] == eos else "max_tokens_in_tag")
+    assert sum(trace.loss_mask) == len(expected)
     assert result.to_dict()["main_trace"]["images"] == 8
 
 
@@ -234,3 +266,104 @@ def test_shared_overview_and_per_row_frame_count(tiny_model, video):  # noqa: F8
     assert result.nframes == 3 and len(result.main.images) == 3
     # the very frames passed in (views of the shared tensor), not a second decode
     assert [im.data_ptr() for im in result.main.images] == [f.data_ptr() for f in shared.frames]
+
+
+def test_subagent_temperature_follows_the_main_agent_and_seeds_are_distinct(tiny_model, video):  # noqa: F811
+    main = [crop(0, 2) + crop(3, 5) + crop(6, 8), "<answer>B</answer>"]
+    # eval protocol: temperature 0 -> greedy sub-agents too (SPEC §4.4.5)
+    engine = ScriptedEngine(tiny_model.processor, list(main))
+    run(engine, video, temperature=0.0, subagent={"temperature": None})
+    assert [r.sampling.temperature for r in engine.requests] == [0.0] * 5
+    # sampling with a seed: main turns get seed + turn, the three sub-agents of turn 0 seeds 1000 + k
+    engine = ScriptedEngine(tiny_model.processor, list(main))
+    result = run(engine, video, temperature=0.7, seed=7, subagent={"temperature": None})
+    assert [(r.tag, r.sampling.temperature, r.sampling.seed) for r in engine.requests] == [
+        ("main", 0.7, 7),
+        ("subagent", 0.7, 1007),
+        ("subagent", 0.7, 1008),
+        ("subagent", 0.7, 1009),
+        ("main", 0.7, 8),
+    ]
+    assert result.finish_reason == "answer"
+    # an explicit sub-agent temperature wins
+    engine = ScriptedEngine(tiny_model.processor, list(main))
+    run(engine, video, temperature=0.0, subagent={"temperature": 0.3})
+    assert [r.sampling.temperature for r in engine.requests if r.tag == "subagent"] == [0.3] * 3
+
+
+def test_a_user_prompt_set_changes_the_texts_not_the_code(tiny_model, video, tmp_path):  # noqa: F811
+    import yaml
+
+    from paravt_core.agent.prompts import load_prompt_set
+
+    data = yaml.safe_load(load_prompt_set("paravt-v1").model_dump_json())
+    data["name"] = "released-x"
+    data["subagent"]["prompt"] = "Segment {start}-{end} ({duration:.0f} s).{question_block} Describe it."
+    data["tool_response"]["open"] = "<tool_response>"
+    data["forced_answer"]["mcq"]["text"] = "Letter only."
+    path = tmp_path / "released-x.yaml"
+    path.write_text(yaml.safe_dump(data))
+    engine = ScriptedEngine(tiny_model.processor, [crop(65, 70), "<answer>B</answer>"], subagent="ok")
+    long_video = video  # 12 s: the call fails, the error still uses the set's block opening
+    result = run(engine, long_video, prompt_set=str(path), max_turns=1, forced_answer="mcq")
+    assert result.prompt_set == str(path)
+    assert result.prompt_set_checksum == load_prompt_set(str(path)).checksum != load_prompt_set().checksum
+    assert (
+        "<tool_response>Error: " in result.main.text
+        and "<|im_start|>user\nLetter only.<|im_end|>" in result.main.text
+    )
+    engine = ScriptedEngine(tiny_model.processor, [crop(2, 5), "<answer>B</answer>"], subagent="ok")
+    run(engine, video, prompt_set=str(path))
+    sub = next(r for r in engine.requests if r.tag == "subagent")
+    assert sub.messages[0]["content"][-1]["text"] == "Segment 00:02-00:05 (3 s). Describe it."
+
+
+def test_prompt_set_checksum_is_recorded_and_pinned(tiny_model, video, tmp_path):  # noqa: F811
+    import hashlib
+    import json
+
+    import yaml
+
+    from paravt_core.agent.prompts import load_prompt_set, packaged_prompt_sets
+
+    cfg = tiny_agent_config()
+    assert cfg.prompt_set_checksum is None
+    result = asyncio.run(
+        arun_episode(
+            {"video": str(video), "question": "q"},
+            ScriptedEngine(tiny_model.processor, ["<answer>B</answer>"]),
+            cfg,
+        )
+    )
+    # the documented checksum: SHA-256 of the set's fields as canonical JSON, worked out from the file here
+    packaged = (
+        Path(__file__).resolve().parents[1] / "paravt_core" / "agent" / "prompt_sets" / "paravt-v1.yaml"
+    )
+    fields = yaml.safe_load(packaged.read_text())
+    canonical = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    expected = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    assert cfg.prompt_set_checksum == result.prompt_set_checksum == expected
+    assert result.to_dict()["prompt_set_checksum"] == expected
+    # comments and layout do not change it; a changed text does
+    relaid = tmp_path / "relaid.yaml"
+    relaid.write_text(json.dumps(fields, indent=1))
+    assert load_prompt_set(str(relaid)).checksum == expected
+    # a config pinning another checksum refuses the set
+    with pytest.raises(ValueError, match="config pins sha256:0000"):
+        run(ScriptedEngine(tiny_model.processor, []), video, prompt_set_checksum="sha256:" + "0" * 64)
+    # bad sets fail at load time, naming the field
+    fields["subagent"]["prompt"] = "from {begin}"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(fields))
+    with pytest.raises(ValueError, match=r"subagent\.prompt: bad placeholder.*begin"):
+        load_prompt_set(str(bad))
+    with pytest.raises(ValueError, match="unknown prompt set 'paravt-v9'; packaged: paravt-v1"):
+        load_prompt_set("paravt-v9")
+    # shipped in the wheel: every packaged set matches the package-data glob of pyproject.toml
+    import fnmatch
+    import tomllib
+
+    pyproject = tomllib.loads((packaged.parents[3] / "pyproject.toml").read_text())
+    globs = pyproject["tool"]["setuptools"]["package-data"]["paravt_core.agent"]
+    assert packaged_prompt_sets() == ["paravt-v1"]
+    assert any(fnmatch.fnmatch("prompt_sets/paravt-v1.yaml", g) for g in globs)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paravt_core.agent import prompts
 from paravt_core.agent.parsing import (
     call_window,
     extract_answer,
@@ -17,6 +17,7 @@ from paravt_core.agent.parsing import (
     open_tag_at_end,
     parse_tool_calls,
 )
+from paravt_core.agent.prompts import load_prompt_set
 from paravt_core.video.errors import InvalidTimeError
 
 
@@ -120,22 +121,106 @@ def test_answers_and_open_tags():
     assert open_tag_at_end("<think>a</think><answer>b</answer>") is None
 
 
+# SPEC §4.1, copied from the spec's text: the independent expectation for the tool schema.
+SPEC_SCHEMA = (
+    '{"type":"function","function":{"name":"crop_video","description":"Analyze a cropped video segment by '
+    'sampling frames from a specific time range.","parameters":{"type":"object","properties":{"video_path":'
+    '{"type":"string","description":"Path to the video file"},"start_time":{"type":"number","description":'
+    '"Start time in seconds"},"end_time":{"type":"number","description":"End time in seconds"}},"required":'
+    '["video_path","start_time","end_time"]}}}'
+)
+# SPEC §4.2, verbatim.
+SPEC_FORCED = {
+    "mcq": "Based on the video and cropped segments above, answer with ONLY the letter.",
+    "tvg": "Based on the video and any cropped segments, provide your final answer about when the event "
+    "happens. Use the format: 'The event happens in the X.X - Y.Y seconds.'",
+}
+
+
 def test_protocol_texts():
-    assert json.loads(prompts.TOOL_SCHEMA_JSON) == prompts.TOOL_SCHEMA
-    assert prompts.TOOL_SCHEMA_JSON in prompts.AGENTIC_GENERAL_SYSTEM
-    assert prompts.AGENTIC_GENERAL_SYSTEM.startswith(
-        "You are a video understanding agent that can analyze videos by cropping and examining specific segments."
+    ps = load_prompt_set("paravt-v1")
+    # the schema line is SPEC §4.1's JSON, in its key order, with json.dumps' default ", " / ": " separators
+    spec = json.loads(SPEC_SCHEMA)
+    assert json.loads(ps.tool_schema) == spec
+    assert list(json.loads(ps.tool_schema)["function"]["parameters"]["properties"]) == [
+        "video_path",
+        "start_time",
+        "end_time",
+    ]
+    assert ps.tool_schema == json.dumps(spec)  # stdlib serialization of SPEC's text, key order kept
+
+    # agentic_minimal: the Qwen/Hermes envelope, line by line, the <tools> block holding exactly the schema
+    assert ps.system_prompt("agentic_minimal").split("\n") == [
+        "# Tools",
+        "",
+        "You may call one or more functions to assist with the user query.",
+        "",
+        "You are provided with function signatures within <tools></tools> XML tags:",
+        "<tools>",
+        ps.tool_schema,
+        "</tools>",
+        "",
+        "For each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:",
+        "<tool_call>",
+        '{"name": <function-name>, "arguments": <args-json-object>}',
+        "</tool_call>",
+    ]
+    general = ps.system_prompt("agentic_general")
+    assert general.startswith(
+        "You are a video understanding agent that can analyze videos by cropping and examining specific "
+        "segments.\n"
     )
-    assert prompts.system_prompt("agentic_minimal") == prompts.TOOL_ENVELOPE
-    assert prompts.question_with_suffix("Q?", "v.mp4") == "Q? The video path for this video is: v.mp4"
-    assert (
-        prompts.question_with_suffix("Q? The video path for this video is: v.mp4", "v.mp4").count("path") == 1
+    assert re.findall(r"<tools>\n(.*?)\n</tools>", general, re.DOTALL) == [ps.tool_schema]
+    # SPEC §4.2's example call, inside a call block, then the parallel note, then the strict format
+    example = '{"name": "crop_video", "arguments": {"video_path": "...", "start_time": 0, "end_time": 10}}'
+    assert f"<tool_call>\n{example}\n</tool_call>" in general
+    assert "multiple <tool_call> blocks in one turn" in general
+    fmt = general[general.index("Use strictly this format:") :].split("\n")
+    assert [line.split(">")[0] + ">" for line in fmt[1:]] == ["<think>", "<tool_call>", "<answer>"]
+    assert {k: v.text for k, v in ps.forced_answer.items()} == SPEC_FORCED
+    assert {k: v.max_tokens for k, v in ps.forced_answer.items()} == {"mcq": 64, "tvg": 128}
+
+    assert ps.question_with_suffix("Q?", "v.mp4") == "Q? The video path for this video is: v.mp4"
+    assert ps.question_with_suffix("Q? The video path for this video is: v.mp4", "v.mp4") == (
+        "Q? The video path for this video is: v.mp4"
     )
-    text = prompts.subagent_prompt(65.0, 130.5)
+    text = ps.subagent_prompt(65.0, 130.5)
+    # 65 s = 01:05, 130.5 s = 02:10, duration 130.5 - 65 = 65.5
     assert "from 01:05 to 02:10 (duration: 65.5 seconds)" in text and "question" not in text
-    assert "Which colour?" in prompts.subagent_prompt(0, 10, "Which colour?")
+    assert text.endswith("Describe what you see rather than interpreting it.\n\nSummary:")
+    assert ps.subagent_prompt(0, 10, "Which colour?").endswith(
+        "interpreting it.\n\nThe main agent is answering this question about the whole video: Which colour?"
+        "\n\nSummary:"
+    )
     with pytest.raises(ValueError, match="agentic_general"):
-        prompts.system_prompt("nope")  # type: ignore[arg-type]
+        ps.system_prompt("nope")  # type: ignore[arg-type]
+
+
+def test_calls_inside_closed_think_blocks_are_reasoning():
+    call = format_tool_call("crop_video", {"start_time": 1, "end_time": 2})
+    # a call after </think> is a call; its span starts after the think block
+    text = "<think>look at 1-2 s</think>\n" + call
+    (parsed,) = parse_tool_calls(text)
+    assert parsed.ok and parsed.span == (len("<think>look at 1-2 s</think>\n"), len(text))
+    # mentioned inside a closed think block: reasoning, no call
+    mention = "<think>I could write " + call + " but I know the answer</think><answer>B</answer>"
+    assert parse_tool_calls(mention) == [] and not has_tool_call(mention)
+    # both: only the one outside counts
+    both = (
+        "<think>maybe "
+        + call
+        + "?</think>"
+        + format_tool_call("crop_video", {"start_time": 5, "end_time": 6})
+    )
+    assert [c.arguments for c in parse_tool_calls(both)] == [{"start_time": 5, "end_time": 6}]
+    # an unclosed think followed by a call stays a call (a turn written without </think>)
+    unclosed = "<think>I need frames " + call
+    (parsed,) = parse_tool_calls(unclosed)
+    assert parsed.ok and parsed.arguments == {"start_time": 1, "end_time": 2}
+    # a second think block after the call hides only what it encloses
+    text = call + "<think>" + call + "</think>" + call
+    assert [c.span[0] for c in parse_tool_calls(text)] == [0, 2 * len(call) + len("<think></think>")]
 
 
 # -- properties --------------------------------------------------------------------------------------------

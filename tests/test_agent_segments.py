@@ -14,15 +14,16 @@ import asyncio
 import pytest
 import torch
 
-from paravt_core.agent import prompts
 from paravt_core.agent.episode import arun_episode
 from paravt_core.agent.parsing import format_tool_call, parse_tool_calls
+from paravt_core.agent.prompts import load_prompt_set
 from paravt_core.agent.segments import SegmentKind
 from paravt_core.engines.scripted import ScriptedEngine
 from paravt_core.video import api as video_api
 from tests.agent_support import MAX_PIXELS, MIN_PIXELS, tiny_agent_config, video  # noqa: F401
 
 SIZE = {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}
+PS = load_prompt_set("paravt-v1")
 
 
 def _images(messages: list[dict]) -> list[torch.Tensor]:
@@ -102,14 +103,14 @@ def test_subagent_episode_segments_match_template(tiny_model, video):  # noqa: F
     assert bad_json_error is not None
     question = row["question"] + " The video path for this video is: clip.mp4"
     messages: list[dict] = [
-        {"role": "system", "content": prompts.AGENTIC_GENERAL_SYSTEM},
+        {"role": "system", "content": PS.system_prompt("agentic_general")},
         {"role": "user", "content": _overview_parts(video, 8) + [{"type": "text", "text": question}]},
     ]
     expected_before = [_expected_ids(processor, messages, open_turn=True, prefix="<think>\n")]
     expected_after = []
     script = [
         (calls0, [reports[0], "Error: " + bad_json_error, reports[1]], None),
-        (calls1, [reports[2], reports[3]], prompts.FORCED_ANSWER_TEXT["mcq"]),
+        (calls1, [reports[2], reports[3]], PS.forced_answer["mcq"].text),
         (final, None, None),
     ]
     for text, responses, forced in script:
@@ -159,10 +160,14 @@ def test_subagent_episode_segments_match_template(tiny_model, video):  # noqa: F
 
 
 def test_crop_frames_episode_segments_match_template(tiny_model, video):  # noqa: F811
-    """Eval-parity mode: the crop frames (with labels) are the tool response; images inside a tool turn."""
+    """Eval-parity mode (the released driver's layout): one user message per call with that call's frames,
+    unlabelled, then a <tool_response> naming the frame count and window; a failed call gets a message
+    with its error block only."""
     processor = tiny_model.processor
-    turn0 = format_tool_call("crop_video", {"start_time": 1, "end_time": 3}) + format_tool_call(
-        "crop_video", {"start_time": 8, "end_time": 20}
+    turn0 = (
+        format_tool_call("crop_video", {"start_time": 1, "end_time": 3})
+        + format_tool_call("crop_video", {"start_time": 30, "end_time": 40})
+        + format_tool_call("crop_video", {"start_time": 8, "end_time": 20})
     )
     final = "<answer>A</answer>"
     engine = ScriptedEngine(processor, [turn0, final])
@@ -171,33 +176,55 @@ def test_crop_frames_episode_segments_match_template(tiny_model, video):  # noqa
     result = asyncio.run(arun_episode(row, engine, cfg))
     assert result.finish_reason == "answer"
     assert engine.batches == [["main"], ["main"]]  # no sub-agents in this mode
-    assert [c.window for c in result.calls] == [(1.0, 3.0), (8.0, 12.0)]  # end clamped to the duration
+    # [30, 40] starts after the 12 s video; [8, 20] is clamped to the duration
+    assert [c.window for c in result.calls] == [(1.0, 3.0), None, (8.0, 12.0)]
+    crop_error = result.calls[1].error
+    assert crop_error is not None and [c.ok for c in result.calls] == [True, False, True]
 
     question = row["question"] + " The video path for this video is: clip.mp4"
     messages: list[dict] = [
-        {"role": "system", "content": prompts.TOOL_ENVELOPE},
+        {"role": "system", "content": PS.system_prompt("agentic_minimal")},
         {"role": "user", "content": _overview_parts(video, 8) + [{"type": "text", "text": question}]},
         {"role": "assistant", "content": turn0},
     ]
+    crops = {}
     for start, end in [(1, 3), (8, 20)]:
-        crop = video_api.crop(
+        crops[start] = video_api.crop(
             str(video), start, end, max_frames=4, max_pixels=MAX_PIXELS, min_pixels=MIN_PIXELS
         )
-        parts: list[dict] = []
-        for t, frame in zip(crop.timestamps, crop.frames, strict=True):
-            parts += [{"type": "text", "text": f"<{t:.1f} seconds>"}, {"type": "image", "image": frame}]
-        s, e = crop.window
-        parts.append({"type": "text", "text": f"{len(crop)} frames from {s:.1f}s to {e:.1f}s."})
-        messages.append({"role": "tool", "content": parts})
+    # 1 fps: [1, 3] -> 2 frames, [8, 12] -> 4 frames
+    assert [len(crops[1]), len(crops[8])] == [2, 4]
+    messages += [
+        {
+            "role": "user",
+            "content": [{"type": "image", "image": f} for f in crops[1].frames]
+            + [{"type": "text", "text": "<tool_response>\n2 frames from 1.0s to 3.0s.\n</tool_response>"}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": f"<tool_response>\nError: {crop_error}\n</tool_response>"}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "image", "image": f} for f in crops[8].frames]
+            + [{"type": "text", "text": "<tool_response>\n4 frames from 8.0s to 12.0s.\n</tool_response>"}],
+        },
+    ]
     before_final = _expected_ids(processor, messages, open_turn=True)
     messages.append({"role": "assistant", "content": final})
     trace = result.main
     before, after = _boundaries(trace)
     assert trace.token_ids[: before[1]] == before_final
     assert trace.token_ids == _expected_ids(processor, messages, open_turn=False)
-    # 1 fps: [1, 3] -> 2 frames, [8, 12] -> 4 frames, after the 8 overview frames
-    assert [c.frames for c in result.calls] == [2, 4]
+    assert [c.frames for c in result.calls] == [2, 0, 4]
     assert len(trace.images) == 8 + 2 + 4
+    assert all(
+        torch.equal(a, b) for a, b in zip(trace.images[8:], [*crops[1].frames, *crops[8].frames], strict=True)
+    )
+    # the chat messages (what a chat engine is sent) hold the same three user messages
+    conv = result.conversation
+    assert [m["role"] for m in conv.messages[3:6]] == ["user", "user", "user"]
+    assert "seconds>" not in trace.text[trace.text.index(turn0) :]  # crop frames are not labelled
 
 
 @pytest.mark.parametrize("limit", [3])

@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from paravt_core.agent.episode import FINISH_REASONS, arun_episode
-from paravt_core.engines.base import EngineError, GenerationRequest, SamplingParams
-from paravt_core.engines.openai_engine import OpenAIEngine, to_openai_messages
+from paravt_core.agent.episode import arun_episode
+from paravt_core.agent.parsing import format_tool_call
+from paravt_core.engines.base import EngineError, GenerationRequest, SamplingParams, image_processor_kwargs
+from paravt_core.engines.openai_engine import OpenAIEngine, retry_after_seconds, to_openai_messages
+from paravt_core.engines.scripted import Reply, ScriptedEngine
 from paravt_core.engines.transformers_engine import TransformersEngine
-from tests.agent_support import tiny_agent_config, video  # noqa: F401
+from tests.agent_support import MAX_PIXELS, MIN_PIXELS, tiny_agent_config, video  # noqa: F401
 from tests.openai_test_server import TinyChatServer, _decode_data_url
 
 
@@ -45,11 +47,11 @@ def _direct(engine: TransformersEngine, request: GenerationRequest) -> str:
         for p in m["content"]
         if p["type"] == "image"
     ]
-    inputs = processor(text=[text], images=images, return_tensors="pt")
+    inputs = processor(text=[text], images=images or None, return_tensors="pt")
     local = GenerationRequest(
         input_ids=inputs["input_ids"][0].tolist(),
-        pixel_values=inputs["pixel_values"],
-        image_grid_thw=inputs["image_grid_thw"],
+        pixel_values=inputs.get("pixel_values"),
+        image_grid_thw=inputs.get("image_grid_thw"),
         sampling=request.sampling,
     )
     (completion,) = engine.generate_sync([local])
@@ -91,6 +93,13 @@ def test_message_mapping():
         ["</answer>"],
         3,
     )
+    assert "mm_processor_kwargs" not in body  # no images, nothing to process
+    ours = image_processor_kwargs(max_pixels=MAX_PIXELS, min_pixels=MIN_PIXELS)
+    with_frame = _request("q", frame)
+    with_frame.images_kwargs = ours
+    assert OpenAIEngine("http://x/v1", "m").payload(with_frame)["mm_processor_kwargs"] == {
+        "size": {"shortest_edge": 32 * 32, "longest_edge": 64 * 96}
+    }
 
 
 def test_completions_match_the_served_model_and_keep_request_order(engine):
@@ -99,10 +108,15 @@ def test_completions_match_the_served_model_and_keep_request_order(engine):
         client = OpenAIEngine(server.base_url, "tiny", max_retries=0)
         completions = asyncio.run(client.generate(requests))
         assert server.attempts == 3
+    processor = engine.processor
+    expected = [_direct(engine, r) for r in requests]
+    assert [c.text for c in completions] == expected
+    assert len(set(expected)) > 1  # the served texts differ, so a swapped order would show
     for request, completion in zip(requests, completions, strict=True):
-        assert completion.text == _direct(engine, request)
-        assert not completion.exact_tokens and completion.prompt_tokens > 0
-    assert len({c.text for c in completions}) > 1  # different prompts, different answers
+        text = processor.apply_chat_template(request.messages, add_generation_prompt=True, tokenize=False)
+        frame = request.messages[1]["content"][0]["image"]
+        assert completion.prompt_tokens == len(processor(text=[text], images=[frame])["input_ids"][0])
+        assert not completion.exact_tokens
 
 
 def test_transient_failures_are_retried(engine):
@@ -132,27 +146,151 @@ def test_timeouts(engine):
         with pytest.raises(EngineError, match="timed out"):
             asyncio.run(client.generate([_request("q", _frame(1))]))
         assert client.attempts == 2
+    assert server._thread is not None and not server._thread.is_alive()  # stopped before the next test
+
+
+def test_retry_after_is_honoured(engine):
+    with TinyChatServer(engine, fail_first=1, fail_status=429, retry_after="1") as server:
+        client = OpenAIEngine(server.base_url, "tiny", max_retries=2, backoff_s=0.0)
+        (completion,) = asyncio.run(client.generate([_request("q", _frame(1))]))
+        assert server.attempts == 2
+    # backoff 0 (jitter draws from [0, 0]): the one wait is the server's Retry-After of 1 s
+    assert client.waits == [1.0] and completion.text == _direct(engine, _request("q", _frame(1)))
+    with TinyChatServer(engine, fail_first=1, fail_status=503, retry_after="3600") as server:
+        client = OpenAIEngine(server.base_url, "tiny", max_retries=1, backoff_s=0.0, max_retry_after_s=0.2)
+        asyncio.run(client.generate([_request("q", _frame(1))]))
+    assert client.waits == [0.2]  # an hour asked, capped at max_retry_after_s
+    # the HTTP-date form: 90 s after "now"
+    assert retry_after_seconds("Wed, 21 Oct 2015 07:29:30 GMT", now=1445412480.0) == 90.0  # 07:28:00 UTC
+    assert retry_after_seconds("soon") is None and retry_after_seconds(None) is None
+    assert retry_after_seconds("-5") == 0.0
 
 
 def test_api_key(engine):
     with TinyChatServer(engine, api_key="sk-right") as server:
         ok = OpenAIEngine(server.base_url, "tiny", api_key="sk-right")
-        assert asyncio.run(ok.chat([{"role": "user", "content": "hi"}], max_new_tokens=4)) is not None
+        text = asyncio.run(ok.chat([{"role": "user", "content": "hi"}], max_new_tokens=4))
         wrong = OpenAIEngine(server.base_url, "tiny", api_key="sk-wrong-secret", max_retries=0)
         with pytest.raises(EngineError, match="HTTP 401") as info:
             asyncio.run(wrong.chat([{"role": "user", "content": "hi"}]))
         assert "sk-wrong-secret" not in str(info.value)
+    expected = _direct(
+        engine,
+        GenerationRequest(
+            messages=[{"role": "user", "content": "hi"}], sampling=SamplingParams(max_new_tokens=4)
+        ),
+    )
+    assert text == expected
 
 
-def test_episode_over_http_with_forced_think_prefix(engine, tiny_model, video):  # noqa: F811
-    with TinyChatServer(engine) as server:
+def _encoded_request(processor, frame: torch.Tensor, images_kwargs: dict | None) -> GenerationRequest:
+    """A chat request that also carries our exact token count (as the episode's requests do)."""
+    request = _request("What is shown?", frame)
+    text = processor.apply_chat_template(request.messages, add_generation_prompt=True, tokenize=False)
+    ours = image_processor_kwargs(max_pixels=MAX_PIXELS, min_pixels=MIN_PIXELS)
+    request.input_ids = list(processor(text=[text], images=[frame], images_kwargs=ours)["input_ids"][0])
+    request.images_kwargs = images_kwargs
+    return request
+
+
+def test_server_pixels_follow_our_processor_settings(engine, tiny_model, caplog):
+    """The served checkpoint's own minimum (96² px, like Qwen3-VL's 256²) would upsize our 64x64 frame to
+    96x96 (9 image tokens instead of 4); mm_processor_kwargs keeps our size, and a mismatch is counted."""
+    checkpoint = {"size": {"shortest_edge": 96 * 96, "longest_edge": 128 * 128}}
+    ours = image_processor_kwargs(max_pixels=MAX_PIXELS, min_pixels=MIN_PIXELS)
+    frame = _frame(3)
+    with TinyChatServer(engine, checkpoint_images_kwargs=checkpoint) as server:
+        client = OpenAIEngine(server.base_url, "tiny", max_retries=0)
+        kept = _encoded_request(tiny_model.processor, frame, ours)
+        (same,) = asyncio.run(client.generate([kept]))
+        assert same.prompt_tokens == len(kept.input_ids) and client.prompt_token_mismatches == 0
+        resized = _encoded_request(tiny_model.processor, frame, None)
+        with caplog.at_level("WARNING"):
+            (other,) = asyncio.run(client.generate([resized]))
+    assert other.prompt_tokens == len(resized.input_ids) - 4 + 9
+    assert client.prompt_token_mismatches == 1
+    assert f"counted {other.prompt_tokens} prompt tokens" in caplog.text
+
+
+@pytest.mark.parametrize("reason", ["content_filter", "tool_calls"])
+def test_other_finish_reasons_are_kept(engine, reason):
+    with TinyChatServer(engine, finish_reason=reason) as server:
+        client = OpenAIEngine(server.base_url, "tiny")
+        (completion,) = asyncio.run(client.generate([_request("q", _frame(2), max_new_tokens=3)]))
+    assert completion.finish_reason == reason
+
+
+def crop(start, end) -> str:
+    return format_tool_call("crop_video", {"start_time": start, "end_time": end})
+
+
+def test_scripted_episode_over_http(tiny_model, video):  # noqa: F811
+    main = [crop(1, 3) + crop(6, 8), "The square.</think><answer>A</answer>"]
+
+    def report(request, i):  # sub-agents arrive concurrently: answer with the window the prompt names
+        prompt = tiny_model.tokenizer.decode(request.input_ids)
+        return (
+            "Saw " + prompt.split("segment of a video from ")[1].split(" (")[0]
+        )  # 15 tokens with eos: within the 16 allowed
+
+    scripted = ScriptedEngine(tiny_model.processor, main, subagent=report)
+    with TinyChatServer(scripted) as server:
         client = OpenAIEngine(server.base_url, "tiny", processor=tiny_model.processor)
-        cfg = tiny_agent_config(think_prefix=True, max_new_tokens=16)
-        result = asyncio.run(arun_episode({"video": str(video), "question": "What is shown?"}, client, cfg))
-        first = server.bodies[0]
-    assert result.finish_reason in FINISH_REASONS and result.turns
-    assert first["continue_final_message"] is True
+        cfg = tiny_agent_config(think_prefix=True)
+        result = asyncio.run(arun_episode({"video": str(video), "question": "Which shape?"}, client, cfg))
+        bodies = list(server.bodies)
+    assert (result.finish_reason, result.answer, len(result.turns)) == ("answer", "A", 2)
+    assert [t.text for t in result.turns] == ["<think>\n" + main[0], "<think>\n" + main[1]]
+    assert [(c.window, c.frames, c.report) for c in result.calls] == [
+        ((1.0, 3.0), 2, "Saw 00:01 to 00:03"),  # 1 fps over [1, 3]: 2 frames
+        ((6.0, 8.0), 2, "Saw 00:06 to 00:08"),
+    ]
+    first = bodies[0]
+    assert first["continue_final_message"] is True and first["add_generation_prompt"] is False
     assert first["messages"][-1] == {"role": "assistant", "content": "<think>\n"}
-    images = [p for p in first["messages"][1]["content"] if p["type"] == "image_url"]
-    assert len(images) == 8  # the overview frames
-    assert result.turns[0].text.startswith("<think>\n")
+    assert sum(p["type"] == "image_url" for p in first["messages"][1]["content"]) == 8  # the overview
+    assert first["mm_processor_kwargs"] == {"size": {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}}
+    # the server renders the same template: its prompt count equals our exact count every turn
+    assert result.prompt_token_mismatches == 0 and client.prompt_token_mismatches == 0
+
+
+def test_a_finish_reason_other_than_stop_adds_no_eos(tiny_model, video):  # noqa: F811
+    cut = Reply("<answer>B</answer>", finish="content_filter")
+    scripted = ScriptedEngine(tiny_model.processor, [cut])
+    with TinyChatServer(scripted, finish_reason="content_filter") as server:
+        client = OpenAIEngine(server.base_url, "tiny", processor=tiny_model.processor)
+        result = asyncio.run(
+            arun_episode({"video": str(video), "question": "q"}, client, tiny_agent_config())
+        )
+    assert (result.finish_reason, result.answer) == ("answer", "B")
+    assert result.turns[0].finish_reason == "content_filter"
+    (generated,) = [s for s in result.main.segments if s.kind == "generated"]
+    assert generated.text == "<answer>B</answer>"  # no <|im_end|> the model never wrote
+    scripted = ScriptedEngine(tiny_model.processor, ["<answer>B"])
+    with TinyChatServer(scripted, finish_reason="abort") as server:
+        client = OpenAIEngine(server.base_url, "tiny", processor=tiny_model.processor)
+        result = asyncio.run(
+            arun_episode({"video": str(video), "question": "q"}, client, tiny_agent_config())
+        )
+    assert (result.finish_reason, result.error) == ("engine_error", "the server aborted the generation")
+
+
+def test_the_context_budget_uses_the_servers_larger_prompt_count(tiny_model, video):  # noqa: F811
+    """A server that ignores mm_processor_kwargs (SGLang's chat endpoint) and upsizes the 8 overview frames
+    to 96x96 counts 8 x (9 - 4) = 40 prompt tokens more than we do: each turn is counted as a mismatch and
+    the next generation's budget leaves room for the server's count, not ours."""
+    checkpoint = {"size": {"shortest_edge": 96 * 96, "longest_edge": 128 * 128}}
+    scripted = ScriptedEngine(tiny_model.processor, [crop(1, 3), "<answer>A</answer>"], subagent="ok")
+    server = TinyChatServer(scripted, checkpoint_images_kwargs=checkpoint, honour_mm_processor_kwargs=False)
+    with server:
+        client = OpenAIEngine(server.base_url, "tiny", processor=tiny_model.processor)
+        cfg = tiny_agent_config(max_context_tokens=1000, max_new_tokens=2000)
+        result = asyncio.run(arun_episode({"video": str(video), "question": "Which shape?"}, client, cfg))
+        main_bodies = [b for b in server.bodies if b["messages"][0]["role"] == "system"]
+    assert (result.finish_reason, len(result.turns)) == ("answer", 2)
+    # both main turns (40 more each) and the sub-agent (2 crop frames: 2 x 5 = 10 more)
+    assert result.prompt_token_mismatches == 2 and client.prompt_token_mismatches == 3
+    first_gen = next(i for i, s in enumerate(result.main.segments) if s.kind == "generated")
+    prompt0 = sum(len(s) for s in result.main.segments[:first_gen])
+    prompt1 = len(result.main) - len(result.main.segments[-1])  # everything before the last generation
+    assert [b["max_tokens"] for b in main_bodies] == [1000 - prompt0, 1000 - prompt1 - 40]

@@ -1,117 +1,275 @@
-"""SGLangEngine: request/response mapping against SGLang's documented shapes, over a loopback stub.
+"""SGLangEngine against SGLang 0.5.23's request contract, over a loopback server that enforces it.
 
-The stub implements the documented ``/generate`` contract (batched ``input_ids`` + ``image_data`` data URLs +
-``sampling_params`` + ``return_logprob``) by serving the tiny model through TransformersEngine, and the
-weight-update endpoints by recording their bodies. A real SGLang server needs a GPU.
+The contract (read in SGLang 0.5.23's source: ``entrypoints/http_server.py`` + ``api_contract.py`` (the JSON
+schema gate), ``managers/io_struct.py``, ``managers/tokenizer_manager.py``, ``multimodal/processors/
+qwen_vl.py`` + ``base_processor.py``), which ``_ContractServer`` below enforces so that payloads breaking it
+fail these tests:
 
-GPU checklist (run on a GPU machine with ``sglang==0.5.23`` installed; not run here):
-1. ``SGLangEngine.launch(<Qwen3-VL-8B dir>, port=30000)`` starts ``python -m sglang.launch_server`` and comes
-   up healthy; ``engine.server.stop()`` ends it.
-2. ``SGLangEngine`` on the same prompt as ``TransformersEngine`` (greedy, bf16): same first tokens, log-probs
+- ``image_data`` mixing ``null`` and image lists is rejected by the schema when a ``null`` comes first (400);
+  ``sampling_params`` with unknown keys too; duplicate ``rid`` s in one body (400).
+- a ``rid`` the server still tracks (e.g. the first attempt of a retry) answers 400 "Duplicate request ID".
+- ``input_ids`` carry ONE ``<|image_pad|>`` (between vision start/end) per image; the server expands each
+  from the grid its own image processor computes with the checkpoint's defaults updated by
+  ``--mm-process-config``'s ``image`` keywords; ``meta_info.prompt_tokens`` is the expanded length. Other pad
+  counts fail (500: placeholder/image count mismatch).
+- ``/init_weights_update_group`` returns only once the trainer side has joined the group.
+
+It serves the tiny model through ``TransformersEngine`` (or a ``ScriptedEngine`` for scripted episodes), so
+outputs are compared with in-process generation. Where SGLang's own schema module is available
+(``PARAVT_SGLANG_SITE``, see ``test_payloads_pass_sglangs_own_schema_gate``) every body we send is also
+decoded by it.
+
+GPU checklist (run on a GPU machine with ``sglang==0.5.23`` installed and a Qwen3-VL checkpoint; not run
+here):
+1. ``SGLangEngine.launch(<dir>, port=30000, max_pixels=50176, min_pixels=784)`` starts
+   ``python -m sglang.launch_server ... --mm-process-config '{"image":{"size":{...}}}'`` and comes up
+   healthy; ``engine.server.stop()`` ends it.
+2. An overview request (64 frames of 224x224 from ``video.api.overview``) with collapsed pads is accepted
+   and the reply's ``meta_info.prompt_tokens`` equals our expanded ``len(input_ids)`` (49 tokens per frame,
+   not 64: the server kept our 224² frames); ``engine.prompt_token_mismatches == 0`` after an episode.
+3. ``SGLangEngine`` on the same prompt as ``TransformersEngine`` (greedy, bf16): same first tokens, log-probs
    within ~1e-2; ``output_token_logprobs`` includes the stop token (``<|im_end|>``) as the last entry.
-3. ``input_ids`` with image pads already expanded + ``image_data`` are accepted (not re-expanded): the reply's
-   ``prompt_tokens`` equals ``len(input_ids)``.
-4. ``update_weights_from_disk(<checkpoint dir>)`` returns success and changes greedy outputs;
-   ``init_weights_update_group`` + ``update_weights_from_distributed`` with an NCCL group of trainer rank 0 +
-   the server gives the same outputs as the disk path for the same weights.
-5. ``paravt agent run --engine sglang --model <dir> --video v.mp4 --question ...`` (launches the server; or
+4. A mixed call (text-only + image requests) returns both in order; a retry after a client timeout is not
+   answered "Duplicate request ID".
+5. ``launch(..., deterministic_inference=True)``: two sampled runs with the same seed give the same tokens;
+   without it completions say ``seed_applied=False``.
+6. ``update_weights_from_disk(<checkpoint dir>)`` returns success and changes greedy outputs;
+   ``init_weights_update_group(..., trainer_join=<rank-0 init_process_group>)`` +
+   ``update_weights_from_distributed`` give the same outputs as the disk path for the same weights.
+7. ``paravt agent run --engine sglang --model <dir> --video v.mp4 --question ...`` (launches the server; or
    ``--base-url http://127.0.0.1:30000`` for a running one) prints a full trajectory.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib.util
 import json
+import os
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import torch
 
-from paravt_core.agent.episode import FINISH_REASONS, arun_episode
-from paravt_core.engines.base import EngineError, GenerationRequest, SamplingParams
+from paravt_core.agent.episode import arun_episode
+from paravt_core.agent.parsing import format_tool_call
+from paravt_core.engines.base import EngineError, GenerationRequest, SamplingParams, image_processor_kwargs
+from paravt_core.engines.scripted import ScriptedEngine
 from paravt_core.engines.sglang_engine import (
     SGLangEngine,
     generate_payload,
     launch_command,
+    mm_process_config,
     parse_generate_response,
 )
 from paravt_core.engines.transformers_engine import TransformersEngine
-from tests.agent_support import image_request, random_frames, tiny_agent_config, video  # noqa: F401
+from paravt_core.video.sizing import fit_to_grid
+from tests.agent_support import MAX_PIXELS, MIN_PIXELS, image_request, random_frames, tiny_agent_config, video  # noqa: F401
 from tests.openai_test_server import _decode_data_url
 
+ROOT = Path(__file__).resolve().parents[1]
 
-class _Stub:
-    """Loopback SGLang stand-in: /generate on the tiny model, control endpoints recorded."""
+# SGLang 0.5.23 SamplingParams keys the schema accepts (api_types.decode_SamplingParams).
+SGLANG_SAMPLING_KEYS = {
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema",
+    "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
+    "no_stop_trim", "stream_interval", "logit_bias", "sampling_seed", "custom_params", "beam_width",
+    "watermark", "choice",
+}  # fmt: skip
+# The checkpoint's own image-processor defaults as the contract server applies them before
+# --mm-process-config: the real Qwen3-VL's minimum (65536 px = 256²) turns a 224² frame into 256²; scaled to
+# the tiny model, a minimum of 96² px turns our 64x64 frames into 96x96 (9 tokens instead of 4).
+CHECKPOINT_IMAGE_DEFAULTS = {"size": {"shortest_edge": 96 * 96, "longest_edge": 128 * 128}}
 
-    def __init__(self, engine: TransformersEngine, control_success: bool = True):
-        self.engine, self.control_success = engine, control_success
+
+class _ContractServer:
+    """Loopback stand-in for an SGLang 0.5.23 server (see the module docstring for what it enforces)."""
+
+    def __init__(
+        self,
+        engine,
+        processor,
+        *,
+        mm_config: dict | None = None,
+        control_success: bool = True,
+        delay_first_s: float = 0.0,
+        fail_first: int = 0,
+    ):
+        self.engine, self.processor = engine, processor
+        self.image_kwargs = {**CHECKPOINT_IMAGE_DEFAULTS, **((mm_config or {}).get("image") or {})}
+        self.control_success = control_success
+        self.delay_first_s, self.fail_first = delay_first_s, fail_first
+        tok = processor.tokenizer
+        self.pad, self.vstart, self.vend = (
+            tok.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>")
+        )
         self.calls: list[tuple[str, dict]] = []
-        stub = self
+        self.tracked: set[str] = set()  # rids in flight (tokenizer_manager.rid_to_state)
+        self.aborted: list[str] = []
+        self.trainer_joined = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._generate_calls = 0
+        server = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
                 pass
 
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
-                stub.calls.append((self.path, body))
-                if self.path == "/generate":
-                    status, payload = 200, stub.generate(body)
-                elif self.path == "/flush_cache":
-                    status, payload = 200, {}
-                else:
-                    status, payload = 200, {"success": stub.control_success, "message": "recorded"}
+            def _send(self, status: int, payload) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(data)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                with server._lock:
+                    server.calls.append((self.path, body))
+                status, payload = server.route(self.path, body)
+                self._send(status, payload)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.httpd.daemon_threads = False
+        self.httpd.block_on_close = True  # close() joins the handler threads: none outlives its test
+        self._thread = threading.Thread(target=self.httpd.serve_forever)
+        self._thread.start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
-    def generate(self, body: dict) -> list[dict]:
+    def close(self) -> None:
+        self._stop.set()  # wakes handlers waiting in fault scenarios
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- routes ---------------------------------------------------------------------------------------------
+
+    def route(self, path: str, body: dict):
+        if path == "/generate":
+            return self.generate(body)
+        if path == "/abort_request":
+            with self._lock:
+                self.aborted.append(body["rid"])
+            return 200, {}
+        if path == "/flush_cache":
+            return 200, {}
+        if path == "/init_weights_update_group":
+            deadline = time.monotonic() + 30  # the rendezvous: wait for the trainer (or for close())
+            while not (self.trainer_joined.is_set() or self._stop.is_set()) and time.monotonic() < deadline:
+                self.trainer_joined.wait(0.05)
+            joined = self.trainer_joined.is_set() and not self._stop.is_set()
+            return 200, {"success": joined and self.control_success, "message": "joined" if joined else "no"}
+        return 200, {"success": self.control_success, "message": "recorded"}
+
+    def schema_error(self, body: dict) -> str | None:
+        """The 0.5.23 schema gate's verdict on the parts we use (api_types.decode_GenerateRequest)."""
+        images = body.get("image_data")
+        # decode_MediaInput: a list whose first item is not a list is a list of items (str/dict/null)
+        if (
+            isinstance(images, list)
+            and images
+            and not isinstance(images[0], list)
+            and any(isinstance(x, list) for x in images)
+        ):
+            return "invalid type: sequence, expected one of the MediaItem shapes"
+        for params in body.get("sampling_params") or []:
+            unknown = set(params) - SGLANG_SAMPLING_KEYS
+            if unknown:
+                return f"unknown field `{sorted(unknown)[0]}`"
+        rids = body.get("rid")
+        if isinstance(rids, list) and len(set(rids)) != len(rids):
+            return f"Duplicate request IDs detected within the request: {rids}"
+        return None
+
+    def generate(self, body: dict):
+        error = self.schema_error(body)
+        if error:
+            return 400, {"error": error}
+        rids = body["rid"]
+        with self._lock:
+            busy = [r for r in rids if r in self.tracked]
+            if busy:
+                return 400, {"error": {"message": f"Duplicate request ID detected: {busy[0]}"}}
+            self.tracked.update(rids)
+            self._generate_calls += 1
+            call = self._generate_calls
+        try:
+            if call <= self.fail_first:
+                return 503, {"error": "injected failure"}
+            if call == 1 and self.delay_first_s:
+                self._stop.wait(self.delay_first_s)  # the client gives up; the rids stay tracked meanwhile
+                if self._stop.is_set():
+                    return 503, {"error": "shutting down"}
+            return self.serve(body)
+        finally:
+            with self._lock:
+                self.tracked.difference_update(rids)
+
+    def serve(self, body: dict):
         n = len(body["input_ids"])
-        assert isinstance(body["input_ids"][0], list) and len(body["sampling_params"]) == n
-        assert body["return_logprob"] is True and body["logprob_start_len"] == -1
         images = body.get("image_data") or [None] * n
-        requests = []
+        requests, prompt_lengths = [], []
         for ids, params, urls in zip(body["input_ids"], body["sampling_params"], images, strict=True):
+            frames = [_decode_data_url(u) for u in urls or []]
+            pads = ids.count(self.pad)
+            if pads != len(frames):
+                return 500, {
+                    "error": f"prompt has {pads} image placeholder token(s) but {len(frames)} image(s)"
+                }
             pixels = grid = None
-            if urls:
-                frames = [_decode_data_url(u) for u in urls]
-                out = self.engine.processor.image_processor(images=frames, return_tensors="pt")
+            expanded = list(ids)
+            if frames:
+                at = [i for i, t in enumerate(ids) if t == self.pad]
+                if any(ids[i - 1] != self.vstart or ids[i + 1] != self.vend for i in at):
+                    return 500, {"error": "image pad outside <|vision_start|>...<|vision_end|>"}
+                out = self.processor.image_processor(images=frames, return_tensors="pt", **self.image_kwargs)
                 pixels, grid = out["pixel_values"], out["image_grid_thw"]
+                counts = iter(int(g.prod()) // 4 for g in grid)  # spatial merge 2x2
+                expanded = [x for t in ids for x in ([t] * next(counts) if t == self.pad else [t])]
+            tag = "main" if "<|im_start|>system" in self.processor.tokenizer.decode(ids) else "subagent"
             sampling = SamplingParams(
                 temperature=params["temperature"],
                 top_p=params["top_p"],
                 max_new_tokens=params["max_new_tokens"],
+                stop=tuple(params.get("stop") or ()),
                 seed=params.get("sampling_seed"),
             )
             requests.append(
-                GenerationRequest(input_ids=ids, pixel_values=pixels, image_grid_thw=grid, sampling=sampling)
+                GenerationRequest(
+                    input_ids=expanded, pixel_values=pixels, image_grid_thw=grid, sampling=sampling, tag=tag
+                )
             )
+            prompt_lengths.append(len(expanded))
+        completions = asyncio.run(self.engine.generate(requests))
         outputs = []
-        for c in self.engine.generate_sync(requests):
+        for c, prompt_tokens in zip(completions, prompt_lengths, strict=True):
             finish = (
                 {"type": "stop", "matched": c.stop_reason}
                 if c.finish_reason == "stop"
-                else {
-                    "type": "length",
-                    "length": len(c.token_ids),
-                }
+                else {"type": "length", "length": len(c.token_ids)}
             )
             outputs.append(
                 {
-                    "text": self.engine.tokenizer.decode(c.token_ids, skip_special_tokens=True),
+                    "text": self.processor.tokenizer.decode(c.token_ids, skip_special_tokens=True),
                     "output_ids": c.token_ids,
                     "meta_info": {
                         "id": "x",
                         "finish_reason": finish,
-                        "prompt_tokens": c.prompt_tokens,
+                        "prompt_tokens": prompt_tokens,
                         "completion_tokens": len(c.token_ids),
                         "output_token_logprobs": [
                             [lp, t, None] for lp, t in zip(c.logprobs, c.token_ids, strict=True)
@@ -120,11 +278,13 @@ class _Stub:
                     },
                 }
             )
-        return outputs
+        return 200, outputs
 
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+
+def _launched_config(**kwargs) -> dict:
+    """The --mm-process-config our launch command passes (what a real server would be started with)."""
+    cmd = launch_command("/models/x", max_pixels=MAX_PIXELS, min_pixels=MIN_PIXELS, **kwargs)
+    return json.loads(cmd[cmd.index("--mm-process-config") + 1])
 
 
 @pytest.fixture(scope="module")
@@ -139,13 +299,28 @@ def _image_request(processor, seed: int, n_images: int, max_new_tokens: int = 10
     )
 
 
-def test_generate_payload_has_the_documented_batch_shape(tiny_model):
-    with_images = _image_request(tiny_model.processor, 0, 2)
+def _collapsed(processor, request_text_frames: tuple[str, int]) -> list[int]:
+    """One pad per image, independently: the chat template's text tokenized by the tokenizer alone (the
+    template writes one <|vision_start|><|image_pad|><|vision_end|> per image; only the processor expands)."""
+    text, n = request_text_frames
+    parts = [{"type": "image"}] * n + [{"type": "text", "text": text}]
+    rendered = processor.apply_chat_template(
+        [{"role": "user", "content": parts}], add_generation_prompt=True, tokenize=False
+    )
+    return processor.tokenizer(rendered, add_special_tokens=False)["input_ids"]
+
+
+def test_generate_payload_follows_the_contract(tiny_model):
+    processor = tiny_model.processor
+    pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    with_images = _image_request(processor, 0, 2)
+    # 64x64 frames: (64/16)^2 = 16 patches, merged 2x2 -> 4 pads each in the processor's expansion
+    assert with_images.input_ids.count(pad) == 2 * 4
     text_only = GenerationRequest(
         input_ids=[1, 2, 3],
         sampling=SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=7, stop=("</answer>",), seed=5),
     )
-    body = generate_payload([with_images, text_only])
+    body = generate_payload([with_images], image_token_id=pad)
     assert set(body) == {
         "input_ids",
         "sampling_params",
@@ -154,25 +329,38 @@ def test_generate_payload_has_the_documented_batch_shape(tiny_model):
         "rid",
         "image_data",
     }
-    assert body["input_ids"] == [with_images.input_ids, [1, 2, 3]]
-    assert body["rid"] == [with_images.request_id, text_only.request_id]
+    assert body["input_ids"] == [_collapsed(processor, ("frame set 0", 2))]
+    assert body["input_ids"][0].count(pad) == 2
+    assert body["rid"] == [with_images.request_id]
     assert body["return_logprob"] is True and body["logprob_start_len"] == -1
-    assert body["sampling_params"][1] == {
-        "temperature": 0.7,
-        "top_p": 0.9,
-        "max_new_tokens": 7,
-        "stop": ["</answer>"],
-        "sampling_seed": 5,
-        "skip_special_tokens": False,
-        "no_stop_trim": True,
-    }
-    urls, none = body["image_data"]
-    assert none is None and len(urls) == 2 and all(u.startswith("data:image/png;base64,") for u in urls)
+    (urls,) = body["image_data"]
+    assert all(u.startswith("data:image/png;base64,") for u in urls)
     assert all(torch.equal(_decode_data_url(u), f) for u, f in zip(urls, with_images.images, strict=True))
-    assert "image_data" not in generate_payload([text_only])
-    json.dumps(body)  # the body is plain JSON
+
+    text_body = generate_payload([text_only], rids=["r-1"], seeds=True)
+    assert "image_data" not in text_body and text_body["rid"] == ["r-1"]
+    assert text_body["sampling_params"] == [
+        {
+            "temperature": 0.7,
+            "top_p": 0.9,
+            "max_new_tokens": 7,
+            "stop": ["</answer>"],
+            "sampling_seed": 5,
+            "skip_special_tokens": False,
+            "no_stop_trim": True,
+        }
+    ]
+    assert "sampling_seed" not in generate_payload([text_only], seeds=False)["sampling_params"][0]
+    with pytest.raises(ValueError, match="only image requests or only text requests"):
+        generate_payload([with_images, text_only], image_token_id=pad)
+    with pytest.raises(EngineError, match="image token"):
+        generate_payload([with_images])
+    bad = GenerationRequest(input_ids=with_images.input_ids, images=with_images.images[:1])
+    with pytest.raises(EngineError, match="2 image placeholders for 1 images"):
+        generate_payload([bad], image_token_id=pad)
     with pytest.raises(EngineError, match="input_ids"):
         generate_payload([GenerationRequest(messages=[])])
+    json.dumps(body)  # plain JSON
 
 
 def test_parse_documented_responses():
@@ -224,48 +412,180 @@ def test_parse_documented_responses():
         parse_generate_response(documented, requests[:1])
     with pytest.raises(EngineError, match="output_token_logprobs"):
         parse_generate_response([{"meta_info": {"finish_reason": {"type": "stop"}}}], requests[:1])
+    # the server counted 9 prompt tokens where we sent 5: an error naming both numbers
+    recounted = {**documented[0], "meta_info": {**documented[0]["meta_info"], "prompt_tokens": 9}}
+    with pytest.raises(EngineError, match="counted 9 prompt tokens.*we have 5"):
+        parse_generate_response([recounted], requests[:1])
 
 
-def test_batched_generation_over_http_equals_in_process(engine, tiny_model):
+def test_mixed_batch_over_the_contract_equals_in_process(engine, tiny_model):
     requests = [_image_request(tiny_model.processor, s, n) for s, n in [(1, 1), (2, 2), (3, 0)]]
-    stub = _Stub(engine)
-    try:
-        client = SGLangEngine(stub.url, processor=tiny_model.processor)
+    with _ContractServer(engine, tiny_model.processor, mm_config=_launched_config()) as server:
+        client = SGLangEngine(server.url, processor=tiny_model.processor)
         remote = asyncio.run(client.generate(requests))
-    finally:
-        stub.close()
-    assert [path for path, _ in stub.calls] == ["/generate"]  # one HTTP call for the batch
+    bodies = [body for path, body in server.calls]
+    # image requests and the text request in separate bodies; together they cover the call in order
+    assert sorted(len(b["input_ids"]) for b in bodies) == [1, 2]
+    assert sorted(r for b in bodies for r in b["rid"]) == sorted(r.request_id for r in requests)
+    assert client.prompt_token_mismatches == 0
     local = engine.generate_sync(requests)
-    for got, want in zip(remote, local, strict=True):
+    for got, want, request in zip(remote, local, requests, strict=True):
         assert (
             got.token_ids == want.token_ids and got.finish_reason == want.finish_reason and got.exact_tokens
         )
         assert got.logprobs == pytest.approx(want.logprobs, abs=1e-6)
         assert got.text == tiny_model.tokenizer.decode(want.token_ids, skip_special_tokens=False)
+        assert got.prompt_tokens == len(request.input_ids)
 
 
-def test_episode_over_the_sglang_protocol(engine, tiny_model, video):  # noqa: F811
-    stub = _Stub(engine)
-    try:
-        client = SGLangEngine(stub.url, processor=tiny_model.processor)
-        cfg = tiny_agent_config(max_new_tokens=12, think_prefix=True)
-        result = asyncio.run(arun_episode({"video": str(video), "question": "What is shown?"}, client, cfg))
-    finally:
-        stub.close()
-    assert result.finish_reason in FINISH_REASONS
-    body = stub.calls[0][1]
-    assert body["input_ids"][0] == result.main.token_ids[: len(body["input_ids"][0])]
-    assert len(body["image_data"][0]) == 8
-    generated = [s for s in result.main.segments if s.kind == "generated"][0]
-    assert all(lp <= 0 for lp in generated.logprobs) and any(lp < 0 for lp in generated.logprobs)
+def test_a_server_with_other_image_settings_is_caught(engine, tiny_model):
+    """Launched without our --mm-process-config the server upsizes 64x64 frames to its 96² minimum: 9
+    image tokens per frame instead of our 4; the engine reports it instead of generating on other pixels."""
+    request = _image_request(tiny_model.processor, 4, 1)
+    with _ContractServer(engine, tiny_model.processor, mm_config=None) as server:
+        client = SGLangEngine(server.url, processor=tiny_model.processor, max_retries=0)
+        with pytest.raises(EngineError) as info:
+            asyncio.run(client.generate([request]))
+    sent = len(request.input_ids)
+    assert f"counted {sent - 4 + 9} prompt tokens for request {request.request_id}, we have {sent}" in str(
+        info.value
+    )
+    assert client.prompt_token_mismatches == 1
 
 
-def test_weight_update_requests(engine):
-    stub = _Stub(engine)
-    try:
-        client = SGLangEngine(stub.url)
+@pytest.mark.parametrize(
+    ("max_pixels", "min_pixels"), [(50176, 784), (MAX_PIXELS, MIN_PIXELS), (360 * 640, 784)]
+)
+def test_server_sizing_keeps_our_frame_sizes(tiny_model, max_pixels, min_pixels):
+    """For our budget and many source sizes, the size the server's image processor computes (transformers'
+    smart_resize with the values --mm-process-config passes, and the real processor's grid) is our size."""
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+    config = mm_process_config(max_pixels=max_pixels, min_pixels=min_pixels)
+    size = config["image"]["size"]
+    assert config == {"image": image_processor_kwargs(max_pixels=max_pixels, min_pixels=min_pixels)}
+    sources = [
+        (224, 224),
+        (1080, 1920),
+        (480, 640),
+        (97, 333),
+        (1000, 60),
+        (28, 28),
+        (720, 1280),
+        (2160, 3840),
+    ]
+    for src_h, src_w in sources:
+        h, w = fit_to_grid(src_h, src_w, max_pixels=max_pixels, min_pixels=min_pixels)  # what we send
+        assert smart_resize(
+            h, w, factor=32, min_pixels=size["shortest_edge"], max_pixels=size["longest_edge"]
+        ) == (h, w)
+    # the real processor (what SGLang calls with these keywords) on a frame we made: grid = size / 16
+    h, w = fit_to_grid(96, 128, max_pixels=MAX_PIXELS, min_pixels=MIN_PIXELS)
+    assert (h, w) == (64, 64)  # 96*128 = 12288 > 6144: scale sqrt(2), floor to 32 -> 64 x 64
+    frame = torch.zeros(3, h, w, dtype=torch.uint8)
+    launched = _launched_config()
+    grid = tiny_model.processor.image_processor(images=[frame], return_tensors="pt", **launched["image"])[
+        "image_grid_thw"
+    ]
+    assert grid.tolist() == [[1, 4, 4]]
+    # why it matters: the real Qwen3-VL default minimum (65536 px) turns a 224x224 frame into 256x256
+    assert smart_resize(224, 224, factor=32, min_pixels=65536, max_pixels=16777216) == (256, 256)
+
+
+def test_retry_goes_out_under_a_new_request_id(engine, tiny_model):
+    request = _image_request(tiny_model.processor, 5, 1, max_new_tokens=4)
+    with _ContractServer(
+        engine, tiny_model.processor, mm_config=_launched_config(), delay_first_s=5.0
+    ) as server:
+        client = SGLangEngine(
+            server.url, processor=tiny_model.processor, timeout_s=0.5, max_retries=2, backoff_s=0.01
+        )
+        (completion,) = asyncio.run(client.generate([request]))
+        first, second = [b["rid"][0] for p, b in server.calls if p == "/generate"]
+        aborted = list(server.aborted)
+    # the first id was still tracked by the server when the retry came: a reused id would get
+    # "Duplicate request ID" (400, not retried); the retry carries a new one, and the first was aborted
+    assert first == request.request_id and second != first and second.startswith(request.request_id)
+    assert aborted == [first]
+    assert completion.request_id == request.request_id
+    (local,) = engine.generate_sync([request])
+    assert completion.token_ids == local.token_ids
+
+
+def test_retries_stop_at_the_total_time_bound(engine, tiny_model):
+    request = GenerationRequest(input_ids=[1, 2, 3], sampling=SamplingParams(max_new_tokens=2))
+    with _ContractServer(engine, tiny_model.processor, fail_first=10_000) as server:
+        client = SGLangEngine(server.url, max_retries=1000, backoff_s=0.05, max_total_s=0.5)
+        # the last attempt ends with the 503 or, when it started just before the bound, its shortened timeout
+        with pytest.raises(
+            EngineError, match=r"(HTTP 503|timed out after).*no time left of max_total_s=0\.5"
+        ):
+            asyncio.run(client.generate([request]))
+        calls = len(server.calls)
+    # backoff 0.05, 0.1, 0.2, 0.4 s: the 0.5 s bound ends it after a handful of attempts, not 1001
+    assert 1 < calls < 1001
+
+
+def test_seeds_need_deterministic_inference(engine, tiny_model):
+    request = GenerationRequest(
+        input_ids=tiny_model.tokenizer("hello", add_special_tokens=False)["input_ids"],
+        sampling=SamplingParams(temperature=0.8, max_new_tokens=3, seed=11),
+    )
+    for deterministic in (False, True):
+        with _ContractServer(engine, tiny_model.processor) as server:
+            client = SGLangEngine(
+                server.url, processor=tiny_model.processor, deterministic_inference=deterministic
+            )
+            (completion,) = asyncio.run(client.generate([request]))
+        (params,) = server.calls[0][1]["sampling_params"]
+        assert ("sampling_seed" in params) is deterministic and completion.seed_applied is deterministic
+        if deterministic:
+            assert params["sampling_seed"] == 11
+    assert "--enable-deterministic-inference" in launch_command("/m", deterministic_inference=True)
+    assert "--enable-deterministic-inference" not in launch_command("/m")
+
+
+def test_scripted_episode_over_the_sglang_protocol(tiny_model, video):  # noqa: F811
+    main = [
+        format_tool_call("crop_video", {"start_time": 0, "end_time": 2})
+        + format_tool_call("crop_video", {"start_time": 3, "end_time": 5}),
+        "The circle.</think><answer>B</answer>",
+    ]
+    scripted = ScriptedEngine(tiny_model.processor, main, subagent=lambda req, i: f"Report {i}.")
+    with _ContractServer(scripted, tiny_model.processor, mm_config=_launched_config()) as server:
+        client = SGLangEngine(server.url, processor=tiny_model.processor)
+        cfg = tiny_agent_config(think_prefix=True)
+        result = asyncio.run(arun_episode({"video": str(video), "question": "Which shape?"}, client, cfg))
+    assert (result.finish_reason, result.answer, len(result.turns)) == ("answer", "B", 2)
+    assert [(c.window, c.frames, c.report, c.ok) for c in result.calls] == [
+        ((0.0, 2.0), 2, "Report 0.", True),  # 1 fps over [0, 2]: 2 frames
+        ((3.0, 5.0), 2, "Report 1.", True),
+    ]
+    assert [t.finish_reason for t in result.turns] == ["stop", "stop"]
+    bodies = [b for p, b in server.calls if p == "/generate"]
+    # main (8 overview frames), both sub-agents in one body (2 crop frames each), main again
+    assert [[len(urls) for urls in b["image_data"]] for b in bodies] == [[8], [2, 2], [8]]
+    pad = tiny_model.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert [[ids.count(pad) for ids in b["input_ids"]] for b in bodies] == [[8], [2, 2], [8]]
+    assert client.prompt_token_mismatches == 0  # the server's expansion equals our exact count every time
+    generated = [s for s in result.main.segments if s.kind == "generated"]
+    assert [s.text for s in generated] == [main[0] + "<|im_end|>", main[1] + "<|im_end|>"]
+
+
+def test_weight_update_requests(engine, tiny_model):
+    with _ContractServer(engine, tiny_model.processor) as server:
+        client = SGLangEngine(server.url)
         asyncio.run(client.update_weights_from_disk("/ckpt/step-5", weight_version="5"))
-        asyncio.run(client.init_weights_update_group("10.0.0.1", 29600, rank_offset=1, world_size=2))
+        asyncio.run(
+            client.init_weights_update_group(
+                "10.0.0.1",
+                29600,
+                rank_offset=1,
+                world_size=2,
+                trainer_join=server.trainer_joined.set,
+                timeout_s=20,
+            )
+        )
         sent = []
         tensors = [
             ("model.lm_head.weight", torch.zeros(4, 2, dtype=torch.bfloat16)),
@@ -274,12 +594,10 @@ def test_weight_update_requests(engine):
         asyncio.run(client.update_weights_from_distributed(tensors, sent.append, weight_version="6"))
         assert [t.shape for t in sent] == [torch.Size([4, 2]), torch.Size([3])]
         assert client.weight_version == "6"
-        stub.control_success = False
+        server.control_success = False
         with pytest.raises(EngineError, match="update_weights_from_disk failed: recorded"):
             asyncio.run(client.update_weights_from_disk("/ckpt/bad"))
-    finally:
-        stub.close()
-    bodies = dict((path, body) for path, body in stub.calls[:3])
+    bodies = dict((path, body) for path, body in server.calls[:3])
     assert bodies["/update_weights_from_disk"] == {
         "model_path": "/ckpt/step-5",
         "flush_cache": True,
@@ -302,23 +620,127 @@ def test_weight_update_requests(engine):
         "weight_version": "6",
     }
     # control calls are never resent
-    assert [p for p, _ in stub.calls].count("/update_weights_from_disk") == 2
+    assert [p for p, _ in server.calls].count("/update_weights_from_disk") == 2
+
+
+def test_weight_update_group_rendezvous_failures(engine, tiny_model):
+    with _ContractServer(engine, tiny_model.processor) as server:
+        client = SGLangEngine(server.url)
+        # the trainer never joins: the server side cannot complete, and the call says so in time
+        with pytest.raises(EngineError, match=r"not complete after 0\.5 s \(still waiting: server\)"):
+            asyncio.run(client.init_weights_update_group("h", 1, rank_offset=1, world_size=2, timeout_s=0.5))
+
+        def broken_trainer():
+            raise RuntimeError("NCCL init failed")
+
+        with pytest.raises(EngineError, match="the trainer side failed.*NCCL init failed"):
+            asyncio.run(
+                client.init_weights_update_group(
+                    "h", 1, rank_offset=1, world_size=2, trainer_join=broken_trainer, timeout_s=10
+                )
+            )
+
+
+def _sglang_schema():
+    """SGLang 0.5.23's own /generate schema gate (``sglang/api/v1/api_types.py``, needs msgspec), from a
+    separate site directory; None when not set up. Set up (CPU, nothing installed into the venv)::
+
+        .venv/bin/pip download sglang==0.5.23 --no-deps -d /tmp/sgl
+        unzip -q /tmp/sgl/sglang-0.5.23-*.whl 'sglang/api/*' -d .venv-bench/sglang-site
+        .venv/bin/pip install --target .venv-bench/sglang-site --no-deps msgspec
+    """
+    site = Path(os.environ.get("PARAVT_SGLANG_SITE", ROOT / ".venv-bench" / "sglang-site"))
+    path = site / "sglang" / "api" / "v1" / "api_types.py"
+    if not path.is_file():
+        return None
+    sys.path.insert(0, str(site))
+    try:
+        spec = importlib.util.spec_from_file_location("sglang_api_types_0_5_23", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError:
+        return None
+    finally:
+        sys.path.remove(str(site))
+    return module
+
+
+def test_payloads_pass_sglangs_own_schema_gate(engine, tiny_model):
+    api = _sglang_schema()
+    if api is None:
+        pytest.skip("SGLang 0.5.23's api_types.py not set up (see _sglang_schema)")
+
+    def verdict(body):
+        try:
+            api.GenerateRequest.from_json_value(body)
+        except api.JsonContractError as err:
+            return str(err)
+        return None
+
+    requests = [_image_request(tiny_model.processor, s, n) for s, n in [(6, 0), (7, 2), (8, 1)]]
+    for r in requests:
+        r.sampling = SamplingParams(max_new_tokens=3, stop=("</answer>",), seed=3)
+    with _ContractServer(engine, tiny_model.processor, mm_config=_launched_config()) as server:
+        asyncio.run(
+            SGLangEngine(server.url, processor=tiny_model.processor, deterministic_inference=True).generate(
+                requests
+            )
+        )
+    bodies = [b for p, b in server.calls if p == "/generate"]
+    assert len(bodies) == 2 and [verdict(b) for b in bodies] == [None, None]
+    # the gate is live: the old mixed shape (a null first, then a list of images) is refused by it
+    old = {
+        **bodies[0],
+        "input_ids": [[1], [2]],
+        "image_data": [None, ["data:image/png;base64,AA=="]],
+        "rid": ["a", "b"],
+    }
+    assert verdict(old) == "invalid type: sequence, expected one of the MediaItem shapes"
 
 
 def test_launch_command():
     cmd = launch_command(
-        "/models/ParaVT-8B", port=31000, mem_fraction_static=0.8, extra_args=["--log-level", "warning"]
+        "/models/ParaVT-8B",
+        port=31000,
+        mem_fraction_static=0.8,
+        max_pixels=50176,
+        min_pixels=784,
+        extra_args=["--log-level", "warning"],
     )
     assert cmd[1:3] == ["-m", "sglang.launch_server"]
     flags = dict(zip(cmd[3::2], cmd[4::2], strict=False))
     assert flags["--model-path"] == "/models/ParaVT-8B" and flags["--port"] == "31000"
     assert flags["--context-length"] == "32768" and flags["--mem-fraction-static"] == "0.8"
+    assert json.loads(flags["--mm-process-config"]) == {
+        "image": {"size": {"shortest_edge": 784, "longest_edge": 50176}}
+    }
     assert cmd[-2:] == ["--log-level", "warning"]
+    with pytest.raises(ValueError, match="both"):
+        launch_command("/m", max_pixels=50176)
+
+
+# A stand-in for the server process: serves GET /health on the port it is given, binding it with
+# SO_REUSEPORT so the test can hold the port reserved while the child binds it too (no release-then-reuse
+# window in which another process could take it).
+_HEALTH_SERVER = """
+import http.server, socket, sys
+class Server(http.server.HTTPServer):
+    def server_bind(self):
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+Server(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
 
 
 def test_server_process_lifecycle(tmp_path):
     import socket
-    import sys
 
     from paravt_core.engines.sglang_engine import SGLangServer
 
@@ -326,26 +748,16 @@ def test_server_process_lifecycle(tmp_path):
     with pytest.raises(EngineError, match="exited with code 3"):
         failing.start(timeout_s=30, poll_s=0.05)
 
-    # a stand-in process that serves GET /health (a file named "health") the way the real server does
-    (tmp_path / "health").write_text("ok")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [
-        sys.executable,
-        "-m",
-        "http.server",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--directory",
-        str(tmp_path),
-    ]
-    server = SGLangServer(cmd, f"http://127.0.0.1:{port}", log_path=str(tmp_path / "server.log"))
-    server.start(timeout_s=30, poll_s=0.05)
-    try:
-        assert server.process.poll() is None
-        assert asyncio.run(SGLangEngine(server.base_url).health())
-    finally:
-        server.stop()
-    assert server.process.poll() is not None
+    with socket.socket() as reservation:  # bound (not listening) for the whole test: the port stays ours
+        reservation.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        reservation.bind(("127.0.0.1", 0))
+        port = reservation.getsockname()[1]
+        cmd = [sys.executable, "-c", _HEALTH_SERVER, str(port)]
+        server = SGLangServer(cmd, f"http://127.0.0.1:{port}", log_path=str(tmp_path / "server.log"))
+        server.start(timeout_s=30, poll_s=0.05)
+        try:
+            assert server.process.poll() is None
+            assert asyncio.run(SGLangEngine(server.base_url).health())
+        finally:
+            server.stop()
+        assert server.process.poll() is not None

@@ -125,7 +125,13 @@ def test_token_f1(pred, gold, f1):
         ("<answer>B</answer>", "B", "mcq", "f1", 1.0, None),
         # mcq
         ("<answer>The answer is C</answer>", "B", "mcq", "f1", 0.0, None),
-        ("<answer>b</answer>", "B. the blue square", "mcq", "f1", 0.0, "unparseable_letter"),  # lower-case
+        ("<answer>b</answer>", "B. the blue square", "mcq", "f1", 1.0, None),  # a lone letter, any case
+        ("<answer>the b</answer>", "B", "mcq", "f1", 0.0, "unparseable_letter"),  # not a lone letter
+        # hedges never reach the exact match: normalized, "A, B" would be "b" (the article rule eats "A")
+        ("<answer>A, B</answer>", "B", "mcq", "f1", 0.0, "hedged_letter"),
+        ("<answer>A/B</answer>", "B", "mcq", "f1", 0.0, "hedged_letter"),
+        ("<answer>A B</answer>", "B", "mcq", "f1", 0.0, "unparseable_letter"),
+        ("<answer>red ball</answer>", "Red ball.", "mcq", "f1", 1.0, None),  # text gold: exact match
         ("<answer>B</answer>", "B. the blue square", "mcq", "f1", 1.0, None),  # gold letter parsed too
         ("Option D", "D", "mcq", "f1", 1.0, None),  # plain answer without tags
         ("<answer>A or B</answer>", "A", "mcq", "f1", 0.0, "hedged_letter"),

@@ -59,8 +59,7 @@ def test_sigkill_then_rerun_matches_the_uninterrupted_run(rl_data, tiny_model_di
 
 
 def test_s3_output_checkpoints_final_and_resume(rl_data, tiny_model_dir, s3_bucket):  # noqa: F811
-    from paravt_core import storage
-    from paravt_core.rl import checkpoint
+    from paravt_core import checkpoint, storage
     from paravt_core.rl.stage import run
     from tests.rl_support import tiny_rl_config
 
@@ -74,5 +73,14 @@ def test_s3_output_checkpoints_final_and_resume(rl_data, tiny_model_dir, s3_buck
     history = [json.loads(x) for x in storage.read_bytes(f"{out}/metrics.jsonl").decode().splitlines()]
     assert [m["step"] for m in history] == [0, 1, 2] and history[-1]["policy_version"] == 3
     assert [s for s, _, ok in checkpoint.list_checkpoints(out) if ok] == [2, 3]  # keep_last 2
-    trainer = json.loads(storage.read_bytes(f"{out}/checkpoints/step_00000003/trainer.json"))
+    step3 = checkpoint.step_dir(out, 3)
+    # the shared checkpoint layout (paravt_core/checkpoint.py): one RNG file per rank, no LR scheduler in RL
+    assert sorted(u[len(step3) + 1 :] for u in storage.list_uris(step3)) == [
+        "_COMPLETE",
+        "model_optim/.metadata",
+        "model_optim/__0_0.distcp",
+        "rng/rank_00000.pt",
+        "trainer.json",
+    ]
+    trainer = json.loads(storage.read_bytes(f"{step3}/trainer.json"))
     assert state_checksum(load(result.outputs["final"]).model.state_dict()) == trainer["weights_sha256"]

@@ -34,7 +34,7 @@ def protocol_rate(loaded: Loaded, items: list[dict], media_root: Path, spec: Med
     texts, videos, metadata = [], [], []
     for item in items:
         path = str(media_root / item["video"])
-        question = prompts.question_with_suffix(item["question"], path.rsplit("/", 1)[-1])
+        question = prompts.load_prompt_set().question_with_suffix(item["question"], path.rsplit("/", 1)[-1])
         messages = [
             {
                 "role": "system",

@@ -17,10 +17,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from paravt_core import storage
+from paravt_core import checkpoint, storage
 from paravt_core.config import SftConfig, load_config
 from paravt_core.models import load
-from paravt_core.sft import checkpoint
 from paravt_core.sft.data import epoch_order
 from paravt_core.sft.packing import PackedLoss
 from paravt_core.sft.stage import run
@@ -116,7 +115,9 @@ def test_fsdp2_on_two_gloo_ranks_then_resume_on_one(
     fresh = PackedLoss(load(tiny_model_dir).model)
     optimizer = make_optimizer(fresh, cfg)
     scheduler = make_scheduler(optimizer, cfg)
-    state = checkpoint.load(ckpt, fresh, optimizer, scheduler, str(tmp_path / "staging"))
+    state = checkpoint.load(
+        ckpt, fresh, optimizer, staging_root=str(tmp_path / "staging"), scheduler=scheduler
+    )
     assert state["step"] == 4 and state["world_size"] == 2
     final_sd = final.model.state_dict()
     for name, tensor in fresh.inner.state_dict().items():

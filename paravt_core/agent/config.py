@@ -24,11 +24,12 @@ class SubagentConfig(StrictModel):
     see_question: bool = False
     # Train on sub-agent tokens (loss mask 1 on their generations); off as released.
     train: bool = False
-    # SPEC §4.4: 0.7 in RL, 0 in eval.
-    temperature: float = Field(default=0.7, ge=0.0)
+    # SPEC §4.4.5: 0.7 in RL, 0 (greedy) in eval. None follows the main agent's temperature, so the eval
+    # protocol's temperature 0 (and ``paravt agent run --temperature 0``) makes the sub-agents greedy too.
+    temperature: float | None = Field(default=None, ge=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(default=1024, ge=1)
-    max_report_tokens: int = Field(default=prompts.SUBAGENT_MAX_REPORT_TOKENS, ge=1)
+    max_report_tokens: int = Field(default=512, ge=1)  # SPEC §4.4.5: then the set's truncation mark
 
 
 class CropConfig(StrictModel):
@@ -39,6 +40,11 @@ class CropConfig(StrictModel):
 
 
 class AgentConfig(StrictModel):
+    # The prompt set: a packaged name or a YAML file path / URI (see ``prompts.load_prompt_set``).
+    prompt_set: str = prompts.DEFAULT_PROMPT_SET
+    # Checksum of the set's texts. Left empty it is filled in when the set is loaded (so every run's
+    # recorded config names the exact texts); set it to pin a set: a different file is then an error.
+    prompt_set_checksum: str | None = None
     prompt_mode: prompts.PromptMode = "agentic_general"
     question_suffix: bool = True  # append " The video path for this video is: <basename>"
     overview_frames: int = Field(default=64, ge=1)  # K (nFrames gating overrides it per row)
@@ -64,6 +70,22 @@ class AgentConfig(StrictModel):
     engine_timeout_s: float | None = Field(default=None, gt=0.0)
     subagent: SubagentConfig = Field(default_factory=SubagentConfig)
     crop: CropConfig = Field(default_factory=CropConfig)
+
+    @property
+    def subagent_temperature(self) -> float:
+        return self.temperature if self.subagent.temperature is None else self.subagent.temperature
+
+    def bind_prompt_set(self) -> prompts.PromptSet:
+        """Load ``prompt_set``, check it against a pinned ``prompt_set_checksum`` or record its checksum."""
+        loaded = prompts.load_prompt_set(self.prompt_set)
+        if self.prompt_set_checksum is None:
+            self.prompt_set_checksum = loaded.checksum
+        elif self.prompt_set_checksum != loaded.checksum:
+            raise ValueError(
+                f"prompt set {self.prompt_set} has checksum {loaded.checksum}, "
+                f"but the config pins {self.prompt_set_checksum}"
+            )
+        return loaded
 
     @model_validator(mode="after")
     def _check(self) -> AgentConfig:

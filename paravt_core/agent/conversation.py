@@ -9,6 +9,7 @@ check that it tokenizes to the same ids as these pieces.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ import torch
 
 from paravt_core.engines.base import Completion, GenerationRequest, SamplingParams
 
-from . import prompts
+from .prompts import PromptSet, load_prompt_set
 from .segments import Segment, SegmentEncoder, SegmentKind, Trace
 
 IM_START = "<|im_start|>"
@@ -59,6 +60,7 @@ class Conversation:
     role: str = "main"
     trained: bool = True
     think_prefix: bool = False
+    prompt_set: PromptSet = field(default_factory=load_prompt_set)
     messages: list[dict] = field(default_factory=list)
     trace: Trace = field(init=False)
     _closed: bool = field(default=True, init=False)  # the last generated turn ended with <|im_end|>
@@ -84,13 +86,13 @@ class Conversation:
     def _add_prefix(self, turn: int) -> None:
         if self.think_prefix:
             seg = self.encoder.segment(
-                SegmentKind.PROMPT, prompts.THINK_PREFIX, turn=turn, label="think_prefix"
+                SegmentKind.PROMPT, self.prompt_set.think_prefix, turn=turn, label="think_prefix"
             )
             self.trace.append(seg)
 
     @property
     def prefix(self) -> str:
-        return prompts.THINK_PREFIX if self.think_prefix else ""
+        return self.prompt_set.think_prefix if self.think_prefix else ""
 
     def request(self, sampling: SamplingParams, *, tag: str) -> GenerationRequest:
         """The next generation request (tokens for token-level engines, messages for chat engines)."""
@@ -104,6 +106,7 @@ class Conversation:
             image_grid_thw=self.trace.image_grid_thw,
             messages=messages,
             continue_final_message=bool(self.prefix),
+            images_kwargs=copy.deepcopy(self.encoder.images_kwargs),
             sampling=sampling,
             tag=tag,
         )
@@ -117,7 +120,7 @@ class Conversation:
             # Chat engines return text only: re-tokenize it (flagged in the completion, no exact log-probs).
             text = text.removesuffix(IM_END)
             ids = self.encoder.count(text)
-            if completion.finish_reason == "stop":
+            if completion.finish_reason == "stop":  # only a real stop wrote <|im_end|>
                 ids.append(self.encoder.eos_token_id)
                 text += IM_END
             logprobs = [0.0] * len(ids)
@@ -137,18 +140,41 @@ class Conversation:
     ) -> None:
         """One user turn with every ``<tool_response>`` block of the turn in call order, then (eval) the
         forced-answer instruction as its own user turn, then the next assistant header (+ prefix)."""
-        closing = "" if self._closed else IM_END  # a turn cut by a stop string is closed here (not trained)
         blocks: list[str] = []
         images: list[torch.Tensor] = []
         for parts in responses:
             body, frames = render_parts(parts)
-            blocks.append(prompts.tool_response(body))
+            blocks.append(self.prompt_set.tool_response_block(body))
             images.extend(frames)
             self.messages.append({"role": "tool", "content": list(parts)})
-        text = f"{closing}\n{IM_START}user\n{prompts.TOOL_RESPONSE_SEPARATOR.join(blocks)}{IM_END}\n"
+        text = f"{self._closing()}\n{IM_START}user\n{self.prompt_set.tool_response.separator.join(blocks)}{IM_END}\n"
         self.trace.append(
             self.encoder.segment(SegmentKind.TOOL, text, turn=turn, label="tool_responses", images=images)
         )
+        self._next_turn(turn, forced_answer)
+
+    def add_user_messages(
+        self, contents: Sequence[Sequence[Part]], *, turn: int, forced_answer: str | None = None
+    ) -> None:
+        """One user message per entry (``crop_frames`` parity: each call's frames and its response text),
+        then the forced-answer instruction (eval) and the next assistant header (+ prefix)."""
+        pieces: list[str] = []
+        images: list[torch.Tensor] = []
+        for parts in contents:
+            body, frames = render_parts(parts)
+            pieces.append(f"{IM_START}user\n{body}{IM_END}\n")
+            images.extend(frames)
+            self.messages.append({"role": "user", "content": list(parts)})
+        text = f"{self._closing()}\n" + "".join(pieces)
+        self.trace.append(
+            self.encoder.segment(SegmentKind.TOOL, text, turn=turn, label="tool_responses", images=images)
+        )
+        self._next_turn(turn, forced_answer)
+
+    def _closing(self) -> str:
+        return "" if self._closed else IM_END  # a turn cut by a stop string is closed here (not trained)
+
+    def _next_turn(self, turn: int, forced_answer: str | None) -> None:
         if forced_answer is not None:
             self.messages.append({"role": "user", "content": forced_answer})
             forced = f"{IM_START}user\n{forced_answer}{IM_END}\n"

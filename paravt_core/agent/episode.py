@@ -17,6 +17,11 @@ Finish reasons: ``answer``, ``no_answer`` (final turn without ``<answer>``), ``e
 ``tool_call_in_last_turn``, ``engine_error``, ``engine_timeout``, ``video_error`` (overview failed),
 ``context_overflow`` (no room left in ``max_context_tokens``), ``internal_error`` (an unexpected exception:
 that episode ends with the exception type in ``error``, its siblings run on).
+
+Every text the environment adds comes from the configured prompt set (``cfg.prompt_set``, checksum recorded
+in ``cfg.prompt_set_checksum`` and in each result). In ``crop_frames`` mode (eval parity with the released
+driver) each call's crop frames go back as their own user message, unlabelled, followed by a
+``<tool_response>`` naming the frame count and window.
 """
 
 from __future__ import annotations
@@ -158,6 +163,10 @@ class EpisodeResult:
     overview_size: tuple[int, int] | None = None  # (height, width) of the overview frames
     turns: list[TurnRecord] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    prompt_set: str = ""
+    prompt_set_checksum: str = ""
+    # main-agent generations whose server-side prompt length differed from our exact count (chat engines)
+    prompt_token_mismatches: int = 0
     conversation: Conversation | None = field(default=None, repr=False)
 
     @property
@@ -210,6 +219,9 @@ class EpisodeResult:
             **self.counts(),
             "turns": [t.to_dict() for t in self.turns],
             "timings": {k: round(v, 4) for k, v in self.timings.items()},
+            "prompt_set": self.prompt_set,
+            "prompt_set_checksum": self.prompt_set_checksum,
+            "prompt_token_mismatches": self.prompt_token_mismatches,
             "main_trace": main.summary() if main else None,
         }
 
@@ -229,25 +241,45 @@ def _engine_failure(err: BaseException) -> tuple[str, str]:
     return "engine_error", f"{type(err).__name__}: {err}"
 
 
-def _truncate_report(encoder: SegmentEncoder, body_ids: list[int], limit: int) -> tuple[str, int, bool]:
+def _truncate_report(
+    encoder: SegmentEncoder, body_ids: list[int], limit: int, mark: str
+) -> tuple[str, int, bool]:
     """(report text, its token count, truncated?). Special tokens are dropped so a sub-agent cannot write
     chat markers into the main agent's context."""
     truncated = len(body_ids) > limit
     kept = body_ids[:limit]
     text = encoder.tokenizer.decode(kept, skip_special_tokens=True).strip()
     if truncated:
-        text += prompts.TRUNCATION_MARK
+        text += mark
     return text, len(kept), truncated
 
 
 class _Episode:
     """State of one running episode (the public entry point is ``arun_episode``)."""
 
-    def __init__(self, row: EpisodeRow, engine: Engine, cfg: AgentConfig, encoder: SegmentEncoder):
-        self.row, self.engine, self.cfg, self.encoder = row, engine, cfg, encoder
-        self.result = EpisodeResult(row_id=row.row_id, video=row.video, question=row.question)
-        self.conv = Conversation(encoder, role="main", trained=True, think_prefix=cfg.think_prefix)
+    def __init__(
+        self,
+        row: EpisodeRow,
+        engine: Engine,
+        cfg: AgentConfig,
+        encoder: SegmentEncoder,
+        prompt_set: prompts.PromptSet,
+    ):
+        self.row, self.engine, self.cfg, self.encoder, self.ps = row, engine, cfg, encoder, prompt_set
+        self.result = EpisodeResult(
+            row_id=row.row_id,
+            video=row.video,
+            question=row.question,
+            prompt_set=cfg.prompt_set,
+            prompt_set_checksum=prompt_set.checksum,
+        )
+        self.conv = Conversation(
+            encoder, role="main", trained=True, think_prefix=cfg.think_prefix, prompt_set=prompt_set
+        )
         self.result.conversation = self.conv
+        # tokens the server counts in the prompt beyond our exact count (chat engines rendering the
+        # template themselves): the context budget uses the larger of the two
+        self.server_extra_tokens = 0
 
     def _seed(self, offset: int) -> int | None:
         return None if self.cfg.seed is None else self.cfg.seed + offset
@@ -286,22 +318,22 @@ class _Episode:
         res.overview_size = (int(overview.frames.shape[2]), int(overview.frames.shape[3]))
 
         question = self.row.question
-        if cfg.question_suffix:
-            question = prompts.question_with_suffix(question, os.path.basename(self.row.video))
+        if cfg.question_suffix and cfg.prompt_mode in prompts.TOOL_MODES:
+            question = self.ps.question_with_suffix(question, os.path.basename(self.row.video))
         parts: list[Part] = []
         for label, frame in zip(overview.labels(), overview.frames, strict=True):
             parts += [text_part(label), image_part(frame)]
         parts.append(text_part(question))
         t0 = time.perf_counter()
-        self.conv.start(prompts.system_prompt(cfg.prompt_mode), parts)
+        self.conv.start(self.ps.system_prompt(cfg.prompt_mode), parts)
         res.timings["encode_s"] = time.perf_counter() - t0
 
         # Turn t follows t tool rounds (the loop ends at the first turn that does not continue).
         for turn in range(cfg.max_turns + 1):
             last = turn == cfg.max_turns
             forced = cfg.forced_answer is not None and last and turn > 0
-            budget = prompts.FORCED_ANSWER_MAX_TOKENS[cfg.forced_answer] if forced else cfg.max_new_tokens
-            room = cfg.max_context_tokens - len(self.conv.trace)
+            budget = self.ps.forced_answer[cfg.forced_answer].max_tokens if forced else cfg.max_new_tokens
+            room = cfg.max_context_tokens - len(self.conv.trace) - self.server_extra_tokens
             if room < 1:
                 res.finish_reason = "context_overflow"
                 return
@@ -312,14 +344,16 @@ class _Episode:
                 seed=self._seed(turn),
             )
             t0 = time.perf_counter()
+            request = self.conv.request(sampling, tag="main")
             try:
-                (completion,) = await _call_engine(
-                    self.engine, [self.conv.request(sampling, tag="main")], cfg.engine_timeout_s
-                )
+                (completion,) = await _call_engine(self.engine, [request], cfg.engine_timeout_s)
             except Exception as err:  # any backend failure ends the episode with a reason
                 res.finish_reason, res.error = _engine_failure(err)
                 return
             gen_s = time.perf_counter() - t0
+            if completion.prompt_tokens and completion.prompt_tokens != len(request.input_ids):
+                res.prompt_token_mismatches += 1
+                self.server_extra_tokens = max(0, completion.prompt_tokens - len(request.input_ids))
             body = self.conv.add_generation(completion, turn=turn)
             record = TurnRecord(
                 turn, self.conv.prefix + body, len(completion.token_ids), completion.finish_reason, gen_s
@@ -330,10 +364,13 @@ class _Episode:
             if answer is not None:
                 res.answer = answer
 
+            if completion.finish_reason == "abort":
+                res.finish_reason, res.error = "engine_error", "the server aborted the generation"
+                return
             if not body.strip():
                 res.finish_reason = "empty_generation"
                 return
-            calls = parse_tool_calls(body)
+            calls = parse_tool_calls(record.text)  # with the forced prefix: think blocks are whole
             if completion.finish_reason == "length":
                 record.calls = [self._rejected(turn, c, "generation cut by the token limit") for c in calls]
                 res.finish_reason = "max_tokens_in_tag" if open_tag_at_end(record.text) else "max_tokens"
@@ -351,8 +388,11 @@ class _Episode:
             record.tools_s = time.perf_counter() - t0
             forced_text = None
             if cfg.forced_answer is not None and turn + 1 == cfg.max_turns:
-                forced_text = prompts.FORCED_ANSWER_TEXT[cfg.forced_answer]
-            self.conv.add_tool_turn(responses, turn=turn + 1, forced_answer=forced_text)
+                forced_text = self.ps.forced_answer[cfg.forced_answer].text
+            if cfg.tool_mode == "crop_frames":
+                self.conv.add_user_messages(responses, turn=turn + 1, forced_answer=forced_text)
+            else:
+                self.conv.add_tool_turn(responses, turn=turn + 1, forced_answer=forced_text)
 
     @staticmethod
     def _rejected(turn: int, call: ParsedCall, why: str) -> CallRecord:
@@ -373,9 +413,9 @@ class _Episode:
             if not call.ok:
                 rec.error = call.error
             elif call.name != prompts.TOOL_NAME:
-                rec.error = prompts.ERROR_UNKNOWN_TOOL.format(name=call.name)
+                rec.error = self.ps.errors.unknown_tool.format(name=call.name)
             elif len(runnable) >= cfg.max_parallel:  # the cap counts calls that would run
-                rec.error = prompts.ERROR_TOO_MANY_CALLS.format(limit=cfg.max_parallel)
+                rec.error = self.ps.errors.too_many_calls.format(limit=cfg.max_parallel)
             else:
                 runnable.append(len(records) - 1)
             responses.append(None)
@@ -389,7 +429,11 @@ class _Episode:
         out: list[list[Part]] = []
         for rec, parts in zip(records, responses, strict=True):
             if parts is None:
-                parts = [text_part(prompts.error_text(rec.error or "the call failed"))]
+                error = self.ps.error_text(rec.error or "the call failed")
+                # crop_frames: each response is a whole user message, its text already a block
+                parts = [
+                    text_part(self.ps.tool_response_block(error) if cfg.tool_mode == "crop_frames" else error)
+                ]
             out.append(parts)
         return records, out
 
@@ -428,16 +472,11 @@ class _Episode:
                 rec.window, rec.frames = crop.window, len(crop)
                 served.append((i, crop))
 
-        if cfg.tool_mode == "crop_frames":
+        if cfg.tool_mode == "crop_frames":  # the released driver's layout: unlabelled frames, then the note
             for i, crop in served:
-                parts: list[Part] = []
-                for label, frame in zip(crop.labels(), crop.frames, strict=True):
-                    parts += [text_part(label), image_part(frame)]
                 start, end = crop.window or (0.0, 0.0)
-                parts.append(
-                    text_part(prompts.CROP_FRAMES_NOTE.format(count=len(crop), start=start, end=end))
-                )
-                responses[i] = parts
+                note = self.ps.tool_response_block(self.ps.crop_frames_text(len(crop), start, end))
+                responses[i] = [*(image_part(frame) for frame in crop.frames), text_part(note)]
                 records[i].ok = True
         elif served:
             await self._run_subagents(turn, served, records, responses)
@@ -453,17 +492,19 @@ class _Episode:
         question = self.row.question if sub.see_question else None
         convs: list[Conversation] = []
         requests = []
-        for i, crop in served:
-            conv = Conversation(self.encoder, role="subagent", trained=sub.train)
+        for k, (i, crop) in enumerate(served):
+            conv = Conversation(self.encoder, role="subagent", trained=sub.train, prompt_set=self.ps)
             start, end = crop.window or (0.0, 0.0)
             parts = [image_part(frame) for frame in crop.frames]
-            parts.append(text_part(prompts.subagent_prompt(start, end, question)))
+            parts.append(text_part(self.ps.subagent_prompt(start, end, question)))
             conv.start(None, parts)
             sampling = SamplingParams(
-                temperature=sub.temperature,
+                temperature=cfg.subagent_temperature,
                 top_p=sub.top_p,
                 max_new_tokens=sub.max_new_tokens,
-                seed=self._seed(1000 * (turn + 1)),  # one seed per turn: the batch shares it
+                # distinct per sub-agent of the turn: identical seeds would sample identical reports for
+                # identical windows; offset 1000 per turn keeps them apart from the main agent's seeds
+                seed=self._seed(1000 * (turn + 1) + k),
             )
             convs.append(conv)
             requests.append(conv.request(sampling, tag="subagent"))
@@ -476,7 +517,7 @@ class _Episode:
         except Exception as err:
             _, why = _engine_failure(err)
             for i, _ in served:
-                records[i].error = prompts.ERROR_SUBAGENT_FAILED.format(reason=why)
+                records[i].error = self.ps.errors.subagent_failed.format(reason=why)
                 records[i].subagent_s = time.perf_counter() - t0
                 records[i].subagent = None  # no generation to train on
             return
@@ -489,8 +530,10 @@ class _Episode:
                 ids = ids[:-1]
             if not completion.exact_tokens:
                 ids = self.encoder.count(completion.text.removesuffix("<|im_end|>"))
-            report, n_tokens, truncated = _truncate_report(self.encoder, ids, sub.max_report_tokens)
-            rec.report = report or prompts.EMPTY_REPORT
+            report, n_tokens, truncated = _truncate_report(
+                self.encoder, ids, sub.max_report_tokens, self.ps.subagent.truncation_mark
+            )
+            rec.report = report or self.ps.subagent.empty_report
             rec.report_tokens, rec.truncated = n_tokens, truncated
             rec.subagent_s = sub_s
             rec.ok = True
@@ -517,7 +560,8 @@ async def arun_episode(
     cfg = cfg or AgentConfig()
     episode_row = EpisodeRow.coerce(row)
     encoder = make_encoder(engine, cfg, processor)
-    return await _Episode(episode_row, engine, cfg, encoder).run(overview)
+    prompt_set = cfg.bind_prompt_set()  # records the set's checksum in cfg (a pinned one is checked)
+    return await _Episode(episode_row, engine, cfg, encoder, prompt_set).run(overview)
 
 
 def run_episode(

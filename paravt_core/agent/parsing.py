@@ -3,6 +3,10 @@
 Every function here accepts arbitrary text and never raises: a block that cannot be understood becomes a
 ``ParsedCall`` with an ``error`` that is shown to the model, and its sibling blocks are unaffected.
 
+Calls are read outside reasoning only: a call block that starts inside a closed ``<think>...</think>``
+is the model thinking about a call, not making one. An unclosed ``<think>`` does not hide what follows
+(a turn cut or written without ``</think>`` still calls its tools).
+
 Two call forms are read, in order of appearance:
 
 - ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (the protocol form). The JSON object is
@@ -57,20 +61,35 @@ def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
 
 
 def has_tool_call(text: str) -> bool:
-    """True when the text opens at least one call block (parsable or not)."""
-    return "<tool_call>" in text or "<tool_code>" in text
+    """True when the text opens at least one call block (parsable or not) outside closed think blocks."""
+    return bool(parse_tool_calls(text))
+
+
+def think_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of the closed ``<think>...</think>`` blocks of ``text`` (tags included)."""
+    spans = []
+    pos = 0
+    while (start := text.find("<think>", pos)) >= 0:
+        close = text.find("</think>", start)
+        if close < 0:
+            break  # unclosed: hides nothing
+        end = close + len("</think>")
+        spans.append((start, end))
+        pos = end
+    return spans
 
 
 def parse_tool_calls(text: str) -> list[ParsedCall]:
-    """All call blocks of ``text`` in order of appearance, each parsed on its own."""
+    """All call blocks of ``text`` outside closed think blocks, in order of appearance, each parsed alone."""
     calls: list[ParsedCall] = []
+    spans = think_spans(text)
     pos = 0
     while True:
-        form, start = _next_open(text, pos)
+        form, start = _next_open(text, pos, spans)
         if form is None:
             return calls
         body_start = start + len(_OPEN[form])
-        raw, end, error = _block_body(text, form, body_start)
+        raw, end, error = _block_body(text, form, body_start, spans)
         if error is None:
             name, arguments, error = _parse_body(form, raw)
         else:
@@ -79,16 +98,23 @@ def parse_tool_calls(text: str) -> list[ParsedCall]:
         pos = end
 
 
-def _next_open(text: str, pos: int) -> tuple[CallForm | None, int]:
-    best: tuple[CallForm | None, int] = (None, -1)
-    for form, tag in _OPEN.items():
-        i = text.find(tag, pos)
-        if i >= 0 and (best[0] is None or i < best[1]):
-            best = (form, i)  # type: ignore[assignment]
-    return best
+def _next_open(text: str, pos: int, spans: list[tuple[int, int]]) -> tuple[CallForm | None, int]:
+    """The first opening tag at or after ``pos`` that is not inside a think span."""
+    while True:
+        best: tuple[CallForm | None, int] = (None, -1)
+        for form, tag in _OPEN.items():
+            i = text.find(tag, pos)
+            if i >= 0 and (best[0] is None or i < best[1]):
+                best = (form, i)  # type: ignore[assignment]
+        inside = next((end for start, end in spans if start <= best[1] < end), None)
+        if best[0] is None or inside is None:
+            return best
+        pos = inside
 
 
-def _block_body(text: str, form: CallForm, body_start: int) -> tuple[str, int, str | None]:
+def _block_body(
+    text: str, form: CallForm, body_start: int, spans: list[tuple[int, int]]
+) -> tuple[str, int, str | None]:
     """(body, end of block, error). A block ends at its closing tag; the next opening tag or the end of
     the text without a closing tag makes it unterminated."""
     close = _CLOSE[form]
@@ -102,7 +128,7 @@ def _block_body(text: str, form: CallForm, body_start: int) -> tuple[str, int, s
                 end = json_end + (len(rest) - len(stripped)) + len(close)
                 return text[body_start : end - len(close)], end, None
     close_at = text.find(close, body_start)
-    next_open, next_at = _next_open(text, body_start)
+    next_open, next_at = _next_open(text, body_start, spans)
     if close_at < 0 or (next_open is not None and next_at < close_at):
         stop = next_at if next_open is not None else len(text)
         return text[body_start:stop], stop, f"the {_OPEN[form]} block is not closed with {close}"

@@ -1,170 +1,184 @@
-"""Protocol constants of the ParaVT agent: tool schema, system prompts, sub-agent prompt, forced answers.
+"""Prompt sets: every text the environment shows the model, as versioned data files (SPEC §4.2).
 
-These strings are part of the model's input distribution: a checkpoint only behaves as trained when it
-sees the texts it was trained on. Every constant therefore names the protocol it belongs to, and the whole
-set is versioned by ``PROTOCOL_VERSION``; change a text only together with a new version.
+A checkpoint only behaves as trained when it sees the texts it was trained on, so the texts are not code:
+a *prompt set* is one YAML file (``prompt_sets/<name>.yaml`` in this package, or any path / ``s3://`` URI)
+and every run records the set's ``checksum``. ``paravt-v1`` (our own wording of SPEC §4.2) is the default;
+a user evaluating or continuing a published checkpoint passes that checkpoint's set with
+``agent.prompt_set=/path/or/s3/uri.yaml`` and no code changes.
 
-Protocol ``paravt-v1`` (checkpoints ``ParaVT/ParaVT-8B``, its SFT start ``mwxely/ParaVT-8B-SFT``, and the
-``Qwen3-VL-8B-Instruct`` tool baseline), per SPEC §4.1-§4.2:
+    from paravt_core.agent.prompts import load_prompt_set
+    ps = load_prompt_set("paravt-v1")          # or a path / URI
+    ps.checksum                                  # "sha256:..." of the texts (not of the file bytes)
+    ps.system_prompt("agentic_general"); ps.subagent_prompt(3.0, 9.5); ps.forced_answer["mcq"].text
 
-- the tool schema is ``crop_video(video_path, start_time, end_time)``;
-- the tool envelope is the Qwen/Hermes function-calling envelope (``# Tools`` ... ``<tools>`` ...
-  ``<tool_call>``), used alone for Charades-STA (``agentic_minimal``);
-- the general agentic prompt (``agentic_general``, multiple-choice benchmarks and RL) starts with the
-  documented first sentence, carries the schema, an example call, the parallel-call note and the strict
-  ``<think>`` / ``<tool_call>`` / ``<answer>`` format. SPEC quotes its first sentence and describes the
-  rest; the connecting sentences here are our wording of that description.
-- the forced final answers are quoted verbatim from SPEC §4.2.
+File format (``format: 1``): see ``prompt_sets/paravt-v1.yaml`` and the README section "Prompt sets".
+System prompts substitute only the literal ``{tool_schema}``; the other texts are Python format strings
+with the placeholders named in the file. The checksum is the SHA-256 of the set's fields as canonical JSON
+(sorted keys, no whitespace), so comments and YAML layout do not change it but any text does.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import re
+from importlib import resources
 from typing import Literal
 
-PROTOCOL_VERSION = "paravt-v1"
+import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-PromptMode = Literal["agentic_general", "agentic_minimal"]
+from paravt_core.config import StrictModel
+
+DEFAULT_PROMPT_SET = "paravt-v1"
+PACKAGE_DIR = "prompt_sets"
+
+PromptMode = Literal["agentic_general", "agentic_minimal", "direct", "reasoning"]
+TOOL_MODES: tuple[str, ...] = ("agentic_general", "agentic_minimal")  # modes that offer the tool
 ForcedAnswer = Literal["mcq", "tvg"]
 
+# The one tool the environment executes. Its schema text lives in the prompt set; its name is code.
 TOOL_NAME = "crop_video"
 
-# paravt-v1: the JSON-Schema form of the only tool (SPEC §4.1). Key order matters: it is serialized into
-# the system prompt with ``json.dumps`` defaults (", " and ": " separators).
-TOOL_SCHEMA: dict = {
-    "type": "function",
-    "function": {
-        "name": TOOL_NAME,
-        "description": "Analyze a cropped video segment by sampling frames from a specific time range.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "video_path": {"type": "string", "description": "Path to the video file"},
-                "start_time": {"type": "number", "description": "Start time in seconds"},
-                "end_time": {"type": "number", "description": "End time in seconds"},
-            },
-            "required": ["video_path", "start_time", "end_time"],
-        },
-    },
-}
-TOOL_SCHEMA_JSON = json.dumps(TOOL_SCHEMA)
+# Where a system prompt gets the schema line (a literal replacement: braces elsewhere stay as written).
+SCHEMA_PLACEHOLDER = "{tool_schema}"
 
-# paravt-v1: the Qwen/Hermes tool envelope. Alone it is the ``agentic_minimal`` system prompt.
-TOOL_ENVELOPE = (
-    "# Tools\n\n"
-    "You may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n"
-    "<tools>\n"
-    f"{TOOL_SCHEMA_JSON}\n"
-    "</tools>\n\n"
-    "For each function call, return a json object with function name and arguments within "
-    "<tool_call></tool_call> XML tags:\n"
-    "<tool_call>\n"
-    '{"name": <function-name>, "arguments": <args-json-object>}\n'
-    "</tool_call>"
-)
 
-# paravt-v1: example call shown in the general prompt (SPEC §4.2).
-EXAMPLE_CALL_JSON = (
-    '{"name": "crop_video", "arguments": {"video_path": "...", "start_time": 0, "end_time": 10}}'
-)
+class SystemPrompts(StrictModel):
+    agentic_general: str
+    agentic_minimal: str
+    direct: str
+    reasoning: str
 
-# paravt-v1: ``agentic_general`` system prompt (ParaVT-8B on multiple-choice benchmarks, RL rollouts).
-AGENTIC_GENERAL_SYSTEM = (
-    "You are a video understanding agent that can analyze videos by cropping and examining specific "
-    "segments.\n\n"
-    "Available tool:\n"
-    "<tools>\n"
-    f"{TOOL_SCHEMA_JSON}\n"
-    "</tools>\n\n"
-    "To call the tool, write a JSON object inside <tool_call></tool_call> tags, for example:\n"
-    "<tool_call>\n"
-    f"{EXAMPLE_CALL_JSON}\n"
-    "</tool_call>\n\n"
-    "You may write multiple <tool_call> blocks in one turn to analyze several segments in parallel.\n\n"
-    "Use strictly this format:\n"
-    "<think>your reasoning</think>\n"
-    "<tool_call>...</tool_call>  (zero or more)\n"
-    "<answer>your final answer</answer>"
-)
 
-# paravt-v1: ``agentic_minimal`` system prompt (Charades-STA): the bare envelope.
-AGENTIC_MINIMAL_SYSTEM = TOOL_ENVELOPE
+class SubagentTexts(StrictModel):
+    prompt: str  # {start} {end} {duration} {question_block}
+    question_block: str  # {question}
+    truncation_mark: str
+    empty_report: str
 
-SYSTEM_PROMPTS: dict[str, str] = {
-    "agentic_general": AGENTIC_GENERAL_SYSTEM,
-    "agentic_minimal": AGENTIC_MINIMAL_SYSTEM,
+
+class ToolResponseTexts(StrictModel):
+    open: str
+    close: str
+    separator: str
+
+
+class ForcedAnswerText(StrictModel):
+    text: str
+    max_tokens: int = Field(ge=1)
+
+
+class ErrorTexts(StrictModel):
+    prefix: str
+    too_many_calls: str  # {limit}
+    unknown_tool: str  # {name}
+    subagent_failed: str  # {reason}
+
+
+# Placeholders each format-string field must accept (checked when a set is loaded, so a typo in a user's
+# file fails at load time with the field's name, not in the middle of an episode).
+_PLACEHOLDERS: dict[str, dict[str, object]] = {
+    "question_suffix": {"basename": "v.mp4"},
+    "subagent.prompt": {"start": "00:00", "end": "00:10", "duration": 10.0, "question_block": ""},
+    "subagent.question_block": {"question": "q"},
+    "crop_frames_note": {"count": 2, "start": 0.0, "end": 1.0},
+    "errors.too_many_calls": {"limit": 5},
+    "errors.unknown_tool": {"name": "x"},
+    "errors.subagent_failed": {"reason": "r"},
 }
 
-# paravt-v1: appended to the question in agentic modes (the model copies the basename into video_path;
-# the tool never opens that path, see SPEC §4.1).
-QUESTION_SUFFIX = " The video path for this video is: {basename}"
 
-# paravt-v1: PARA-GRPO ``constrained.think_prefix`` forces each assistant turn to start with this text.
-THINK_PREFIX = "<think>\n"
+class PromptSet(StrictModel):
+    """One prompt set. Load with ``load_prompt_set``; the ``checksum`` identifies its texts."""
 
-# paravt-v1: text that precedes each overview frame: absolute time in the source video, one decimal.
-FRAME_LABEL = "<{seconds:.1f} seconds>"
+    format: Literal[1] = 1
+    name: str = Field(min_length=1)
+    description: str = ""
+    tool_schema: str  # the JSON line shown inside <tools></tools>
+    system: SystemPrompts
+    question_suffix: str
+    think_prefix: str
+    subagent: SubagentTexts
+    tool_response: ToolResponseTexts
+    crop_frames_note: str
+    forced_answer: dict[ForcedAnswer, ForcedAnswerText]
+    errors: ErrorTexts
 
-# paravt-v1: sub-agent prompt (one user message: the crop frames, then this text). The question line is
-# our addition, sent only when ``subagent.see_question`` is on (off reproduces the release).
-SUBAGENT_PROMPT = (
-    "You are looking at a segment of a video from {start} to {end} (duration: {duration:.1f} seconds).\n\n"
-    "The images are frames sampled in order from this segment.\n\n"
-    "Write a concise, factual summary of the segment:\n"
-    "- the key actions and events, and what changes across the frames\n"
-    "- the important objects and people that are visible\n"
-    "- the temporal flow: what happens first, then, and finally\n"
-    "Describe what you see rather than interpreting it.{question_block}\n\n"
-    "Summary:"
-)
-SUBAGENT_QUESTION_BLOCK = "\n\nThe main agent is answering this question about the whole video: {question}"
+    @field_validator("tool_schema")
+    @classmethod
+    def _schema_names_the_tool(cls, value: str) -> str:
+        try:
+            schema = json.loads(value)
+            name = schema["function"]["name"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"tool_schema must be a JSON function schema ({err})") from None
+        if name != TOOL_NAME:
+            raise ValueError(f"tool_schema names {name!r}; the environment executes {TOOL_NAME!r}")
+        return value
 
-# paravt-v1: the sub-agent report is cut to this many tokens, then TRUNCATION_MARK is appended.
-SUBAGENT_MAX_REPORT_TOKENS = 512
-TRUNCATION_MARK = " [truncated]"
+    @model_validator(mode="after")
+    def _placeholders(self) -> PromptSet:
+        if set(self.forced_answer) != {"mcq", "tvg"}:
+            raise ValueError(f"forced_answer needs mcq and tvg, got {sorted(self.forced_answer)}")
+        for path, values in _PLACEHOLDERS.items():
+            text = self._field(path)
+            try:
+                text.format(**values)
+            except (KeyError, IndexError, ValueError) as err:
+                raise ValueError(
+                    f"{path}: bad placeholder ({type(err).__name__}: {err}); allowed: {', '.join(values)}"
+                ) from None
+        for mode in TOOL_MODES:
+            if SCHEMA_PLACEHOLDER not in getattr(self.system, mode):
+                raise ValueError(f"system.{mode} must contain {SCHEMA_PLACEHOLDER} (where the schema goes)")
+        return self
 
-# paravt-v1: every tool result reaches the main agent inside one of these blocks; all blocks of a turn are
-# joined with TOOL_RESPONSE_SEPARATOR into one user turn, in call order.
-TOOL_RESPONSE_OPEN = "<tool_response>\n"
-TOOL_RESPONSE_CLOSE = "\n</tool_response>"
-TOOL_RESPONSE_SEPARATOR = "\n"
+    def _field(self, path: str) -> str:
+        value: object = self
+        for key in path.split("."):
+            value = getattr(value, key)
+        return str(value)
 
-# paravt-v1: ``crop_frames`` (eval parity with the release driver): the crop frames themselves are the
-# tool result; this line follows them inside the block.
-CROP_FRAMES_NOTE = "{count} frames from {start:.1f}s to {end:.1f}s."
+    @functools.cached_property
+    def checksum(self) -> str:
+        """``sha256:<hex>`` of the set's fields as canonical JSON: equal texts, equal checksum."""
+        canonical = json.dumps(
+            self.model_dump(mode="json"), sort_keys=True, ensure_ascii=False, separators=(",", ":")
+        )
+        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
-# paravt-v1: forced final answers (eval only, after the last allowed tool round), verbatim from SPEC §4.2.
-FORCED_ANSWER_TEXT: dict[str, str] = {
-    "mcq": "Based on the video and cropped segments above, answer with ONLY the letter.",
-    "tvg": (
-        "Based on the video and any cropped segments, provide your final answer about when the event "
-        "happens. Use the format: 'The event happens in the X.X - Y.Y seconds.'"
-    ),
-}
-FORCED_ANSWER_MAX_TOKENS: dict[str, int] = {"mcq": 64, "tvg": 128}
+    # -- the texts, filled in ------------------------------------------------------------------------------
 
-# Error texts returned to the model inside <tool_response> blocks (the episode continues).
-ERROR_PREFIX = "Error: "
-ERROR_TOO_MANY_CALLS = "at most {limit} tool calls are executed per turn; this call was skipped."
-ERROR_UNKNOWN_TOOL = "unknown tool {name!r}; the only tool is " + TOOL_NAME + "."
-ERROR_SUBAGENT_FAILED = "the segment could not be analyzed ({reason})."
-EMPTY_REPORT = "(the sub-agent returned an empty report)"
+    def system_prompt(self, mode: PromptMode) -> str:
+        """The system prompt of ``mode`` (schema line substituted); ``ValueError`` names the known modes."""
+        if mode not in SystemPrompts.model_fields:
+            raise ValueError(f"unknown prompt mode {mode!r}; known: {', '.join(SystemPrompts.model_fields)}")
+        return getattr(self.system, mode).replace(SCHEMA_PLACEHOLDER, self.tool_schema)
 
+    def question_with_suffix(self, question: str, video_basename: str) -> str:
+        """The question as the main agent sees it in agentic modes (the release skips an existing suffix)."""
+        if "video path" in question.lower():
+            return question
+        return question + self.question_suffix.format(basename=video_basename)
 
-def system_prompt(mode: PromptMode) -> str:
-    """The system prompt of ``mode``; raises ``ValueError`` naming the known modes."""
-    try:
-        return SYSTEM_PROMPTS[mode]
-    except KeyError:
-        raise ValueError(f"unknown prompt mode {mode!r}; known: {', '.join(SYSTEM_PROMPTS)}") from None
+    def subagent_prompt(self, start: float, end: float, question: str | None = None) -> str:
+        """The sub-agent's text for the window [start, end]; ``question`` only with ``see_question``."""
+        block = self.subagent.question_block.format(question=question) if question else ""
+        return self.subagent.prompt.format(
+            start=clock(start), end=clock(end), duration=end - start, question_block=block
+        )
 
+    def tool_response_block(self, body: str) -> str:
+        """One ``<tool_response>`` block around ``body``."""
+        return f"{self.tool_response.open}{body}{self.tool_response.close}"
 
-def question_with_suffix(question: str, video_basename: str) -> str:
-    """The question as the main agent sees it in agentic modes (the release skips an existing suffix)."""
-    if "video path" in question.lower():
-        return question
-    return question + QUESTION_SUFFIX.format(basename=video_basename)
+    def error_text(self, message: str) -> str:
+        return self.errors.prefix + message
+
+    def crop_frames_text(self, count: int, start: float, end: float) -> str:
+        return self.crop_frames_note.format(count=count, start=start, end=end)
 
 
 def clock(seconds: float) -> str:
@@ -173,18 +187,52 @@ def clock(seconds: float) -> str:
     return f"{total // 60:02d}:{total % 60:02d}"
 
 
-def subagent_prompt(start: float, end: float, question: str | None = None) -> str:
-    """The sub-agent's text for the window [start, end]; ``question`` only with ``see_question``."""
-    block = SUBAGENT_QUESTION_BLOCK.format(question=question) if question else ""
-    return SUBAGENT_PROMPT.format(
-        start=clock(start), end=clock(end), duration=end - start, question_block=block
-    )
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def tool_response(body: str) -> str:
-    """One ``<tool_response>`` block around ``body``."""
-    return f"{TOOL_RESPONSE_OPEN}{body}{TOOL_RESPONSE_CLOSE}"
+def packaged_prompt_sets() -> list[str]:
+    """Names of the sets shipped in this package."""
+    folder = resources.files(__package__).joinpath(PACKAGE_DIR)
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def error_text(message: str) -> str:
-    return ERROR_PREFIX + message
+def parse_prompt_set(text: str | bytes, source: str = "<text>") -> PromptSet:
+    """A prompt set from YAML (or JSON) text; ``ValueError`` with the source and the bad field."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ValueError(f"prompt set {source}: not YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"prompt set {source}: top level must be a mapping")
+    try:
+        return PromptSet.model_validate(data)
+    except ValidationError as err:
+        raise ValueError(f"prompt set {source}: {err}") from None
+
+
+@functools.lru_cache(maxsize=32)
+def load_prompt_set(name_or_uri: str = DEFAULT_PROMPT_SET) -> PromptSet:
+    """A packaged set by name (``paravt-v1``), or a YAML file by path or URI (``s3://...``, ``file://``).
+
+    Cached per argument: episodes of one run share one parsed set."""
+    is_name = _NAME.match(name_or_uri) and not name_or_uri.endswith((".yaml", ".yml", ".json"))
+    if is_name:
+        path = resources.files(__package__).joinpath(PACKAGE_DIR, f"{name_or_uri}.yaml")
+        if not path.is_file():
+            known = ", ".join(packaged_prompt_sets())
+            raise ValueError(
+                f"unknown prompt set {name_or_uri!r}; packaged: {known} (or pass a file path/URI)"
+            )
+        return parse_prompt_set(path.read_text(), name_or_uri)
+    from paravt_core import storage
+
+    try:
+        data = storage.read_bytes(name_or_uri)
+    except FileNotFoundError:
+        raise ValueError(f"prompt set {name_or_uri} does not exist") from None
+    return parse_prompt_set(data, name_or_uri)
+
+
+def system_prompt(mode: PromptMode, prompt_set: str = DEFAULT_PROMPT_SET) -> str:
+    """Shortcut: the system prompt of ``mode`` in a set (the default set unless named)."""
+    return load_prompt_set(prompt_set).system_prompt(mode)

@@ -10,6 +10,10 @@ Examples::
     paravt agent run --engine openai --base-url http://127.0.0.1:8000/v1 --served-model ParaVT-8B --model /ckpt ...
     paravt agent run --engine sglang --base-url http://127.0.0.1:30000 --model /ckpt ...
 
+``--temperature`` sets the sub-agents' temperature too unless ``subagent.temperature`` is given, so
+``--temperature 0`` is the greedy evaluation protocol. ``--prompt-set`` takes a packaged name (default
+``paravt-v1``) or a prompt-set YAML path / URI; the trajectory prints the set's checksum.
+
 Knobs not covered by a flag go through ``--set key=value`` (dotted ``AgentConfig`` fields, e.g.
 ``--set subagent.see_question=true``) or a YAML file with ``--config``.
 """
@@ -41,6 +45,7 @@ _FLAG_KEYS = {
     "max_new_tokens": "max_new_tokens",
     "temperature": "temperature",
     "seed": "seed",
+    "prompt_set": "prompt_set",
     "prompt_mode": "prompt_mode",
     "tool_mode": "tool_mode",
     "forced_answer": "forced_answer",
@@ -75,9 +80,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-parallel", type=int, default=None)
     parser.add_argument("--overview-frames", type=int, default=None, help="K overview frames")
     parser.add_argument("--max-new-tokens", type=int, default=None)
-    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument(
+        "--temperature", type=float, default=None, help="main agent and (unless set apart) sub-agents"
+    )
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--prompt-mode", choices=["agentic_general", "agentic_minimal"], default=None)
+    parser.add_argument(
+        "--prompt-set", default=None, help="prompt set: packaged name (default paravt-v1) or YAML path/URI"
+    )
+    parser.add_argument(
+        "--prompt-mode", choices=["agentic_general", "agentic_minimal", "direct", "reasoning"], default=None
+    )
     parser.add_argument("--tool-mode", choices=["subagent", "crop_frames"], default=None)
     parser.add_argument("--forced-answer", choices=["mcq", "tvg"], default=None)
     parser.add_argument("--max-pixels", type=int, default=None)
@@ -106,7 +118,7 @@ def build_config(args: argparse.Namespace) -> AgentConfig:
     return load_config(AgentConfig, args.config, overrides + list(args.overrides))
 
 
-def build_engine(args: argparse.Namespace):
+def build_engine(args: argparse.Namespace, cfg: AgentConfig | None = None):
     """(engine, processor) for the chosen backend."""
     if args.engine == "transformers":
         from paravt_core.engines.transformers_engine import TransformersEngine
@@ -132,7 +144,15 @@ def build_engine(args: argparse.Namespace):
             if args.base_url:
                 engine = SGLangEngine(args.base_url, processor=processor)
             else:
-                engine = SGLangEngine.launch(str(model_dir), port=args.port, processor=processor)
+                cfg = cfg or AgentConfig()
+                engine = SGLangEngine.launch(
+                    str(model_dir),
+                    port=args.port,
+                    processor=processor,
+                    max_pixels=cfg.max_pixels,
+                    min_pixels=cfg.min_pixels,
+                    deterministic_inference=cfg.seed is not None,
+                )
     if args.script:
         from paravt_core.engines.scripted import RoutedEngine, ScriptedEngine
 
@@ -151,11 +171,12 @@ def main(args: argparse.Namespace) -> int:
     console = Console()
     try:
         cfg = build_config(args)
-    except ConfigError as err:
+        cfg.bind_prompt_set()
+    except (ConfigError, ValueError) as err:
         console.print(f"[red]config error:[/red] {err}")
         return 2
     with console.status("loading the model"):
-        engine, processor = build_engine(args)
+        engine, processor = build_engine(args, cfg)
     row = {"video": args.video, "question": args.question, "id": Path(args.video).stem}
     try:
         with console.status("running the episode"):
@@ -181,6 +202,7 @@ def print_trajectory(result: EpisodeResult, cfg: AgentConfig, console: Console |
     console.rule(f"[bold]episode {result.row_id or ''}")
     console.print(Text(f"video: {result.video}"))
     console.print(Text(f"question: {result.question}"))
+    console.print(Text(f"prompt set: {result.prompt_set} ({result.prompt_set_checksum})"))
     if result.nframes:
         h, w = result.overview_size or (0, 0)
         stamps = ", ".join(f"{s:.1f}" for s in result.overview_timestamps[:12])

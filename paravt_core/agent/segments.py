@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from paravt_core.engines.base import image_processor_kwargs
+
 
 class SegmentKind(StrEnum):
     PROMPT = "prompt"
@@ -140,7 +142,7 @@ class SegmentEncoder:
     def __init__(self, processor: Any, *, max_pixels: int, min_pixels: int):
         self.processor = processor
         self.tokenizer = processor.tokenizer
-        self.size = {"shortest_edge": min_pixels, "longest_edge": max_pixels}
+        self.images_kwargs = image_processor_kwargs(max_pixels=max_pixels, min_pixels=min_pixels)
         self.eos_token_id: int = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.image_token_id: int = self.tokenizer.convert_tokens_to_ids("<|image_pad|>")
 
@@ -158,7 +160,7 @@ class SegmentEncoder:
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             return list(ids), None, None
         out = self.processor(
-            text=[text], images=list(images), return_tensors="pt", images_kwargs={"size": self.size}
+            text=[text], images=list(images), return_tensors="pt", images_kwargs=self.images_kwargs
         )
         return out["input_ids"][0].tolist(), out["pixel_values"], out["image_grid_thw"]
 

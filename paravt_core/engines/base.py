@@ -21,9 +21,19 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-FinishReason = Literal["stop", "length"]
+# "stop" (eos or a stop string) and "length" (the token limit) from every engine; chat servers may also
+# answer e.g. "abort", "content_filter" or "tool_calls", which are kept as they are (never mapped to "stop":
+# the episode must not append an <|im_end|> the model never wrote).
+FinishReason = str
+
+
+def image_processor_kwargs(*, max_pixels: int, min_pixels: int) -> dict[str, Any]:
+    """The Qwen image-processor settings of a pixel budget: what our encoder passes, what an SGLang server
+    is launched with (``--mm-process-config``) and what chat requests send (``mm_processor_kwargs``), so
+    every backend turns a frame into the same pixels and the same number of tokens (SPEC §3)."""
+    return {"size": {"shortest_edge": min_pixels, "longest_edge": max_pixels}}
 
 
 class EngineError(RuntimeError):
@@ -64,6 +74,9 @@ class GenerationRequest:
     image_grid_thw: Any = None  # torch.Tensor (n_images x 3)
     messages: list[dict] | None = None
     continue_final_message: bool = False
+    # the image-processor settings the frames were encoded with (``segments.image_processor_kwargs``);
+    # chat engines send them as ``mm_processor_kwargs`` so the server makes the same pixels
+    images_kwargs: dict[str, Any] | None = None
     tag: str = "main"  # who asks: "main" or "subagent" (logs, scripted engines)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -81,6 +94,8 @@ class Completion:
     latency_s: float = 0.0
     request_id: str = ""
     exact_tokens: bool = True  # False for chat engines: token_ids are a re-tokenization of ``text``
+    # None: no seed requested; False: the backend ignores seeds (SGLang without deterministic inference)
+    seed_applied: bool | None = None
 
 
 class Engine(ABC):

@@ -2,20 +2,29 @@
 
 Requests of one ``generate`` call are sent concurrently (bounded by ``max_concurrency``). Each HTTP call
 has a timeout; connection errors, timeouts, 429 and 5xx responses are retried with exponential backoff and
-jitter up to ``max_retries`` times; other 4xx responses fail at once. Errors never include the API key.
+jitter up to ``max_retries`` times (a ``Retry-After`` on 429/503 is honoured, up to ``max_retry_after_s``);
+other 4xx responses fail at once. Errors never include the API key.
 
-Frames travel as lossless PNG data URLs, so the server sees the same pixels as the local processor. A
-request whose last message is a partial assistant turn (the forced ``<think>\\n``) is sent with the
-``continue_final_message`` / ``add_generation_prompt`` extensions that vLLM and SGLang understand. The
-server returns text, so completions carry ``exact_tokens=False``: the episode re-tokenizes them, and these
-engines are meant for evaluation and judging, not for producing RL training tokens.
+Frames travel as lossless PNG data URLs together with ``mm_processor_kwargs`` (the image-processor settings
+our encoder used, which vLLM passes to the HF processor), so the server makes the same pixels and image
+tokens as the local processor. SGLang's OpenAI endpoint (0.5.23) ignores that field: launch it with
+``--mm-process-config`` (``sglang_engine.mm_process_config``) instead. The server's ``usage.prompt_tokens`` is compared with our exact count:
+a mismatch is logged and counted (``prompt_token_mismatches``) and the episode budgets its context with the
+larger number. A request whose last message is a partial assistant turn (the forced ``<think>\\n``) is
+sent with the ``continue_final_message`` / ``add_generation_prompt`` extensions that vLLM and SGLang
+understand. ``finish_reason`` is kept as the server says it (``abort``, ``content_filter``, ``tool_calls``
+are not ``stop``). The server returns text, so completions carry ``exact_tokens=False``: the episode
+re-tokenizes them, and these engines are meant for evaluation and judging, not for RL training tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import email.utils
 import io
+import logging
+import math
 import os
 import random
 import time
@@ -28,6 +37,25 @@ import numpy as np
 from .base import Completion, Engine, EngineError, GenerationRequest, SamplingParams
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+RETRY_AFTER_STATUS = {429, 503}
+
+log = logging.getLogger(__name__)
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date); None if absent/bad."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value).timestamp()
+        except (TypeError, ValueError, IndexError):
+            return None
+        seconds = when - (time.time() if now is None else now)
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def frame_to_data_url(frame: Any) -> str:
@@ -89,6 +117,14 @@ def to_openai_messages(messages: Sequence[dict]) -> list[dict]:
     return out
 
 
+def _has_images(messages: Sequence[dict] | None) -> bool:
+    return any(
+        isinstance(m.get("content"), list)
+        and any(p.get("type") in ("image", "image_url") for p in m["content"])
+        for m in messages or []
+    )
+
+
 class OpenAIEngine(Engine):
     name = "openai"
     token_level = False
@@ -104,6 +140,7 @@ class OpenAIEngine(Engine):
         max_retries: int = 3,
         backoff_s: float = 1.0,
         max_concurrency: int = 16,
+        max_retry_after_s: float = 120.0,
         processor: Any = None,
         extra_body: dict[str, Any] | None = None,
     ):
@@ -120,7 +157,10 @@ class OpenAIEngine(Engine):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._semaphore: asyncio.Semaphore | None = None
         self._client: httpx.AsyncClient | None = None
+        self.max_retry_after_s = max_retry_after_s
         self.attempts = 0  # HTTP calls made (retries included), for logs and tests
+        self.waits: list[float] = []  # seconds slept before each retry, for logs and tests
+        self.prompt_token_mismatches = 0  # completions whose usage.prompt_tokens differed from our count
 
     def _bind(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
         loop = asyncio.get_running_loop()
@@ -158,6 +198,8 @@ class OpenAIEngine(Engine):
         if request.continue_final_message:
             body["continue_final_message"] = True
             body["add_generation_prompt"] = False
+        if request.images_kwargs and _has_images(request.messages):
+            body["mm_processor_kwargs"] = request.images_kwargs
         body.update(self.extra_body)
         return body
 
@@ -178,7 +220,7 @@ class OpenAIEngine(Engine):
         try:
             choice = data["choices"][0]
             text = choice["message"].get("content") or ""
-            reason = "length" if choice.get("finish_reason") == "length" else "stop"
+            reason = str(choice.get("finish_reason") or "unknown")
             logprobs = None
             content_lp = (choice.get("logprobs") or {}).get("content")
             if content_lp:
@@ -188,13 +230,24 @@ class OpenAIEngine(Engine):
             raise EngineError(
                 f"{self.base_url}: malformed chat completion ({type(err).__name__}: {err})"
             ) from err
+        prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        if request.input_ids and prompt_tokens and prompt_tokens != len(request.input_ids):
+            self.prompt_token_mismatches += 1
+            log.warning(
+                "%s counted %d prompt tokens for request %s, we have %d (template or image processing "
+                "differs from ours)",
+                self.base_url,
+                prompt_tokens,
+                request.request_id,
+                len(request.input_ids),
+            )
         return Completion(
             token_ids=[],
             text=text,
             logprobs=logprobs,
             finish_reason=reason,  # type: ignore[arg-type]
             stop_reason=choice.get("stop_reason"),
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            prompt_tokens=prompt_tokens,
             latency_s=time.perf_counter() - started,
             request_id=request.request_id,
             exact_tokens=False,
@@ -203,10 +256,17 @@ class OpenAIEngine(Engine):
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         url = self.base_url + path
         last = "no attempt made"
+        retry_after: float | None = None
         for attempt in range(self.max_retries + 1):
             if attempt:
-                # exponential backoff with full jitter, so retries of concurrent requests spread out
-                await asyncio.sleep(random.uniform(0, self.backoff_s * 2 ** (attempt - 1)))
+                # exponential backoff with full jitter, so retries of concurrent requests spread out; the
+                # server's Retry-After wins when it asks for longer (bounded: a huge value is a bad header)
+                wait = random.uniform(0, self.backoff_s * 2 ** (attempt - 1))
+                if retry_after is not None:
+                    wait = max(wait, min(retry_after, self.max_retry_after_s))
+                self.waits.append(wait)
+                await asyncio.sleep(wait)
+            retry_after = None
             self.attempts += 1
             try:
                 client, _ = self._bind()
@@ -225,4 +285,6 @@ class OpenAIEngine(Engine):
             last = f"HTTP {response.status_code}: {self._redact(response.text[:300])}"
             if response.status_code not in RETRY_STATUS:
                 break
+            if response.status_code in RETRY_AFTER_STATUS:
+                retry_after = retry_after_seconds(response.headers.get("Retry-After"))
         raise EngineError(f"{url}: {last} (after {attempt + 1} attempt(s))")

@@ -1,12 +1,31 @@
 """Token-level generation on an SGLang server (GPU), weight updates, and launching the server.
 
-Native ``/generate`` request (SGLang ``GenerateReqInput``; all requests of a call go in one batched body)::
+The request contract is SGLang 0.5.23's (``io_struct.GenerateReqInput``, the ``/generate`` JSON schema gate
+``entrypoints/api_contract.py``, the Qwen-VL processor in ``multimodal/processors/qwen_vl.py`` and
+``base_processor.py``); ``tests/test_engines_sglang.py`` checks our payloads against it. Native ``/generate``
+request (the requests of a call go in one batched body)::
 
-    {"input_ids": [[int, ...], ...],                # prompt tokens, image pads already expanded
-     "image_data": [[data-url, ...] | None, ...],    # frames of each request, lossless PNG data URLs
+    {"input_ids": [[int, ...], ...],                # prompt tokens, ONE <|image_pad|> per image
+     "image_data": [[data-url, ...], ...],           # frames of each request, lossless PNG data URLs
      "sampling_params": [{"temperature", "top_p", "max_new_tokens", "stop", "sampling_seed",
                           "skip_special_tokens": false, "no_stop_trim": true}, ...],
      "return_logprob": true, "logprob_start_len": -1, "rid": [str, ...]}
+
+- **Image pads**: the server expands each ``<|vision_start|><|image_pad|><|vision_end|>`` itself from the
+  image grid its processor computes, so we send the collapsed form, and check that the server's
+  ``meta_info.prompt_tokens`` equals our exact (expanded) count: a mismatch means the server made other
+  pixels than the learner sees, and is an ``EngineError`` (counted in ``prompt_token_mismatches``).
+- **Pixels**: the server re-processes frames with its image-processor settings; ``launch_command`` passes
+  ``--mm-process-config`` with our pixel budget (``base.image_processor_kwargs``), under which our frames,
+  already sized on the 32-px grid, come out unchanged.
+- **Batches** hold either only requests with images or only text requests: ``image_data`` mixing ``null``
+  and lists fails the schema when a ``null`` comes first, so ``generate`` sends the two kinds separately.
+- **Retries** (timeouts, connection errors, 5xx) go out under new request ids (the server rejects an id it
+  still tracks as "Duplicate request ID"), after a best-effort ``/abort_request`` of a timed-out id, and
+  within ``max_total_s`` in all.
+- **Seeds**: ``sampling_seed`` only takes effect on a server started with
+  ``--enable-deterministic-inference``; without it we do not send seeds and mark completions
+  ``seed_applied=False``.
 
 Response: one object per request (a list for a batch)::
 
@@ -20,32 +39,64 @@ Token ids and log-probs come from ``output_token_logprobs`` (one entry per gener
 included), so the episode appends exactly what was sampled. Weight updates: ``/update_weights_from_disk``
 (``{"model_path", "load_format", "flush_cache", "weight_version"}``) after each checkpoint, or the NCCL path
 ``/init_weights_update_group`` (``{"master_address", "master_port", "rank_offset", "world_size",
-"group_name", "backend"}``) once, then ``/update_weights_from_distributed`` (``{"names", "dtypes", "shapes",
-"group_name", "flush_cache"}``) while the trainer broadcasts the tensors in that group. Every control
-endpoint answers ``{"success": bool, "message": str}``.
-
-Shapes follow SGLang's documentation and ``io_struct.py`` (v0.5.x). A run against a real server needs a GPU;
-see the GPU checklist in ``tests/test_engines_sglang.py``.
+"group_name", "backend"}``; it returns only once the trainer has joined the group too, so both sides start
+together) once, then ``/update_weights_from_distributed`` (``{"names", "dtypes", "shapes", "group_name",
+"flush_cache"}``) while the trainer broadcasts the tensors in that group. Every control endpoint answers
+``{"success": bool, "message": str}``. A run against a real server needs a GPU; see the GPU checklist in
+``tests/test_engines_sglang.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
 
-from .base import Completion, Engine, EngineError, GenerationRequest
+from .base import Completion, Engine, EngineError, GenerationRequest, image_processor_kwargs
 from .openai_engine import frame_to_data_url
 
+IMAGE_PAD = "<|image_pad|>"
 
-def sampling_payload(request: GenerationRequest) -> dict[str, Any]:
+
+class PromptTokenMismatch(EngineError):
+    """The server counted a different prompt length than we sent: it expanded the images differently."""
+
+    def __init__(self, request_id: str, sent: int, counted: int):
+        super().__init__(
+            f"SGLang counted {counted} prompt tokens for request {request_id}, we have {sent}: the server "
+            "made other image tokens than our processor (launch it with --mm-process-config for our pixel "
+            "budget, see sglang_engine.mm_process_config)"
+        )
+        self.sent, self.counted = sent, counted
+
+
+def mm_process_config(*, max_pixels: int, min_pixels: int) -> dict[str, Any]:
+    """SGLang's ``--mm-process-config`` for our pixel budget: its processors pass ``image`` as keyword
+    arguments to the image processor, as our encoder does."""
+    return {"image": image_processor_kwargs(max_pixels=max_pixels, min_pixels=min_pixels)}
+
+
+def collapse_image_pads(input_ids: Sequence[int], image_token_id: int) -> list[int]:
+    """``input_ids`` with every run of image pads cut to one pad (SGLang expands it again per image)."""
+    out: list[int] = []
+    for token in input_ids:
+        if token == image_token_id and out and out[-1] == image_token_id:
+            continue
+        out.append(token)
+    return out
+
+
+def sampling_payload(request: GenerationRequest, *, seeds: bool = True) -> dict[str, Any]:
     s = request.sampling
     params: dict[str, Any] = {
         "temperature": s.temperature,
@@ -57,36 +108,57 @@ def sampling_payload(request: GenerationRequest) -> dict[str, Any]:
     }
     if s.stop:
         params["stop"] = list(s.stop)
-    if s.seed is not None:
+    if seeds and s.seed is not None:
         params["sampling_seed"] = s.seed
     return params
 
 
-def generate_payload(requests: Sequence[GenerationRequest]) -> dict[str, Any]:
-    """One batched ``/generate`` body for ``requests`` (pure function)."""
+def generate_payload(
+    requests: Sequence[GenerationRequest],
+    *,
+    image_token_id: int | None = None,
+    rids: Sequence[str] | None = None,
+    seeds: bool = True,
+) -> dict[str, Any]:
+    """One batched ``/generate`` body (pure function). The requests all carry images or all carry none;
+    ``rids`` default to the requests' ids (retries pass new ones)."""
     if not requests:
         raise ValueError("no requests")
+    with_images = [bool(r.images) for r in requests]
+    if any(with_images) and not all(with_images):
+        raise ValueError("a /generate body holds either only image requests or only text requests")
+    input_ids = []
     for r in requests:
         if not r.input_ids:
             raise EngineError(f"request {r.request_id} has no input_ids (SGLangEngine needs tokens)")
+        ids = list(r.input_ids)
+        if r.images:
+            if image_token_id is None:
+                raise EngineError("image requests need the processor's image token (pass processor=)")
+            ids = collapse_image_pads(ids, image_token_id)
+            pads = ids.count(image_token_id)
+            if pads != len(r.images):
+                raise EngineError(
+                    f"request {r.request_id}: {pads} image placeholders for {len(r.images)} images"
+                )
+        input_ids.append(ids)
     body: dict[str, Any] = {
-        "input_ids": [list(r.input_ids) for r in requests],
-        "sampling_params": [sampling_payload(r) for r in requests],
+        "input_ids": input_ids,
+        "sampling_params": [sampling_payload(r, seeds=seeds) for r in requests],
         "return_logprob": True,
         "logprob_start_len": -1,  # log-probs of the generated tokens only
-        "rid": [r.request_id for r in requests],
+        "rid": list(rids) if rids is not None else [r.request_id for r in requests],
     }
-    if any(r.images for r in requests):
-        body["image_data"] = [
-            [frame_to_data_url(f) for f in r.images] if r.images else None for r in requests
-        ]
+    if all(with_images):
+        body["image_data"] = [[frame_to_data_url(f) for f in r.images] for r in requests]
     return body
 
 
 def parse_generate_response(
     data: Any, requests: Sequence[GenerationRequest], tokenizer: Any = None
 ) -> list[Completion]:
-    """Completions from a ``/generate`` response (a list for a batch, an object for one request)."""
+    """Completions from a ``/generate`` response (a list for a batch, an object for one request). Raises
+    ``PromptTokenMismatch`` when the server's prompt length differs from the request's exact count."""
     items = data if isinstance(data, list) else [data]
     if len(items) != len(requests):
         raise EngineError(f"SGLang returned {len(items)} outputs for {len(requests)} requests")
@@ -101,12 +173,15 @@ def parse_generate_response(
                 raise EngineError("response has no output_token_logprobs (was return_logprob sent?)")
             ids = [int(e[1]) for e in entries]
             logprobs = [float(e[0]) if e[0] is not None else 0.0 for e in entries]
+            prompt_tokens = int(meta["prompt_tokens"])
         except (KeyError, IndexError, TypeError, ValueError) as err:
             raise EngineError(f"malformed SGLang output ({type(err).__name__}: {err})") from err
         if kind == "abort":
             raise EngineError(f"SGLang aborted request {request.request_id}: {finish.get('message', '')}")
         if kind not in ("stop", "length"):
             raise EngineError(f"unknown SGLang finish reason {finish!r}")
+        if prompt_tokens != len(request.input_ids):
+            raise PromptTokenMismatch(request.request_id, len(request.input_ids), prompt_tokens)
         text = (
             tokenizer.decode(ids, skip_special_tokens=False)
             if tokenizer is not None
@@ -117,9 +192,9 @@ def parse_generate_response(
                 token_ids=ids,
                 text=text,
                 logprobs=logprobs,
-                finish_reason=kind,  # type: ignore[arg-type]
+                finish_reason=kind,
                 stop_reason=finish.get("matched") if isinstance(finish, dict) else None,
-                prompt_tokens=int(meta.get("prompt_tokens") or len(request.input_ids)),
+                prompt_tokens=prompt_tokens,
                 latency_s=float(meta.get("e2e_latency") or 0.0),
                 request_id=request.request_id,
             )
@@ -135,9 +210,14 @@ def launch_command(
     context_length: int = 32768,
     mem_fraction_static: float | None = None,
     tp_size: int = 1,
+    max_pixels: int | None = None,
+    min_pixels: int | None = None,
+    deterministic_inference: bool = False,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
-    """``python -m sglang.launch_server ...`` for one server (pure function)."""
+    """``python -m sglang.launch_server ...`` for one server (pure function). ``max_pixels`` /
+    ``min_pixels``: our frame budget, so the server's image processor leaves our frames as they are;
+    ``deterministic_inference``: needed for ``sampling_seed`` to take effect."""
     cmd = [
         sys.executable, "-m", "sglang.launch_server",
         "--model-path", model_path,
@@ -148,6 +228,13 @@ def launch_command(
     ]  # fmt: skip
     if mem_fraction_static is not None:
         cmd += ["--mem-fraction-static", str(mem_fraction_static)]
+    if (max_pixels is None) != (min_pixels is None):
+        raise ValueError("pass both max_pixels and min_pixels (or neither)")
+    if max_pixels is not None and min_pixels is not None:
+        config = mm_process_config(max_pixels=max_pixels, min_pixels=min_pixels)
+        cmd += ["--mm-process-config", json.dumps(config, separators=(",", ":"))]
+    if deterministic_inference:
+        cmd.append("--enable-deterministic-inference")
     return cmd + list(extra_args)
 
 
@@ -222,20 +309,31 @@ class SGLangEngine(Engine):
         timeout_s: float = 3600.0,
         max_retries: int = 2,
         backoff_s: float = 1.0,
+        max_total_s: float | None = None,
         max_batch_size: int = 64,
+        deterministic_inference: bool = False,
     ):
+        """``deterministic_inference``: the server runs with ``--enable-deterministic-inference`` (only then
+        are seeds sent). ``max_total_s`` bounds one call with its retries (default: ``timeout_s`` per
+        attempt)."""
         self.base_url = base_url.rstrip("/")
         self.processor = processor
         self.tokenizer = getattr(processor, "tokenizer", None)
+        self.image_token_id: int | None = (
+            self.tokenizer.convert_tokens_to_ids(IMAGE_PAD) if self.tokenizer is not None else None
+        )
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        self.max_total_s = max_total_s if max_total_s is not None else timeout_s * (max_retries + 1)
         self.max_batch_size = max_batch_size
+        self.deterministic_inference = deterministic_inference
         self.weight_version: str | None = None
         self.server: SGLangServer | None = None  # set by launch(): the process this engine owns
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx.AsyncClient | None = None
         self.http_calls: list[str] = []  # paths called, for logs and tests
+        self.prompt_token_mismatches = 0  # responses whose prompt length differed from ours
 
     @classmethod
     def launch(
@@ -244,15 +342,23 @@ class SGLangEngine(Engine):
         *,
         port: int = 30000,
         processor: Any = None,
+        max_pixels: int | None = None,
+        min_pixels: int | None = None,
+        deterministic_inference: bool = False,
         start_timeout_s: float = 900.0,
         **server_kwargs: Any,
     ) -> SGLangEngine:
         """Start ``python -m sglang.launch_server`` for ``model_path`` (GPU machine) and connect to it;
-        ``engine.server.stop()`` ends it."""
-        server = SGLangServer.for_model(model_path, port=port, **server_kwargs).start(
-            timeout_s=start_timeout_s
-        )
-        engine = cls(server.base_url, processor=processor)
+        ``engine.server.stop()`` ends it. Pass the agent's pixel budget so the server makes our pixels."""
+        server = SGLangServer.for_model(
+            model_path,
+            port=port,
+            max_pixels=max_pixels,
+            min_pixels=min_pixels,
+            deterministic_inference=deterministic_inference,
+            **server_kwargs,
+        ).start(timeout_s=start_timeout_s)
+        engine = cls(server.base_url, processor=processor, deterministic_inference=deterministic_inference)
         engine.server = server
         return engine
 
@@ -268,18 +374,40 @@ class SGLangEngine(Engine):
             await self._client.aclose()
         self._client = None
 
-    async def _post(self, path: str, body: dict[str, Any], *, retry: bool = True) -> Any:
+    async def _post(
+        self,
+        path: str,
+        make_body: Callable[[int], dict[str, Any]],
+        *,
+        retry: bool = True,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """POST ``make_body(attempt)``; timeouts, connection errors and 5xx are retried (with a new body,
+        hence new request ids) with exponential backoff, all within ``max_total_s``."""
         url = self.base_url + path
-        last = ""
+        started = time.monotonic()
+        deadline = started + self.max_total_s
+        last = "no attempt made"
         attempts = self.max_retries + 1 if retry else 1
+        made = 0
         for attempt in range(attempts):
             if attempt:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+                await asyncio.sleep(
+                    min(self.backoff_s * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic()))
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                last += f"; no time left of max_total_s={self.max_total_s:g}"
+                break
+            body = make_body(attempt)
             self.http_calls.append(path)
+            made += 1
+            limit = min(timeout_s if timeout_s is not None else self.timeout_s, remaining)
             try:
-                response = await self._http().post(url, json=body)
+                response = await self._http().post(url, json=body, timeout=limit)
             except httpx.TimeoutException:
-                last = f"timed out after {self.timeout_s:g} s"
+                last = f"timed out after {limit:g} s"
+                await self._abort(body.get("rid"))
                 continue
             except httpx.HTTPError as err:
                 last = f"{type(err).__name__}: {err}"
@@ -289,18 +417,56 @@ class SGLangEngine(Engine):
             last = f"HTTP {response.status_code}: {response.text[:300]}"
             if response.status_code < 500:
                 break
-        raise EngineError(f"{url}: {last}")
+        raise EngineError(f"{url}: {last} (after {made} attempt(s), {time.monotonic() - started:.1f} s)")
+
+    async def _abort(self, rids: Any) -> None:
+        """Best effort: ask the server to drop requests we gave up waiting for (frees their KV cache)."""
+        for rid in rids if isinstance(rids, list) else [rids] if rids else []:
+            self.http_calls.append("/abort_request")
+            with contextlib.suppress(httpx.HTTPError):
+                await self._http().post(self.base_url + "/abort_request", json={"rid": rid}, timeout=5.0)
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
-        out: list[Completion] = []
-        for lo in range(0, len(requests), self.max_batch_size):
-            chunk = list(requests[lo : lo + self.max_batch_size])
-            data = await self._post("/generate", generate_payload(chunk))
-            out += parse_generate_response(data, chunk, self.tokenizer)
-        return out
+        # image and text-only requests go in separate bodies (see the module docstring), each in chunks
+        groups = [
+            [i for i, r in enumerate(requests) if r.images],
+            [i for i, r in enumerate(requests) if not r.images],
+        ]
+        chunks = [
+            g[lo : lo + self.max_batch_size] for g in groups for lo in range(0, len(g), self.max_batch_size)
+        ]
+        results = await asyncio.gather(*(self._generate_chunk([requests[i] for i in c]) for c in chunks))
+        out: list[Completion | None] = [None] * len(requests)
+        for chunk, completions in zip(chunks, results, strict=True):
+            for i, completion in zip(chunk, completions, strict=True):
+                out[i] = completion
+        return out  # type: ignore[return-value]
 
-    async def _control(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        data = await self._post(path, body, retry=False)  # not idempotent: never resend
+    async def _generate_chunk(self, chunk: list[GenerationRequest]) -> list[Completion]:
+        def body(attempt: int) -> dict[str, Any]:
+            rids = [
+                r.request_id if attempt == 0 else f"{r.request_id}-retry{attempt}-{uuid.uuid4().hex[:8]}"
+                for r in chunk
+            ]
+            return generate_payload(
+                chunk, image_token_id=self.image_token_id, rids=rids, seeds=self.deterministic_inference
+            )
+
+        data = await self._post("/generate", body)
+        try:
+            completions = parse_generate_response(data, chunk, self.tokenizer)
+        except PromptTokenMismatch:
+            self.prompt_token_mismatches += 1
+            raise
+        for request, completion in zip(chunk, completions, strict=True):
+            if request.sampling.seed is not None:
+                completion.seed_applied = self.deterministic_inference
+        return completions
+
+    async def _control(
+        self, path: str, body: dict[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        data = await self._post(path, lambda _: body, retry=False, timeout_s=timeout_s)  # never resent
         if not isinstance(data, dict) or not data.get("success", False):
             message = data.get("message") if isinstance(data, dict) else data
             raise EngineError(f"{path} failed: {message}")
@@ -327,7 +493,14 @@ class SGLangEngine(Engine):
         world_size: int,
         group_name: str = "weight_update_group",
         backend: str = "nccl",
+        trainer_join: Callable[[], Any] | None = None,
+        timeout_s: float = 300.0,
     ) -> dict[str, Any]:
+        """Create the trainer->server weight-update group. The server's call returns only once every rank
+        has joined, so the trainer's side (``trainer_join``: e.g. its process-group init as rank 0, run in
+        a thread) starts at the same time; both must finish within ``timeout_s`` or this raises
+        ``EngineError`` saying which side did not join (give ``trainer_join`` its own timeout too: a
+        thread cannot be cancelled)."""
         body = {
             "master_address": master_address,
             "master_port": master_port,
@@ -336,7 +509,30 @@ class SGLangEngine(Engine):
             "group_name": group_name,
             "backend": backend,
         }
-        return await self._control("/init_weights_update_group", body)
+        server = asyncio.ensure_future(self._control("/init_weights_update_group", body, timeout_s=timeout_s))
+        sides = {"server": server}
+        if trainer_join is not None:
+            sides["trainer"] = asyncio.ensure_future(asyncio.to_thread(trainer_join))
+        done, pending = await asyncio.wait(
+            sides.values(), timeout=timeout_s, return_when=asyncio.FIRST_EXCEPTION
+        )
+        failed = next((t for t in done if t.exception() is not None), None)
+        if failed is not None or pending:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            if failed is not None:
+                side = next(k for k, t in sides.items() if t is failed)
+                err = failed.exception()
+                raise EngineError(
+                    f"weight-update group {group_name}: the {side} side failed ({err})"
+                ) from err
+            waiting = ", ".join(k for k, t in sides.items() if t in pending)
+            raise EngineError(
+                f"weight-update group {group_name}: rendezvous at {master_address}:{master_port} not "
+                f"complete after {timeout_s:g} s (still waiting: {waiting})"
+            )
+        return server.result()
 
     async def update_weights_from_distributed(
         self,

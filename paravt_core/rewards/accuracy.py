@@ -44,8 +44,9 @@ _ANSWER_IS = re.compile(
     r"(?i:answer)\s*(?:(?i:is)|:)?\s*[:\-]?\s*(?:(?i:option)\s*)?[(\[]?([A-J])\b(?![\w'])"
 )
 _OPTION = re.compile(r"\b(?i:option)\s*[(\[]?([A-J])\b(?![\w'])")
-# The whole span is one letter ("B", "(B)", "B.") or starts with a lettered option ("B. red", "(B) red").
-_LONE = re.compile(r"[(\[]?([A-J])[)\].:]?")
+# The whole span is one letter ("B", "(B)", "b.": any case, nothing else to confuse it with) or starts
+# with a lettered option ("B. red", "(B) red").
+_LONE = re.compile(r"[(\[]?([A-Ja-j])[)\].:]?")
 _LEAD = re.compile(r"(?:[(\[]([A-J])[)\]]|([A-J])[.):])\s")
 # Two different letters offered as alternatives: "A or B", "B/C", "A, B".
 _HEDGE = re.compile(r"\b([A-J])\b\s*(?:or|and|/|,|&)\s*[(\[]?\b([A-J])\b")
@@ -88,9 +89,15 @@ def answer_span(text: str) -> str:
 
 def parse_mcq_letter(text: str) -> str | None:
     """The option letter (A-J, upper-case) a prediction commits to, or None (no letter, or hedged)."""
-    span = answer_span(text)
-    letter, _ = _mcq_letter(span)
+    letter, _ = read_mcq_letter(text)
     return letter
+
+
+def read_mcq_letter(text: str) -> tuple[str | None, str | None]:
+    """(letter, None) or (None, reason: ``empty_answer`` / ``hedged_letter`` / ``unparseable_letter``).
+
+    The eval scores multiple choice by this letter alone, as ``accuracy_reward`` does for a letter gold."""
+    return _mcq_letter(answer_span(text))
 
 
 def _mcq_letter(span: str) -> tuple[str | None, str | None]:
@@ -109,7 +116,7 @@ def _mcq_letter(span: str) -> tuple[str | None, str | None]:
         return found[-1].group(1).upper(), None
     lone = _LONE.fullmatch(s.rstrip("."))
     if lone:
-        return lone.group(1), None
+        return lone.group(1).upper(), None
     lead = _LEAD.match(s + " ")
     if lead:
         return (lead.group(1) or lead.group(2)), None
@@ -170,16 +177,19 @@ def _rule_score(span: str, gold: str, kind: QuestionType, mode: RewardMode) -> A
     if not span.strip():
         return AccuracyResult(0.0, "empty_answer")
     norm = normalize_answer(span)
+    if kind == "mcq":
+        gold_letter, _ = _mcq_letter(gold)
+        letter, why = _mcq_letter(span)
+        # A letter gold is compared as a letter, before any exact match: the article rule of the
+        # normalization would read the hedge "A, B" as "b" and pay it in full.
+        if gold_letter is not None:
+            if letter is None:
+                return AccuracyResult(0.0, why)
+            return AccuracyResult(float(letter == gold_letter), None, letter, "mcq")
     if norm and norm == normalize_answer(gold):
         return AccuracyResult(1.0, None, norm, "exact")
     if kind == "mcq":
-        letter, why = _mcq_letter(span)
-        if letter is None:
-            return AccuracyResult(0.0, why)
-        gold_letter, _ = _mcq_letter(gold)
-        if gold_letter is None:
-            return AccuracyResult(0.0, "bad_gold", letter)
-        return AccuracyResult(float(letter == gold_letter), None, letter, "mcq")
+        return AccuracyResult(0.0, "bad_gold" if letter is not None else why, letter)
     if kind == "tvg":
         pred = parse_interval(span)
         if pred is None:

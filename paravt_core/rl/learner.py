@@ -29,7 +29,7 @@ import torch
 from paravt_core.agent.segments import Trace
 from paravt_core.config import AdvantageConfig, PolicyLossConfig
 from paravt_core.rl.config import OptimConfig
-from paravt_core.sft.packing import IGNORE, PackedBatch, mrope_position_ids, pack
+from paravt_core.sft.packing import IGNORE, PackedBatch, mrope_position_ids, pack, target_logits
 from paravt_core.sft.packing import Sample as PackSample
 
 from .advantages import sequence_advantages, token_advantages, zero_groups
@@ -95,11 +95,9 @@ def packed_logprobs(model: Any, batch: PackedBatch, temperature: float) -> list[
     ([L_i] each, 0 elsewhere). Only trained positions are projected to the vocabulary."""
     device = next(model.parameters()).device
     batch = batch.to(device, dtype=model.dtype)
-    targets = batch.targets[0]
-    keep = torch.nonzero(targets != IGNORE).flatten()  # position p predicts token p + 1 of the same sample
-    logits = model(**batch.model_inputs(), logits_to_keep=keep, use_cache=False).logits[0].float()
+    keep, logits = target_logits(model, batch, **batch.model_inputs())
     logp = torch.log_softmax(logits / max(temperature, 1e-6), dim=-1)
-    picked = logp.gather(-1, targets[keep, None]).squeeze(-1)
+    picked = logp.gather(-1, batch.targets[0][keep, None]).squeeze(-1)  # position p predicts token p + 1
     full = torch.zeros(batch.tokens, dtype=picked.dtype, device=picked.device)
     full = full.index_put((keep + 1,), picked)
     return [part.cpu() for part in torch.split(full, batch.lengths)]

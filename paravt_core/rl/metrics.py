@@ -13,6 +13,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from paravt_core.run_metrics import figure_png, pyplot
+
 from .rollout import Sample
 
 CURVES = ("reward_mean", "accuracy_mean", "format_mean", "tool_mean", "format_compliance", "tool_call_rate")
@@ -65,19 +67,13 @@ def trajectory_lines(step: int, samples: Sequence[Sample], count: int, seed: int
     return [json.dumps({"step": step, **s.to_dict()}, default=str) for s in chosen]
 
 
-def plot_curves(history: Sequence[dict[str, Any]], path: str) -> None:
+def curves_png(history: Sequence[dict[str, Any]]) -> bytes:
     """PNG with one panel per curve in ``CURVES`` (x: step)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 3, figsize=(12, 6), constrained_layout=True)
+    fig, axes = pyplot().subplots(2, 3, figsize=(12, 6), constrained_layout=True)
     steps = [m["step"] for m in history]
     for ax, key in zip(axes.flat, CURVES, strict=True):
         ax.plot(steps, [m.get(key, 0.0) for m in history], marker="o", markersize=3)
         ax.set_title(key)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    return figure_png(fig, dpi=80)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -28,17 +27,17 @@ from typing import Any
 
 import numpy as np
 
-from paravt_core import faults, storage
+from paravt_core import checkpoint, faults, storage
 from paravt_core.config import ConfigError
 from paravt_core.engines.base import EngineError
 from paravt_core.rl.config import RlConfig
+from paravt_core.run_metrics import write_jsonl
 from paravt_core.stage import StageResult, announce_config, console
 
-from . import checkpoint
 from .coalesce import CoalescingEngine
 from .data import RlPrompt, load_prompts
 from .learner import Learner, state_checksum
-from .metrics import plot_curves, step_metrics, trajectory_lines
+from .metrics import curves_png, step_metrics, trajectory_lines
 from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
 
 
@@ -68,10 +67,6 @@ def _judge(cfg: RlConfig) -> Any:
     return Judge.from_env(
         timeout_s=j.timeout_s, max_retries=j.max_retries, backoff_s=j.backoff_s, deadline_s=j.deadline_s
     )
-
-
-def _write_jsonl(uri: str, rows: list[dict[str, Any]]) -> None:
-    storage.write_bytes(uri, "".join(json.dumps(r) + "\n" for r in rows).encode())
 
 
 def run(cfg: RlConfig) -> StageResult:
@@ -208,7 +203,7 @@ def run(cfg: RlConfig) -> StageResult:
                 storage.join(out, "trajectories", f"step_{step:08d}.jsonl"),
                 "".join(x + "\n" for x in lines).encode(),
             )
-            _write_jsonl(storage.join(out, "metrics.jsonl"), history)
+            write_jsonl(storage.join(out, "metrics.jsonl"), history)
             done = step + 1
             if done % cfg.checkpoint.every == 0 or done == cfg.steps:
                 state = {
@@ -235,12 +230,8 @@ def run(cfg: RlConfig) -> StageResult:
         pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(staging, ignore_errors=True)
 
-    _write_jsonl(storage.join(out, "metrics.jsonl"), history)
-    local_png = os.path.join(tempfile.gettempdir(), f"paravt-rl-curves-{os.getpid()}.png")
-    plot_curves(history, local_png)
-    with open(local_png, "rb") as f:
-        storage.write_bytes(storage.join(out, "curves.png"), f.read())
-    os.remove(local_png)
+    write_jsonl(storage.join(out, "metrics.jsonl"), history)
+    storage.write_bytes(storage.join(out, "curves.png"), curves_png(history))
     summary = {
         "steps": len(history),
         "prompts": len(data.prompts),

@@ -7,7 +7,8 @@ Modules:
               ``PackedLoss`` (the module to shard with FSDP2); the greedy first-fit ``Packer``
   data        the parquet rows as a deterministic, resumable stream for DataLoader worker processes
   trainer     the loop: AdamW, warmup + cosine, clipping, accumulation, bf16, FSDP2 under torchrun
-  checkpoint  torch.distributed.checkpoint checkpoints (N ranks -> M ranks) and the final HF checkpoint
-  metrics     metrics.jsonl / metrics.json / loss_curve.png
+  metrics     metrics.json / loss_curve.png
+Shared with the RL stage: ``paravt_core.checkpoint`` (torch.distributed.checkpoint checkpoints, N ranks ->
+M ranks, and the final HF checkpoint) and ``paravt_core.run_metrics`` (metrics.jsonl, PNG curves).
   stage       ``run(cfg) -> StageResult``
 """

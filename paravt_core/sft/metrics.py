@@ -1,31 +1,15 @@
-"""Per-step training metrics: ``metrics.jsonl``, the summary ``metrics.json`` and the loss-curve PNG."""
+"""SFT metrics: the summary ``metrics.json`` and the loss-curve PNG (``metrics.jsonl``: ``run_metrics``)."""
 
 from __future__ import annotations
 
-import io
-import json
 from typing import Any
 
-from paravt_core import storage
-
-
-def jsonl(records: list[dict[str, Any]]) -> bytes:
-    return "".join(json.dumps(r, sort_keys=True) + "\n" for r in records).encode()
-
-
-def write_jsonl(uri: str, records: list[dict[str, Any]]) -> None:
-    """Rewrite the whole file atomically (a resumed run drops the steps a killed run logged after its
-    last checkpoint)."""
-    storage.write_bytes(uri, jsonl(records))
+from paravt_core.run_metrics import figure_png, pyplot
 
 
 def loss_curve_png(records: list[dict[str, Any]], title: str = "paravt sft") -> bytes:
     """Loss and learning rate per step, as PNG bytes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     steps = [r["step"] for r in records]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     ax.plot(steps, [r["loss"] for r in records], color="tab:blue", label="loss (token mean)")
@@ -37,10 +21,7 @@ def loss_curve_png(records: list[dict[str, Any]], title: str = "paravt sft") -> 
     lr_ax.set_ylabel("learning rate", color="tab:orange")
     ax.set_title(title)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_png(fig)
 
 
 def summary(records: list[dict[str, Any]], rows_used: int, dropped: dict[str, int]) -> dict[str, Any]:

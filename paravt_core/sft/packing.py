@@ -1,7 +1,8 @@
 """Per-sample Qwen3-VL tensors, packing several samples into one sequence, and the token-level loss.
 
 Reused by the RL learner: anything that has token ids, a label per token, the media tensors and the
-sample's own 3-D M-RoPE ids can be packed with :func:`pack` and scored with :func:`token_losses`.
+sample's own 3-D M-RoPE ids can be packed with :func:`pack` and scored with :func:`token_losses` (or its
+:func:`target_logits`, what the RL learner's log-probs start from).
 
 How packed samples are kept apart (checked by ``tests/test_sft_packing.py`` against one-by-one runs):
 
@@ -224,24 +225,31 @@ def encode_media(model: Any, batch: PackedBatch, always: bool = False) -> tuple[
     return encoded, zero
 
 
+def target_logits(model: Any, batch: PackedBatch, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions of ``batch`` that have a target [K], their logits in at least float32 [K, vocab]).
+
+    Only those positions go through ``lm_head`` (``logits_to_keep`` takes their indices), so the
+    vocabulary-sized logits of prompt and media tokens are never materialized. ``inputs``: the forward's
+    keyword arguments (``batch.model_inputs()``, possibly with encoded media). Shared by the SFT loss and the
+    RL learner's log-probs.
+    """
+    keep = torch.nonzero(batch.targets[0] != IGNORE).flatten()
+    logits = model(**inputs, logits_to_keep=keep, use_cache=False).logits[0]
+    return keep, logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 logits -> float32
+
+
 def token_losses(model: Any, batch: PackedBatch, *, always_run_vision: bool = False) -> torch.Tensor:
     """Cross-entropy (at least float32, summed, not averaged) of every target of ``batch``.
 
-    Only the positions with a target go through ``lm_head`` (``logits_to_keep`` takes their indices), so the
-    vocabulary-sized logits of prompt and media tokens are never materialized. Divide by the number of
-    target tokens of the whole optimizer step (all micro-batches, all ranks) for a token-weighted mean.
-    ``always_run_vision``: set it under FSDP (see :func:`encode_media`).
+    Divide by the number of target tokens of the whole optimizer step (all micro-batches, all ranks) for a
+    token-weighted mean. ``always_run_vision``: set it under FSDP (see :func:`encode_media`).
     """
     encoded, zero = encode_media(model, batch, always=always_run_vision)
     inputs = batch.model_inputs()
     for name in ("pixel_values", "pixel_values_videos"):
         inputs.pop(name, None)  # already encoded
-    targets = batch.targets[0]
-    keep = torch.nonzero(targets != IGNORE).flatten()
-    out = model(**inputs, mm_encoder_outputs=encoded or None, logits_to_keep=keep, use_cache=False)
-    logits = out.logits[0]
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 logits -> float32
-    return torch.nn.functional.cross_entropy(logits, targets[keep], reduction="sum") + zero
+    keep, logits = target_logits(model, batch, **inputs, mm_encoder_outputs=encoded or None)
+    return torch.nn.functional.cross_entropy(logits, batch.targets[0][keep], reduction="sum") + zero
 
 
 class PackedLoss(torch.nn.Module):

@@ -3,7 +3,7 @@
 Outputs under ``cfg.output`` (local directory or ``s3://`` prefix)::
 
     config.yaml          the resolved config
-    checkpoints/         resumable training checkpoints (see ``paravt_core/sft/checkpoint.py``)
+    checkpoints/         resumable training checkpoints (see ``paravt_core/checkpoint.py``)
     final/               Hugging Face checkpoint (model + processor) + _COMPLETE; ``paravt_core.models.load``
     metrics.jsonl        one line per optimizer step: loss, lr, grad_norm, tokens, tokens_per_s,
                          padding_share, rows_used, rows_dropped, step_time_s
@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 
-from paravt_core import storage
+from paravt_core import run_metrics, storage
 from paravt_core.config import SftConfig
 from paravt_core.sft import metrics
 from paravt_core.sft.trainer import train
@@ -55,7 +55,7 @@ def run(cfg: SftConfig) -> StageResult:
     summary["resumed_from"] = result.resumed_from
     if rank0:
         out = _outputs(cfg)
-        metrics.write_jsonl(out["metrics_jsonl"], result.records)
+        run_metrics.write_jsonl(out["metrics_jsonl"], result.records)
         storage.write_bytes(out["metrics"], json.dumps(summary, indent=2).encode())
         storage.write_bytes(out["loss_curve"], metrics.loss_curve_png(result.records))
         storage.mark_complete(cfg.output, {"steps": summary.get("steps", 0)})

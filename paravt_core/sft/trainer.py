@@ -9,7 +9,7 @@
   (no decay on norms and biases), the warmup + cosine schedule of ``transformers``.
 - GPU: bf16 compute (FSDP2 ``MixedPrecisionPolicy`` with float32 master weights and reductions; autocast in a
   single process) and gradient checkpointing. CPU: float32.
-- Checkpoints every ``checkpoint.every`` steps (``checkpoint.py``); a restarted run continues from the newest
+- Checkpoints every ``checkpoint.every`` steps (``paravt_core/checkpoint.py``); a restarted run continues from the newest
   complete one with the same data position, RNG and metrics, so its per-step losses are those of an
   uninterrupted run.
 """
@@ -29,9 +29,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from paravt_core import faults
+from paravt_core import checkpoint, faults
 from paravt_core.config import SftConfig
-from paravt_core.sft import checkpoint
 from paravt_core.sft.data import (
     Dropped,
     RankIndices,
@@ -266,7 +265,7 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
     position, pending, records = StreamPosition(), {}, []
     rows_used, dropped, start = 0, Counter(), 0
     if resumed_from is not None:
-        state = checkpoint.load(resumed_from, model, optimizer, scheduler, staging)
+        state = checkpoint.load(resumed_from, model, optimizer, staging_root=staging, scheduler=scheduler)
         if state["n_rows"] != rows.n_rows or state["data_seed"] != cfg.data.seed:
             raise SftError(
                 f"checkpoint {resumed_from} was written for {state['n_rows']} rows with data.seed="
@@ -354,7 +353,9 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
         if progress is not None:
             progress.close()
     _check_bad_rows(cfg, rows_used, dropped, final=True)
-    final = checkpoint.save_final(cfg.output, model, loaded.processor, save_dtype, staging)
+    final = checkpoint.save_final(
+        cfg.output, model, loaded.processor, staging_root=staging, dtype=save_dtype, submodule="inner"
+    )
     return TrainResult(records, rows_used, dict(dropped), final, resumed_from, d.world)
 
 
@@ -378,7 +379,16 @@ def _save(
         "metrics": records,
     }
     staging = os.path.join(cfg.work_dir, f"rank{d.rank}")
-    checkpoint.save(cfg.output, step, model, optimizer, scheduler, state, staging, cfg.checkpoint.keep_last)
+    checkpoint.save(
+        cfg.output,
+        step,
+        model,
+        optimizer,
+        state,
+        staging_root=staging,
+        keep_last=cfg.checkpoint.keep_last,
+        scheduler=scheduler,
+    )
 
 
 class _Bar:

@@ -1,20 +1,22 @@
-"""Training checkpoints (``torch.distributed.checkpoint``) and the final Hugging Face checkpoint.
+"""Training checkpoints (``torch.distributed.checkpoint``) and the final Hugging Face checkpoint, shared by the
+SFT and RL stages.
 
 Layout under the stage output (local directory or ``s3://`` prefix)::
 
     checkpoints/step_00000010/
         model_optim/         DCP: model + AdamW state, one shard file per saving rank + .metadata
-        trainer.json         step, world size, data position (done rows, rows in open sequences per rank),
-                             dropped-row counts, the per-step metrics so far
-        scheduler.pt         LR scheduler state
+        trainer.json         the stage's own state: step, data position, metrics so far, ... (rank 0)
+        scheduler.pt         LR scheduler state (only for a stage that has a scheduler)
         rng/rank_00000.pt    Python / NumPy / torch RNG states of each rank
         _COMPLETE            written last: a checkpoint without it is ignored (killed while saving)
     final/                   save_pretrained() model + processor, then _COMPLETE (paravt_core.models.load)
 
 DCP stores each tensor with its global shape and shard offsets, so a checkpoint written by N ranks loads on
-M ranks (or one process) and the optimizer state follows the parameters. Local outputs are written in
-place; for ``s3://`` every rank writes into a local staging directory and uploads the files it wrote, and
-rank 0 writes the marker after everyone finished.
+M ranks (or one process) and the optimizer state follows the parameters. Every function is collective under
+a process group (every rank calls it) and plain in one process. Local outputs are written in place; for
+``s3://`` every rank writes into a local staging directory and uploads the files it wrote, and rank 0 writes
+the marker after everyone finished. A SIGKILL at any point leaves either a complete checkpoint or an
+incomplete directory that the next run ignores and overwrites.
 """
 
 from __future__ import annotations
@@ -116,12 +118,16 @@ def save(
     step: int,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    scheduler: Any,
     trainer_state: dict[str, Any],
+    *,
     staging_root: str,
     keep_last: int,
+    scheduler: Any | None = None,
 ) -> str:
-    """Write checkpoint ``step`` (collective: every rank calls it) and prune old ones. Returns its URI."""
+    """Write checkpoint ``step`` (collective) and prune old ones. Returns its URI.
+
+    ``trainer_state``: JSON-able, written by rank 0 and handed back by ``load``; ``staging_root``: this
+    rank's local scratch directory (used for ``s3://`` outputs)."""
     rank = _rank()
     uri = step_dir(output, step)
     local = os.path.join(staging_root, f"step_{step:08d}") if storage.is_s3(output) else uri
@@ -140,7 +146,8 @@ def save(
         )
     torch.save(_rng_state(), os.path.join(local, "rng", f"rank_{rank:05d}.pt"))
     if rank == 0:
-        torch.save(scheduler.state_dict(), os.path.join(local, "scheduler.pt"))
+        if scheduler is not None:
+            torch.save(scheduler.state_dict(), os.path.join(local, "scheduler.pt"))
         Path(local, "trainer.json").write_text(json.dumps(trainer_state))
     _barrier()
     if local != uri:
@@ -190,10 +197,11 @@ def load(
     uri: str,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    scheduler: Any,
+    *,
     staging_root: str,
+    scheduler: Any | None = None,
 ) -> dict[str, Any]:
-    """Restore model, optimizer, scheduler and this rank's RNG from checkpoint ``uri`` (collective).
+    """Restore model, optimizer, scheduler (if given) and this rank's RNG from checkpoint ``uri`` (collective).
 
     Returns the trainer state (``trainer.json``). Works whatever the number of ranks that saved it."""
     local = _local_dir(uri, staging_root)
@@ -202,7 +210,8 @@ def load(
     with _single_process_ok():
         dcp.load(state, checkpoint_id=os.path.join(local, "model_optim"), no_dist=not dist.is_initialized())
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    scheduler.load_state_dict(torch.load(os.path.join(local, "scheduler.pt"), weights_only=False))
+    if scheduler is not None:
+        scheduler.load_state_dict(torch.load(os.path.join(local, "scheduler.pt"), weights_only=False))
     rng = os.path.join(local, "rng", f"rank_{_rank():05d}.pt")
     if os.path.exists(rng):  # a rank that did not exist in the saving run keeps its fresh seed
         _set_rng_state(torch.load(rng, weights_only=False))
@@ -210,24 +219,35 @@ def load(
 
 
 def save_final(
-    output: str, model: torch.nn.Module, processor: Any, dtype: torch.dtype, staging_root: str
+    output: str,
+    model: torch.nn.Module,
+    processor: Any,
+    *,
+    staging_root: str,
+    dtype: torch.dtype | None = None,
+    submodule: str = "",
 ) -> str:
     """Write the Hugging Face checkpoint ``<output>/final`` (collective: gathers the full weights).
 
-    ``model``: the trained ``PackedLoss`` (its ``inner`` Hugging Face model is what is saved)."""
+    ``model``: the trained module; ``submodule``: the attribute under which it holds the Hugging Face model
+    that is saved ("" when ``model`` is that model, e.g. ``"inner"`` for SFT's ``PackedLoss``); ``dtype``: the
+    dtype of the saved floating-point weights (default: as trained)."""
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    state = {k.removeprefix("inner."): v for k, v in full.items()}
+    prefix = f"{submodule}." if submodule else ""
+    state = {k.removeprefix(prefix): v for k, v in full.items()}
+    hf_model = getattr(model, submodule) if submodule else model
     uri = storage.join(output, FINAL)
     if _rank() == 0:
         local = os.path.join(staging_root, FINAL) if storage.is_s3(output) else uri
         _delete_tree(uri)
         if local != uri:
             shutil.rmtree(local, ignore_errors=True)
-        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+        if dtype is not None:
+            state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # "Writing model shards" bars in every log otherwise
-        model.inner.save_pretrained(local, state_dict=state)
+        hf_model.save_pretrained(local, state_dict=state)
         processor.save_pretrained(local)
         if local != uri:
             storage.upload_dir(local, uri)

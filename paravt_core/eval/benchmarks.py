@@ -1,0 +1,371 @@
+"""The benchmark registry: how each benchmark's real rows become samples (SPEC §7).
+
+Every entry knows its Hugging Face id and split (for real runs), how to read one row of its own schema, how to
+build the question the model sees, where the video lives under the media root, and the metadata its metrics
+group by. Row schemas, as the datasets publish them:
+
+============== ================================================================================================
+videomme       ``lmms-lab/Video-MME`` (test): ``videoID``, ``question_id``, ``duration`` (short/medium/long),
+               ``domain``, ``task_type``, ``question``, ``options`` (["A. …", …]), ``answer`` (letter);
+               video ``data/<videoID>.mp4``; subtitles ``subtitle/<videoID>.srt`` (``videomme_wsub``)
+longvideobench ``longvideobench/LongVideoBench`` (validation): ``id``, ``video_path``, ``question``,
+               ``option0..option4`` ("N/A" when unused), ``correct_choice`` (int), ``duration`` (s),
+               ``duration_group``, ``question_category``; video ``videos/<video_path>``
+lvbench        ``lmms-lab/LVBench``: the options are inside ``question`` as ``(A) …`` lines; ``answer``
+               (letter), ``uid``, ``question_type`` (list), ``time_reference``, ``video_path``; the original
+               ``video_info.meta.jsonl`` nesting (``key`` + ``qa`` list) is read as well
+mlvu           ``sy1998/MLVU_dev`` (test): ``video_name``, ``duration``, ``question`` (may carry the options
+               after its first line), ``candidates`` (list), ``answer`` (letter or candidate text),
+               ``task_type``, ``question_id``
+mmvu           ``yale-nlp/MMVU`` (validation): ``id``, ``video`` (URL) or ``video_path``, ``question``,
+               ``choices`` ({"A": …, …}, empty for open-ended), ``answer``, ``question_type``
+               (multiple-choice / open-ended), ``metadata.subject``
+charades       ``lmms-lab/charades_sta`` (test): ``video`` (file name), ``caption``, ``timestamp``
+               ([start, end] seconds); video ``Charades_v1_480/<video>``
+synthetic      ``paravt synth``'s ``eval/synthetic_eval.parquet``: ``id``, ``video`` (sentinel path),
+               ``question``, ``options``, ``answer``, ``question_type``, ``duration``
+============== ================================================================================================
+
+A row that lacks a field its benchmark needs becomes a sample with ``error`` set: it is recorded and counted
+as an error, never run, never dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from paravt_core import storage
+from paravt_core.synth.rows import CHARADES_QUESTION
+
+from .formats import subtitle_text
+
+LETTERS = "ABCDEFGHIJ"
+SUBTITLE_HEADER = "This video's subtitles are listed below:"
+NO_SUBTITLES = "(no subtitles available)"
+
+
+@dataclass
+class Sample:
+    """One question of one benchmark, ready for an episode (or an error to record)."""
+
+    benchmark: str
+    id: str
+    video: str = ""  # local path or s3:// URI
+    question: str = ""  # the benchmark's question text (the protocol adds its format instruction)
+    gold: str = ""  # "B" / "12.0, 15.5" / free text
+    qtype: str = "mcq"  # mcq | tvg | oe
+    letters: str = ""  # valid option letters of an mcq sample
+    meta: dict[str, Any] = field(default_factory=dict)  # what metrics group by (duration, task type, ...)
+    error: str | None = None  # why the row cannot be run
+
+
+class RowError(ValueError):
+    """A row that lacks something its benchmark needs."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where a benchmark's media and subtitles live."""
+
+    media_root: str
+    subtitles_root: str = ""
+
+
+Converter = Callable[[dict[str, Any], Context], Sample]
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    hub_id: str
+    split: str
+    convert: Converter
+    id_keys: tuple[str, ...]  # row fields that make the sample id, first present wins
+    tool_prompt: str = "agentic_general"  # with-tool prompt mode (Charades: the bare envelope)
+    published_key: str = ""  # column of SPEC §7's published table
+
+
+def _need(row: dict[str, Any], key: str) -> Any:
+    value = row.get(key)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise RowError(f"missing field {key!r}")
+    return value
+
+
+def media(ctx: Context, rel: str) -> str:
+    """``rel`` under the media root (local path or s3:// prefix); absolute paths and URIs pass through."""
+    rel = str(rel)
+    if "://" in rel or os.path.isabs(rel) or not ctx.media_root:
+        return rel
+    return (
+        storage.join(ctx.media_root, rel)
+        if storage.is_s3(ctx.media_root)
+        else os.path.join(ctx.media_root, rel)
+    )
+
+
+def lettered(options: list[str]) -> str:
+    return "\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(options))
+
+
+MCQ_HINT = "Answer with the option's letter from the given choices."
+
+
+def mcq_question(stem: str, options_block: str) -> str:
+    """SPEC §7's multiple-choice layout: "Question: …\\nOptions:\\nA. …", then the letter instruction."""
+    return f"Question: {stem.strip()}\nOptions:\n{options_block}\n{MCQ_HINT}"
+
+
+_LEADING_LETTER = re.compile(r"^\s*\(?([A-J])[.):]\s*")
+
+
+def letter_of(answer: Any, options: list[str]) -> str:
+    """The gold letter: a letter as given, an index, or the text of one option."""
+    if isinstance(answer, int) and not isinstance(answer, bool):
+        if 0 <= answer < len(options):
+            return LETTERS[answer]
+        raise RowError(f"answer index {answer} outside {len(options)} options")
+    text = str(answer).strip()
+    m = re.fullmatch(r"\(?([A-J])\)?\.?", text)
+    if m and m.group(1) in LETTERS[: max(len(options), 1)]:
+        return m.group(1)
+    for i, option in enumerate(options):
+        if text and _LEADING_LETTER.sub("", option).strip().lower() == text.lower():
+            return LETTERS[i]
+    raise RowError(f"answer {text!r} is neither an option letter nor an option")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Converters, one per schema
+
+
+def _videomme(row: dict[str, Any], ctx: Context, subtitles: bool) -> Sample:
+    options = [str(o) for o in _need(row, "options")]
+    video_id = str(_need(row, "videoID"))
+    question = mcq_question(_need(row, "question"), "\n".join(options))
+    if subtitles:
+        root = ctx.subtitles_root or media(ctx, "subtitle")
+        text = subtitle_text(media(Context(root), f"{video_id}.srt"))
+        question = f"{SUBTITLE_HEADER}\n{text or NO_SUBTITLES}\n{question}"
+    return Sample(
+        benchmark="",
+        id=str(_need(row, "question_id")),
+        video=media(ctx, f"data/{video_id}.mp4"),
+        question=question,
+        gold=letter_of(_need(row, "answer"), options),
+        letters=LETTERS[: len(options)],
+        meta={
+            "duration": str(_need(row, "duration")),
+            "task_type": row.get("task_type"),
+            "domain": row.get("domain"),
+        },
+    )
+
+
+def _longvideobench(row: dict[str, Any], ctx: Context) -> Sample:
+    options = []
+    for i in range(5):
+        value = row.get(f"option{i}")
+        if value is None or str(value) == "N/A":
+            break
+        options.append(str(value))
+    if not options:
+        raise RowError("missing field 'option0'")
+    choice = _need(row, "correct_choice")
+    return Sample(
+        benchmark="",
+        id=str(_need(row, "id")),
+        video=media(ctx, f"videos/{_need(row, 'video_path')}"),
+        question=mcq_question(_need(row, "question"), lettered(options)),
+        gold=letter_of(int(choice), options),
+        letters=LETTERS[: len(options)],
+        meta={
+            "duration_group": str(row.get("duration_group")),
+            "question_category": row.get("question_category"),
+        },
+    )
+
+
+_PAREN_OPTION = re.compile(r"^\(([A-J])\)\s*(.*)$")
+
+
+def _lvbench(row: dict[str, Any], ctx: Context) -> Sample:
+    question = str(_need(row, "question"))
+    options = [m.group(2) for ln in question.splitlines() if (m := _PAREN_OPTION.match(ln.strip()))]
+    if not options:
+        raise RowError("question holds no (A)…(D) options")
+    qtypes = row.get("question_type") or []
+    return Sample(
+        benchmark="",
+        id=str(_need(row, "uid")),
+        video=media(ctx, str(_need(row, "video_path"))),
+        question=f"Question: {question.strip()}\n{MCQ_HINT}",
+        gold=letter_of(_need(row, "answer"), options),
+        letters=LETTERS[: len(options)],
+        meta={"question_type": list(qtypes) if isinstance(qtypes, list | tuple) else [qtypes]},
+    )
+
+
+def _mlvu(row: dict[str, Any], ctx: Context) -> Sample:
+    candidates = [str(c) for c in _need(row, "candidates")]
+    stem = str(_need(row, "question")).split("\n", 1)[0]  # options, when inlined, follow the first line
+    return Sample(
+        benchmark="",
+        id=str(row.get("question_id") or f"{_need(row, 'video_name')}::{stem}"),
+        video=media(ctx, str(_need(row, "video_name"))),
+        question=mcq_question(stem, lettered(candidates)),
+        gold=letter_of(_need(row, "answer"), candidates),
+        letters=LETTERS[: len(candidates)],
+        meta={"task_type": str(_need(row, "task_type")), "duration": row.get("duration")},
+    )
+
+
+def _mmvu(row: dict[str, Any], ctx: Context) -> Sample:
+    qtype = str(_need(row, "question_type"))
+    rel = row.get("video_path") or _need(row, "video")
+    rel = str(rel)
+    if "://" in rel and "/videos/" in rel:  # the published rows carry hub URLs; the copy is local
+        rel = "videos/" + rel.split("/videos/", 1)[1]
+    subject = (row.get("metadata") or {}).get("subject") if isinstance(row.get("metadata"), dict) else None
+    sample = Sample(
+        benchmark="",
+        id=str(_need(row, "id")),
+        video=media(ctx, rel),
+        meta={"subject": subject, "kind": qtype},
+    )
+    if qtype == "multiple-choice":
+        choices = _need(row, "choices")
+        options = [str(choices[k]) for k in LETTERS if str(choices.get(k) or "").strip()]
+        sample.question = mcq_question(_need(row, "question"), lettered(options))
+        sample.gold = letter_of(_need(row, "answer"), options)
+        sample.letters = LETTERS[: len(options)]
+        return sample
+    sample.question = f"Question: {str(_need(row, 'question')).strip()}"
+    sample.gold, sample.qtype = str(_need(row, "answer")), "oe"
+    return sample
+
+
+def _charades(row: dict[str, Any], ctx: Context) -> Sample:
+    stamp = _need(row, "timestamp")
+    try:
+        start, end = (float(v) for v in stamp)
+    except (TypeError, ValueError):
+        raise RowError(f"timestamp {stamp!r} is not a [start, end] pair") from None
+    video = str(_need(row, "video"))
+    caption = str(_need(row, "caption")).strip()
+    return Sample(
+        benchmark="",
+        id=f"{video}::{caption}::{start:g}-{end:g}",
+        video=media(ctx, f"Charades_v1_480/{video}"),
+        question=CHARADES_QUESTION.format(caption=caption),
+        gold=f"{start:.1f}, {end:.1f}",
+        qtype="tvg",
+    )
+
+
+def _synthetic(row: dict[str, Any], ctx: Context) -> Sample:
+    qtype = str(_need(row, "question_type"))
+    options = [str(o) for o in (row.get("options") or [])]
+    return Sample(
+        benchmark="",
+        id=str(_need(row, "id")),
+        video=media(ctx, str(_need(row, "video"))),
+        question=str(_need(row, "question")),
+        gold=str(_need(row, "answer")),
+        qtype=qtype if qtype in ("mcq", "tvg") else "oe",
+        letters=LETTERS[: len(options)],
+        meta={"question_type": qtype},
+    )
+
+
+REGISTRY: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark(
+            "videomme",
+            "lmms-lab/Video-MME",
+            "test",
+            lambda r, c: _videomme(r, c, False),
+            ("question_id",),
+            published_key="VMME",
+        ),  # fmt: skip
+        Benchmark(
+            "videomme_wsub",
+            "lmms-lab/Video-MME",
+            "test",
+            lambda r, c: _videomme(r, c, True),
+            ("question_id",),
+            published_key="VMME+sub",
+        ),  # fmt: skip
+        Benchmark(
+            "longvideobench",
+            "longvideobench/LongVideoBench",
+            "validation",
+            _longvideobench,
+            ("id",),
+            published_key="LVB",
+        ),  # fmt: skip
+        Benchmark("lvbench", "lmms-lab/LVBench", "train", _lvbench, ("uid",), published_key="LVBench"),
+        Benchmark(
+            "mlvu", "sy1998/MLVU_dev", "test", _mlvu, ("question_id", "video_name"), published_key="MLVU"
+        ),
+        Benchmark("mmvu", "yale-nlp/MMVU", "validation", _mmvu, ("id",), published_key="MMVU"),
+        Benchmark(
+            "charades",
+            "lmms-lab/charades_sta",
+            "test",
+            _charades,
+            ("video",),
+            tool_prompt="agentic_minimal",
+            published_key="Charades",
+        ),  # fmt: skip
+        Benchmark("synthetic", "", "", _synthetic, ("id",)),
+    )
+}
+
+
+def get(name: str) -> Benchmark:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(REGISTRY)}") from None
+
+
+def flatten_lvbench(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """LVBench's ``video_info.meta.jsonl`` nests the questions of a video under ``qa``: one row per question,
+    the video at ``<key>.mp4``."""
+    out = []
+    for row in rows:
+        if isinstance(row.get("qa"), list):
+            for qa in row["qa"]:
+                out.append({"video_path": f"{row.get('key')}.mp4", "video_type": row.get("type"), **qa})
+        else:
+            out.append(row)
+    return out
+
+
+def to_samples(name: str, rows: list[dict[str, Any]], ctx: Context) -> list[Sample]:
+    """Samples of ``rows``; a row the benchmark cannot use becomes a sample with ``error`` set. Ids are
+    made unique (a repeated id gets ``#2``, ``#3``…) so exactly-once accounting is per row."""
+    bench = get(name)
+    if name == "lvbench":
+        rows = flatten_lvbench(rows)
+    samples: list[Sample] = []
+    seen: dict[str, int] = {}
+    for index, row in enumerate(rows):
+        try:
+            sample = bench.convert(row, ctx)
+        except (RowError, KeyError, TypeError, ValueError, AttributeError) as err:
+            key = next((str(row[k]) for k in bench.id_keys if row.get(k) not in (None, "")), f"row-{index}")
+            sample = Sample(benchmark=name, id=key, error=f"row_error: {err}")
+        sample.benchmark = name
+        count = seen.get(sample.id, 0) + 1
+        seen[sample.id] = count
+        if count > 1:
+            sample.id = f"{sample.id}#{count}"
+        samples.append(sample)
+    return samples

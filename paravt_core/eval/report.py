@@ -1,0 +1,271 @@
+"""What an eval run hands over: ``results.json``, a flat KFP metrics file, and an HTML report with plots.
+
+- ``results.json``: per protocol and benchmark the metrics (``metrics.benchmark_metrics``), totals, errors by
+  reason, tool use, elapsed time, the resolved config, code version, model URI and prompt-set checksum;
+- ``metrics.json``: ``{"<protocol>.<benchmark>.<metric>": number}`` plus totals - exactly what a KFP
+  ``Metrics`` artifact takes (``metrics.log_metric(name, value)`` per entry);
+- ``report.html`` (+ ``plots/*.png``): a table of headline numbers per benchmark and protocol, with SPEC §7's
+  published numbers and the difference when the model is a published checkpoint; accuracy per benchmark with
+  and without the tool, tool calls per sample, Charades IoU histogram; errors by reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections import Counter
+from typing import Any
+
+from . import benchmarks as registry
+from .metrics import headline
+from .protocols import WITH_TOOL
+
+# SPEC §7: published accuracy (%) and Charades mIoU of the with-tool protocol.
+PUBLISHED: dict[str, dict[str, float]] = {
+    "Qwen3-VL-8B": {
+        "VMME": 59.9,
+        "VMME+sub": 68.4,
+        "LVB": 52.2,
+        "LVBench": 33.1,
+        "MLVU": 58.3,
+        "MMVU": 68.0,
+        "Charades": 49.3,
+    },  # fmt: skip
+    "LongVT-RFT-7B": {
+        "VMME": 59.5,
+        "VMME+sub": 66.0,
+        "LVB": 54.7,
+        "LVBench": 37.9,
+        "MLVU": 59.4,
+        "MMVU": 63.4,
+        "Charades": 23.4,
+    },  # fmt: skip
+    "ParaVT-8B": {
+        "VMME": 62.1,
+        "VMME+sub": 69.4,
+        "LVB": 60.4,
+        "LVBench": 39.8,
+        "MLVU": 65.0,
+        "MMVU": 68.6,
+        "Charades": 50.1,
+    },  # fmt: skip
+}
+_ALIASES = {"paravt-8b": "ParaVT-8B", "qwen3-vl-8b": "Qwen3-VL-8B", "longvt-rft-7b": "LongVT-RFT-7B"}
+
+
+def published_model(setting: str, model_uri: str) -> str | None:
+    """The published checkpoint to compare with: the setting, or (``auto``) one named in the model URI."""
+    if setting and setting != "auto":
+        if setting not in PUBLISHED:
+            raise ValueError(f"published_model {setting!r} unknown; known: {', '.join(PUBLISHED)}")
+        return setting
+    if setting == "auto":
+        low = model_uri.lower()
+        for alias, name in _ALIASES.items():
+            if alias in low:
+                return name
+    return None
+
+
+def published_value(model: str | None, benchmark: str) -> float | None:
+    key = registry.REGISTRY[benchmark].published_key if benchmark in registry.REGISTRY else ""
+    return PUBLISHED.get(model or "", {}).get(key)
+
+
+def kfp_metrics(results: dict[str, Any]) -> dict[str, float]:
+    """Flat name -> number (KFP ``Metrics`` takes floats only)."""
+    out: dict[str, float] = {}
+    for protocol, benches in results["protocols"].items():
+        for bench, m in benches.items():
+            for key in ("accuracy", "miou", "r@0.3", "r@0.5", "r@0.7", "micro", "macro", "mc_accuracy",
+                        "oe_accuracy", "avg_tool_calls", "tool_use_rate"):  # fmt: skip
+                if isinstance(m.get(key), int | float):
+                    out[f"{protocol}.{bench}.{key.replace('@', '_at_')}"] = float(m[key])
+            for group, value in (m.get("by_duration") or {}).items():
+                if value is not None:
+                    out[f"{protocol}.{bench}.accuracy_{group}"] = float(value)
+            out[f"{protocol}.{bench}.errors"] = float(m["errors"])
+    for key in ("samples", "scored", "errors", "error_share"):
+        out[f"total.{key}"] = float(results["totals"][key])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Plots
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def plots(results: dict[str, Any], records: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, bytes]:
+    """name -> PNG bytes. ``records``: protocol -> benchmark -> per-sample records."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out: dict[str, bytes] = {}
+    protocols = list(results["protocols"])
+    benches = sorted({b for p in protocols for b in results["protocols"][p]}, key=_order)
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(benches)), 3.6))
+    width = 0.8 / max(1, len(protocols))
+    for k, protocol in enumerate(protocols):
+        values = [headline(results["protocols"][protocol].get(b, {})) or 0.0 for b in benches]
+        xs = [i + (k - (len(protocols) - 1) / 2) * width for i in range(len(benches))]
+        label = f"{protocol} ({'with' if protocol in WITH_TOOL else 'without'} tool)"
+        ax.bar(xs, values, width, label=label)
+    ax.set_xticks(range(len(benches)), benches, rotation=25, ha="right")
+    ax.set_ylabel("accuracy % (Charades: mIoU)")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=8)
+    ax.set_title("Headline per benchmark")
+    out["accuracy"] = _png(fig)
+    plt.close(fig)
+
+    calls = [int(r.get("tool_calls") or 0) for p in protocols if p in WITH_TOOL
+             for recs in records.get(p, {}).values() for r in recs if r.get("status") == "ok"]  # fmt: skip
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    counts = Counter(calls)
+    top = max(counts, default=0)
+    ax.bar(range(top + 1), [counts.get(i, 0) for i in range(top + 1)], color="#4c72b0")
+    ax.set_xticks(range(top + 1))
+    ax.set_xlabel("executed tool calls per sample (with-tool protocols)")
+    ax.set_ylabel("samples")
+    ax.set_title("Tool calls per sample")
+    out["tool_calls"] = _png(fig)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    for protocol in protocols:
+        ious = [
+            float(r["score"])
+            for r in records.get(protocol, {}).get("charades", [])
+            if r.get("status") == "ok"
+        ]
+        if ious:
+            ax.hist(ious, bins=10, range=(0, 1), alpha=0.6, label=protocol)
+    ax.set_xlabel("temporal IoU")
+    ax.set_ylabel("samples")
+    ax.set_title("Charades-STA IoU")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    out["charades_iou"] = _png(fig)
+    plt.close(fig)
+    return out
+
+
+def _order(bench: str) -> int:
+    names = list(registry.REGISTRY)
+    return names.index(bench) if bench in names else len(names)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# HTML
+
+
+def _fmt(value: Any) -> str:
+    return "–" if value is None else f"{value:.1f}" if isinstance(value, float) else html.escape(str(value))
+
+
+def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
+    model = results.get("published_model")
+    protocols = list(results["protocols"])
+    benches = sorted({b for p in protocols for b in results["protocols"][p]}, key=_order)
+    head = "".join(f"<th>{html.escape(p)}<br><small>{'with' if p in WITH_TOOL else 'without'} tool</small></th>"
+                   for p in protocols)  # fmt: skip
+    if model:
+        head += f"<th>published<br><small>{html.escape(model)}</small></th><th>Δ (ours − published)</th>"
+    rows = []
+    for b in benches:
+        cells = []
+        for p in protocols:
+            m = results["protocols"][p].get(b)
+            if not m:
+                cells.append("<td>–</td>")
+                continue
+            extra = f"<br><small>{m['scored']} scored · {m['errors']} errors</small>"
+            cells.append(f"<td><b>{_fmt(headline(m))}</b>{extra}</td>")
+        if model:
+            pub = published_value(model, b)
+            ours = next((headline(results["protocols"][p][b]) for p in protocols
+                         if p in WITH_TOOL and b in results["protocols"][p]), None)  # fmt: skip
+            diff = None if pub is None or ours is None else ours - pub
+            sign = "" if diff is None else ("pos" if diff >= 0 else "neg")
+            cells.append(
+                f"<td>{_fmt(pub)}</td><td class='{sign}'>{'' if diff is None else f'{diff:+.1f}'}</td>"
+            )
+        metric = "mIoU" if b == "charades" else "acc."
+        rows.append(f"<tr><th>{html.escape(b)} <small>({metric})</small></th>{''.join(cells)}</tr>")
+
+    details = []
+    for p in protocols:
+        for b in benches:
+            m = results["protocols"][p].get(b)
+            if not m:
+                continue
+            keys = [k for k in ("by_duration", "by_duration_group", "by_task_type", "micro", "macro", "mc_accuracy",
+                                "oe_accuracy", "oe_scored_by", "r@0.3", "r@0.5", "r@0.7",
+                                "accuracy_errors_as_wrong", "avg_tool_calls", "tool_use_rate") if k in m]  # fmt: skip
+            parts = "; ".join(f"{k}: {_detail(m[k])}" for k in keys)
+            details.append(f"<tr><td>{html.escape(p)}</td><td>{html.escape(b)}</td><td>{parts}</td></tr>")
+
+    totals = results["totals"]
+    errors = "".join(f"<tr><td>{html.escape(k)}</td><td>{v}</td></tr>"
+                     for k, v in sorted(results["errors_by_reason"].items())) or "<tr><td colspan=2>none</td></tr>"  # fmt: skip
+    figs = "".join(
+        f"<figure><img alt='{n}' src='data:image/png;base64,{base64.b64encode(png).decode()}'></figure>"
+        for n, png in images.items()
+    )
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>paravt eval report</title>
+<style>
+body {{ font-family: sans-serif; margin: 24px; color: #222; }}
+table {{ border-collapse: collapse; margin: 12px 0; }}
+th, td {{ border: 1px solid #ccc; padding: 4px 10px; text-align: center; vertical-align: top; }}
+th {{ background: #f3f3f3; }}
+td.pos {{ color: #1a7f37; }} td.neg {{ color: #b42318; }}
+small {{ color: #666; }} figure {{ display: inline-block; margin: 8px; }}
+.meta td {{ text-align: left; }}
+.gate {{ background: #fde8e8; border: 1px solid #b42318; color: #b42318; padding: 6px 10px; display: inline-block; }}
+</style></head><body>
+<h1>paravt eval</h1>
+{_gate_banner(results)}
+<table class="meta">
+<tr><th>model</th><td>{html.escape(str(results.get("model")))}</td></tr>
+<tr><th>compared with</th><td>{html.escape(model or "no published checkpoint")}</td></tr>
+<tr><th>samples</th><td>{totals["samples"]} ({totals["scored"]} scored, {totals["errors"]} errors,
+ error share {100 * totals["error_share"]:.1f}%)</td></tr>
+<tr><th>tool use</th><td>{_fmt(results.get("avg_tool_calls"))} executed calls per sample ·
+ {_fmt(results.get("tool_use_rate"))}% of samples call the tool (with-tool protocols)</td></tr>
+<tr><th>prompts</th><td>{html.escape(str(results.get("prompt_protocol")))} · {html.escape(str(results.get("prompt_checksum", ""))[:23])}…</td></tr>
+<tr><th>code</th><td>{html.escape(str(results.get("code_version")))} · {results.get("elapsed_s", 0):.1f} s</td></tr>
+</table>
+<h2>Headline (accuracy %, Charades mIoU)</h2>
+<table><tr><th>benchmark</th>{head}</tr>{"".join(rows)}</table>
+<p><small>Errors (engine failures after retries, unreadable videos, bad rows, judge unavailable) are counted
+apart and never scored as wrong answers.</small></p>
+<h2>Plots</h2>{figs}
+<h2>Errors by reason</h2><table><tr><th>reason</th><th>samples</th></tr>{errors}</table>
+<h2>Breakdowns</h2><table class="meta"><tr><th>protocol</th><th>benchmark</th><th>metrics</th></tr>{"".join(details)}</table>
+</body></html>
+"""
+
+
+def _gate_banner(results: dict[str, Any]) -> str:
+    gate = results.get("gate") or {}
+    if gate.get("passed", True):
+        return ""
+    share = 100 * results["totals"]["error_share"]
+    return (f"<p class='gate'>Error share {share:.1f}% exceeds max_error_share {100 * gate['max_error_share']:.1f}%: "
+            "the stage failed after writing these results.</p>")  # fmt: skip
+
+
+def _detail(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{html.escape(str(k))}: {_fmt(v)}" for k, v in value.items()) + "}"
+    return _fmt(value)

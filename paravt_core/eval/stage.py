@@ -1,0 +1,508 @@
+"""``paravt eval``: every configured benchmark under every protocol on one model, exactly once per sample.
+
+Outputs under ``cfg.output`` (a local directory or an ``s3://`` prefix)::
+
+    config.yaml
+    records.json                             fingerprint of model + engine + agent config + prompt texts: a
+                                             rerun with a different one is refused (records would mix)
+    samples/<protocol>/<benchmark>.jsonl     one record per sample (id, question, gold, prediction, score,
+                                             finish reason, tool calls, turns, frames, latency, error)
+    results.json                             metrics per protocol x benchmark, totals, errors by reason, tool
+                                             use, elapsed, config, code version, model URI, prompt checksum
+    metrics.json                             flat {"<protocol>.<benchmark>.<metric>": number} for KFP Metrics
+    report.html  plots/*.png                 table (+ published numbers), accuracy / tool-call / IoU plots
+    _COMPLETE                                written last, only when the error share is within the limit
+
+Sharded runs (``shard=i/n``) write ``shards/<i>-of-<n>/samples/...`` and their own ``_COMPLETE``; a run with
+``merge=true`` (same config, no shard) checks that all ``n`` shards are complete and together hold every
+sample exactly once, then writes the files above. A rerun skips the samples already recorded.
+
+With an ``s3://`` output the records are appended to files in ``work_dir`` and uploaded every
+``runner.upload_every_s`` and at the end; a rerun on a fresh machine starts from the uploaded records.
+
+Above ``max_error_share`` (errors / samples) the stage writes everything, then fails with one message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import time
+from collections import Counter
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from paravt_core import storage
+from paravt_core.agent import prompts
+from paravt_core.config import config_to_dict
+from paravt_core.stage import StageResult, announce_config, console
+
+from . import benchmarks as registry
+from . import report
+from .config import EvalBenchmarkConfig, EvalConfig
+from .formats import FormatError, read_rows
+from .metrics import benchmark_metrics
+from .protocols import WITH_TOOL
+from .records import RecordError, SampleLog, parse_shard, read_records, shard_of
+from .runner import RunOptions, run_samples
+
+STAGE = "eval"
+ROW_PATTERNS = ["*.parquet", "*.arrow", "*.json", "*.jsonl"]
+
+
+class EvalError(RuntimeError):
+    """The eval stage cannot run or its result fails the error-share gate (one-line message)."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inputs
+
+
+def resolve_benchmarks(cfg: EvalConfig) -> list[EvalBenchmarkConfig]:
+    """The benchmarks to run; with ``demo_data`` the fixtures fill in missing sources (or all, when none)."""
+    if not cfg.demo_data:
+        if not cfg.benchmarks:
+            raise EvalError("no benchmarks configured (benchmarks: [{name: videomme, ...}] or demo_data)")
+        return list(cfg.benchmarks)
+    from .fixtures import write_fixtures
+
+    fixtures = {e["name"]: e for e in write_fixtures(cfg.demo_data)}
+    if not cfg.benchmarks:
+        return [EvalBenchmarkConfig(**e) for e in fixtures.values()]
+    out = []
+    for b in cfg.benchmarks:
+        fx = fixtures.get(b.name, {})
+        filled = {k: v for k, v in fx.items() if k != "name" and not getattr(b, k)}
+        out.append(b.model_copy(update=filled))
+    return out
+
+
+def _rows_source(b: EvalBenchmarkConfig, bench: registry.Benchmark, work: str) -> str:
+    source = b.source or (f"hf://{bench.hub_id}" if bench.hub_id else "")
+    if not source:
+        raise EvalError(f"benchmark {b.name}: no source configured")
+    if storage.is_s3(source) or source.startswith("hf://"):
+        from paravt_core.data.download import fetch
+
+        dest = os.path.join(work, "sources", b.name)
+        fetched = fetch(source, ROW_PATTERNS, dest)
+        return os.path.dirname(fetched[0].path) if len(fetched) == 1 else dest
+    return source
+
+
+def load_samples(b: EvalBenchmarkConfig, work: str) -> list[registry.Sample]:
+    bench = registry.get(b.name)
+    source = _rows_source(b, bench, work)
+    try:
+        rows = read_rows(source, b.split or bench.split)
+    except FormatError as err:
+        raise EvalError(f"benchmark {b.name}: {err}") from None
+    if b.limit:
+        rows = rows[: b.limit]
+    ctx = registry.Context(media_root=b.media_root, subtitles_root=b.subtitles)
+    return registry.to_samples(b.name, rows, ctx)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Engine and judge
+
+
+def build_engine(cfg: EvalConfig) -> tuple[Any, Any]:
+    """(engine, processor) of the config."""
+    e = cfg.engine
+    if e.kind == "transformers":
+        from paravt_core.engines.transformers_engine import TransformersEngine
+
+        engine: Any = TransformersEngine.from_uri(
+            cfg.model, device=e.device, dtype=e.dtype, max_batch_size=e.max_batch
+        )
+        processor = engine.processor
+    else:
+        from transformers import AutoProcessor
+
+        from paravt_core.engines.openai_engine import OpenAIEngine
+        from paravt_core.models import resolve_model_dir
+
+        if not e.base_url:
+            raise EvalError("engine.kind=openai needs engine.base_url")
+        processor = AutoProcessor.from_pretrained(resolve_model_dir(cfg.model), local_files_only=True)
+        engine = OpenAIEngine(e.base_url, e.served_model or cfg.model, processor=processor)
+    if e.coalesce and e.kind == "transformers":
+        from paravt_core.rl.coalesce import CoalescingEngine
+
+        # greedy eval needs no seeds; the runner retries failed samples itself (attempts stay truthful)
+        engine = CoalescingEngine(engine, seed=None, max_retries=0)
+    return engine, processor
+
+
+def build_judge(cfg: EvalConfig) -> Any:
+    """The LLM judge from the environment, or None (open-ended items then get token F1)."""
+    if not cfg.judge.enabled or not os.environ.get("LLM_JUDGE_BASE_URL"):
+        return None
+    from paravt_core.rewards.judge import Judge
+
+    return Judge.from_env()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Records location
+
+
+class RecordStore:
+    """Where the JSONL records of one run live: directly under a local ``root``, or in ``work`` mirrored to
+    an ``s3://`` root (uploaded every ``upload_every_s`` and on close; downloaded when a rerun starts)."""
+
+    def __init__(self, root: str, work: str, upload_every_s: float):
+        self.root = root
+        self.remote = storage.is_s3(root)
+        digest = hashlib.sha256(root.encode()).hexdigest()[:16]
+        self.local_root = os.path.join(work, "records", digest) if self.remote else root
+        self.upload_every_s = upload_every_s
+        self._last_upload = time.monotonic()
+        self.logs: dict[str, SampleLog] = {}
+
+    @staticmethod
+    def rel(protocol: str, bench: str) -> str:
+        return f"samples/{protocol}/{bench}.jsonl"
+
+    def open(self, protocol: str, bench: str) -> SampleLog:
+        rel = self.rel(protocol, bench)
+        local = os.path.join(self.local_root, rel)
+        if self.remote and not os.path.exists(local) and storage.exists(storage.join(self.root, rel)):
+            storage.download_file(storage.join(self.root, rel), local)
+        self.logs[rel] = SampleLog(local)
+        return self.logs[rel]
+
+    def maybe_upload(self, force: bool = False) -> None:
+        if not self.remote or not (force or time.monotonic() - self._last_upload >= self.upload_every_s):
+            return
+        for rel, log in self.logs.items():
+            storage.upload_file(str(log.path), storage.join(self.root, rel))
+        self._last_upload = time.monotonic()
+
+    def close(self) -> None:
+        try:
+            self.maybe_upload(force=True)
+        finally:
+            for log in self.logs.values():
+                log.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Results
+
+
+def _code_version() -> str:
+    env = os.environ.get("PARAVT_CODE_VERSION")
+    if env:
+        return env
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=5, check=True)  # fmt: skip
+        return f"git:{out.stdout.strip()}"
+    except (OSError, subprocess.SubprocessError):
+        from importlib.metadata import version
+
+        return f"paravt {version('paravt')}"
+
+
+def prompt_set_of(cfg: EvalConfig) -> prompts.PromptSet:
+    """The prompt set the episodes use (``agent.prompt_set``; its checksum is recorded in the results)."""
+    return prompts.load_prompt_set(cfg.agent.prompt_set)
+
+
+def build_results(
+    cfg: EvalConfig, records: dict[str, dict[str, list[dict[str, Any]]]], elapsed_s: float
+) -> dict[str, Any]:
+    per: dict[str, dict[str, Any]] = {}
+    errors: Counter[str] = Counter()
+    samples = scored = n_err = 0
+    calls: list[int] = []
+    for protocol, benches in records.items():
+        per[protocol] = {}
+        for bench, recs in benches.items():
+            m = benchmark_metrics(bench, recs)
+            per[protocol][bench] = m
+            samples += m["samples"]
+            scored += m["scored"]
+            n_err += m["errors"]
+            errors.update({f"{k}": v for k, v in m["errors_by_reason"].items()})
+            if protocol in WITH_TOOL:
+                calls += [int(r.get("tool_calls") or 0) for r in recs if r.get("status") == "ok"]
+    model = report.published_model(cfg.published_model, cfg.model)
+    return {
+        "stage": STAGE,
+        "model": cfg.model,
+        "published_model": model,
+        "published": {b: report.published_value(model, b) for b in registry.REGISTRY} if model else {},
+        "protocols": per,
+        "totals": {
+            "samples": samples,
+            "scored": scored,
+            "errors": n_err,
+            "error_share": (n_err / samples) if samples else 0.0,
+        },  # fmt: skip
+        "errors_by_reason": dict(errors),
+        "gate": {
+            "max_error_share": cfg.max_error_share,
+            "passed": (n_err / samples if samples else 0.0) <= cfg.max_error_share,
+        },  # fmt: skip
+        "avg_tool_calls": round(sum(calls) / len(calls), 4) if calls else None,
+        "tool_use_rate": round(100 * sum(c > 0 for c in calls) / len(calls), 4) if calls else None,
+        "elapsed_s": round(elapsed_s, 3),
+        "code_version": _code_version(),
+        "prompt_protocol": prompt_set_of(cfg).name,
+        "prompt_checksum": prompt_set_of(cfg).checksum,
+        "config": config_to_dict(cfg),
+    }
+
+
+def write_outputs(
+    cfg: EvalConfig, output: str, records: dict[str, dict[str, list[dict]]], elapsed: float
+) -> dict:
+    results = build_results(cfg, records, elapsed)
+    storage.write_bytes(storage.join(output, "results.json"), json.dumps(results, indent=2).encode())
+    metrics = report.kfp_metrics(results)
+    storage.write_bytes(storage.join(output, "metrics.json"), json.dumps(metrics, indent=2).encode())
+    images = report.plots(results, records)
+    for name, png in images.items():
+        storage.write_bytes(storage.join(output, "plots", f"{name}.png"), png)
+    storage.write_bytes(storage.join(output, "report.html"), report.render_html(results, images).encode())
+    return results
+
+
+def print_summary(results: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title="paravt eval")
+    table.add_column("protocol")
+    table.add_column("benchmark")
+    for col in ("headline", "scored", "errors", "published"):
+        table.add_column(col, justify="right")
+    for protocol, benches in results["protocols"].items():
+        for bench, m in benches.items():
+            value = m.get(m["headline"])
+            pub = results["published"].get(bench)
+            table.add_row(protocol, bench, "–" if value is None else f"{value:.1f} {m['headline']}",
+                          str(m["scored"]), str(m["errors"]), "–" if pub is None else f"{pub:.1f}")  # fmt: skip
+    console.print(table)
+    t = results["totals"]
+    console.print(f"errors: {t['errors']} of {t['samples']} samples ({100 * t['error_share']:.1f}%)"
+                  + (f" by reason {results['errors_by_reason']}" if t["errors"] else ""))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The stage
+
+
+def _samples_by_bench(cfg: EvalConfig, work: str) -> dict[str, list[registry.Sample]]:
+    out: dict[str, list[registry.Sample]] = {}
+    for b in resolve_benchmarks(cfg):
+        if b.name in out:
+            raise EvalError(f"benchmark {b.name} is configured twice")
+        out[b.name] = load_samples(b, work)
+    return out
+
+
+def merge_shards(cfg: EvalConfig, output: str, work: str, samples: dict[str, list[registry.Sample]]) -> dict:
+    """Combine the records of all shards ``i/n``; refuses when a shard is missing or incomplete, or when the
+    shards together do not hold every sample exactly once."""
+    n = _shard_count(output)
+    missing = [
+        f"{i}/{n}" for i in range(n) if not storage.is_complete(storage.join(output, "shards", f"{i}-of-{n}"))
+    ]
+    if missing:
+        raise EvalError(
+            f"cannot merge: shard(s) {', '.join(missing)} of {n} are missing or incomplete; run them first"
+        )
+    for i in range(n):  # every shard evaluated the same model and episode config as this merge
+        check_records_fingerprint(storage.join(output, "shards", f"{i}-of-{n}"), cfg)
+    merged: dict[str, dict[str, list[dict]]] = {}
+    problems = []
+    for protocol in cfg.protocols:
+        merged[protocol] = {}
+        for bench, items in samples.items():
+            recs: list[dict] = []
+            for i in range(n):
+                uri = storage.join(output, "shards", f"{i}-of-{n}", RecordStore.rel(protocol, bench))
+                if not storage.exists(uri):
+                    continue
+                if storage.is_s3(uri):
+                    local = os.path.join(work, "merge", f"{i}-of-{n}", RecordStore.rel(protocol, bench))
+                    storage.download_file(uri, local)
+                    uri = local
+                recs += read_records(uri)
+            counts = Counter(r["id"] for r in recs)
+            expected = {s.id for s in items}
+            lost = expected - set(counts)
+            twice = [k for k, c in counts.items() if c > 1]
+            if lost or twice:
+                problems.append(
+                    f"{protocol}/{bench}: {len(lost)} sample(s) missing, {len(twice)} recorded twice"
+                )
+            merged[protocol][bench] = recs
+    if problems:
+        raise EvalError(
+            "cannot merge: the shards do not hold every sample exactly once (" + "; ".join(problems) + ")"
+        )
+    for protocol, benches in merged.items():
+        for bench, recs in benches.items():
+            body = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in recs)
+            storage.write_bytes(storage.join(output, "samples", protocol, f"{bench}.jsonl"), body.encode())
+    return merged
+
+
+def _shard_count(output: str) -> int:
+    names = {
+        u.split("/shards/", 1)[1].split("/", 1)[0] for u in storage.list_uris(storage.join(output, "shards"))
+    }
+    counts = {int(n.split("-of-")[1]) for n in names if "-of-" in n}
+    if len(counts) != 1:
+        raise EvalError(
+            f"cannot merge: expected shards of one count under {output}/shards, found {sorted(counts)}"
+        )
+    return counts.pop()
+
+
+RECORDS_FINGERPRINT = "records.json"
+
+
+def records_fingerprint(cfg: EvalConfig) -> dict[str, Any]:
+    """What the records depend on: model, serving engine, episode config and prompt texts (not the benchmark
+    list or runner knobs: adding a benchmark or changing concurrency keeps the records valid)."""
+    parts = {
+        "model": cfg.model,
+        "engine": {
+            "kind": cfg.engine.kind,
+            "served_model": cfg.engine.served_model,
+            "dtype": cfg.engine.dtype,
+        },
+        "agent": cfg.agent.model_dump(mode="json"),
+        "prompt_checksum": prompt_set_of(cfg).checksum,
+    }
+    return {"sha256": hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest(), **parts}
+
+
+def check_records_fingerprint(root: str, cfg: EvalConfig) -> None:
+    """Records under ``root`` must come from the same model and episode config; the first run writes it."""
+    uri = storage.join(root, RECORDS_FINGERPRINT)
+    mine = records_fingerprint(cfg)
+    if storage.exists(uri):
+        theirs = json.loads(storage.read_bytes(uri))
+        if theirs.get("sha256") != mine["sha256"]:
+            changed = sorted(
+                k for k in ("model", "engine", "agent", "prompt_checksum") if theirs.get(k) != mine[k]
+            )
+            raise EvalError(
+                f"{root} holds records made with a different {', '.join(changed)}; "
+                "use another output (or delete it) to evaluate this config"
+            )
+        return
+    storage.write_bytes(uri, json.dumps(mine, indent=2).encode())
+
+
+def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: Any = None) -> StageResult:
+    """Run the eval stage (see the module docstring). ``engine``/``processor``/``judge`` replace the configured
+    ones (fault injection in tests, a shared engine in benchmarks)."""
+    started = time.perf_counter()
+    output = cfg.output if storage.is_s3(cfg.output) else os.path.abspath(cfg.output)
+    work = os.path.abspath(cfg.work_dir)
+    if cfg.merge and cfg.shard:
+        raise EvalError("merge=true combines all shards; leave shard empty")
+    shard = parse_shard(cfg.shard) if cfg.shard else None
+    run_root = storage.join(output, "shards", f"{shard[0]}-of-{shard[1]}") if shard else output
+    announce_config(STAGE, cfg, run_root)
+    samples = _samples_by_bench(cfg, work)
+    storage.clear_complete(run_root)  # outputs are rewritten below; trusted again only when complete
+
+    if cfg.merge:
+        records = merge_shards(cfg, output, work, samples)
+    else:
+        check_records_fingerprint(run_root, cfg)
+        if shard:
+            samples = {
+                b: [s for s in items if shard_of(s.id, shard[1]) == shard[0]] for b, items in samples.items()
+            }
+        records = _evaluate(cfg, samples, run_root, work, engine, processor, judge)
+        if shard:
+            total = sum(len(r) for b in records.values() for r in b.values())
+            storage.mark_complete(run_root, {"stage": STAGE, "shard": cfg.shard, "records": total})
+            console.print(f"[bold]paravt eval[/]: shard {cfg.shard} complete ({total} records) in {run_root}")
+            return StageResult(STAGE, outputs={"shard": run_root}, metrics={"records": total})
+
+    results = write_outputs(cfg, output, records, time.perf_counter() - started)
+    print_summary(results)
+    outputs = {name: storage.join(output, name) for name in ("results.json", "metrics.json", "report.html")}
+    outputs.update(eval=output, samples=storage.join(output, "samples"))
+    share = results["totals"]["error_share"]
+    if share > cfg.max_error_share:
+        t = results["totals"]
+        raise EvalError(
+            f"{t['errors']} of {t['samples']} samples failed ({100 * share:.1f}% > max_error_share "
+            f"{100 * cfg.max_error_share:.1f}%; by reason: {results['errors_by_reason']}); outputs written to {output}"
+        )
+    storage.mark_complete(output, {"stage": STAGE, "samples": results["totals"]["samples"]})
+    summary = {f"total.{k}": v for k, v in results["totals"].items()}
+    for protocol, benches in results["protocols"].items():
+        summary.update({f"{protocol}.{b}.{m['headline']}": m.get(m["headline"]) for b, m in benches.items()})
+    return StageResult(STAGE, outputs=outputs, metrics=summary)
+
+
+def _evaluate(
+    cfg: EvalConfig,
+    samples: dict[str, list[registry.Sample]],
+    run_root: str,
+    work: str,
+    engine: Any,
+    processor: Any,
+    judge: Any,
+) -> dict[str, dict[str, list[dict]]]:
+    store = RecordStore(run_root, work, cfg.runner.upload_every_s)
+    if engine is None:
+        engine, processor = build_engine(cfg)
+    if judge is None:
+        judge = build_judge(cfg)
+    opts = RunOptions(
+        concurrency=cfg.runner.concurrency, retries=cfg.runner.retries, backoff_s=cfg.runner.backoff_s
+    )
+    records: dict[str, dict[str, list[dict]]] = {}
+    try:
+        logs = {(p, b): store.open(p, b) for p in cfg.protocols for b in samples}
+        total = sum(len(samples[b]) for _, b in logs)
+        already = sum(len({s.id for s in samples[b]} & log.done) for (_, b), log in logs.items())
+        columns = (
+            TextColumn("eval"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("samples"),
+            TimeRemainingColumn(),
+        )
+        with Progress(*columns, console=console) as bar:
+            task = bar.add_task("eval", total=total, completed=already)
+
+            def done(_: dict) -> None:
+                bar.advance(task)
+                store.maybe_upload()
+
+            async def all_runs() -> None:  # every benchmark and protocol at once, one concurrency limit
+                gate = asyncio.Semaphore(opts.concurrency)
+                await asyncio.gather(
+                    *(run_samples(samples[bench], protocol, registry.get(bench), engine, cfg.agent, log, opts,
+                                  processor=processor, judge=judge, on_done=done, gate=gate)
+                      for (protocol, bench), log in logs.items())
+                )  # fmt: skip
+
+            asyncio.run(all_runs())
+        for (protocol, bench), log in logs.items():
+            wanted = {s.id for s in samples[bench]}
+            records.setdefault(protocol, {})[bench] = [r for r in log.records if r["id"] in wanted]
+    except (RecordError, FormatError) as err:
+        raise EvalError(str(err)) from None
+    finally:
+        store.close()
+    return records

@@ -1,0 +1,79 @@
+"""The report: published numbers beside ours for a published checkpoint, flat KFP metrics, the plots."""
+
+from __future__ import annotations
+
+import pytest
+
+from paravt_core.eval import report
+from paravt_core.eval.metrics import benchmark_metrics
+
+
+def _results(model: str | None) -> dict:
+    ok = {"status": "ok", "meta": {"duration": "short"}, "tool_calls": 2}
+    records = {
+        "agentic": {
+            "videomme": [
+                {**ok, "score": 1.0},
+                {**ok, "score": 1.0},
+                {**ok, "score": 0.0},
+                {**ok, "score": 1.0},
+            ],
+            "charades": [
+                {**ok, "score": 0.4},
+                {"status": "error", "score": None, "error": {"reason": "video_error"}},
+            ],
+        },
+        "direct": {
+            "videomme": [{**ok, "score": 0.0, "tool_calls": 0}, {**ok, "score": 1.0, "tool_calls": 0}]
+        },
+    }
+    protocols = {
+        p: {b: benchmark_metrics(b, recs) for b, recs in benches.items()} for p, benches in records.items()
+    }
+    results = {
+        "model": "ParaVT/ParaVT-8B",
+        "published_model": model,
+        "protocols": protocols,
+        "totals": {"samples": 8, "scored": 7, "errors": 1, "error_share": 1 / 8},
+        "errors_by_reason": {"video_error": 1},
+        "gate": {"max_error_share": 0.05, "passed": False},
+    }
+    return results, records
+
+
+def test_published_model_detection():
+    assert report.published_model("auto", "ParaVT/ParaVT-8B") == "ParaVT-8B"
+    assert report.published_model("auto", "s3://ckpt/qwen3-vl-8b-instruct") == "Qwen3-VL-8B"
+    assert report.published_model("auto", "build/tiny-model") is None
+    assert report.published_model("", "ParaVT/ParaVT-8B") is None
+    with pytest.raises(ValueError, match="known: Qwen3-VL-8B, LongVT-RFT-7B, ParaVT-8B"):
+        report.published_model("GPT-5", "x")
+
+
+def test_html_shows_published_numbers_and_differences():
+    results, records = _results("ParaVT-8B")
+    html = report.render_html(results, report.plots(results, records))
+    # agentic videomme: 3 of 4 = 75.0; SPEC §7 ParaVT-8B VMME 62.1 -> +12.9
+    assert "<b>75.0</b>" in html and "<td>62.1</td>" in html and "+12.9" in html
+    # charades mIoU: 0.4 over the 1 scored sample = 40.0; published 50.1 -> -10.1
+    assert "<b>40.0</b>" in html and "-10.1" in html and "1 scored · 1 errors" in html
+    assert "exceeds max_error_share 5.0%" in html  # 12.5% > 5%
+    assert html.count("data:image/png;base64,") == 3
+
+
+def test_no_published_columns_for_an_unpublished_model():
+    results, records = _results(None)
+    html = report.render_html(results, {})
+    assert "published" not in html.split("<h2>Headline")[1].split("</table>")[0]
+
+
+def test_kfp_metrics_are_flat_floats():
+    results, _ = _results(None)
+    metrics = report.kfp_metrics(results)
+    assert metrics["agentic.videomme.accuracy"] == 75.0
+    assert metrics["agentic.videomme.accuracy_short"] == 75.0
+    assert metrics["direct.videomme.accuracy"] == 50.0
+    assert metrics["agentic.charades.miou"] == pytest.approx(40.0)
+    assert metrics["agentic.charades.r_at_0.3"] == 100.0 and metrics["agentic.charades.r_at_0.5"] == 0.0
+    assert metrics["total.error_share"] == 0.125
+    assert all(isinstance(v, float) for v in metrics.values())

@@ -1,0 +1,164 @@
+"""Scoring hand-made predictions (hedged, multi-letter, empty, malformed, out of range) and the metrics of
+hand-made records. Expected values are worked out by hand next to each case."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from paravt_core.eval.benchmarks import Sample
+from paravt_core.eval.metrics import benchmark_metrics
+from paravt_core.eval.scoring import prediction_of, score_sample
+from paravt_core.rewards.judge import Judge
+from tests.judge_test_server import ScriptedChatServer
+
+MCQ = Sample("videomme", "q1", question="Q", gold="B", qtype="mcq", letters="ABCD")
+TVG = Sample("charades", "q2", question="Q", gold="1.0, 3.0", qtype="tvg")
+OE = Sample("mmvu", "q3", question="What colour is the square?", gold="blue", qtype="oe")
+
+
+def _score(sample, prediction, judge=None):
+    return asyncio.run(score_sample(sample, prediction, judge))
+
+
+@pytest.mark.parametrize(
+    ("prediction", "score", "reason"),
+    [
+        ("<answer>B</answer>", 1.0, None),
+        ("<think>the circle comes first</think><answer>(B) a red circle</answer>", 1.0, None),
+        ("The answer is B.", 1.0, None),  # no tags: the plain text is read
+        ("<answer>A or B</answer>", 0.0, "hedged_letter"),
+        ("<answer>A, B</answer>", 0.0, "hedged_letter"),  # two letters
+        ("<answer>B/C</answer>", 0.0, "hedged_letter"),
+        ("<answer></answer>", 0.0, "empty_answer"),
+        ("", 0.0, "empty_answer"),
+        ("<answer>E</answer>", 0.0, "letter_out_of_range"),  # only A-D exist
+        ("<answer>it is the red one</answer>", 0.0, "unparseable_letter"),
+        ("<answer>B</answer> wait <answer>C</answer>", 0.0, None),  # the last answer counts: C != B
+        ("<answer>B", 1.0, None),  # cut before </answer>: the stray tag is dropped, the letter B stays
+        ("<answer>A B</answer>", 0.0, "unparseable_letter"),  # normalizes to "b" but commits to no letter
+    ],
+)
+def test_multiple_choice(prediction, score, reason):
+    result = _score(MCQ, prediction)
+    assert (result.score, result.reason, result.error) == (score, reason, None)
+
+
+@pytest.mark.parametrize(
+    ("prediction", "score"),
+    [
+        ("<answer>The event happens in the 2.0 - 4.0 seconds.</answer>", 1 / 3),  # [2,3] of [1,4]
+        ("<answer>1.0 to 3.0</answer>", 1.0),
+        ("<answer>0:01 - 0:03</answer>", 1.0),
+        ("<answer>3.0 - 1.0</answer>", 1.0),  # reversed pair
+        ("<answer>5 - 6</answer>", 0.0),  # disjoint
+        ("<answer>somewhere in the middle</answer>", 0.0),
+    ],
+)
+def test_grounding_iou(prediction, score):
+    assert _score(TVG, prediction).score == pytest.approx(score)
+
+
+def test_grounding_unparseable_reason():
+    assert _score(TVG, "<answer>no idea</answer>").reason == "unparseable_interval"
+
+
+def test_open_ended_without_judge_is_token_f1():
+    assert _score(OE, "<answer>blue</answer>").score == 1.0
+    # tokens {dark, blue} vs {blue}: precision 1/2, recall 1 -> F1 = 2*(1/2)/(3/2) = 2/3
+    result = _score(OE, "<answer>dark blue</answer>")
+    assert (result.score, result.source) == (pytest.approx(2 / 3), "f1")
+
+
+def _judge(server):
+    return Judge(
+        server.base_url, "judge", api_key="k", timeout_s=5, max_retries=0, backoff_s=0.0, deadline_s=10
+    )
+
+
+def test_open_ended_goes_to_the_judge():
+    with ScriptedChatServer(reply="1.0") as server:
+        result = _score(OE, "<answer>navy</answer>", _judge(server))
+        assert server.attempts == 1
+    assert (result.score, result.source, result.error) == (1.0, "judge", None)
+
+
+def test_judge_down_is_an_error_not_a_score():
+    with ScriptedChatServer(status=503) as server:
+        result = _score(OE, "<answer>navy</answer>", _judge(server))
+    assert (result.score, result.error) == (None, "judge_error")
+
+
+def test_multiple_choice_never_asks_the_judge():
+    with ScriptedChatServer(status=503) as server:
+        result = _score(MCQ, "<answer>B</answer>", _judge(server))
+        assert server.attempts == 0
+    assert result.score == 1.0
+
+
+def test_prediction_is_the_last_answer_of_the_episode():
+    assert prediction_of("B", "garbage after the answer") == "<answer>B</answer>"
+    assert prediction_of(None, "The answer is C") == "The answer is C"
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+
+
+def _rec(score, **meta):
+    return {"status": "ok", "score": score, "meta": meta, "tool_calls": meta.pop("calls", 0), "qtype": "mcq"}
+
+
+def _err(reason):
+    return {"status": "error", "score": None, "error": {"reason": reason}, "meta": {}}
+
+
+def test_videomme_accuracy_excludes_errors_and_breaks_down_by_duration():
+    records = [
+        _rec(1.0, duration="short"),
+        _rec(0.0, duration="short"),
+        _rec(1.0, duration="medium"),
+        _rec(1.0, duration="long", calls=3),
+        _err("engine_timeout"),
+    ]
+    m = benchmark_metrics("videomme", records)
+    assert m["accuracy"] == 75.0  # 3 right of 4 scored; the error is not a wrong answer
+    assert m["accuracy_errors_as_wrong"] == 60.0  # 3 of 5 (the lower bound)
+    assert m["by_duration"] == {"short": 50.0, "medium": 100.0, "long": 100.0}
+    assert (m["samples"], m["scored"], m["errors"]) == (5, 4, 1)
+    assert m["errors_by_reason"] == {"engine_timeout": 1}
+    assert m["avg_tool_calls"] == 0.75 and m["tool_use_rate"] == 25.0  # calls [0,0,0,3]
+
+
+def test_mlvu_micro_and_macro():
+    records = [_rec(1.0, task_type="plotQA"), _rec(1.0, task_type="plotQA"), _rec(1.0, task_type="plotQA"),
+               _rec(0.0, task_type="count")]  # fmt: skip
+    m = benchmark_metrics("mlvu", records)
+    assert m["micro"] == 75.0  # 3 of 4
+    assert m["macro"] == 50.0  # mean(plotQA 100, count 0)
+    assert m["by_task_type"] == {"count": 0.0, "plotQA": 100.0}
+
+
+def test_charades_miou_and_recalls():
+    records = [_rec(0.2), _rec(0.5), _rec(0.8), _err("video_error")]
+    m = benchmark_metrics("charades", records)
+    assert m["miou"] == pytest.approx(50.0)  # (0.2 + 0.5 + 0.8) / 3
+    assert m["r@0.3"] == pytest.approx(200 / 3)  # 0.5, 0.8
+    assert m["r@0.5"] == pytest.approx(200 / 3)  # 0.5 (>=), 0.8
+    assert m["r@0.7"] == pytest.approx(100 / 3)  # 0.8
+    assert m["headline"] == "miou" and m["errors"] == 1
+
+
+def test_mmvu_mc_and_open_ended():
+    records = [
+        _rec(1.0, kind="multiple-choice"),
+        _rec(0.0, kind="multiple-choice"),
+        _rec(0.5, kind="open-ended"),
+    ]
+    m = benchmark_metrics("mmvu", records)
+    assert (m["mc_accuracy"], m["oe_accuracy"], m["accuracy"]) == (50.0, 50.0, 50.0)
+
+
+def test_all_errors_gives_no_accuracy_rather_than_zero():
+    m = benchmark_metrics("lvbench", [_err("video_error"), _err("video_error")])
+    assert m["accuracy"] is None and m["errors"] == 2
