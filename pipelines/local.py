@@ -182,5 +182,5 @@ def demo_overrides(out: Path) -> dict[str, list[str]]:
     return {
         "sft": [f"work_dir={out / 'sft-tmp'}"],
         "eval": [f"work_dir={out / 'eval-work'}", f"demo_data={out / 'eval-fixtures'}"],
-        "report": ["title=ParaVT demo: tiny Qwen3-VL on synthetic videos"],
+        "report": ["title='ParaVT demo — tiny Qwen3-VL on synthetic videos'"],
     }
