@@ -3,6 +3,7 @@ the manifests' parameters exist) and a local run whose eval fails, showing the n
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -119,3 +120,31 @@ def test_nightly_local_failed_eval_shows_failed_night(tmp_path: Path) -> None:
     # The KFP HTML artifact of the exit task is the same page.
     (html_artifact,) = list((tmp_path / "kfp").rglob("nightly-report-op/report"))
     assert html_artifact.read_text() == (report_dir / "report.html").read_text()
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("paravt_core.eval") is None, reason="eval stage not in this checkout"
+)
+def test_nightly_local_success(tiny_model_dir: str, tmp_path: Path) -> None:
+    from pipelines.local import tiny_stage_configs
+
+    prefix = str(tmp_path / "results")
+    failed = Night("2026-11-22", "FAILED", "ckpt-old", error="task eval-op failed")
+    storage.write_bytes(night_uri(prefix, failed.date), json.dumps(failed.to_json()).encode())
+    run_nightly_locally(
+        tiny_model_dir,
+        prefix,
+        ["synthetic"],
+        str(tmp_path / "kfp"),
+        night="2026-11-23",
+        eval_config_yaml=tiny_stage_configs()["eval"],
+        eval_overrides=[f"work_dir={tmp_path / 'eval-work'}", f"demo_data={tmp_path / 'fixtures'}"],
+    )
+    night = json.loads(storage.read_bytes(night_uri(prefix, "2026-11-23")))
+    assert night["state"] == "SUCCEEDED" and night["checkpoint"] == tiny_model_dir
+    # The eval output of this night, under <prefix>/<night>/<benchmark>, is complete and was read back.
+    assert storage.is_complete(f"{prefix}/2026-11-23/synthetic")
+    scores = night["benchmarks"]["synthetic"]["scores"]
+    assert set(scores) == {"agentic", "direct"}  # the tiny recipe runs with and without the tool
+    md = (tmp_path / "results" / "2026-11-23" / "report" / "report.md").read_text()
+    assert "| 2026-11-22 | failed |" in md and "| 2026-11-23 | succeeded |" in md
