@@ -2,7 +2,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval compile clean
+.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval compile images-smoke clean
 
 setup:
 	@scripts/setup.sh
@@ -22,7 +22,12 @@ format: setup
 	$(VENV)/bin/ruff format .
 
 compile: setup
-	$(VENV)/bin/paravt pipeline compile build/train.yaml
+	$(VENV)/bin/paravt pipeline compile train build/train.yaml
+	$(VENV)/bin/paravt pipeline compile nightly build/nightly.yaml
+
+# Builds the three images with podman and runs a stage in a container (minutes, several GB; not in `test`).
+images-smoke: setup
+	scripts/images-smoke.sh
 
 bench: bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval
 

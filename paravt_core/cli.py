@@ -88,6 +88,14 @@ def _cmd_rl(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    cfg = _stage_config("report", args)
+    from paravt_core.report.stage import run
+
+    print(run(cfg).to_json())
+    return 0
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     if args.shard:
         args.overrides.append(f"shard={args.shard}")
@@ -119,12 +127,105 @@ def _cmd_tiny_model(args: argparse.Namespace) -> int:
 def _cmd_pipeline_compile(args: argparse.Namespace) -> int:
     from pipelines.compile import compile_pipeline, pipelines
 
-    if args.name not in pipelines():
-        raise UsageError(f"unknown pipeline {args.name!r}; known: {', '.join(sorted(pipelines()))}")
-
-    path = compile_pipeline(args.name, args.out)
-    print(path)
+    if len(args.name_and_out) > 2:
+        raise UsageError("expected [NAME] OUT.yaml")
+    name, out = args.name_and_out if len(args.name_and_out) == 2 else ("train", args.name_and_out[0])
+    if name not in pipelines():
+        raise UsageError(f"unknown pipeline {name!r}; known: {', '.join(sorted(pipelines()))}")
+    print(compile_pipeline(name, out))
     return 0
+
+
+def _connection(args: argparse.Namespace):
+    from pipelines.cluster import Connection
+
+    if not args.host:
+        raise UsageError("no KFP host: pass --host or set KF_PIPELINES_ENDPOINT")
+    return Connection(
+        host=args.host, namespace=args.namespace, token_env=args.token_env, ui_host=args.ui_host
+    )
+
+
+def _cmd_pipeline_submit(args: argparse.Namespace) -> int:
+    from pipelines.cluster import load_parameters, submit
+
+    url = submit(
+        _connection(args),
+        args.pipeline,
+        experiment=args.experiment,
+        run_name=args.run_name or f"{args.pipeline.removesuffix('.yaml')}",
+        params=load_parameters(args.params),
+        pipeline_root=args.pipeline_root,
+        service_account=args.service_account,
+    )
+    print(url)
+    return 0
+
+
+def _cmd_pipeline_schedule(args: argparse.Namespace) -> int:
+    from pipelines.cluster import load_parameters, schedule, set_schedule_enabled
+
+    conn = _connection(args)
+    if args.schedule_command in ("enable", "disable"):
+        set_schedule_enabled(conn, args.recurring_run_id, args.schedule_command == "enable")
+        print(f"recurring run {args.recurring_run_id}: {args.schedule_command}d")
+        return 0
+    recurring_id = schedule(
+        conn,
+        args.pipeline,
+        experiment=args.experiment,
+        name=args.name,
+        cron=args.cron,
+        params=load_parameters(args.params),
+        enabled=not args.disabled,
+        pipeline_root=args.pipeline_root,
+        service_account=args.service_account,
+        exist_ok=args.exist_ok,
+    )
+    print(conn.recurring_run_url(recurring_id))
+    return 0
+
+
+def _cmd_pipeline_retry(args: argparse.Namespace) -> int:
+    from pipelines.cluster import retry
+
+    print(retry(_connection(args), args.run_id))
+    return 0
+
+
+def _cmd_pipeline_status(args: argparse.Namespace) -> int:
+    from pipelines.cluster import status
+
+    print(status(_connection(args), args.run_id).render())
+    return 0
+
+
+def _add_connection(p: argparse.ArgumentParser) -> None:
+    import os
+
+    g = p.add_argument_group("KFP connection")
+    g.add_argument(
+        "--host",
+        default=os.environ.get("KF_PIPELINES_ENDPOINT", ""),
+        help="KFP API endpoint, e.g. https://kubeflow.example/pipeline (default: $KF_PIPELINES_ENDPOINT)",
+    )
+    g.add_argument("--namespace", default="kubeflow", help="profile namespace (default: kubeflow)")
+    g.add_argument(
+        "--token-env",
+        default="KFP_TOKEN",
+        help="environment variable holding the bearer token (default: KFP_TOKEN; unset = no auth header)",
+    )
+    g.add_argument("--ui-host", default="", help="base URL of the KFP UI for printed links (default: --host)")
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("pipeline", help="pipeline name (train, nightly) compiled on the fly, or a compiled YAML")
+    p.add_argument("--experiment", default="paravt", help="experiment, created if missing (default: paravt)")
+    p.add_argument("--params", default=None, help="YAML mapping of pipeline parameter -> value")
+    p.add_argument(
+        "--pipeline-root", default=None, help="artifact root, e.g. s3://bucket/kfp (default: server's)"
+    )
+    p.add_argument("--service-account", default=None, help="Kubernetes service account of the run's pods")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -171,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
         "packed SFT of Qwen3-VL on the data stage's rows (torchrun --nproc-per-node N -m paravt_core.cli sft ...)",
     )
     _add_stage(sub, "rl", _cmd_rl, "PARA-GRPO: rollouts, rewards, learner, weight sync, checkpoints")
+    _add_stage(
+        sub, "report", _cmd_report, "eval table, training curves and the nightly trend (HTML, Markdown, PNG)"
+    )
     p = _add_stage(
         sub,
         "eval",
@@ -203,10 +307,49 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pipeline", help="Kubeflow pipelines")
     psub = p.add_subparsers(dest="pipeline_command", required=True)
-    pc = psub.add_parser("compile", help="compile a pipeline to KFP IR YAML")
-    pc.add_argument("out")
-    pc.add_argument("--name", default="train", help="pipeline name (default: train)")
+    pc = psub.add_parser(
+        "compile", help="compile a pipeline to KFP IR YAML: compile [train|nightly] OUT.yaml"
+    )
+    pc.add_argument(
+        "name_and_out", nargs="+", metavar="[NAME] OUT", help="pipeline name (default: train), output"
+    )
     pc.set_defaults(fn=_cmd_pipeline_compile)
+
+    ps = psub.add_parser("submit", help="start one run on a KFP server and print its URL")
+    _add_run_options(ps)
+    ps.add_argument("--run-name", default=None, help="run name shown in the UI (default: the pipeline)")
+    _add_connection(ps)
+    ps.set_defaults(fn=_cmd_pipeline_submit)
+
+    pr = psub.add_parser("schedule", help="recurring runs: create, enable, disable")
+    prsub = pr.add_subparsers(dest="schedule_command", required=True)
+    prc = prsub.add_parser("create", help="create a recurring run (one at a time, no catch-up)")
+    _add_run_options(prc)
+    prc.add_argument("--name", required=True, help="recurring run name (unique in the experiment)")
+    prc.add_argument(
+        "--cron", default="0 0 2 * * *", help="6-field cron, seconds first (default: 0 0 2 * * *)"
+    )
+    prc.add_argument("--disabled", action="store_true", help="create it paused")
+    prc.add_argument(
+        "--exist-ok", action="store_true", help="a recurring run of that name already there is success"
+    )
+    _add_connection(prc)
+    prc.set_defaults(fn=_cmd_pipeline_schedule)
+    for verb in ("enable", "disable"):
+        pe = prsub.add_parser(verb, help=f"{verb} a recurring run")
+        pe.add_argument("recurring_run_id")
+        _add_connection(pe)
+        pe.set_defaults(fn=_cmd_pipeline_schedule)
+
+    prt = psub.add_parser("retry", help="retry a failed run (its stages resume from their checkpoints)")
+    prt.add_argument("run_id")
+    _add_connection(prt)
+    prt.set_defaults(fn=_cmd_pipeline_retry)
+
+    pst = psub.add_parser("status", help="state of a run and of each of its tasks")
+    pst.add_argument("run_id")
+    _add_connection(pst)
+    pst.set_defaults(fn=_cmd_pipeline_status)
 
     p = sub.add_parser("agent", help="run the ParaVT agent")
     asub = p.add_subparsers(dest="agent_command", required=True)
@@ -248,7 +391,25 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(err, _user_errors()):
             print(f"paravt {args.command}: {err}", file=sys.stderr)
             return 1
+        if args.command == "pipeline":
+            return _pipeline_error(err)
         raise
+
+
+def _pipeline_error(err: Exception) -> int:
+    """KFP API and connection failures as one line; anything else is a bug and keeps its traceback."""
+    import urllib3
+    from kfp_server_api.exceptions import ApiException
+
+    from pipelines.cluster import ClusterError, api_error_message
+
+    if isinstance(err, ClusterError):
+        print(f"paravt pipeline: {err}", file=sys.stderr)
+    elif isinstance(err, ApiException | urllib3.exceptions.HTTPError):
+        print(f"paravt pipeline: {api_error_message(err)}", file=sys.stderr)
+    else:
+        raise err
+    return 1
 
 
 if __name__ == "__main__":

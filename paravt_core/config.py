@@ -298,11 +298,45 @@ class SftConfig(StrictModel):
 # Stage configs that embed the agent's ``AgentConfig`` live with their stage (``paravt_core.rl.config``):
 # importing the agent here would make every stage import it, the data stage included. They are
 # importable from this module too (``from paravt_core.config import RlConfig``, resolved on first use).
+# ---------------------------------------------------------------------------------------------
+# Report stage
+# ---------------------------------------------------------------------------------------------
+
+
+class TrendConfig(StrictModel):
+    """Nightly eval trend. This night's eval outputs are ``<results_prefix>/<night>/<benchmark>/``; every
+    night's summary is ``<results_prefix>/nights/<night>.json``. Empty ``results_prefix``: no trend."""
+
+    results_prefix: str = ""
+    # YYYY-MM-DD; empty: the night that run ``run_id`` started (nights/*.json), else today (UTC).
+    night: str = ""
+    run_id: str = ""  # the KFP run of this night
+    checkpoint: str = ""  # the model URI evaluated this night (shown in the report)
+    benchmarks: list[str] = Field(default_factory=list)  # what this night should have evaluated
+    # The run's final state as KFP reports it (SUCCEEDED, FAILED, CANCELED); empty: from the benchmarks.
+    state: str = ""
+    error: str = ""
+    max_nights: int = Field(default=30, ge=2)  # nights shown in the plot and the table
+
+
+class ReportConfig(StrictModel):
+    """``paravt report``: the eval table of a run and, for nightly evals, the trend over earlier nights."""
+
+    output: str = "./paravt-work/report"  # URI of report.html, report.md, trend.png, metrics.json
+    title: str = "ParaVT report"
+    eval_outputs: list[str] = Field(default_factory=list)  # eval stage outputs (URIs) to tabulate
+    # Training stage outputs (URIs) whose metrics.json and top-level plots (*.png) the report shows.
+    sft_output: str = ""
+    rl_output: str = ""
+    trend: TrendConfig = Field(default_factory=TrendConfig)
+
+
 _STAGE_MODULES = {"RlConfig": "paravt_core.rl.config", "EvalConfig": "paravt_core.eval.config"}
 STAGE_CONFIGS: dict[str, str] = {
     "data": "DataConfig",
     "sft": "SftConfig",
     "rl": "RlConfig",
+    "report": "ReportConfig",
     "eval": "EvalConfig",
 }
 

@@ -8,9 +8,10 @@ from kfp import compiler
 
 
 def pipelines() -> dict:
+    from pipelines.nightly_eval import nightly_pipeline
     from pipelines.train import train_pipeline
 
-    return {"train": train_pipeline}
+    return {"train": train_pipeline, "nightly": nightly_pipeline}
 
 
 def compile_pipeline(name: str, out: str) -> str:

@@ -2,14 +2,16 @@
 
 ``kfp.local.SubprocessRunner(use_venv=False)`` executes every component of the DAG as a subprocess
 of the current interpreter (the project venv): the same component code that runs in the images on a
-cluster. Platform settings (secrets, GPUs, retries) are cluster-only and ignored here.
+cluster. Kubernetes settings (secrets, GPUs, volumes) are cluster-only and ignored here; task retry
+policies are honoured (kfp 2.17's local orchestrator retries), without the backoff.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,35 +19,116 @@ from kfp import local
 
 from paravt_core.config import DataConfig, config_to_yaml
 
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"  # the recipes, tiny ones included
+
 
 @dataclass
-class LocalRun:
-    data_uri: str
+class TrainRun:
+    report_uri: str
+    run_prefix: str
     pipeline_root: str
     seconds: float
 
 
 def run_train_locally(
-    data_cfg: DataConfig, pipeline_root: str, overrides: list[str] | None = None
-) -> LocalRun:
-    """Run the train DAG with the subprocess runner; return where its outputs are."""
+    pipeline_root: str,
+    *,
+    run_prefix: str,
+    base_model: str,
+    data_cfg: DataConfig,
+    benchmarks: list[str],
+    stage_configs: dict[str, str] | None = None,
+    stage_overrides: dict[str, list[str]] | None = None,
+) -> TrainRun:
+    """Run the whole train DAG with the subprocess runner (no GPUs); ``stage_configs`` /
+    ``stage_overrides``: YAML text / dotted overrides per stage (``sft``, ``rl``, ``eval``, ``report``)."""
     from pipelines.train import train_pipeline
 
+    configs, overrides = stage_configs or {}, stage_overrides or {}
+    args = {}
+    for stage in ("sft", "rl", "eval", "report"):
+        args[f"{stage}_config_yaml"] = configs.get(stage, "{}")
+        args[f"{stage}_overrides"] = list(overrides.get(stage, []))
+    start = time.perf_counter()
+    with local_runner(pipeline_root, train_pipeline):
+        task = train_pipeline(
+            run_prefix=run_prefix,
+            base_model=base_model,
+            benchmarks=benchmarks,
+            data_config_yaml=config_to_yaml(data_cfg),
+            data_overrides=list(overrides.get("data", [])),
+            sft_gpus=0,
+            rl_gpus=0,
+            eval_gpus=0,
+            **args,
+        )
+    return TrainRun(task.output, run_prefix, pipeline_root, time.perf_counter() - start)
+
+
+def run_data_locally(data_cfg: DataConfig, pipeline_root: str) -> str:
+    """The data component alone through kfp.local; returns the materialized data URI."""
+    from components.data import data_op
+
+    with local_runner(pipeline_root):
+        return data_op(config_yaml=config_to_yaml(data_cfg), overrides=[]).outputs["Output"]
+
+
+@contextlib.contextmanager
+def local_runner(pipeline_root: str, pipeline=None) -> Iterator[None]:
+    """kfp.local with the subprocess runner. kfp 2.17's local orchestrator honours the tasks' retry
+    policies, backoff included; for ``pipeline`` the backoff is set to zero while inside (the compiled
+    spec is restored afterwards, so later cluster compiles keep the real backoff)."""
     Path(pipeline_root).mkdir(parents=True, exist_ok=True)
     local.init(
         runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(Path(pipeline_root).resolve())
     )
-    start = time.perf_counter()
-    task = train_pipeline(data_config_yaml=config_to_yaml(data_cfg), data_overrides=list(overrides or []))
-    return LocalRun(data_uri=task.output, pipeline_root=pipeline_root, seconds=time.perf_counter() - start)
+    if pipeline is None:
+        yield
+        return
+    saved = type(pipeline.pipeline_spec)()
+    saved.CopyFrom(pipeline.pipeline_spec)
+    dags = [pipeline.pipeline_spec.root.dag] + [c.dag for c in pipeline.pipeline_spec.components.values()]
+    for dag in dags:
+        for task in dag.tasks.values():
+            if task.HasField("retry_policy"):
+                task.retry_policy.backoff_duration.seconds = 0
+    try:
+        yield
+    finally:
+        pipeline.pipeline_spec.CopyFrom(saved)
 
 
-def demo(out_dir: str, videos: int = 8, seconds: float = 12.0) -> LocalRun:
-    """``make demo``: synthetic data -> tiny model -> the train pipeline through kfp.local."""
+def run_nightly_locally(
+    checkpoint_uri: str,
+    results_prefix: str,
+    benchmarks: list[str],
+    pipeline_root: str,
+    *,
+    night: str = "",
+    eval_config_yaml: str = "{}",
+    eval_overrides: list[str] | None = None,
+) -> None:
+    """Run the nightly eval pipeline with the subprocess runner (raises if the run fails; the report,
+    an exit handler, has run either way)."""
+    from pipelines.nightly_eval import nightly_pipeline
+
+    with local_runner(pipeline_root, nightly_pipeline):
+        nightly_pipeline(
+            checkpoint_uri=checkpoint_uri,
+            results_prefix=results_prefix,
+            benchmarks=benchmarks,
+            eval_config_yaml=eval_config_yaml,
+            eval_overrides=list(eval_overrides or []),
+            night=night,
+        )
+
+
+def demo(out_dir: str, videos: int = 8, seconds: float = 12.0) -> TrainRun:
+    """``make demo``: synthetic data + tiny Qwen3-VL -> the whole train DAG (data, SFT, RL, eval on the
+    synthetic split with and without the tool, report) through kfp.local, on CPU."""
     from rich.console import Console
 
     from paravt_core import storage
-    from paravt_core.data.audit import print_audit
     from paravt_core.models import build_tiny_model
     from paravt_core.synth import synthesize
 
@@ -57,8 +140,27 @@ def demo(out_dir: str, videos: int = 8, seconds: float = 12.0) -> LocalRun:
     console.rule("2/3 tiny Qwen3-VL")
     model_dir = build_tiny_model(str(out / "tiny-model"))
     console.print(f"tiny model: {model_dir}")
-    console.rule("3/3 train pipeline (kfp.local.SubprocessRunner)")
-    cfg = DataConfig.model_validate(
+    console.rule("3/3 train pipeline: data -> SFT -> RL -> eval -> report (kfp.local.SubprocessRunner)")
+    run = run_train_locally(
+        str(out / "kfp-local"),
+        run_prefix=str(out / "run"),
+        base_model=model_dir,
+        data_cfg=demo_data_config(out),
+        benchmarks=["synthetic"],
+        stage_configs=tiny_stage_configs(),
+        stage_overrides=demo_overrides(out),
+    )
+    console.rule("report")
+    console.print(storage.read_bytes(storage.join(run.run_prefix, "report", "report.md")).decode())
+    console.print(f"pipeline finished in {run.seconds:.1f} s")
+    console.print(f"report            : {run.report_uri}")
+    console.print(f"stage outputs     : {run.run_prefix}")
+    console.print(f"kfp local outputs : {run.pipeline_root}")
+    return run
+
+
+def demo_data_config(out: Path) -> DataConfig:
+    return DataConfig.model_validate(
         {
             "work_dir": str(out / "work"),
             "output": str(out / "data"),
@@ -68,13 +170,17 @@ def demo(out_dir: str, videos: int = 8, seconds: float = 12.0) -> LocalRun:
             },
         }
     )
-    run = run_train_locally(cfg, str(out / "kfp-local"))
-    audit = json.loads(storage.read_bytes(storage.join(run.data_uri, "audit.json")))
-    console.rule("audit")
-    print_audit(audit, console=console)
-    console.print(f"\npipeline finished in {run.seconds:.1f} s")
-    console.print(f"materialized data : {run.data_uri}")
-    console.print(f"audit report      : {storage.join(run.data_uri, 'audit.json')}")
-    console.print(f"tiny model        : {model_dir}")
-    console.print(f"kfp local outputs : {run.pipeline_root}")
-    return run
+
+
+def tiny_stage_configs() -> dict[str, str]:
+    """The tiny recipes of the SFT, RL and eval stages (configs/<stage>/tiny.yaml)."""
+    return {stage: (CONFIGS / stage / "tiny.yaml").read_text() for stage in ("sft", "rl", "eval")}
+
+
+def demo_overrides(out: Path) -> dict[str, list[str]]:
+    """Scratch directories of the tiny recipes moved under the demo's output directory."""
+    return {
+        "sft": [f"work_dir={out / 'sft-tmp'}"],
+        "eval": [f"work_dir={out / 'eval-work'}", f"demo_data={out / 'eval-fixtures'}"],
+        "report": ["title='ParaVT demo — tiny Qwen3-VL on synthetic videos'"],
+    }

@@ -1,11 +1,18 @@
-"""Cluster settings every stage task gets: resources, retries with backoff, S3 secret, caching, timeout.
+"""Cluster settings for pipeline tasks: resources, GPUs, scheduling, volumes, secrets, retries, caching.
 
-Kept in one place so the train DAG and the nightly eval pipeline configure tasks the same way.
+One small function per concern (all through kfp / kfp-kubernetes, nothing hand-built in the IR), and
+``configure_task`` that applies a stage's ``StagePlatform`` with all of them, so the train DAG and the
+nightly eval pipeline configure tasks the same way. Nothing here reads a secret: the S3 credentials
+are referenced by Secret name and key, and Kubernetes injects the values into the pod.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Literal
+
 from kfp import dsl, kubernetes
+from kfp.dsl.pipeline_channel import PipelineChannel
 
 S3_SECRET_NAME = "paravt-s3"
 # Env var -> key in the Kubernetes Secret (manifests/ holds the template). Values never enter the IR.
@@ -14,33 +21,150 @@ S3_SECRET_KEYS = {
     "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
     "AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL",
 }
+MEDIA_PVC_NAME = "paravt-media"
+MEDIA_MOUNT_PATH = "/mnt/media"
+GPU_RESOURCE = "nvidia.com/gpu"
+# Label set by NVIDIA GPU feature discovery; selecting on it picks the GPU model.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+IntOrChannel = int | PipelineChannel
+StrOrChannel = str | PipelineChannel
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str
+    operator: Literal["Equal", "Exists"] = "Exists"
+    value: str | None = None
+    effect: Literal["NoExecute", "NoSchedule", "PreferNoSchedule"] | None = "NoSchedule"
+
+
+GPU_TOLERATION = Toleration(key=GPU_RESOURCE)
+
+
+@dataclass(frozen=True)
+class StagePlatform:
+    """What one stage needs from the cluster. ``gpus`` is the default count (a pipeline parameter can
+    override it); ``gpu_product`` empty = any GPU model; ``shm`` empty = no /dev/shm volume."""
+
+    cpu: str = "2"
+    memory: str = "8G"
+    gpus: int = 0
+    gpu_product: str = ""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    shm: str = ""
+    media: bool = True
+    timeout_seconds: int = 24 * 3600
+    retries: int = 3
+    cache: bool = False
+
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+# Per-stage defaults for the published recipe (8 x H100 for training, one GPU per eval shard).
+STAGES: dict[str, StagePlatform] = {
+    "data": StagePlatform(cpu="4", memory="16G"),
+    "sft": StagePlatform(
+        cpu="32", memory="512G", gpus=8, gpu_product=H100, shm="64Gi", timeout_seconds=48 * 3600
+    ),
+    "rl": StagePlatform(
+        cpu="32", memory="512G", gpus=8, gpu_product=H100, shm="64Gi", timeout_seconds=72 * 3600
+    ),
+    "eval": StagePlatform(
+        cpu="8", memory="64G", gpus=1, gpu_product=H100, shm="16Gi", timeout_seconds=12 * 3600
+    ),
+    "report": StagePlatform(cpu="1", memory="2G", media=False, timeout_seconds=3600),
+}
+
+
+def set_resources(task: dsl.PipelineTask, cpu: str, memory: str) -> dsl.PipelineTask:
+    """Requests equal limits: training pods get the Guaranteed QoS class and are evicted last."""
+    return task.set_cpu_request(cpu).set_cpu_limit(cpu).set_memory_request(memory).set_memory_limit(memory)
+
+
+def request_gpus(task: dsl.PipelineTask, count: IntOrChannel, product: str = "") -> dsl.PipelineTask:
+    """``count`` GPUs (a literal or a pipeline parameter), on nodes of one GPU model when ``product``
+    is set, tolerating the usual taint on GPU nodes."""
+    task.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(count)
+    if product:
+        kubernetes.add_node_selector(task, label_key=GPU_PRODUCT_LABEL, label_value=product)
+    return add_tolerations(task, [GPU_TOLERATION])
+
+
+def add_tolerations(task: dsl.PipelineTask, tolerations: list[Toleration] | tuple) -> dsl.PipelineTask:
+    for t in tolerations:
+        kubernetes.add_toleration(task, key=t.key, operator=t.operator, value=t.value, effect=t.effect)
+    return task
+
+
+def add_node_selector(task: dsl.PipelineTask, labels: dict[str, str]) -> dsl.PipelineTask:
+    for key, value in labels.items():
+        kubernetes.add_node_selector(task, label_key=key, label_value=value)
+    return task
+
+
+def use_s3_secret(task: dsl.PipelineTask, secret_name: StrOrChannel = S3_SECRET_NAME) -> dsl.PipelineTask:
+    """S3 endpoint and credentials as env vars from a Kubernetes Secret (by name; no value in the IR)."""
+    return kubernetes.use_secret_as_env(task, secret_name=secret_name, secret_key_to_env=S3_SECRET_KEYS)
+
+
+def mount_media(
+    task: dsl.PipelineTask, pvc_name: StrOrChannel = MEDIA_PVC_NAME, mount_path: str = MEDIA_MOUNT_PATH
+) -> dsl.PipelineTask:
+    """The media volume (extracted videos) at ``mount_path``; stages read media from there."""
+    return kubernetes.mount_pvc(task, pvc_name=pvc_name, mount_path=mount_path)
+
+
+def add_shared_memory(task: dsl.PipelineTask, size: str) -> dsl.PipelineTask:
+    """A memory-backed emptyDir at /dev/shm: the container default (64 MiB) is too small for
+    DataLoader workers and NCCL. kfp-kubernetes 2.17 has ``empty_dir_mount(medium="Memory")`` for
+    this; ``add_ephemeral_volume`` would make a PVC-backed disk, the wrong medium for shared memory."""
+    return kubernetes.empty_dir_mount(
+        task, volume_name="dshm", mount_path="/dev/shm", medium="Memory", size_limit=size
+    )
+
+
+def set_retries(task: dsl.PipelineTask, retries: int) -> dsl.PipelineTask:
+    """Stages are resumable, so each retry continues where the failed attempt stopped. Backoff 60 s,
+    doubling, retried for at most 6 h (long enough to ride out a node or spot-instance loss)."""
+    return task.set_retry(
+        num_retries=retries, backoff_duration="60s", backoff_factor=2.0, backoff_max_duration="21600s"
+    )
+
+
+def set_timeout(task: dsl.PipelineTask, seconds: int) -> dsl.PipelineTask:
+    """Per attempt (the pod's activeDeadlineSeconds): a hung collective cannot hold GPUs forever."""
+    return kubernetes.set_timeout(task, seconds)
 
 
 def configure_task(
     task: dsl.PipelineTask,
+    stage: str,
     *,
-    display_name: str,
-    cpu: str = "2",
-    memory: str = "8G",
-    gpus: int = 0,
-    accelerator: str = "nvidia.com/gpu",
-    retries: int = 3,
-    timeout_seconds: int = 24 * 3600,
-    cache: bool = False,
+    display_name: str | None = None,
+    gpus: IntOrChannel | None = None,
+    media_pvc: StrOrChannel = MEDIA_PVC_NAME,
+    platform: StagePlatform | None = None,
 ) -> dsl.PipelineTask:
-    """Apply the shared cluster settings to one stage task and return it."""
-    task.set_display_name(display_name)
-    task.set_cpu_request(cpu).set_cpu_limit(cpu)
-    task.set_memory_request(memory).set_memory_limit(memory)
-    if gpus:
-        task.set_accelerator_type(accelerator).set_accelerator_limit(gpus)
-        kubernetes.add_toleration(task, key=accelerator, operator="Exists", effect="NoSchedule")
-    # Stages are resumable, so a retry continues where the failed attempt stopped.
-    task.set_retry(
-        num_retries=retries, backoff_duration="60s", backoff_factor=2.0, backoff_max_duration="3600s"
-    )
+    """Apply a stage's cluster settings (``STAGES[stage]`` unless ``platform`` is given) to ``task``.
+
+    ``gpus`` overrides the stage's GPU count (e.g. with a pipeline parameter); it only applies to
+    stages that use GPUs.
+    """
+    spec = platform or STAGES[stage]
+    task.set_display_name(display_name or stage)
+    set_resources(task, spec.cpu, spec.memory)
+    if spec.gpus:
+        request_gpus(task, spec.gpus if gpus is None else gpus, spec.gpu_product)
+    add_node_selector(task, spec.node_selector)
+    add_tolerations(task, spec.tolerations)
+    if spec.shm:
+        add_shared_memory(task, spec.shm)
+    if spec.media:
+        mount_media(task, media_pvc)
+    use_s3_secret(task)
+    set_retries(task, spec.retries)
+    set_timeout(task, spec.timeout_seconds)
     # Stages write to object storage: a cache hit would skip those side effects.
-    task.set_caching_options(cache)
-    kubernetes.use_secret_as_env(task, secret_name=S3_SECRET_NAME, secret_key_to_env=S3_SECRET_KEYS)
-    kubernetes.set_timeout(task, timeout_seconds)
+    task.set_caching_options(spec.cache)
     return task

@@ -33,8 +33,8 @@ def run_main(argv: list[str], capsys) -> tuple[int, str]:
         (["demo", "--out-dir", "{out}", "--videos", "2"], ["paravt demo: error:", "must be >= 4, got 2"]),
         (["tiny-model", "{out}", "--seed", "x"], ["paravt tiny-model: error:", "--seed"]),
         (
-            ["pipeline", "compile", "{out}/p.yaml", "--name", "bogus"],
-            ["unknown pipeline 'bogus'; known: train"],
+            ["pipeline", "compile", "bogus", "{out}/p.yaml"],
+            ["unknown pipeline 'bogus'; known: nightly, train"],
         ),
         (["pipeline"], ["required: pipeline_command"]),
         (["data", "--config", "{out}/missing.yaml"], ["config file not found", "missing.yaml"]),

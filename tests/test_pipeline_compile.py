@@ -21,7 +21,14 @@ def test_train_pipeline_ir(tmp_path, monkeypatch) -> None:
     text, docs = _compile(tmp_path, monkeypatch)
     spec, platform = docs[0], docs[1]
     assert spec["pipelineInfo"]["name"] == "paravt-train"
-    assert set(spec["components"]) == {"comp-data-op"}
+    assert set(spec["components"]) == {
+        "comp-data-op",
+        "comp-sft-op",
+        "comp-rl-op",
+        "comp-for-loop-1",
+        "comp-eval-op",
+        "comp-report-op",
+    }
     task = spec["root"]["dag"]["tasks"]["data-op"]
     assert task["retryPolicy"]["maxRetryCount"] == 3
     assert task["retryPolicy"]["backoffDuration"] == "60s"
@@ -35,6 +42,9 @@ def test_train_pipeline_ir(tmp_path, monkeypatch) -> None:
     assert envs == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"}
     assert k8s["secretAsEnv"][0]["secretName"] == "paravt-s3"
     assert k8s["activeDeadlineSeconds"] == "86400"
+    # The data stage extracts media onto the media volume (a pipeline parameter names the claim).
+    assert k8s["pvcMount"][0]["mountPath"] == "/mnt/media"
+    assert k8s["pvcMount"][0]["pvcNameParameter"] == {"componentInputParameter": "media_pvc"}
     assert "do-not-leak" not in text
 
 
@@ -65,5 +75,59 @@ def test_unknown_pipeline_name(tmp_path) -> None:
 
     from pipelines.compile import compile_pipeline
 
-    with pytest.raises(ValueError, match="known: train"):
+    with pytest.raises(ValueError, match="known: nightly, train"):
         compile_pipeline("nightly-typo", str(tmp_path / "x.yaml"))
+
+
+def test_train_dag_wiring_images_and_resources(tmp_path, monkeypatch) -> None:
+    text, docs = _compile(tmp_path, monkeypatch)
+    spec, platform = docs[0], docs[1]
+    tasks = spec["root"]["dag"]["tasks"]
+    # data -> sft -> rl -> ParallelFor(benchmarks) eval -> report (fan-in).
+    assert tasks["sft-op"]["dependentTasks"] == ["data-op"]
+    assert sorted(tasks["rl-op"]["dependentTasks"]) == ["data-op", "sft-op"]
+    assert tasks["rl-op"]["inputs"]["parameters"]["model"]["taskOutputParameter"]["producerTask"] == "sft-op"
+    loop = tasks["for-loop-1"]
+    assert loop["parameterIterator"]["items"]["inputParameter"] == "pipelinechannel--benchmarks"
+    assert loop["dependentTasks"] == ["rl-op"]
+    # The GPU count reaches the eval tasks inside the loop (kfp 2.17 drops it unless passed as an input).
+    loop_inputs = spec["components"]["comp-for-loop-1"]["inputDefinitions"]["parameters"]
+    assert "pipelinechannel--eval_gpus" in loop_inputs
+    collected = tasks["report-op"]["inputs"]["parameters"]["eval_outputs"]["taskOutputParameter"]
+    assert collected == {
+        "producerTask": "for-loop-1",
+        "outputParameterKey": "pipelinechannel--eval-op-Output",
+    }
+    # Outputs under run_prefix (f-strings of the pipeline parameter, resolved at run time).
+    assert tasks["sft-op"]["inputs"]["parameters"]["output"]["runtimeValue"]["constant"] == (
+        "{{$.inputs.parameters['pipelinechannel--run_prefix']}}/sft"
+    )
+    executors = spec["deploymentSpec"]["executors"]
+    images = {name: e["container"]["image"].split(":")[0] for name, e in executors.items()}
+    assert images == {
+        "exec-data-op": "paravt-sft",
+        "exec-sft-op": "paravt-sft",
+        "exec-rl-op": "paravt-rl",
+        "exec-eval-op": "paravt-eval",
+        "exec-report-op": "paravt-eval",
+    }
+    for stage in ("sft", "rl", "eval"):
+        accel = executors[f"exec-{stage}-op"]["container"]["resources"]["accelerator"]
+        assert accel["resourceCount"] == f"{{{{$.inputs.parameters['pipelinechannel--{stage}_gpus']}}}}"
+    assert "accelerator" not in executors["exec-report-op"]["container"]["resources"]
+    k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert {name for name, e in k8s.items() if "emptyDirMounts" in e} == {
+        "exec-sft-op",
+        "exec-rl-op",
+        "exec-eval-op",
+    }
+    assert {name for name, e in k8s.items() if "pvcMount" in e} == {
+        "exec-data-op",
+        "exec-sft-op",
+        "exec-rl-op",
+        "exec-eval-op",
+    }
+    assert all(e["secretAsEnv"][0]["secretName"] == "paravt-s3" for e in k8s.values())
+    eval_task = spec["components"]["comp-for-loop-1"]["dag"]["tasks"]["eval-op"]
+    for task in [*(tasks[t] for t in ("data-op", "sft-op", "rl-op", "report-op")), eval_task]:
+        assert task["retryPolicy"]["maxRetryCount"] == 3 and task["cachingOptions"] == {}

@@ -1,4 +1,4 @@
-"""The train pipeline run end to end by Kubeflow's own local runner (SubprocessRunner, no venv).
+"""The data component run by Kubeflow's own local runner (SubprocessRunner, no venv).
 
 Inputs are the synthetic ParaVT dataset; expected values come from reading the synthetic parquets
 directly and joining each sentinel path onto the media root by hand.
@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from paravt_core import storage
 from paravt_core.config import DataConfig
 from paravt_core.synth import SynthResult
-from pipelines.local import run_train_locally
+from pipelines.local import run_data_locally
 
 
 def _media_urls(messages_json: str) -> list[str]:
@@ -79,12 +79,12 @@ def _check_materialized(synth: SynthResult, data_uri: str, media_prefix: str) ->
         assert storage.exists(storage.join(media_prefix, video["path"])), video["path"]
 
 
-def test_train_pipeline_runs_locally(synth_dataset: SynthResult, tmp_path: Path) -> None:
+def test_data_component_runs_locally(synth_dataset: SynthResult, tmp_path: Path) -> None:
     output = str(tmp_path / "data")
     cfg = _data_config(synth_dataset, tmp_path / "work", output)
-    run = run_train_locally(cfg, str(tmp_path / "kfp-root"))
+    data_uri = run_data_locally(cfg, str(tmp_path / "kfp-root"))
 
-    assert run.data_uri == output
+    assert data_uri == output
     assert storage.is_complete(output)
     media_root = str((tmp_path / "work" / "media").resolve())
     _check_materialized(synth_dataset, output, media_root)
@@ -96,14 +96,14 @@ def test_train_pipeline_runs_locally(synth_dataset: SynthResult, tmp_path: Path)
     assert str(synth_dataset.source_dir) in saved
 
 
-def test_train_pipeline_to_s3(synth_dataset: SynthResult, tmp_path: Path, s3_env, s3_bucket: str) -> None:
-    """Same DAG, outputs and media in the real S3 server; credentials only via the environment."""
+def test_data_component_to_s3(synth_dataset: SynthResult, tmp_path: Path, s3_env, s3_bucket: str) -> None:
+    """Same component, outputs and media in the real S3 server; credentials only via the environment."""
     output = f"{s3_bucket}/runs/1/data"
     media = f"{s3_bucket}/media"
     cfg = _data_config(synth_dataset, tmp_path / "work", output, media_prefix=media)
-    run = run_train_locally(cfg, str(tmp_path / "kfp-root"))
+    data_uri = run_data_locally(cfg, str(tmp_path / "kfp-root"))
 
-    assert run.data_uri == output
+    assert data_uri == output
     assert storage.is_complete(output)
     _check_materialized(synth_dataset, output, media)
     config_text = storage.read_bytes(storage.join(output, "config.yaml")).decode()

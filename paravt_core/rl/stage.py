@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from paravt_core import checkpoint, storage
+from paravt_core import checkpoint, faults, storage
 from paravt_core.config import ConfigError
 from paravt_core.engines.base import EngineError
 from paravt_core.rl.config import RlConfig
@@ -224,6 +224,7 @@ def run(cfg: RlConfig) -> StageResult:
                     staging_root=staging,
                     keep_last=cfg.checkpoint.keep_last,
                 )
+            faults.check("rl", done)  # resilience tests: fail here once, like a preempted pod
         final = checkpoint.save_final(out, policy.model, policy.processor, staging_root=staging)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

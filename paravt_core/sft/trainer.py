@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from paravt_core import checkpoint
+from paravt_core import checkpoint, faults
 from paravt_core.config import SftConfig
 from paravt_core.sft.data import (
     Dropped,
@@ -348,6 +348,7 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
                     dropped,
                     rows,
                 )
+            faults.check("sft", step)  # resilience tests: fail here once, like a preempted pod
     finally:
         if progress is not None:
             progress.close()

@@ -1,0 +1,60 @@
+"""KFP component: the SFT stage (data stage output -> fine-tuned HF checkpoint).
+
+Thin by design, like ``components/data.py``: the body calls ``paravt_core.sft.stage.run``. On a node
+with several GPUs it starts the same stage under ``torchrun`` (one process per GPU, FSDP2). The stage
+resumes from its newest checkpoint in ``output``, so a KFP retry continues training.
+"""
+
+from kfp import dsl
+from kfp.dsl import HTML, Metrics, Output
+
+from components.images import SFT_IMAGE
+
+
+@dsl.component(base_image=SFT_IMAGE, install_kfp_package=False)
+def sft_op(
+    config_yaml: str,
+    overrides: list,
+    data_uri: str,
+    model_uri: str,
+    output: str,
+    curve: Output[HTML],
+    metrics: Output[Metrics],
+) -> str:
+    """Run ``paravt sft``; return the URI of the final Hugging Face checkpoint."""
+    import base64
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from paravt_core import storage
+    from paravt_core.config import SftConfig, config_to_yaml, load_config
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(config_yaml)
+    cfg = load_config(SftConfig, f.name, [str(o) for o in overrides])
+    cfg.data.input = data_uri
+    cfg.model.uri = model_uri
+    cfg.output = output
+
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus > 1:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            f.write(config_to_yaml(cfg))
+        launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={gpus}"]
+        subprocess.run([*launcher, "-m", "paravt_core.cli", "sft", "--config", f.name], check=True)
+        summary = json.loads(storage.read_bytes(storage.join(output, "metrics.json")))
+    else:
+        from paravt_core.sft.stage import run
+
+        summary = run(cfg).metrics
+    png = storage.read_bytes(storage.join(output, "loss_curve.png"))
+    with open(curve.path, "w") as out:
+        out.write(f'<img alt="SFT loss" src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+    for key, value in summary.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            metrics.log_metric(key, value)
+    return storage.join(output, "final")

@@ -1,0 +1,175 @@
+"""``paravt report``: the eval table of a run and the nightly trend, as HTML, Markdown, PNG and metrics.
+
+Outputs under ``cfg.output``::
+
+    report.html      self-contained page (eval table, trend plot, table of nights with deltas)
+    report.md        the same tables in Markdown (the KFP UI renders it)
+    trend.png        the trend plot (when there is a trend)
+    metrics.json     flat numbers: this run's headline values, the latest night's values and deltas
+    config.yaml, _COMPLETE
+
+Nightly bookkeeping in the results prefix (``TrendConfig``): ``nights/<date>.json`` per night, written
+RUNNING when the night starts (``start_night``) and with its final state by this stage.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from paravt_core import storage
+from paravt_core.config import ReportConfig, TrendConfig
+from paravt_core.report import render
+from paravt_core.report.trend import (
+    FAILED,
+    RUNNING,
+    SUCCEEDED,
+    BenchmarkResult,
+    Night,
+    eval_scores,
+    latest_deltas,
+    night_state,
+    trend_table,
+)
+from paravt_core.stage import StageResult, announce_config, console
+
+STAGE = "report"
+NIGHTS_DIR = "nights"
+
+
+def today_utc() -> str:
+    return datetime.now(UTC).date().isoformat()
+
+
+def night_uri(results_prefix: str, night: str) -> str:
+    return storage.join(results_prefix, NIGHTS_DIR, f"{night}.json")
+
+
+def benchmark_output(results_prefix: str, night: str, benchmark: str) -> str:
+    """Where the nightly eval of ``benchmark`` writes (the eval stage's ``output``)."""
+    return storage.join(results_prefix, night, benchmark)
+
+
+def start_night(results_prefix: str, night: str, checkpoint: str, run_id: str = "") -> str:
+    """Mark the night (``night``, or today UTC) RUNNING, so a run that dies before its final step still
+    shows, as failed. Returns the night's date."""
+    date = night or today_utc()
+    summary = Night(date, RUNNING, checkpoint, run_id=run_id)
+    storage.write_bytes(night_uri(results_prefix, date), json.dumps(summary.to_json(), indent=2).encode())
+    return date
+
+
+def find_night(results_prefix: str, run_id: str, recent: int = 3) -> str | None:
+    """The date of the night run ``run_id`` started (among the most recent summaries): the final step
+    of a run that crossed midnight still finishes the night it started."""
+    if not run_id:
+        return None
+    for night in reversed(load_nights(results_prefix, recent)):
+        if night.run_id == run_id:
+            return night.date
+    return None
+
+
+def collect_benchmark(results_prefix: str, night: str, benchmark: str) -> BenchmarkResult:
+    """A benchmark's result this night: its headline scores if its eval output is complete."""
+    out = benchmark_output(results_prefix, night, benchmark)
+    if not storage.is_complete(out):
+        return BenchmarkResult(FAILED, error=f"no complete eval output at {out}")
+    results = json.loads(storage.read_bytes(storage.join(out, "results.json")))
+    scores = eval_scores(results, benchmark)
+    if not scores:
+        return BenchmarkResult(FAILED, error=f"{out}/results.json has no {benchmark} metrics")
+    return BenchmarkResult(SUCCEEDED, scores)
+
+
+def finish_night(trend: TrendConfig, night: str) -> Night:
+    benches = {b: collect_benchmark(trend.results_prefix, night, b) for b in trend.benchmarks}
+    state = night_state(trend.state, benches)
+    result = Night(night, state, trend.checkpoint, benches, trend.error, trend.run_id)
+    storage.write_bytes(
+        night_uri(trend.results_prefix, night), json.dumps(result.to_json(), indent=2).encode()
+    )
+    return result
+
+
+def load_nights(results_prefix: str, limit: int) -> list[Night]:
+    """The ``limit`` most recent night summaries under the prefix (a summary that cannot be read is a
+    failed night, not a missing one)."""
+    uris = storage.list_uris(storage.join(results_prefix, NIGHTS_DIR), suffix=".json")[-limit:]
+    nights = []
+    for uri in uris:
+        date = uri.rsplit("/", 1)[-1].removesuffix(".json")
+        try:
+            nights.append(Night.from_json(json.loads(storage.read_bytes(uri))))
+        except (ValueError, KeyError, TypeError) as err:
+            nights.append(Night(date, FAILED, error=f"unreadable night summary: {err}"))
+    return nights
+
+
+def eval_table(eval_outputs: list[str]) -> list[dict]:
+    """One row per benchmark and protocol over the given eval stage outputs."""
+    rows = []
+    for out in eval_outputs:
+        results = json.loads(storage.read_bytes(storage.join(out, "results.json")))
+        benches = sorted({b for per in results.get("protocols", {}).values() for b in per})
+        for bench in benches:
+            for protocol, value in sorted(eval_scores(results, bench).items()):
+                rows.append({"benchmark": bench, "protocol": protocol, "value": value, "output": out})
+    return rows
+
+
+def training_section(name: str, output: str) -> dict:
+    """A training stage's summary numbers (its ``metrics.json``) and its plots (``*.png`` at the top of
+    its output), as the stage wrote them."""
+    summary = json.loads(storage.read_bytes(storage.join(output, "metrics.json")))
+    numbers = {k: v for k, v in summary.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    plots = {
+        uri.rsplit("/", 1)[-1]: storage.read_bytes(uri)
+        for uri in storage.list_uris(output, suffix=".png")
+        if uri.rsplit("/", 1)[0].rstrip("/") == output.rstrip("/")
+    }
+    return {"name": name, "output": output, "metrics": numbers, "plots": plots}
+
+
+def run(cfg: ReportConfig) -> StageResult:
+    announce_config(STAGE, cfg, cfg.output)
+    storage.clear_complete(cfg.output)
+    table = eval_table(cfg.eval_outputs)
+    metrics: dict[str, float] = {f"{r['benchmark']}.{r['protocol']}": r["value"] for r in table}
+    outputs = {
+        "html": storage.join(cfg.output, "report.html"),
+        "markdown": storage.join(cfg.output, "report.md"),
+    }
+    markdown = [f"# {cfg.title}\n"]
+    if table:
+        markdown.append(render.eval_markdown(table))
+    training = [training_section(n, o) for n, o in (("SFT", cfg.sft_output), ("RL", cfg.rl_output)) if o]
+    for section in training:
+        markdown.append(render.training_markdown(section))
+        metrics.update({f"{section['name'].lower()}.{k}": float(v) for k, v in section["metrics"].items()})
+
+    trend = png = None
+    today = today_utc()
+    if cfg.trend.results_prefix:
+        night = cfg.trend.night or find_night(cfg.trend.results_prefix, cfg.trend.run_id) or today
+
+        this = finish_night(cfg.trend, night)
+        console.print(f"night {night}: {this.state.lower()}")
+        nights = load_nights(cfg.trend.results_prefix, cfg.trend.max_nights)
+        trend = trend_table(nights, today)
+        png = render.trend_png(*trend, today)
+        storage.write_bytes(storage.join(cfg.output, "trend.png"), png)
+        outputs["trend_png"] = storage.join(cfg.output, "trend.png")
+        outputs["night"] = night_uri(cfg.trend.results_prefix, night)
+        metrics.update({f"trend.{k}": v for k, v in latest_deltas(nights, today).items()})
+        markdown.append(f"## Nightly trend ({len(nights)} nights)\n\n" + render.trend_markdown(*trend, today))
+
+    page = render.report_html(
+        cfg.title, eval_table=table, training=training, trend=trend, trend_png_bytes=png, today=today
+    )
+    storage.write_bytes(outputs["html"], page.encode())
+    storage.write_bytes(outputs["markdown"], "\n".join(markdown).encode())
+    storage.write_bytes(storage.join(cfg.output, "metrics.json"), json.dumps(metrics, indent=2).encode())
+    storage.mark_complete(cfg.output, {"stage": STAGE})
+    console.print(f"report: {outputs['html']}")
+    return StageResult(STAGE, outputs=outputs, metrics=metrics)

