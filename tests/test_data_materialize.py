@@ -304,6 +304,19 @@ def test_url_values_found_at_hand_computed_offsets_with_nulls_and_slices() -> No
     assert out.to_pylist() == ['ab"url": "/m/x/y"}', None, "", '"url": "/m/p" "url": "/m/q', "no key"]
 
 
+def test_value_ends_at_the_quote_of_a_key_right_after_it() -> None:
+    """A value's end is searched in its piece of the key split; a piece that the next key follows with
+    no `"` of its own ends at that key's opening quote (the next `"` of the row)."""
+    col = pa.array(['"url": "ab"url": "c"', '"url": "d'])
+    found_rows, starts, lengths = find_url_values(col)
+    # row 0: key at 0 -> value at 8, 'ab' up to the next key's quote at 10 (2 bytes); key at 10 -> value
+    # at 18, 'c' (1 byte); row 0 is 8 + 2 + 8 + 2 = 20 bytes, so row 1 starts at byte 20: value at 28,
+    # no quote before the row's end (-1)
+    assert found_rows.tolist() == [0, 0, 1]
+    assert starts.tolist() == [8, 18, 28]
+    assert lengths.tolist() == [2, 1, -1]
+
+
 def test_search_skips_the_shared_first_message(monkeypatch: pytest.MonkeyPatch) -> None:
     """The one key search reads each row from the end of the shared system message on: the message's
     bytes are null slots of the searched array (Arrow's kernels never read them), and the values found

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from paravt_core.data import validate
 from paravt_core.data.validate import (
+    CANONICAL_MESSAGES_RE,
     FileChecker,
     Reason,
     check_extra_info,
@@ -122,8 +125,17 @@ def _serialize(obj: object, style: dict, cut: int | None) -> str:
 )
 def test_fast_path_agrees_with_reference(rows: list[tuple[list, dict, int | None]]) -> None:
     texts = [_serialize(obj, style, cut) for obj, style, cut in rows]
-    reasons, _ = check_messages(pa.array(texts, pa.string()))
+    reasons, canonical = check_messages(pa.array(texts, pa.string()))
     assert reasons.tolist() == [check_messages_text(t) for t in texts]
+    assert canonical.tolist() == _one_pattern(texts)
+
+
+def _one_pattern(texts: list[str | None]) -> list[bool]:
+    """The canonical mask by its definition: the one whole-row pattern, row by row."""
+    return [
+        t is not None and pc.match_substring_regex(pa.array([t]), CANONICAL_MESSAGES_RE)[0].as_py()
+        for t in texts
+    ]
 
 
 @given(
@@ -145,6 +157,51 @@ def test_shared_first_message_path_agrees_with_reference(
     reasons, canonical = check_messages(col)
     assert reasons.tolist() == [check_messages_text(t) for t in texts]
     assert all(check_messages_text(t) == OK for t, c in zip(texts, canonical, strict=True) if c)
+    assert canonical.tolist() == _one_pattern(texts)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_rows_ending_with_the_answer_take_one_pass(shared: bool, monkeypatch) -> None:
+    """The cheap pattern (last message is the assistant's) decides those rows; only the rows it refuses
+    meet the general one, which still accepts an assistant turn followed by other messages."""
+    seen: list[tuple[str, int]] = []
+    real = pc.match_substring_regex
+
+    def spy(strings: pa.Array, pattern: str) -> pa.Array:
+        seen.append((pattern, len(strings)))
+        return real(strings, pattern)
+
+    monkeypatch.setattr(validate.pc, "match_substring_regex", spy)
+    system = {"role": "system", "content": [{"type": "text", "text": "sys"}]}
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "A"}]}
+
+    def user(i: int) -> dict:  # shared=False: every row opens with its own question
+        return {"role": "user", "content": [{"type": "text", "text": f"q{i if not shared else 0}"}]}
+
+    first = [system] if shared else []
+    rows = [
+        json.dumps([*first, user(0), answer]),  # ends with the answer: first pattern
+        json.dumps([*first, user(1), *messages("selfqa/a.mp4")[2:]]),  # ends with the answer too
+        json.dumps([*first, user(2), answer, user(2)]),  # an answer, then a user turn: second pattern
+        json.dumps([*first, user(3)]),  # no answer at all: refused by both, decided in Python
+    ]
+    col = pa.array(rows)
+    start = validate.shared_start(col)
+    assert start.rows.tolist() == ([True] * 4 if shared else [True, False, False, False])
+    seen.clear()
+    reasons, canonical = check_messages(col, start)
+    assert canonical.tolist() == [True, True, True, False]
+    assert reasons.tolist() == [OK, OK, OK, Reason.NO_ASSISTANT_TURN]
+    # the tails pass always sees 2 x 4 strings (each row as start + tail); shared: rows 2 and 3 are
+    # refused and matched again; not shared: rows 1-3 are matched whole, and rows 2 and 3 again
+    if shared:
+        assert seen == [(validate._TAIL_ENDS_WITH_ASSISTANT_RE, 8), (validate._TAIL_WITH_ASSISTANT_RE, 2)]
+    else:
+        assert seen == [
+            (validate._TAIL_ENDS_WITH_ASSISTANT_RE, 8),
+            (validate.CANONICAL_ENDS_WITH_ASSISTANT_RE, 3),
+            (CANONICAL_MESSAGES_RE, 2),
+        ]
 
 
 def test_shared_first_message_is_checked_once_and_rows_from_its_end() -> None:

@@ -133,8 +133,8 @@ def find_url_values(
     ``start`` is a byte offset into ``texts``' data buffer; ``length`` runs to the next ``"`` within the
     row (-1: none, not a JSON string). One search (Arrow's ``split_pattern``, used for its piece offsets
     only) over each row's bytes after the shared first message (``start``, as from ``shared_start``;
-    None: worked out here) when that message holds no key; the values' ends are searched in views of
-    the row from each value on. Nothing is copied but the pieces of that search.
+    None: worked out here) when that message holds no key; the values' ends are searched in the
+    pieces of that search, which are all that is copied.
     """
     n = len(texts)
     offsets = string_offsets(texts).astype(np.int64)
@@ -164,14 +164,12 @@ def find_url_values(
     rows = element[later] // 2
     if not len(starts):
         return rows, starts, starts.copy()
-    # each value's view runs to the next value's start or its row's end, whichever comes first
-    ends = np.minimum(np.append(starts[1:], offsets[-1]), offsets[rows + 1])
-    view_bounds = np.empty(2 * len(starts), dtype=np.int64)
-    view_bounds[0::2], view_bounds[1::2] = starts, ends
-    view_valid = np.zeros(2 * len(starts) - 1, dtype=bool)
-    view_valid[0::2] = True
-    found = pc.find_substring(_over(texts, view_bounds, view_valid), '"').to_numpy(zero_copy_only=False)
-    return rows, starts, found[0::2].astype(np.int64)
+    # each value's end: the first `"` of its piece (the pieces are already apart: no views to build);
+    # a piece with none that another key follows in its row ends where that key's `"` begins
+    found = pc.find_substring(_over(flat, flat_offsets, later), '"').to_numpy(zero_copy_only=False)
+    found = found[later].astype(np.int64)
+    keyed = np.append(element[1:] == element[:-1], False)[later]
+    return rows, starts, np.where((found < 0) & keyed, np.diff(flat_offsets)[later], found)
 
 
 def cut_values(texts: pa.Array, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:

@@ -362,6 +362,11 @@ _TAIL_WITH_ASSISTANT_RE = (
     rf"^(?:{_SEP}{_MESSAGE})*{_SEP}{_ASSISTANT_MESSAGE}(?:{_SEP}{_MESSAGE})*{_WS}\]{_WS}$"
 )
 _TAIL_RE = rf"^(?:{_SEP}{_MESSAGE})*{_WS}\]{_WS}$"
+# The same languages restricted to a list whose last message is the assistant's (a ParaVT conversation
+# ends with the answer): a subset, and a cheaper DFA than "an assistant message anywhere", so it runs
+# first and the general pattern only sees the rows it refused (``_match_canonical``).
+CANONICAL_ENDS_WITH_ASSISTANT_RE = rf"^{_WS}\[{_WS}(?:{_MESSAGE}{_SEP})*{_ASSISTANT_MESSAGE}{_WS}\]{_WS}$"
+_TAIL_ENDS_WITH_ASSISTANT_RE = rf"^(?:{_SEP}{_MESSAGE})*{_SEP}{_ASSISTANT_MESSAGE}{_WS}\]{_WS}$"
 _FIRST_MESSAGE_RE = rf"^{_WS}\[{_WS}{_MESSAGE}$"
 _OPEN = re.compile(r"[ \t\n\r]*\[[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
@@ -422,8 +427,9 @@ def _starts_and_tails(texts: pa.Array, split: np.ndarray, cut: int) -> pa.Array:
 def canonical_rows(texts: pa.Array, start: SharedStart | None = None) -> np.ndarray:
     """Rows in the canonical shape with an assistant message (valid without decoding them).
 
-    One RE2 pass; rows that begin with the batch's shared first message (checked once) are matched from
-    the end of it on, over a zero-copy view of their remaining bytes. Exact: a canonical row starting with a
+    One RE2 pass (a second only over rows whose last message is not the assistant's, see
+    ``_match_canonical``); rows that begin with the batch's shared first message (checked once) are matched
+    from the end of it on, over a zero-copy view of their remaining bytes. Exact: a canonical row starting with a
     canonical first message is that message followed by a canonical tail, and the converse. ``start``:
     ``shared_start(texts)`` when the caller has it already (None: worked out here).
     """
@@ -433,15 +439,37 @@ def canonical_rows(texts: pa.Array, start: SharedStart | None = None) -> np.ndar
         start = shared_start(texts)
     skip = start.rows if start is not None else np.zeros(n, dtype=bool)
     if skip.any():
-        tail_re = _TAIL_RE if start.assistant else _TAIL_WITH_ASSISTANT_RE
-        tails = pc.match_substring_regex(_starts_and_tails(texts, skip, start.size), tail_re)
-        canonical[skip] = tails.to_numpy(zero_copy_only=False)[1::2][skip]
+        views = _starts_and_tails(texts, skip, start.size)
+        if start.assistant:
+            tails = pc.match_substring_regex(views, _TAIL_RE).to_numpy(zero_copy_only=False)
+        else:
+            eligible = np.zeros(len(views), dtype=bool)
+            eligible[1::2] = skip  # the tails; the row starts are refused by both patterns at their `[`
+            tails = _match_canonical(views, eligible, _TAIL_ENDS_WITH_ASSISTANT_RE, _TAIL_WITH_ASSISTANT_RE)
+        canonical[skip] = tails[1::2][skip]
     rest = np.flatnonzero(~skip)
     if len(rest):
         others = texts if len(rest) == n else texts.take(pa.array(rest))
-        matched = pc.fill_null(pc.match_substring_regex(others, CANONICAL_MESSAGES_RE), False)
-        canonical[rest] = matched.to_numpy(zero_copy_only=False)
+        eligible = ~null_mask(others) if others.null_count else np.ones(len(others), dtype=bool)
+        canonical[rest] = _match_canonical(
+            others, eligible, CANONICAL_ENDS_WITH_ASSISTANT_RE, CANONICAL_MESSAGES_RE
+        )
     return canonical
+
+
+def _match_canonical(
+    texts: pa.Array, eligible: np.ndarray, ends_with_assistant: str, anywhere: str
+) -> np.ndarray:
+    """Which strings match ``anywhere`` (an assistant message anywhere), by the cheaper ``ends_with_assistant``
+    (a subset of it: the last message is the assistant's) first, then ``anywhere`` over only the
+    ``eligible`` strings the first refused. Strings not ``eligible`` must be refused by both patterns."""
+    matched = pc.fill_null(pc.match_substring_regex(texts, ends_with_assistant), False)
+    matched = matched.to_numpy(zero_copy_only=False)
+    refused = np.flatnonzero(eligible & ~matched)
+    if len(refused):
+        again = pc.match_substring_regex(texts.take(pa.array(refused)), anywhere)
+        matched[refused] = pc.fill_null(again, False).to_numpy(zero_copy_only=False)
+    return matched
 
 
 def check_messages(col: pa.Array, start: SharedStart | None = None) -> tuple[np.ndarray, np.ndarray | None]:
