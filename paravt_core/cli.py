@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from paravt_core.config import ConfigError
+from paravt_core.config_base import StrictModel
 
 # Smallest synthetic dataset: one video per sentinel bucket, two events of >= 1 s with gaps per video.
 MIN_SYNTH_VIDEOS = 4
@@ -53,7 +54,7 @@ def _seconds_at_least(low: float) -> Callable[[str], float]:
     return parse
 
 
-def _stage_config(stage: str, args: argparse.Namespace):
+def _stage_config(stage: str, args: argparse.Namespace) -> StrictModel:
     """The stage's typed config from ``--config`` and the overrides; config errors before heavy imports."""
     from paravt_core.config import load_config, stage_config
 
