@@ -12,6 +12,11 @@ same command resumes from the newest complete one and reproduces the uninterrupt
 Outputs: ``metrics.jsonl`` (one line per step), ``metrics.json`` (last step + totals), ``curves.png``,
 ``trajectories/step_XXXXXXXX.jsonl`` (a few sampled episodes per step), ``checkpoints/``, ``final/``,
 ``config.yaml``, then ``_COMPLETE``.
+
+Multi-process: ``torchrun --nproc-per-node N -m paravt_core.cli rl ...`` shards the learner with FSDP2 (see
+``learner.py``). Rank 0 runs the rollouts (engine, judge, data) and writes every output; it broadcasts each
+step's samples to all ranks, which train on their share; after the step the full weights are gathered on
+rank 0 and pushed to its engine. Checkpoints are collective and resume on any number of ranks.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from paravt_core.config import ConfigError
 from paravt_core.engines.base import EngineError
 from paravt_core.rl.config import RlConfig
 from paravt_core.run_metrics import write_jsonl
+from paravt_core.sft.trainer import Dist, setup_distributed
 from paravt_core.stage import StageResult, announce_config, console
 
 from .coalesce import CoalescingEngine
@@ -69,34 +75,54 @@ def _judge(cfg: RlConfig) -> Any:
     )
 
 
+def _broadcast(d: Dist, obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank."""
+    if not d.sharded:
+        return obj
+    import torch.distributed as dist
+
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def run(cfg: RlConfig) -> StageResult:
     import torch
 
     from paravt_core.engines.transformers_engine import TransformersEngine
     from paravt_core.models import load
 
+    d = setup_distributed()
+    lead = d.rank == 0
     out = cfg.output
-    if storage.is_complete(out):
-        storage.clear_complete(out)  # a rerun rewrites the outputs: never leave them looking complete
-    announce_config("rl", cfg, out)
-    judge = _judge(cfg)
+    if lead:
+        if storage.is_complete(out):
+            storage.clear_complete(out)  # a rerun rewrites the outputs: never leave them looking complete
+        announce_config("rl", cfg, out)
+    judge = _judge(cfg) if lead else None
     data = load_prompts(cfg.data)
     if not data.prompts:
         raise FileNotFoundError(f"{cfg.data}: no usable RL prompt (skipped: {dict(data.skipped)})")
-    console.print(
-        f"rl: {len(data.prompts)} prompts from {len(data.files)} file(s), skipped {dict(data.skipped)}"
-    )
+    if lead:
+        console.print(
+            f"rl: {len(data.prompts)} prompts from {len(data.files)} file(s), skipped {dict(data.skipped)}"
+            + (f", learner sharded over {d.world} ranks" if d.sharded else "")
+        )
 
     torch.manual_seed(cfg.seed)
     dtype = getattr(torch, cfg.dtype)
-    policy = load(cfg.model, device=cfg.device, dtype=dtype)
+    device = str(d.device) if d.sharded else cfg.device
+    policy = load(cfg.model, device=device, dtype=dtype)
     reference_uri = cfg.reference_model or cfg.model
-    reference = load(reference_uri, device=cfg.device, dtype=dtype)
-    rollout_model = load(cfg.model, device=cfg.device, dtype=dtype)
-    inner = TransformersEngine(
-        rollout_model.model, rollout_model.processor, max_batch_size=cfg.engine_batch_size
-    )
-    engine = CoalescingEngine(inner, seed=cfg.seed)
+    reference = load(reference_uri, device=device, dtype=dtype)
+    inner: Any = None
+    engine: Any = None
+    if lead:  # the rollout engine lives on rank 0 only
+        rollout_model = load(cfg.model, device=device, dtype=dtype)
+        inner = TransformersEngine(
+            rollout_model.model, rollout_model.processor, max_batch_size=cfg.engine_batch_size
+        )
+        engine = CoalescingEngine(inner, seed=cfg.seed)
     learner = Learner(
         policy.model,
         reference.model,
@@ -105,6 +131,7 @@ def run(cfg: RlConfig) -> StageResult:
         loss=cfg.loss,
         optim=cfg.optim,
         pack_tokens=cfg.pack_tokens,
+        dist=d,
     )
 
     staging = tempfile.mkdtemp(prefix="paravt-rl-")
@@ -112,19 +139,21 @@ def run(cfg: RlConfig) -> StageResult:
     start = 0
     resumed = checkpoint.latest_complete(out)
     if resumed:
-        state = checkpoint.load(resumed, policy.model, learner.optimizer, staging_root=staging)
+        state = checkpoint.load(resumed, learner.root, learner.optimizer, staging_root=staging)
         if state.get("reference_model") != reference_uri:
             raise ConfigError(
                 f"checkpoint {resumed} was trained against reference {state.get('reference_model')!r}, "
                 f"not {reference_uri!r}"
             )
         start, history = int(state["step"]), list(state["history"])
-        inner.load_weights(learner.weights())
-        inner.weight_version = int(state["policy_version"])
-        console.print(
-            f"rl: resumed from {resumed} (step {start}, policy version {inner.weight_version})",
-            soft_wrap=True,
-        )
+        weights = learner.weights()
+        if lead:
+            inner.load_weights(weights)
+            inner.weight_version = int(state["policy_version"])
+            console.print(
+                f"rl: resumed from {resumed} (step {start}, policy version {inner.weight_version})",
+                soft_wrap=True,
+            )
 
     totals: Counter = Counter()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="paravt-rollout")
@@ -153,6 +182,21 @@ def run(cfg: RlConfig) -> StageResult:
         ahead: deque[Future[StepRollouts]] = deque()  # rollouts of steps [step, queued)
         queued = start
         for step in range(start, cfg.steps):
+            if not lead:  # the other ranks: rank 0's samples -> their share of the learner step
+                learner.step(_broadcast(d, None))
+                learner.weights()
+                done = step + 1
+                if done % cfg.checkpoint.every == 0 or done == cfg.steps:
+                    checkpoint.save(
+                        out,
+                        done,
+                        learner.root,
+                        learner.optimizer,
+                        {},
+                        staging_root=staging,
+                        keep_last=cfg.checkpoint.keep_last,
+                    )
+                continue
             if cfg.max_staleness == 0:
                 rollouts = rollout(step)
             else:
@@ -172,9 +216,10 @@ def run(cfg: RlConfig) -> StageResult:
                 raise RuntimeError(
                     f"rl step {step}: a sample is {max(staleness)} versions old (bound {cfg.max_staleness})"
                 )
-            learned = learner.step(samples)
+            learned = learner.step(_broadcast(d, samples))
             t0 = time.perf_counter()
-            inner.load_weights(learner.weights())
+            weights = learner.weights()
+            inner.load_weights(weights)
             sync_s = time.perf_counter() - t0
             totals.update(rollouts.counts)
             totals.update(f"finish:{s.episode.finish_reason}" for s in samples)
@@ -213,21 +258,25 @@ def run(cfg: RlConfig) -> StageResult:
                     "model": cfg.model,
                     "data_position": done * cfg.prompts_per_step,
                     "history": history,
-                    "weights_sha256": state_checksum(policy.model.state_dict()),
+                    "weights_sha256": state_checksum(weights),
                 }
                 checkpoint.save(
                     out,
                     done,
-                    policy.model,
+                    learner.root,
                     learner.optimizer,
                     state,
                     staging_root=staging,
                     keep_last=cfg.checkpoint.keep_last,
                 )
-        final = checkpoint.save_final(out, policy.model, policy.processor, staging_root=staging)
+        final = checkpoint.save_final(
+            out, learner.root, policy.processor, staging_root=staging, submodule="inner"
+        )
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(staging, ignore_errors=True)
+    if not lead:
+        return StageResult("rl", outputs={"final": final}, metrics={"rank": d.rank})
 
     write_jsonl(storage.join(out, "metrics.jsonl"), history)
     storage.write_bytes(storage.join(out, "curves.png"), curves_png(history))
