@@ -45,6 +45,7 @@ from .data import RlPrompt, load_prompts
 from .learner import Learner, state_checksum
 from .metrics import curves_png, step_metrics, trajectory_lines
 from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
+from .weight_sync import DiskSync, InProcessSync, NcclSync
 
 
 def prompts_for_step(prompts: list[RlPrompt], step: int, per_step: int, seed: int) -> list[RlPrompt]:
@@ -86,10 +87,50 @@ def _broadcast(d: Dist, obj: Any) -> Any:
     return box[0]
 
 
+def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tuple[Any, Any]:
+    """(rank 0's rollout engine, the weight sync that pushes the learner's weights to it)."""
+    from paravt_core.models import load
+
+    e = cfg.engine
+    if e.kind == "transformers":
+        from paravt_core.engines.transformers_engine import TransformersEngine
+
+        rollout_model = load(cfg.model, device=device, dtype=dtype)
+        inner = TransformersEngine(
+            rollout_model.model, rollout_model.processor, max_batch_size=cfg.engine_batch_size
+        )
+        return inner, InProcessSync(inner)
+    from paravt_core.engines.sglang_engine import SGLangEngine
+
+    if e.base_url:
+        inner = SGLangEngine(
+            e.base_url,
+            processor=policy.processor,
+            max_batch_size=cfg.engine_batch_size,
+            deterministic_inference=e.deterministic_inference,
+        )
+    else:  # a GPU machine: start the server on the starting checkpoint, with the agent's pixel budget
+        inner = SGLangEngine.launch(
+            cfg.model,
+            port=e.port,
+            processor=policy.processor,
+            max_pixels=cfg.agent.max_pixels,
+            min_pixels=cfg.agent.min_pixels,
+            deterministic_inference=e.deterministic_inference,
+        )
+    if e.weight_sync == "distributed":
+        return inner, NcclSync(
+            inner, master_address=e.nccl_address, master_port=e.nccl_port, server_ranks=e.server_ranks
+        )
+    staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
+    if storage.is_s3(staging):
+        raise ConfigError(f"engine.staging_dir must be a directory the server can read, not {staging}")
+    return inner, DiskSync(inner, policy.model, staging)
+
+
 def run(cfg: RlConfig) -> StageResult:
     import torch
 
-    from paravt_core.engines.transformers_engine import TransformersEngine
     from paravt_core.models import load
 
     d = setup_distributed()
@@ -115,13 +156,10 @@ def run(cfg: RlConfig) -> StageResult:
     policy = load(cfg.model, device=device, dtype=dtype)
     reference_uri = cfg.reference_model or cfg.model
     reference = load(reference_uri, device=device, dtype=dtype)
-    inner: Any = None
     engine: Any = None
+    sync: Any = None
     if lead:  # the rollout engine lives on rank 0 only
-        rollout_model = load(cfg.model, device=device, dtype=dtype)
-        inner = TransformersEngine(
-            rollout_model.model, rollout_model.processor, max_batch_size=cfg.engine_batch_size
-        )
+        inner, sync = _rollout_engine(cfg, policy, device, dtype)
         engine = CoalescingEngine(inner, seed=cfg.seed)
     learner = Learner(
         policy.model,
@@ -148,10 +186,9 @@ def run(cfg: RlConfig) -> StageResult:
         start, history = int(state["step"]), list(state["history"])
         weights = learner.weights()
         if lead:
-            inner.load_weights(weights)
-            inner.weight_version = int(state["policy_version"])
+            sync.push(weights, int(state["policy_version"]))
             console.print(
-                f"rl: resumed from {resumed} (step {start}, policy version {inner.weight_version})",
+                f"rl: resumed from {resumed} (step {start}, policy version {sync.version})",
                 soft_wrap=True,
             )
 
@@ -169,7 +206,7 @@ def run(cfg: RlConfig) -> StageResult:
                     cfg.agent,
                     cfg.paravt,
                     group_size=cfg.group_size,
-                    version=inner.weight_version,
+                    version=sync.version,
                     judge=judge,
                 )
             )
@@ -204,7 +241,7 @@ def run(cfg: RlConfig) -> StageResult:
                     ahead.append(pool.submit(rollout, queued))
                     queued += 1
                 rollouts = ahead.popleft().result()
-            version = inner.weight_version
+            version = sync.version
             samples = rollouts.samples
             failed = [s for s in samples if s.episode.finish_reason in ("engine_error", "engine_timeout")]
             if len(failed) == len(samples):
@@ -219,12 +256,12 @@ def run(cfg: RlConfig) -> StageResult:
             learned = learner.step(_broadcast(d, samples))
             t0 = time.perf_counter()
             weights = learner.weights()
-            inner.load_weights(weights)
+            sync.push(weights, version + 1)
             sync_s = time.perf_counter() - t0
             totals.update(rollouts.counts)
             totals.update(f"finish:{s.episode.finish_reason}" for s in samples)
             extra = {
-                "policy_version": inner.weight_version,
+                "policy_version": sync.version,
                 "staleness_max": max(staleness),
                 "staleness_mean": float(np.mean(staleness)),
                 "untrained_samples": sum(s.episode.finish_reason in NO_SAMPLE_REASONS for s in samples),
@@ -253,7 +290,7 @@ def run(cfg: RlConfig) -> StageResult:
             if done % cfg.checkpoint.every == 0 or done == cfg.steps:
                 state = {
                     "step": done,
-                    "policy_version": inner.weight_version,
+                    "policy_version": sync.version,
                     "reference_model": reference_uri,
                     "model": cfg.model,
                     "data_position": done * cfg.prompts_per_step,
@@ -275,6 +312,9 @@ def run(cfg: RlConfig) -> StageResult:
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(staging, ignore_errors=True)
+        server = getattr(getattr(sync, "engine", None), "server", None)
+        if server is not None:  # an SGLang server this run launched
+            server.stop()
     if not lead:
         return StageResult("rl", outputs={"final": final}, metrics={"rank": d.rank})
 
@@ -286,7 +326,7 @@ def run(cfg: RlConfig) -> StageResult:
         "skipped_rows": dict(data.skipped),
         "reward_first": history[0]["reward_mean"] if history else None,
         "reward_last": history[-1]["reward_mean"] if history else None,
-        "policy_version": inner.weight_version,
+        "policy_version": sync.version,
         "counts": dict(totals),
         "last_step": history[-1] if history else None,
     }
