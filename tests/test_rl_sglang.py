@@ -57,3 +57,54 @@ def test_stage_pushes_each_step_to_the_sglang_server(rl_data, tiny_model_dir, tm
     assert [h["policy_versions"] for h in history] == [[0], [1]]  # step k sampled by version k (synchronous)
     assert result.metrics["policy_version"] == 2
     assert os.listdir(staging) == ["v00000002"]  # older versions are deleted once the server moved on
+
+
+class _Broadcasts:
+    """Stands in for the NCCL group (GPU only): records what rank 0 broadcasts."""
+
+    def __init__(self):
+        self.sent: list[tuple[tuple[int, ...], int]] = []
+
+    def broadcast(self, tensors, root):
+        self.sent.append((tuple(tensors[0].shape), root))
+        return self
+
+    def wait(self):
+        return True
+
+
+def test_nccl_sync_request_flow(tiny_model, tiny_model_dir, monkeypatch):
+    from paravt_core.engines.sglang_engine import SGLangEngine
+    from paravt_core.rl.weight_sync import NcclSync
+
+    monkeypatch.setattr("torch.Tensor.cuda", lambda t: t)  # no GPU here: the tensors stay on the CPU
+    weights = load(tiny_model_dir).model.state_dict()
+    engine = TransformersEngine(load(tiny_model_dir).model, tiny_model.processor)
+    with _ContractServer(engine, tiny_model.processor) as server:
+        sync = NcclSync(
+            SGLangEngine(server.url), master_address="10.1.2.3", master_port=29601, server_ranks=2
+        )
+        group = _Broadcasts()
+
+        def join():  # what the real _join does (create the group), minus NCCL
+            sync.group = group
+            server.trainer_joined.set()
+
+        monkeypatch.setattr(sync, "_join", join)
+        sync.push(weights, 1)
+        sync.push(weights, 2)  # the group is created once
+    paths = [p for p, _ in server.calls]
+    assert paths == ["/init_weights_update_group"] + ["/update_weights_from_distributed"] * 2
+    init = server.calls[0][1]
+    assert (init["master_address"], init["master_port"], init["rank_offset"], init["world_size"]) == (
+        "10.1.2.3",
+        29601,
+        1,
+        3,  # our rank 0 + the server's 2 GPUs
+    )
+    update = server.calls[2][1]
+    assert update["names"] == list(weights) and update["weight_version"] == "2"
+    assert update["shapes"] == [list(t.shape) for t in weights.values()]
+    # every tensor broadcast from rank 0, in the announced order, once per push
+    assert group.sent == [(tuple(t.shape), 0) for t in weights.values()] * 2
+    assert sync.version == 2
