@@ -57,19 +57,43 @@ class DiskSync:
 
 
 class NcclSync:
-    """GPU only: rank 0 of a 2-party-or-more NCCL group (the server's ranks come after ours)."""
+    """GPU only: our rank 0 is rank 0 of a group whose ranks 1.. are the server's GPUs."""
 
-    def __init__(self, engine: Any, *, master_address: str, master_port: int, server_ranks: int, version=0):
+    GROUP = "weight_update_group"
+
+    def __init__(
+        self, engine: Any, *, master_address: str, master_port: int, server_ranks: int, version: int = 0
+    ):
         self.engine, self.version = engine, version
         self.master_address, self.master_port, self.server_ranks = master_address, master_port, server_ranks
         self.group: Any = None
 
     def _join(self) -> None:
-        # A group of our rank 0 and the server's ranks only, outside torchrun's world: its own store.
-        from torch.distributed import ProcessGroupNCCL, TCPStore
+        # torch has no public call for a process group outside torchrun's world; this is the construction the
+        # SGLang server uses for its side (rendezvous at tcp://address:port, a store prefixed with the group
+        # name), so both ends meet in the same store keys.
+        from datetime import timedelta
 
-        store = TCPStore(self.master_address, self.master_port, 1 + self.server_ranks, is_master=True)
-        self.group = ProcessGroupNCCL(store, 0, 1 + self.server_ranks)
+        from torch.distributed import distributed_c10d as c10d
+
+        world = 1 + self.server_ranks
+        timeout = timedelta(minutes=10)
+        rendezvous = c10d.rendezvous(
+            f"tcp://{self.master_address}:{self.master_port}", 0, world, timeout=timeout
+        )
+        store, rank, world = next(rendezvous)
+        store.set_timeout(timeout)
+        group, _ = c10d._new_process_group_helper(
+            world,
+            rank,
+            [],
+            c10d.Backend("nccl"),
+            c10d.PrefixStore(self.GROUP, store),
+            group_name=self.GROUP,
+            timeout=timeout,
+        )
+        c10d._world.pg_group_ranks[group] = {i: i for i in range(world)}
+        self.group = group
 
     def connect(self) -> None:
         asyncio.run(
@@ -78,6 +102,7 @@ class NcclSync:
                 self.master_port,
                 rank_offset=1,
                 world_size=1 + self.server_ranks,
+                group_name=self.GROUP,
                 trainer_join=self._join,
             )
         )
@@ -92,6 +117,8 @@ class NcclSync:
             self.connect()
         named = list(weights.items())
         asyncio.run(
-            self.engine.update_weights_from_distributed(named, self._broadcast, weight_version=str(version))
+            self.engine.update_weights_from_distributed(
+                named, self._broadcast, group_name=self.GROUP, weight_version=str(version)
+            )
         )
         self.version = version
