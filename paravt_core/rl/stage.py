@@ -17,6 +17,10 @@ Multi-process: ``torchrun --nproc-per-node N -m paravt_core.cli rl ...`` shards 
 ``learner.py``). Rank 0 runs the rollouts (engine, judge, data) and writes every output; it broadcasts each
 step's samples to all ranks, which train on their share; after the step the full weights are gathered on
 rank 0 and pushed to its engine. Checkpoints are collective and resume on any number of ranks.
+
+Rollout engine (``engine.kind``): the in-process transformers engine, or an SGLang server (``engine.base_url``,
+or launched for ``model`` on a GPU machine) that receives every new version from disk or over NCCL
+(``weight_sync.py``).
 """
 
 from __future__ import annotations
