@@ -85,7 +85,9 @@ def _cmd_rl(args: argparse.Namespace) -> int:
     cfg = _stage_config("rl", args)
     from paravt_core.rl.stage import run
 
-    print(run(cfg).to_json())
+    result = run(cfg)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 prints
+        print(result.to_json())
     return 0
 
 

@@ -68,6 +68,7 @@ from paravt_core.engines.sglang_engine import (
     parse_generate_response,
 )
 from paravt_core.engines.transformers_engine import TransformersEngine
+from paravt_core.rl.learner import state_checksum
 from paravt_core.video.sizing import fit_to_grid
 from tests.agent_support import MAX_PIXELS, MIN_PIXELS, image_request, random_frames, tiny_agent_config, video  # noqa: F401
 from tests.openai_test_server import _decode_data_url
@@ -110,6 +111,8 @@ class _ContractServer:
             tok.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>")
         )
         self.calls: list[tuple[str, dict]] = []
+        self.weight_versions: list[str | None] = []  # of every successful /update_weights_from_disk
+        self.served_checksums: list[str] = []  # the served weights after each of them
         self.tracked: set[str] = set()  # rids in flight (tokenizer_manager.rid_to_state)
         self.aborted: list[str] = []
         self.trainer_joined = threading.Event()
@@ -173,7 +176,20 @@ class _ContractServer:
                 self.trainer_joined.wait(0.05)
             joined = self.trainer_joined.is_set() and not self._stop.is_set()
             return 200, {"success": joined and self.control_success, "message": "joined" if joined else "no"}
+        if path == "/update_weights_from_disk" and self.control_success:
+            return self.reload(body)
         return 200, {"success": self.control_success, "message": "recorded"}
+
+    def reload(self, body: dict):
+        """Really load the Hugging Face directory the request names into the served model."""
+        try:
+            self.engine.load_weights(body["model_path"])
+        except (OSError, ValueError, EngineError) as err:
+            return 200, {"success": False, "message": f"Failed to update weights: {err}"}
+        with self._lock:
+            self.weight_versions.append(body.get("weight_version"))
+            self.served_checksums.append(state_checksum(self.engine.model.state_dict()))
+        return 200, {"success": True, "message": "Succeeded to update model weights."}
 
     def schema_error(self, body: dict) -> str | None:
         """The 0.5.23 schema gate's verdict on the parts we use (api_types.decode_GenerateRequest)."""
@@ -572,10 +588,13 @@ def test_scripted_episode_over_the_sglang_protocol(tiny_model, video):  # noqa: 
     assert [s.text for s in generated] == [main[0] + "<|im_end|>", main[1] + "<|im_end|>"]
 
 
-def test_weight_update_requests(engine, tiny_model):
+def test_weight_update_requests(engine, tiny_model, tiny_model_dir):
     with _ContractServer(engine, tiny_model.processor) as server:
         client = SGLangEngine(server.url)
-        asyncio.run(client.update_weights_from_disk("/ckpt/step-5", weight_version="5"))
+        # the served weights themselves: the shared engine is reloaded with what it already holds
+        asyncio.run(client.update_weights_from_disk(tiny_model_dir, weight_version="5"))
+        with pytest.raises(EngineError, match="update_weights_from_disk failed: Failed to update weights"):
+            asyncio.run(client.update_weights_from_disk(tiny_model_dir + "/missing"))
         asyncio.run(
             client.init_weights_update_group(
                 "10.0.0.1",
@@ -597,9 +616,11 @@ def test_weight_update_requests(engine, tiny_model):
         server.control_success = False
         with pytest.raises(EngineError, match="update_weights_from_disk failed: recorded"):
             asyncio.run(client.update_weights_from_disk("/ckpt/bad"))
-    bodies = dict((path, body) for path, body in server.calls[:3])
+    bodies: dict[str, dict] = {}
+    for path, body in server.calls:
+        bodies.setdefault(path, body)  # the first of each
     assert bodies["/update_weights_from_disk"] == {
-        "model_path": "/ckpt/step-5",
+        "model_path": tiny_model_dir,
         "flush_cache": True,
         "weight_version": "5",
     }
@@ -620,7 +641,8 @@ def test_weight_update_requests(engine, tiny_model):
         "weight_version": "6",
     }
     # control calls are never resent
-    assert [p for p, _ in server.calls].count("/update_weights_from_disk") == 2
+    assert [p for p, _ in server.calls].count("/update_weights_from_disk") == 3
+    assert server.weight_versions == ["5"]
 
 
 def test_weight_update_group_rendezvous_failures(engine, tiny_model):

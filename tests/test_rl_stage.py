@@ -23,6 +23,7 @@ from paravt_core.rl.data import load_prompts
 from paravt_core.rl.gating import nframes_for
 from paravt_core.rl.learner import (
     Learner,
+    PolicyLogprobs,
     pack_groups,
     pack_sample,
     packed_logprobs,
@@ -219,7 +220,7 @@ def test_packed_logprobs_equal_one_by_one_and_the_behaviour_logprobs(rl_data, ti
     assert len(seqs) >= 3
     batch = pack([pack_sample(model.config, s) for s in seqs])  # all sequences in one forward pass
     with torch.no_grad():
-        packed = packed_logprobs(model, batch, 0.7)
+        packed = packed_logprobs(PolicyLogprobs(model), batch, 0.7)
     for seq, got in zip(seqs, packed, strict=True):
         mask = seq.loss_mask > 0
         want = _one_by_one_logprobs(model, seq, 0.7)

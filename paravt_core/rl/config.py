@@ -4,6 +4,8 @@ optimizer and checkpoints. It lives here, not in ``paravt_core.config``, because
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from paravt_core.agent.config import AgentConfig
@@ -23,6 +25,22 @@ class RlCheckpointConfig(StrictModel):
     keep_last: int = Field(default=2, ge=1)
 
 
+class RolloutEngineConfig(StrictModel):
+    """Where rollouts are generated and how the new weights get there after each step."""
+
+    kind: Literal["transformers", "sglang"] = "transformers"  # in-process generate, or an SGLang server
+    base_url: str = ""  # sglang: a running server (http://host:port); empty: launch one for `model` (GPU)
+    port: int = Field(default=30000, ge=1, le=65535)  # sglang launch: the server's port
+    deterministic_inference: bool = False  # sglang: the server runs --enable-deterministic-inference
+    # sglang weight push: "disk" writes the gathered HF weights to staging_dir for /update_weights_from_disk;
+    # "distributed" broadcasts them over NCCL (/update_weights_from_distributed, GPU only)
+    weight_sync: Literal["disk", "distributed"] = "disk"
+    staging_dir: str = ""  # disk: a local directory the server can read; empty: <output>-weights
+    nccl_address: str = "127.0.0.1"  # distributed: address of the learner's rank 0 as the server sees it
+    nccl_port: int = Field(default=29600, ge=1, le=65535)
+    server_ranks: int = Field(default=1, ge=1)  # distributed: GPUs of the server (tp x dp)
+
+
 class RlConfig(StrictModel):
     """``paravt rl``: PARA-GRPO on the data stage's RL parquets, starting from the SFT checkpoint."""
 
@@ -38,6 +56,7 @@ class RlConfig(StrictModel):
     max_staleness: int = Field(default=0, ge=0)
     device: str = "cpu"
     dtype: str = "float32"  # learner and engine weights (bfloat16 on GPUs)
+    engine: RolloutEngineConfig = Field(default_factory=RolloutEngineConfig)
     engine_batch_size: int = Field(default=64, ge=1)  # requests per generate call of the in-process engine
     pack_tokens: int = Field(default=8192, ge=256)  # learner: sequences packed per forward pass (like SFT)
     trajectories_per_step: int = Field(default=2, ge=0)  # sampled episodes written to trajectories.jsonl

@@ -14,6 +14,14 @@ loss normalized by the step's total trained tokens (a global token mean); grad-n
 Sequences are packed like SFT (``paravt_core.sft.packing``: each keeps its own M-RoPE ids, attention is
 block-diagonal, no sample sees another) into forward passes of at most ``pack_tokens`` tokens; only the
 trained positions go through ``lm_head``.
+
+Under ``torchrun`` (a sharded ``Dist``) the policy is sharded with FSDP2 exactly like SFT
+(``paravt_core.sft.trainer.shard_model`` on the ``PolicyLogprobs`` root). Every rank holds the whole step's
+samples; rank r trains sequences r, r + N, ...; prox / reference log-probs are all-gathered so that the
+advantages (group and batch statistics) are those of the whole batch; the loss is divided by the global
+trained-token count and multiplied by N (FSDP averages gradients over ranks), which makes the update that of
+one process on the whole batch. Ranks run the same number of forward passes (padding with zero-weight ones)
+because FSDP's collectives run in every forward and backward.
 """
 
 from __future__ import annotations
@@ -29,8 +37,9 @@ import torch
 from paravt_core.agent.segments import Trace
 from paravt_core.config import AdvantageConfig, PolicyLossConfig
 from paravt_core.rl.config import OptimConfig
-from paravt_core.sft.packing import IGNORE, PackedBatch, mrope_position_ids, pack, target_logits
+from paravt_core.sft.packing import IGNORE, PackedBatch, encode_media, mrope_position_ids, pack, target_logits
 from paravt_core.sft.packing import Sample as PackSample
+from paravt_core.sft.trainer import Dist, grad_norm_and_clip, shard_model
 
 from .advantages import sequence_advantages, token_advantages, zero_groups
 from .loss import decoupled_ppo_loss
@@ -90,16 +99,35 @@ def pack_sample(config: Any, seq: TrainSequence) -> PackSample:
     )
 
 
-def packed_logprobs(model: Any, batch: PackedBatch, temperature: float) -> list[torch.Tensor]:
-    """Per packed sample, log p(token_t | its own tokens_<t) at ``temperature`` on its trained tokens
-    ([L_i] each, 0 elsewhere). Only trained positions are projected to the vocabulary."""
-    device = next(model.parameters()).device
-    batch = batch.to(device, dtype=model.dtype)
-    keep, logits = target_logits(model, batch, **batch.model_inputs())
-    logp = torch.log_softmax(logits / max(temperature, 1e-6), dim=-1)
-    picked = logp.gather(-1, batch.targets[0][keep, None]).squeeze(-1)  # position p predicts token p + 1
-    full = torch.zeros(batch.tokens, dtype=picked.dtype, device=picked.device)
-    full = full.index_put((keep + 1,), picked)
+class PolicyLogprobs(torch.nn.Module):
+    """``forward(batch, temperature)``: log p(token_t | its own tokens_<t) at ``temperature`` of every position
+    of the packed ``batch`` ([tokens], 0 where there is no trained target).
+
+    The root module sharded with FSDP2 (like SFT's ``PackedLoss``: everything the forward runs happens inside
+    it); ``always_run_vision`` under FSDP (see ``encode_media``). State-dict keys: ``inner.`` + the model's.
+    """
+
+    def __init__(self, inner: torch.nn.Module, always_run_vision: bool = False):
+        super().__init__()
+        self.inner = inner
+        self.always_run_vision = always_run_vision
+
+    def forward(self, batch: PackedBatch, temperature: float) -> torch.Tensor:
+        encoded, zero = encode_media(self.inner, batch, always=self.always_run_vision)
+        inputs = batch.model_inputs()
+        for name in ("pixel_values", "pixel_values_videos"):
+            inputs.pop(name, None)  # already encoded
+        keep, logits = target_logits(self.inner, batch, **inputs, mm_encoder_outputs=encoded or None)
+        logp = torch.log_softmax(logits / max(temperature, 1e-6), dim=-1)
+        picked = logp.gather(-1, batch.targets[0][keep, None]).squeeze(-1)  # position p predicts token p + 1
+        full = torch.zeros(batch.tokens, dtype=picked.dtype, device=picked.device)
+        return full.index_put((keep + 1,), picked) + zero
+
+
+def packed_logprobs(root: PolicyLogprobs, batch: PackedBatch, temperature: float) -> list[torch.Tensor]:
+    """Per packed sample, its trained tokens' log-probs under ``root`` ([L_i] each, 0 elsewhere)."""
+    device = next(root.parameters()).device
+    full = root(batch.to(device, dtype=root.inner.dtype), temperature)
     return [part.cpu() for part in torch.split(full, batch.lengths)]
 
 
@@ -146,14 +174,20 @@ class Learner:
         loss: PolicyLossConfig,
         optim: OptimConfig,
         pack_tokens: int = 8192,
+        dist: Dist | None = None,
     ):
-        self.model, self.reference = model, reference
+        self.model = model  # the Hugging Face policy (sharded in place under torchrun)
+        self.dist = dist or Dist()
+        self.root = PolicyLogprobs(model, always_run_vision=self.dist.sharded)
+        self.reference = PolicyLogprobs(reference)  # frozen: a full copy on every rank, never sharded
+        if self.dist.sharded:
+            shard_model(self.root, self.dist, bf16=False)  # weights stay in the configured dtype
         self.pack_tokens = pack_tokens
         self.temperature = temperature if temperature > 0 else 1.0
         self.advantage, self.loss_cfg, self.optim_cfg = advantage, loss, optim
         for p in reference.parameters():
             p.requires_grad_(False)
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.params = [p for p in self.root.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.params, lr=optim.lr, weight_decay=optim.weight_decay, betas=tuple(optim.betas)
         )
@@ -161,9 +195,23 @@ class Learner:
         self.image_token_id = config.image_token_id
         self.video_token_id = getattr(config, "video_token_id", None)
 
+    def _packs(self, seqs: list[TrainSequence], mine: list[int]) -> tuple[list[list[int]], list[PackedBatch]]:
+        """This rank's packed forward passes (global sequence indices per pass), padded to the largest
+        count over ranks with zero-weight repeats of its first pass (FSDP: same number of passes)."""
+        config = self.model.config
+        groups = [[mine[i] for i in g] for g in pack_groups([len(seqs[i]) for i in mine], self.pack_tokens)]
+        packs = [pack([pack_sample(config, seqs[i]) for i in g]) for g in groups]
+        pad = (
+            packs[0] if packs else pack([pack_sample(config, seqs[0])])
+        )  # a rank with no sequence of its own
+        most = max(self.dist.gather(len(packs)))
+        return groups, packs + [pad] * (most - len(packs))
+
     def step(self, samples: Sequence[Sample]) -> dict[str, float]:
-        """One optimizer step on the trainable samples; returns the learner metrics."""
+        """One optimizer step on the trainable samples (every rank passes the same samples); returns the
+        learner metrics of the whole batch."""
         started = time.perf_counter()
+        d = self.dist
         config = self.model.config
         episodes, seqs, skipped_vision = [], [], 0
         for sample in samples:
@@ -198,16 +246,26 @@ class Learner:
                     owners.append(e)
                 else:
                     skipped_vision += 1
-        self.model.eval()  # no dropout: prox and the trained forward see the same function
-        packed = [pack_sample(self.model.config, s) for s in seqs]
-        packs = [pack([packed[i] for i in g]) for g in pack_groups([len(s) for s in seqs], self.pack_tokens)]
+        self.root.eval()  # no dropout: prox and the trained forward see the same function
+        mine = list(range(d.rank, len(seqs), d.world))
+        groups, packs = self._packs(seqs, mine)
+        prox_of: dict[int, torch.Tensor] = {}
+        ref_of: dict[int, torch.Tensor] = {}
         with torch.no_grad():
-            prox = [lp for batch in packs for lp in packed_logprobs(self.model, batch, self.temperature)]
-            ref = [lp for batch in packs for lp in packed_logprobs(self.reference, batch, self.temperature)]
+            for n, batch in enumerate(packs):
+                lps = packed_logprobs(self.root, batch, self.temperature)
+                if n < len(groups):
+                    prox_of.update(zip(groups[n], lps, strict=True))
+                    refs = packed_logprobs(self.reference, batch, self.temperature)
+                    ref_of.update(zip(groups[n], refs, strict=True))
+        for other in d.gather((prox_of, ref_of)):  # every rank: the log-probs of the whole batch
+            prox_of.update(other[0])
+            ref_of.update(other[1])
         width = max(len(s) for s in seqs)
         mask = _pad([s.loss_mask for s in seqs], width)
         behav = _pad([s.behav_logp for s in seqs], width)
-        prox_t, ref_t = _pad(prox, width), _pad(ref, width)
+        prox_t = _pad([prox_of[i] for i in range(len(seqs))], width)
+        ref_t = _pad([ref_of[i] for i in range(len(seqs))], width)
         adv = token_advantages(
             episode_adv[torch.tensor(owners)],
             behav,
@@ -218,22 +276,15 @@ class Learner:
             batch_norm=a.batch_norm,
             batch_eps=a.batch_eps,
         )
-        n_tokens = float(mask.sum())
+        n_tokens = float(mask.sum())  # the global count: every rank sees every sequence's mask
         self.optimizer.zero_grad(set_to_none=True)
-        totals = {
-            "loss": 0.0,
-            "clip_fraction": 0.0,
-            "dropped_fraction": 0.0,
-            "approx_kl": 0.0,
-            "behav_kl": 0.0,
-        }
-        at = 0
-        for batch in packs:
-            rows = range(at, at + len(batch.lengths))
-            at += len(batch.lengths)
-            logp = torch.cat(packed_logprobs(self.model, batch, self.temperature))[None]  # [1, L_pack]
+        keys = ("loss", "clip_fraction", "dropped_fraction", "approx_kl", "behav_kl")
+        totals = dict.fromkeys(keys, 0.0)
+        for n, batch in enumerate(packs):
+            rows = groups[n] if n < len(groups) else groups[0] if groups else [0]
+            logp = torch.cat(packed_logprobs(self.root, batch, self.temperature))[None]  # [1, L_pack]
 
-            def flat(t: torch.Tensor, rows: range = rows, batch: PackedBatch = batch) -> torch.Tensor:
+            def flat(t: torch.Tensor, rows: list[int] = rows, batch: PackedBatch = batch) -> torch.Tensor:
                 return torch.cat([t[i, :n] for i, n in zip(rows, batch.lengths, strict=True)])[None]
 
             loss, stats = decoupled_ppo_loss(
@@ -246,21 +297,25 @@ class Learner:
                 behav_weight_cap=self.loss_cfg.behav_weight_cap,
                 n_tokens=n_tokens,
             )
-            loss.backward()
+            if n >= len(groups):  # a padding pass: the same collectives, no contribution
+                (0.0 * loss).backward()
+                continue
+            (loss * d.world).backward()  # FSDP averages gradients over ranks: the sum is the global mean
             totals["loss"] += float(loss.detach())
-            for key in ("clip_fraction", "dropped_fraction", "approx_kl", "behav_kl"):
+            for key in keys[1:]:
                 totals[key] += stats[key] * stats["tokens"] / max(n_tokens, 1.0)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.optim_cfg.grad_clip)
+        totals = dict(zip(keys, d.sum([totals[k] for k in keys]), strict=True))
+        grad_norm = grad_norm_and_clip(self.root, self.optim_cfg.grad_clip)
         self.optimizer.step()
         kl_ref = float(((behav - ref_t) * mask).sum()) / max(n_tokens, 1.0)
         return {
             **totals,
-            "grad_norm": float(grad_norm),
+            "grad_norm": grad_norm,
             "kl_ref": kl_ref,
             "trained_sequences": float(len(seqs)),
             "skipped_vision_tokens": float(skipped_vision),
             "trained_tokens": n_tokens,
-            "forward_passes": float(len(packs)),
+            "forward_passes": d.sum([float(len(groups))])[0],
             "subagent_sequences": float(len(seqs) - len(episodes)),
             "zero_advantage_groups": float(
                 zero_groups(episode_adv, torch.tensor([s.group for s in episodes]))
@@ -269,5 +324,13 @@ class Learner:
         }
 
     def weights(self) -> dict[str, torch.Tensor]:
-        """A detached copy of the current weights (what the rollout engine loads)."""
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        """The full current weights with the model's own keys (what the rollout engine loads); collective
+        under FSDP, where only rank 0 receives them (the others get ``{}``)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        if not self.dist.sharded:
+            return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        full = get_model_state_dict(
+            self.root, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        return {k.removeprefix("inner."): v for k, v in full.items()}

@@ -12,6 +12,15 @@ same command resumes from the newest complete one and reproduces the uninterrupt
 Outputs: ``metrics.jsonl`` (one line per step), ``metrics.json`` (last step + totals), ``curves.png``,
 ``trajectories/step_XXXXXXXX.jsonl`` (a few sampled episodes per step), ``checkpoints/``, ``final/``,
 ``config.yaml``, then ``_COMPLETE``.
+
+Multi-process: ``torchrun --nproc-per-node N -m paravt_core.cli rl ...`` shards the learner with FSDP2 (see
+``learner.py``). Rank 0 runs the rollouts (engine, judge, data) and writes every output; it broadcasts each
+step's samples to all ranks, which train on their share; after the step the full weights are gathered on
+rank 0 and pushed to its engine. Checkpoints are collective and resume on any number of ranks.
+
+Rollout engine (``engine.kind``): the in-process transformers engine, or an SGLang server (``engine.base_url``,
+or launched for ``model`` on a GPU machine) that receives every new version from disk or over NCCL
+(``weight_sync.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from paravt_core.config import ConfigError
 from paravt_core.engines.base import EngineError
 from paravt_core.rl.config import RlConfig
 from paravt_core.run_metrics import write_jsonl
+from paravt_core.sft.trainer import Dist, setup_distributed
 from paravt_core.stage import StageResult, announce_config, console
 
 from .coalesce import CoalescingEngine
@@ -39,6 +49,7 @@ from .data import RlPrompt, load_prompts
 from .learner import Learner, state_checksum
 from .metrics import curves_png, step_metrics, trajectory_lines
 from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
+from .weight_sync import DiskSync, InProcessSync, NcclSync
 
 
 def prompts_for_step(prompts: list[RlPrompt], step: int, per_step: int, seed: int) -> list[RlPrompt]:
@@ -69,34 +80,91 @@ def _judge(cfg: RlConfig) -> Any:
     )
 
 
+def _broadcast(d: Dist, obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank."""
+    if not d.sharded:
+        return obj
+    import torch.distributed as dist
+
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tuple[Any, Any]:
+    """(rank 0's rollout engine, the weight sync that pushes the learner's weights to it)."""
+    from paravt_core.models import load
+
+    e = cfg.engine
+    if e.kind == "transformers":
+        from paravt_core.engines.transformers_engine import TransformersEngine
+
+        rollout_model = load(cfg.model, device=device, dtype=dtype)
+        inner = TransformersEngine(
+            rollout_model.model, rollout_model.processor, max_batch_size=cfg.engine_batch_size
+        )
+        return inner, InProcessSync(inner)
+    from paravt_core.engines.sglang_engine import SGLangEngine
+
+    if e.base_url:
+        inner = SGLangEngine(
+            e.base_url,
+            processor=policy.processor,
+            max_batch_size=cfg.engine_batch_size,
+            deterministic_inference=e.deterministic_inference,
+        )
+    else:  # a GPU machine: start the server on the starting checkpoint, with the agent's pixel budget
+        inner = SGLangEngine.launch(
+            cfg.model,
+            port=e.port,
+            processor=policy.processor,
+            max_pixels=cfg.agent.max_pixels,
+            min_pixels=cfg.agent.min_pixels,
+            deterministic_inference=e.deterministic_inference,
+        )
+    if e.weight_sync == "distributed":
+        return inner, NcclSync(
+            inner, master_address=e.nccl_address, master_port=e.nccl_port, server_ranks=e.server_ranks
+        )
+    staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
+    if storage.is_s3(staging):
+        raise ConfigError(f"engine.staging_dir must be a directory the server can read, not {staging}")
+    return inner, DiskSync(inner, policy.model, staging)
+
+
 def run(cfg: RlConfig) -> StageResult:
     import torch
 
-    from paravt_core.engines.transformers_engine import TransformersEngine
     from paravt_core.models import load
 
+    d = setup_distributed()
+    lead = d.rank == 0
     out = cfg.output
-    if storage.is_complete(out):
-        storage.clear_complete(out)  # a rerun rewrites the outputs: never leave them looking complete
-    announce_config("rl", cfg, out)
-    judge = _judge(cfg)
+    if lead:
+        if storage.is_complete(out):
+            storage.clear_complete(out)  # a rerun rewrites the outputs: never leave them looking complete
+        announce_config("rl", cfg, out)
+    judge = _judge(cfg) if lead else None
     data = load_prompts(cfg.data)
     if not data.prompts:
         raise FileNotFoundError(f"{cfg.data}: no usable RL prompt (skipped: {dict(data.skipped)})")
-    console.print(
-        f"rl: {len(data.prompts)} prompts from {len(data.files)} file(s), skipped {dict(data.skipped)}"
-    )
+    if lead:
+        console.print(
+            f"rl: {len(data.prompts)} prompts from {len(data.files)} file(s), skipped {dict(data.skipped)}"
+            + (f", learner sharded over {d.world} ranks" if d.sharded else "")
+        )
 
     torch.manual_seed(cfg.seed)
     dtype = getattr(torch, cfg.dtype)
-    policy = load(cfg.model, device=cfg.device, dtype=dtype)
+    device = str(d.device) if d.sharded else cfg.device
+    policy = load(cfg.model, device=device, dtype=dtype)
     reference_uri = cfg.reference_model or cfg.model
-    reference = load(reference_uri, device=cfg.device, dtype=dtype)
-    rollout_model = load(cfg.model, device=cfg.device, dtype=dtype)
-    inner = TransformersEngine(
-        rollout_model.model, rollout_model.processor, max_batch_size=cfg.engine_batch_size
-    )
-    engine = CoalescingEngine(inner, seed=cfg.seed)
+    reference = load(reference_uri, device=device, dtype=dtype)
+    engine: Any = None
+    sync: Any = None
+    if lead:  # the rollout engine lives on rank 0 only
+        inner, sync = _rollout_engine(cfg, policy, device, dtype)
+        engine = CoalescingEngine(inner, seed=cfg.seed)
     learner = Learner(
         policy.model,
         reference.model,
@@ -105,6 +173,7 @@ def run(cfg: RlConfig) -> StageResult:
         loss=cfg.loss,
         optim=cfg.optim,
         pack_tokens=cfg.pack_tokens,
+        dist=d,
     )
 
     staging = tempfile.mkdtemp(prefix="paravt-rl-")
@@ -112,19 +181,20 @@ def run(cfg: RlConfig) -> StageResult:
     start = 0
     resumed = checkpoint.latest_complete(out)
     if resumed:
-        state = checkpoint.load(resumed, policy.model, learner.optimizer, staging_root=staging)
+        state = checkpoint.load(resumed, learner.root, learner.optimizer, staging_root=staging)
         if state.get("reference_model") != reference_uri:
             raise ConfigError(
                 f"checkpoint {resumed} was trained against reference {state.get('reference_model')!r}, "
                 f"not {reference_uri!r}"
             )
         start, history = int(state["step"]), list(state["history"])
-        inner.load_weights(learner.weights())
-        inner.weight_version = int(state["policy_version"])
-        console.print(
-            f"rl: resumed from {resumed} (step {start}, policy version {inner.weight_version})",
-            soft_wrap=True,
-        )
+        weights = learner.weights()
+        if lead:
+            sync.push(weights, int(state["policy_version"]))
+            console.print(
+                f"rl: resumed from {resumed} (step {start}, policy version {sync.version})",
+                soft_wrap=True,
+            )
 
     totals: Counter = Counter()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="paravt-rollout")
@@ -140,7 +210,7 @@ def run(cfg: RlConfig) -> StageResult:
                     cfg.agent,
                     cfg.paravt,
                     group_size=cfg.group_size,
-                    version=inner.weight_version,
+                    version=sync.version,
                     judge=judge,
                 )
             )
@@ -153,6 +223,21 @@ def run(cfg: RlConfig) -> StageResult:
         ahead: deque[Future[StepRollouts]] = deque()  # rollouts of steps [step, queued)
         queued = start
         for step in range(start, cfg.steps):
+            if not lead:  # the other ranks: rank 0's samples -> their share of the learner step
+                learner.step(_broadcast(d, None))
+                learner.weights()
+                done = step + 1
+                if done % cfg.checkpoint.every == 0 or done == cfg.steps:
+                    checkpoint.save(
+                        out,
+                        done,
+                        learner.root,
+                        learner.optimizer,
+                        {},
+                        staging_root=staging,
+                        keep_last=cfg.checkpoint.keep_last,
+                    )
+                continue
             if cfg.max_staleness == 0:
                 rollouts = rollout(step)
             else:
@@ -160,7 +245,7 @@ def run(cfg: RlConfig) -> StageResult:
                     ahead.append(pool.submit(rollout, queued))
                     queued += 1
                 rollouts = ahead.popleft().result()
-            version = inner.weight_version
+            version = sync.version
             samples = rollouts.samples
             failed = [s for s in samples if s.episode.finish_reason in ("engine_error", "engine_timeout")]
             if len(failed) == len(samples):
@@ -172,14 +257,15 @@ def run(cfg: RlConfig) -> StageResult:
                 raise RuntimeError(
                     f"rl step {step}: a sample is {max(staleness)} versions old (bound {cfg.max_staleness})"
                 )
-            learned = learner.step(samples)
+            learned = learner.step(_broadcast(d, samples))
             t0 = time.perf_counter()
-            inner.load_weights(learner.weights())
+            weights = learner.weights()
+            sync.push(weights, version + 1)
             sync_s = time.perf_counter() - t0
             totals.update(rollouts.counts)
             totals.update(f"finish:{s.episode.finish_reason}" for s in samples)
             extra = {
-                "policy_version": inner.weight_version,
+                "policy_version": sync.version,
                 "staleness_max": max(staleness),
                 "staleness_mean": float(np.mean(staleness)),
                 "untrained_samples": sum(s.episode.finish_reason in NO_SAMPLE_REASONS for s in samples),
@@ -208,27 +294,34 @@ def run(cfg: RlConfig) -> StageResult:
             if done % cfg.checkpoint.every == 0 or done == cfg.steps:
                 state = {
                     "step": done,
-                    "policy_version": inner.weight_version,
+                    "policy_version": sync.version,
                     "reference_model": reference_uri,
                     "model": cfg.model,
                     "data_position": done * cfg.prompts_per_step,
                     "history": history,
-                    "weights_sha256": state_checksum(policy.model.state_dict()),
+                    "weights_sha256": state_checksum(weights),
                 }
                 checkpoint.save(
                     out,
                     done,
-                    policy.model,
+                    learner.root,
                     learner.optimizer,
                     state,
                     staging_root=staging,
                     keep_last=cfg.checkpoint.keep_last,
                 )
             faults.check("rl", done)  # resilience tests: fail here once, like a preempted pod
-        final = checkpoint.save_final(out, policy.model, policy.processor, staging_root=staging)
+        final = checkpoint.save_final(
+            out, learner.root, policy.processor, staging_root=staging, submodule="inner"
+        )
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(staging, ignore_errors=True)
+        server = getattr(getattr(sync, "engine", None), "server", None)
+        if server is not None:  # an SGLang server this run launched
+            server.stop()
+    if not lead:
+        return StageResult("rl", outputs={"final": final}, metrics={"rank": d.rank})
 
     write_jsonl(storage.join(out, "metrics.jsonl"), history)
     storage.write_bytes(storage.join(out, "curves.png"), curves_png(history))
@@ -238,7 +331,7 @@ def run(cfg: RlConfig) -> StageResult:
         "skipped_rows": dict(data.skipped),
         "reward_first": history[0]["reward_mean"] if history else None,
         "reward_last": history[-1]["reward_mean"] if history else None,
-        "policy_version": inner.weight_version,
+        "policy_version": sync.version,
         "counts": dict(totals),
         "last_step": history[-1] if history else None,
     }

@@ -1,0 +1,60 @@
+"""One RL learner step on fixed episodes, run as one plain process or under ``torchrun`` (FSDP2 on gloo).
+
+``python tests/rl_fsdp_worker.py MODEL DATA OUT.pt``: rank 0 samples one step of episodes on the tiny model,
+overwrites their rewards with hand-picked distinct values (a random tiny model gets equal rewards within a
+group, i.e. zero advantages and a gradient of pure round-off), broadcasts them, and every rank runs the
+learner step. Rank 0 saves the learner metrics and the gathered updated weights to OUT.pt."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+
+import torch
+
+from paravt_core.engines.transformers_engine import TransformersEngine
+from paravt_core.models import load
+from paravt_core.rl.coalesce import CoalescingEngine
+from paravt_core.rl.data import load_prompts
+from paravt_core.rl.learner import Learner
+from paravt_core.rl.rollout import arollout_step
+from paravt_core.rl.stage import _broadcast
+from paravt_core.sft.trainer import setup_distributed
+from tests.rl_support import tiny_rl_config
+
+REWARDS = (1.0, 0.0, 0.5, -1.0)  # per index within a group: every group has a nonzero spread
+
+
+def main(model: str, data: str, out: str) -> None:
+    cfg = tiny_rl_config(data, model, out + "-unused")
+    d = setup_distributed()
+    samples = None
+    if d.rank == 0:
+        rollout = load(model)
+        engine = CoalescingEngine(TransformersEngine(rollout.model, rollout.processor), seed=0)
+        prompts = load_prompts(data).prompts[:2]
+        steps = asyncio.run(arollout_step(prompts, engine, cfg.agent, cfg.paravt, group_size=4, version=0))
+        samples = [
+            dataclasses.replace(s, reward=dataclasses.replace(s.reward, total=REWARDS[s.index]))
+            for s in steps.samples
+        ]
+    samples = _broadcast(d, samples)
+    torch.manual_seed(0)
+    learner = Learner(
+        load(model).model,
+        load(model).model,
+        temperature=cfg.agent.temperature,
+        advantage=cfg.advantage,
+        loss=cfg.loss,
+        optim=cfg.optim,
+        dist=d,
+    )
+    stats = learner.step(samples)
+    weights = learner.weights()
+    if d.rank == 0:
+        torch.save({"stats": stats, "weights": weights}, out)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
