@@ -783,3 +783,26 @@ def test_server_process_lifecycle(tmp_path):
         finally:
             server.stop()
         assert server.process.poll() is not None
+
+
+def test_each_event_loop_keeps_its_own_http_client():
+    """With bounded staleness the rollout thread's loop generates while the learner's loop pushes weights:
+    each loop keeps its own client, and closing one loop's client leaves the other's open."""
+    engine = SGLangEngine("http://127.0.0.1:9")  # nothing is sent
+
+    async def client_twice():
+        return engine._http(), engine._http()
+
+    rollout_loop = asyncio.new_event_loop()
+    try:
+        a1, a2 = rollout_loop.run_until_complete(client_twice())
+        b1, _ = asyncio.run(client_twice())  # a weight push on its own short-lived loop, in between
+        a3, _ = rollout_loop.run_until_complete(client_twice())
+        assert a1 is a2 is a3
+        assert b1 is not a1
+        asyncio.run(engine.aclose())  # a third loop has no client: nothing else is closed
+        assert not a1.is_closed
+        rollout_loop.run_until_complete(engine.aclose())
+        assert a1.is_closed
+    finally:
+        rollout_loop.close()

@@ -55,8 +55,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -330,8 +332,12 @@ class SGLangEngine(Engine):
         self.deterministic_inference = deterministic_inference
         self.weight_version: str | None = None
         self.server: SGLangServer | None = None  # set by launch(): the process this engine owns
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: httpx.AsyncClient | None = None
+        # One client per event loop: with bounded staleness the rollout thread's loop generates while the
+        # learner's loop pushes weights, and an httpx client must stay on the loop that made it.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._clients_lock = threading.Lock()
         self.http_calls: list[str] = []  # paths called, for logs and tests
         self.prompt_token_mismatches = 0  # responses whose prompt length differed from ours
 
@@ -364,15 +370,18 @@ class SGLangEngine(Engine):
 
     def _http(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s)
-            self._loop = loop
-        return self._client
+        with self._clients_lock:
+            client = self._clients.get(loop)
+            if client is None:
+                client = self._clients[loop] = httpx.AsyncClient(timeout=self.timeout_s)
+        return client
 
     async def aclose(self) -> None:
-        if self._client is not None and self._loop is asyncio.get_running_loop():
-            await self._client.aclose()
-        self._client = None
+        """Close the running loop's client; other loops' clients (other threads) stay open."""
+        with self._clients_lock:
+            client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
 
     async def _post(
         self,

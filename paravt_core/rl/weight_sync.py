@@ -23,6 +23,14 @@ import torch
 from paravt_core.engines.base import EngineError
 
 
+async def _closing(engine: Any, call: Any) -> Any:
+    """Await one engine call on a short-lived loop (``asyncio.run``), then close that loop's HTTP client."""
+    try:
+        return await call
+    finally:
+        await engine.aclose()
+
+
 class InProcessSync:
     def __init__(self, engine: Any):
         self.engine = engine
@@ -50,7 +58,9 @@ class DiskSync:
         shutil.rmtree(path, ignore_errors=True)
         hf_logging.disable_progress_bar()
         self.hf_model.save_pretrained(path, state_dict=weights)
-        asyncio.run(self.engine.update_weights_from_disk(path, weight_version=str(version)))
+        asyncio.run(
+            _closing(self.engine, self.engine.update_weights_from_disk(path, weight_version=str(version)))
+        )
         if self._served is not None and self._served != path:
             shutil.rmtree(self._served, ignore_errors=True)  # the server reads the new one now
         self._served, self.version = path, version
@@ -97,13 +107,16 @@ class NcclSync:
 
     def connect(self) -> None:
         asyncio.run(
-            self.engine.init_weights_update_group(
-                self.master_address,
-                self.master_port,
-                rank_offset=1,
-                world_size=1 + self.server_ranks,
-                group_name=self.GROUP,
-                trainer_join=self._join,
+            _closing(
+                self.engine,
+                self.engine.init_weights_update_group(
+                    self.master_address,
+                    self.master_port,
+                    rank_offset=1,
+                    world_size=1 + self.server_ranks,
+                    group_name=self.GROUP,
+                    trainer_join=self._join,
+                ),
             )
         )
 
@@ -117,8 +130,11 @@ class NcclSync:
             self.connect()
         named = list(weights.items())
         asyncio.run(
-            self.engine.update_weights_from_distributed(
-                named, self._broadcast, group_name=self.GROUP, weight_version=str(version)
+            _closing(
+                self.engine,
+                self.engine.update_weights_from_distributed(
+                    named, self._broadcast, group_name=self.GROUP, weight_version=str(version)
+                ),
             )
         )
         self.version = version
