@@ -205,6 +205,21 @@ def _rule_score(span: str, gold: str, kind: QuestionType, mode: RewardMode) -> A
     return AccuracyResult(token_f1(span, gold), None, norm, "f1")
 
 
+def _before_judge(
+    prediction: str, gold: str, question_type: str | None, mode: RewardMode, judge: Judge | None
+) -> tuple[AccuracyResult | None, str]:
+    """(the rule score, the answer span); the score is None only when ``judge`` must decide."""
+    span = answer_span(str(prediction))
+    result = _rule_score(span, str(gold), question_kind(question_type), mode)
+    if result is None and judge is None:
+        result = AccuracyResult(token_f1(span, gold), "no_judge", normalize_answer(span), "f1_fallback")
+    return result, span
+
+
+def _from_verdict(verdict: Any) -> AccuracyResult:
+    return AccuracyResult(verdict.score, verdict.reason, verdict.raw, verdict.source)
+
+
 def accuracy_reward(
     prediction: str,
     gold: str,
@@ -219,15 +234,8 @@ def accuracy_reward(
     In ``llm`` mode open-ended answers go to ``judge.score`` (which itself falls back to token F1 on
     failure); without a judge they are scored by token F1 with reason ``no_judge``."""
     try:
-        span = answer_span(str(prediction))
-        kind = question_kind(question_type)
-        result = _rule_score(span, str(gold), kind, mode)
-        if result is not None:
-            return result
-        if judge is None:
-            return AccuracyResult(token_f1(span, gold), "no_judge", normalize_answer(span), "f1_fallback")
-        verdict = judge.score(question, span, str(gold))
-        return AccuracyResult(verdict.score, verdict.reason, verdict.raw, verdict.source)
+        result, span = _before_judge(prediction, gold, question_type, mode, judge)
+        return result if result is not None else _from_verdict(judge.score(question, span, str(gold)))
     except Exception as err:  # a reward never raises: the sample scores 0 and says why
         return AccuracyResult(0.0, f"error:{type(err).__name__}")
 
@@ -243,13 +251,7 @@ async def aaccuracy_reward(
 ) -> AccuracyResult:
     """``accuracy_reward`` for callers inside an event loop (the judge is awaited, not blocked on)."""
     try:
-        span = answer_span(str(prediction))
-        result = _rule_score(span, str(gold), question_kind(question_type), mode)
-        if result is not None:
-            return result
-        if judge is None:
-            return AccuracyResult(token_f1(span, gold), "no_judge", normalize_answer(span), "f1_fallback")
-        verdict = await judge.ascore(question, span, str(gold))
-        return AccuracyResult(verdict.score, verdict.reason, verdict.raw, verdict.source)
+        result, span = _before_judge(prediction, gold, question_type, mode, judge)
+        return result if result is not None else _from_verdict(await judge.ascore(question, span, str(gold)))
     except Exception as err:
         return AccuracyResult(0.0, f"error:{type(err).__name__}")
