@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
 import sys
@@ -63,39 +64,13 @@ def _stage_config(stage: str, args: argparse.Namespace) -> StrictModel:
     return load_config(stage_config(stage), args.config, args.overrides)
 
 
-def _cmd_data(args: argparse.Namespace) -> int:
-    cfg = _stage_config("data", args)
-    from paravt_core.data.stage import run
-
-    print(run(cfg).to_json())
-    return 0
-
-
-def _cmd_sft(args: argparse.Namespace) -> int:
-    cfg = _stage_config("sft", args)
-    from paravt_core.sft.stage import run
-
+def _cmd_stage(args: argparse.Namespace) -> int:
+    """Every stage verb: its typed config, then ``paravt_core.<stage>.stage.run``."""
+    cfg = _stage_config(args.command, args)  # config errors before the stage's heavy imports
+    run = importlib.import_module(f"paravt_core.{args.command}.stage").run
     result = run(cfg)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 prints
         print(result.to_json())
-    return 0
-
-
-def _cmd_rl(args: argparse.Namespace) -> int:
-    cfg = _stage_config("rl", args)
-    from paravt_core.rl.stage import run
-
-    result = run(cfg)
-    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 prints
-        print(result.to_json())
-    return 0
-
-
-def _cmd_report(args: argparse.Namespace) -> int:
-    cfg = _stage_config("report", args)
-    from paravt_core.report.stage import run
-
-    print(run(cfg).to_json())
     return 0
 
 
@@ -104,11 +79,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         args.overrides.append(f"shard={args.shard}")
     if args.merge:
         args.overrides.append("merge=true")
-    cfg = _stage_config("eval", args)
-    from paravt_core.eval.stage import run
-
-    print(run(cfg).to_json())
-    return 0
+    return _cmd_stage(args)
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
@@ -267,16 +238,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="paravt", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    _add_stage(sub, "data", _cmd_data, "download, extract, materialize, validate and audit the data")
+    _add_stage(sub, "data", _cmd_stage, "download, extract, materialize, validate and audit the data")
     _add_stage(
         sub,
         "sft",
-        _cmd_sft,
+        _cmd_stage,
         "packed SFT of Qwen3-VL on the data stage's rows (torchrun --nproc-per-node N -m paravt_core.cli sft ...)",
     )
-    _add_stage(sub, "rl", _cmd_rl, "PARA-GRPO: rollouts, rewards, learner, weight sync, checkpoints")
+    _add_stage(sub, "rl", _cmd_stage, "PARA-GRPO: rollouts, rewards, learner, weight sync, checkpoints")
     _add_stage(
-        sub, "report", _cmd_report, "eval table, training curves and the nightly trend (HTML, Markdown, PNG)"
+        sub, "report", _cmd_stage, "eval table, training curves and the nightly trend (HTML, Markdown, PNG)"
     )
     p = _add_stage(
         sub,

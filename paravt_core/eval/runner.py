@@ -46,7 +46,8 @@ class RunOptions:
     max_backoff_s: float = 30.0
 
 
-def error_record(sample: Sample, protocol: str, reason: str, message: str, **extra: Any) -> dict[str, Any]:
+def _record(sample: Sample, protocol: str, **fields: Any) -> dict[str, Any]:
+    """One JSONL line: the sample's identity, then what became of it."""
     return {
         "id": sample.id,
         "benchmark": sample.benchmark,
@@ -54,12 +55,13 @@ def error_record(sample: Sample, protocol: str, reason: str, message: str, **ext
         "question": sample.question,
         "gold": sample.gold,
         "qtype": sample.qtype,
-        "status": "error",
-        "score": None,
-        "error": {"reason": reason, "message": message},
-        "meta": sample.meta,
-        **extra,
+        **fields,
     }
+
+
+def error_record(sample: Sample, protocol: str, reason: str, message: str, **extra: Any) -> dict[str, Any]:
+    error = {"reason": reason, "message": message}
+    return _record(sample, protocol, status="error", score=None, error=error, meta=sample.meta, **extra)
 
 
 def episode_fields(result: EpisodeResult) -> dict[str, Any]:
@@ -120,22 +122,18 @@ async def run_one(
             return error_record(
                 sample, protocol, score.error, "the judge could not score this answer", **fields
             )
-        return {
-            "id": sample.id,
-            "benchmark": sample.benchmark,
-            "protocol": protocol,
-            "question": sample.question,
-            "gold": sample.gold,
-            "qtype": sample.qtype,
-            "status": "ok",
-            "prediction": score.parsed,
-            "score": score.score,
-            "score_source": score.source,
-            "score_reason": score.reason,
-            "error": None,
-            "meta": sample.meta,
+        return _record(
+            sample,
+            protocol,
+            status="ok",
+            prediction=score.parsed,
+            score=score.score,
+            score_source=score.source,
+            score_reason=score.reason,
+            error=None,
+            meta=sample.meta,
             **fields,
-        }
+        )
     except Exception as err:  # a bug must not lose the sample: it is recorded and counted
         return error_record(sample, protocol, "internal_error", f"{type(err).__name__}: {err}")
 
