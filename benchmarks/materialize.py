@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import random
+import resource
 import statistics
 import sys
 import tempfile
@@ -232,11 +233,15 @@ def ours(src: Path, dst: Path, root: Path, check_files: bool = True, check_struc
         raise SystemExit(f"ours rejected rows of a clean file: {report.reasons}")
 
 
-def timed(fn: Callable[[], None]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process, all threads)."""
-    wall, cpu = time.perf_counter(), time.process_time()
+def timed(fn: Callable[[], None]) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds of this process (all threads, user + system), system seconds alone).
+
+    The system share is mostly page faults of fresh allocations: on a VM it swings from run to run
+    (plain's whole-table read allocates the most), so it is printed apart to explain a noisy ratio."""
+    wall, cpu, sys_time = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
     fn()
-    return time.perf_counter() - wall, time.process_time() - cpu
+    sys_seconds = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys_time.ru_stime
+    return time.perf_counter() - wall, time.process_time() - cpu, sys_seconds
 
 
 def same_output(a: Path, b: Path, sample: int = 2000) -> None:
@@ -268,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=250_000)
     ap.add_argument("--media-files", type=int, default=40_000, help="distinct media files referenced")
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs of ours and plain (median)")
+    ap.add_argument("--repeats", type=int, default=5, help="interleaved runs of ours and plain (median)")
     ap.add_argument("--ref-repeats", type=int, default=1, help="runs of the row-by-row reference")
     ap.add_argument("--nofs-repeats", type=int, default=1, help="runs of row-by-row-nofs (0: skip)")
     ap.add_argument("--workdir", default=None, help="parquets and the media tree (kept and reused)")
@@ -308,13 +313,15 @@ def main(argv: list[str] | None = None) -> int:
         runs = {name: run for name, run in runs.items() if run[0] > 0}
         wall: dict[str, list[float]] = {name: [] for name in runs}
         cpu: dict[str, list[float]] = {name: [] for name in runs}
+        system: dict[str, list[float]] = {name: [] for name in runs}
         # interleaved rounds, so a change in the machine's load hits every contender alike
         for i in range(max(n for n, _ in runs.values())):
             for name, (n, fn) in runs.items():
                 if i < n:
-                    w, c = timed(fn)
+                    w, c, k = timed(fn)
                     wall[name].append(w)
                     cpu[name].append(c)
+                    system[name].append(k)
         missing = row_by_row(src, work / "ref.parquet", root)  # the file every output is compared with
         if missing:
             raise SystemExit(f"the reference found missing files: {dict(missing)}")
@@ -324,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
 
         med = {name: statistics.median(ts) for name, ts in wall.items()}
         med_cpu = {name: statistics.median(ts) for name, ts in cpu.items()}
+        med_sys = {name: statistics.median(ts) for name, ts in system.items()}
         ref = med["row-by-row"]
         ratios = {
             name: {
@@ -345,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
             "all_seconds": wall,
             "cpu_seconds": med_cpu,
             "all_cpu_seconds": cpu,
+            "system_seconds": med_sys,
+            "all_system_seconds": system,
             "rows_per_s": {name: args.rows / s for name, s in med.items()},
             "ratios": ratios,
             "ours_vs_row_by_row": ratios["ours"]["x_faster_than_row_by_row"],
@@ -357,11 +367,11 @@ def main(argv: list[str] | None = None) -> int:
                 "load_avg": os.getloadavg(),
             },
         }
-        print(f"{'':16}{'runs':>5}{'median s':>10}{'rows/s':>12}{'cpu s':>8}  what it does")
+        print(f"{'':16}{'runs':>5}{'median s':>10}{'rows/s':>12}{'cpu s':>8}{'sys s':>7}  what it does")
         for name in med:
             print(
                 f"{name:16}{len(wall[name]):>5}{med[name]:>10.2f}{args.rows / med[name]:>12,.0f}"
-                f"{med_cpu[name]:>8.2f}  {LABELS[name]}"
+                f"{med_cpu[name]:>8.2f}{med_sys[name]:>7.2f}  {LABELS[name]}"
             )
         print()
         for name, r in ratios.items():

@@ -24,7 +24,7 @@ from paravt_core.data.materialize import (
     rewrite_messages_obj,
     rewrite_videos,
 )
-from paravt_core.data.validate import DataError, FileChecker
+from paravt_core.data.validate import DataError, FileChecker, check_messages
 from tests.data_support import RL_SCHEMA, media_urls, messages, rl_table, sft_table
 from tests.test_data_validate import MESSAGE_TYPE
 
@@ -57,6 +57,29 @@ def test_json_rewrite_every_form_decodes_to_the_same_paths() -> None:
     assert decoded[5] == messages(None)
     assert out.python_rows == 2  # compact and escaped rows only
     assert sorted(set(out.refs.rows.tolist())) == [0, 1, 2, 3]
+
+
+def test_with_the_structural_mask_an_escaped_url_is_rewritten_in_python() -> None:
+    # the canonical shape admits url values without escapes only, so the split's bytes are the path itself;
+    # a url written with an escape (`charades\\/f.jpg` is `charades/f.jpg`) is valid, not canonical, and
+    # rewritten by the Python walk with its decoded path
+    base = messages("longvt_source/videor1_0/v.mp4", "museg/charades/f.jpg")
+    rows = [
+        json.dumps(base),
+        json.dumps(base).replace("charades/f.jpg", "charades\\/f.jpg"),
+        json.dumps(base).replace("videor1_0/v.mp4", "videor1_0/v\\u002emp4"),
+    ]
+    col = pa.array(rows, pa.string())
+    reasons, canonical = check_messages(col)
+    assert reasons.tolist() == [0, 0, 0] and canonical.tolist() == [True, False, False]
+    out = rewrite_messages_json(col, "/m", canonical, reasons != 0)
+    expected = ["/m/longvt_source/videor1_0/v.mp4", "/m/museg/charades/f.jpg"]
+    assert [media_urls(json.loads(v)) for v in out.column.to_pylist()] == [expected] * 3
+    assert out.python_rows == 2
+    paths = sorted(zip(out.refs.rows.tolist(), out.refs.paths.to_pylist(), strict=True))
+    assert paths == [
+        (r, p) for r in range(3) for p in ("longvt_source/videor1_0/v.mp4", "museg/charades/f.jpg")
+    ]
 
 
 def test_json_rewrite_reports_bad_paths_and_keeps_text() -> None:

@@ -241,20 +241,19 @@ def rewrite_messages_json(
     n = len(texts)
     esc = f"{_json_text(prefix)}/"
     rows, starts, lengths = find_url_values(texts, start)
-    python = np.zeros(n, dtype=bool)
-    python[rows[lengths < 0]] = True  # unterminated: not a JSON string
     paths = cut_values(texts, starts, np.maximum(lengths, 0))
-    if len(paths):  # a backslash is a JSON escape: the value is not the path as written
-        escaped = pc.fill_null(pc.match_substring(paths, "\\"), False).to_numpy(zero_copy_only=False)
-        python[rows[escaped]] = True
     # the prefix inserted at each value's start is the whole rewrite: one copy of the bytes
     column = insert_at(texts, rows, starts, esc)
-    if canonical is not None:
-        python |= ~canonical
+    if canonical is not None:  # their url values are terminated JSON strings without escapes
+        python = ~canonical
     else:
-        python |= pc.fill_null(pc.match_substring_regex(texts, NONCANONICAL_KEY_RE), False).to_numpy(
+        python = pc.fill_null(pc.match_substring_regex(texts, NONCANONICAL_KEY_RE), False).to_numpy(
             zero_copy_only=False
         )
+        python[rows[lengths < 0]] = True  # unterminated: not a JSON string
+        if len(paths):  # a backslash is a JSON escape: the value is not the path as written
+            escaped = pc.fill_null(pc.match_substring(paths, "\\"), False).to_numpy(zero_copy_only=False)
+            python[rows[escaped]] = True
     if skip is not None:
         python &= ~skip
     keep = ~python[rows]

@@ -17,6 +17,7 @@ The JSON fast paths only ever *accept* rows that definition accepts and hand eve
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -340,8 +341,9 @@ def _list(item: str) -> str:
     return rf"\[{_WS}(?:{item}(?:{_WS},{_WS}{item})*)?{_WS}\]"
 
 
-# the url key only in canonical form (`"url": "`), so a canonical row's paths are all found by a split
-_URL_OBJ = rf'\{{{_WS}"url": {_STR}{_WS}\}}'
+# the url key only in canonical form (`"url": "`), so a canonical row's paths are all found by a split;
+# its value without escapes, so the bytes between the quotes are the path itself
+_URL_OBJ = rf'\{{{_WS}"url": "[^"\\\x00-\x1f]*"{_WS}\}}'
 _PART = (
     "(?:"
     + "|".join(
@@ -368,6 +370,7 @@ _TAIL_RE = rf"^(?:{_SEP}{_MESSAGE})*{_WS}\]{_WS}$"
 CANONICAL_ENDS_WITH_ASSISTANT_RE = rf"^{_WS}\[{_WS}(?:{_MESSAGE}{_SEP})*{_ASSISTANT_MESSAGE}{_WS}\]{_WS}$"
 _TAIL_ENDS_WITH_ASSISTANT_RE = rf"^(?:{_SEP}{_MESSAGE})*{_SEP}{_ASSISTANT_MESSAGE}{_WS}\]{_WS}$"
 _FIRST_MESSAGE_RE = rf"^{_WS}\[{_WS}{_MESSAGE}$"
+_OPENS_WITH_ASSISTANT_RE = rf"^{_WS}\[{_WS}{_ASSISTANT_MESSAGE}$"
 _OPEN = re.compile(r"[ \t\n\r]*\[[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 
@@ -388,10 +391,18 @@ def shared_first_message(texts: pa.Array) -> tuple[str, bool] | None:
     except (ValueError, RecursionError):
         return None
     prefix = first[:end]
+    shape = _first_message_shape(prefix)
+    return None if shape is None else (prefix, shape)
+
+
+@functools.lru_cache(maxsize=16)
+def _first_message_shape(prefix: str) -> bool | None:
+    """None when ``prefix`` is not a canonical list opening with one message, else whether that message
+    is the assistant's. Cached: every batch of a file carries the same first message, and each call
+    compiles a 5 KB pattern."""
     if not pc.match_substring_regex(pa.array([prefix]), _FIRST_MESSAGE_RE)[0].as_py():
         return None
-    opens_assistant = rf"^{_WS}\[{_WS}{_ASSISTANT_MESSAGE}$"
-    return prefix, bool(pc.match_substring_regex(pa.array([prefix]), opens_assistant)[0].as_py())
+    return bool(pc.match_substring_regex(pa.array([prefix]), _OPENS_WITH_ASSISTANT_RE)[0].as_py())
 
 
 @dataclass(frozen=True)
