@@ -238,10 +238,11 @@ def timed(fn: Callable[[], None]) -> tuple[float, float, float]:
 
     The system share is mostly page faults of fresh allocations: on a VM it swings from run to run
     (plain's whole-table read allocates the most), so it is printed apart to explain a noisy ratio."""
-    wall, cpu, sys_time = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
+    wall, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     fn()
-    sys_seconds = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys_time.ru_stime
-    return time.perf_counter() - wall, time.process_time() - cpu, sys_seconds
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    return time.perf_counter() - wall, user + system, system
 
 
 def same_output(a: Path, b: Path, sample: int = 2000) -> None:

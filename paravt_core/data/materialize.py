@@ -234,7 +234,8 @@ def rewrite_messages_json(
     """Rewrite sentinel paths in a JSON ``messages`` column (see the module docstring).
 
     ``canonical``: rows the structural check found in the canonical shape (their ``"url"`` keys are
-    exactly the media urls, all canonical); every other row is rewritten in Python. Without it, rows
+    exactly the media urls, all canonical, their values without escapes); every other row is rewritten
+    in Python. Without it, rows
     with a non-canonical ``"url"`` key are found by a regex. ``skip``: rows already rejected (left as is).
     ``start``: ``shared_start(texts)`` when the caller has it (see ``find_url_values``).
     """
