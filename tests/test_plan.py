@@ -1,0 +1,145 @@
+"""``paravt plan``: parameter counts of the shipped Qwen3-VL-8B config, the fake-tensor measurement against a real
+step, and the verdicts (issue 19)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from paravt_core.config import SftConfig, load_config
+from paravt_core.plan import memory, report, steps
+
+SFT_8B = "configs/sft/qwen3vl_8b.yaml"
+
+
+def test_shipped_8b_config_has_the_published_parameter_count():
+    parts = report.param_parts(report.load_model_config())
+    # Independent count from the published shapes (config.json of Qwen/Qwen3-VL-8B-Instruct), by hand:
+    hidden, inter, layers, heads, kv, head_dim, vocab = 4096, 12288, 36, 32, 8, 128, 151936
+    attn = hidden * heads * head_dim * 2 + hidden * kv * head_dim * 2 + 2 * head_dim  # q, o, k, v, q/k norms
+    layer = attn + 3 * hidden * inter + 2 * hidden  # + SwiGLU MLP + two RMSNorms
+    language = layers * layer + hidden  # + final norm
+    v_hidden, v_inter, depth, patch_in = 1152, 4304, 27, 3 * 2 * 16 * 16
+    block = (v_hidden * 3 * v_hidden + 3 * v_hidden) + (v_hidden * v_hidden + v_hidden)  # qkv, proj (biases)
+    block += v_hidden * v_inter + v_inter + v_inter * v_hidden + v_hidden + 4 * v_hidden  # MLP, 2 LayerNorms
+    merged = v_hidden * 4
+
+    def merger(norm_dim: int) -> int:  # LayerNorm, fc1 (4*1152 -> 4*1152), fc2 (-> 4096)
+        return 2 * norm_dim + merged * merged + merged + merged * hidden + hidden
+
+    vision = (
+        patch_in * v_hidden
+        + v_hidden
+        + 2304 * v_hidden
+        + depth * block
+        + merger(v_hidden)
+        + 3 * merger(merged)
+    )
+    assert parts["language_model"] == language == 6_946_075_648
+    assert parts["embeddings"] == parts["lm_head"] == vocab * hidden
+    assert parts["vision_tower"] == vision
+    assert parts["total"] == language + 2 * vocab * hidden + vision
+    assert parts["total"] == pytest.approx(8.77e9, rel=0.01)  # the published "8.77B" (≈ 8.8 B)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_fake_tensor_peak_matches_the_real_step_on_the_tiny_model(tiny_model_dir):
+    """The measured step of the tiny model: FSDPMemTracker on fake tensors vs MemTracker on the real step."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    cfg = load_config(SftConfig, SFT_8B, ["media.video_max_frames=8", "media.video_max_pixels=4096"])
+    fake = memory.measure(steps.prepare_sft, 1, config, cfg, 1024)
+    assert fake.tokens == 1024 and fake.trained_tokens > 0
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        real_step = steps.prepare_sft(config, cfg, 1024, world=1)
+        real_step.warmup()
+        real = memory.real_peak(real_step.step, real_step.root, real_step.optimizer)
+    finally:
+        dist.destroy_process_group()
+    assert real > 0
+    assert abs(fake.peak_bytes - real) <= 0.15 * real, (fake.peak_bytes, real)
+    # the parts add up to the peak, and each FSDP state shows where it should
+    assert sum(fake.components.values()) == fake.peak_bytes
+    # AdamW: exp_avg + exp_avg_sq in float32, twice the sharded weights (which also count the few buffers)
+    assert fake.components["optimizer"] == pytest.approx(2 * fake.components["params"], rel=1e-3)
+
+
+def _real_rank(rank: int, model_dir: str, port: int, length: int, out: str) -> None:
+    """One of two real CPU ranks (gloo) running the same step; rank 0 writes its MemTracker peak."""
+    from transformers import AutoConfig
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        config = AutoConfig.from_pretrained(model_dir)
+        config.text_config.num_hidden_layers = (
+            6  # several sharded layers: reduce-scatter and recompute per layer
+        )
+        cfg = load_config(SftConfig, SFT_8B, ["media.video_max_frames=8", "media.video_max_pixels=4096"])
+        step = steps.prepare_sft(config, cfg, length, world=2)
+        step.warmup()
+        peak = memory.real_peak(step.step, step.root, step.optimizer)
+        if rank == 0:
+            with open(out, "w") as f:
+                f.write(str(peak))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fake_tensor_peak_matches_two_real_ranks(tiny_model_dir, tmp_path):
+    """World size 2: the fake process group's rank 0 against rank 0 of two real gloo processes (FSDP2 shards,
+    all-gathers and reduce-scatters for real)."""
+    import torch.multiprocessing as mp
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    config.text_config.num_hidden_layers = 6
+    cfg = load_config(SftConfig, SFT_8B, ["media.video_max_frames=8", "media.video_max_pixels=4096"])
+    fake = memory.measure(steps.prepare_sft, 2, config, cfg, 1024)
+    out = tmp_path / "real_peak"
+    mp.spawn(_real_rank, args=(tiny_model_dir, _free_port(), 1024, str(out)), nprocs=2)
+    real = int(out.read_text())
+    assert abs(fake.peak_bytes - real) <= 0.15 * real, (fake.peak_bytes, real)
+
+
+def test_published_sft_recipe_fits_8_h100():
+    cfg = load_config(SftConfig, SFT_8B)
+    out = report.plan_sft(report.load_model_config(), cfg, 8, report.GPUS["h100-80g"])
+    assert out["fits"], out
+    comps = out["components_gib"]
+    # float32 master weights, sharded 8 ways: 8.767e9 * 4 B / 8; AdamW states twice that
+    assert comps["params"] == pytest.approx(8.767e9 * 4 / 8 / 2**30, rel=0.01)
+    assert comps["optimizer"] == pytest.approx(2 * comps["params"], rel=0.01)
+    assert out["pack_length"] == cfg.packing.length == 8192
+    assert out["time"]["wall_h"] > 0
+
+
+def test_oversized_config_does_not_fit_and_names_the_largest_component(tiny_model_dir):
+    """The tiny model on a GPU far too small for it: the verdict says so and names the largest part."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    cfg = load_config(SftConfig, SFT_8B, ["media.video_max_frames=8", "media.video_max_pixels=4096"])
+    tiny_gpu = report.Gpu("16m", 16 * 2**20, 1e12, 1.0)
+    out = report.plan_sft(config, cfg, 2, tiny_gpu, pack_length=4096)
+    assert not out["fits"]
+    assert out["headroom_gib"] < 0
+    comps = out["components_gib"]
+    assert out["largest"] == max(comps, key=comps.get)
+    text = report.render({"config": SFT_8B, "gpus": 2, "gpu": "16m", "gpu_gib": 1 / 64, "model": "tiny",
+                          "params": report.param_parts(config), "stage": "sft", "sft": out})  # fmt: skip
+    assert "DOES NOT FIT" in text and f"largest component: {out['largest']}" in text
