@@ -26,9 +26,8 @@ class Gpu:
 
 
 GPUS = {
-    # H100 SXM 80 GB: 989 dense bf16 TFLOP/s (NVIDIA's data sheet); 80 GB = 80e9 bytes reported by the driver
-    # as ~79.6 GiB usable minus the CUDA context (~0.5 GiB)
-    "h100-80g": Gpu("h100-80g", 80 * 10**9, 989e12, 0.95),
+    # H100 SXM 80 GB: 989 dense bf16 TFLOP/s (NVIDIA's data sheet); nvidia-smi reports 81559 MiB
+    "h100-80g": Gpu("h100-80g", 81559 * 2**20, 989e12, 0.95),
 }
 
 MFU = 0.40  # assumed model-FLOPs utilisation of the learners (bf16, FSDP2, sdpa)
