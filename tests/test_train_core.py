@@ -174,3 +174,30 @@ def test_two_rank_learner_fp32_masters_move_at_lr_2e6_where_bf16_only_does_not(
     # weights of ~0.02 (ulp 1.9e-9); bf16 (ulp 1.2e-4 at 0.02) keeps only the rare |w| < ~5e-4.
     assert shares["fp32_master"] > 0.9
     assert shares["bf16_only"] < 0.05
+
+
+def test_handoff_payload_has_no_pixels_and_every_rank_rebuilds_the_same_pixels(
+    samples,
+    rl_data,  # noqa: F811
+    tiny_model_dir,
+):
+    import pickle
+
+    from paravt_core.engines.base import image_processor_kwargs
+    from paravt_core.rl.handoff import compact, restore
+
+    cfg = tiny_rl_config(rl_data, tiny_model_dir, "unused")
+    full_bytes = len(pickle.dumps(samples))
+    payload = pickle.dumps(compact(samples))
+    got = pickle.loads(payload)
+    assert all(seg.pixel_values is None for s in got for seg in s.episode.main.segments)
+    kwargs = image_processor_kwargs(max_pixels=cfg.agent.max_pixels, min_pixels=cfg.agent.min_pixels)
+    restore(got, load(tiny_model_dir).processor, kwargs)
+    trainable = [s for s in samples if s.trainable]
+    assert len(got) == len(trainable) > 0
+    for mine, theirs in zip(trainable, got, strict=True):
+        assert theirs.episode.main.pixel_values is not None
+        assert torch.equal(theirs.episode.main.pixel_values, mine.episode.main.pixel_values)  # bit for bit
+        assert theirs.episode.main.token_ids == mine.episode.main.token_ids
+    print(f"handoff bytes: full samples {full_bytes}, learner view {len(payload)}")
+    assert len(payload) < full_bytes / 4

@@ -41,7 +41,7 @@ import numpy as np
 
 from paravt_core import checkpoint, faults, storage
 from paravt_core.config import ConfigError
-from paravt_core.engines.base import EngineError
+from paravt_core.engines.base import EngineError, image_processor_kwargs
 from paravt_core.rl.config import RlConfig
 from paravt_core.run_metrics import write_jsonl
 from paravt_core.stage import StageResult, announce_config, console
@@ -50,6 +50,7 @@ from paravt_core.train.fsdp import CoreOptions
 
 from .coalesce import CoalescingEngine
 from .data import RlPrompt, load_prompts
+from .handoff import compact, restore
 from .learner import Learner, state_checksum
 from .metrics import curves_png, step_metrics, trajectory_lines
 from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
@@ -189,6 +190,7 @@ def run(cfg: RlConfig) -> StageResult:
         inner, sync = _rollout_engine(cfg, policy, device, dtype)
         engine = CoalescingEngine(inner, seed=cfg.seed)
     handoff = LeadHandoff(d, cfg.train.follower_wait_s)
+    images_kwargs = image_processor_kwargs(max_pixels=cfg.agent.max_pixels, min_pixels=cfg.agent.min_pixels)
 
     staging = tempfile.mkdtemp(prefix="paravt-rl-")
     history: list[dict[str, Any]] = []
@@ -238,7 +240,7 @@ def run(cfg: RlConfig) -> StageResult:
         queued = start
         for step in range(start, cfg.steps):
             if not lead:  # the other ranks: rank 0's samples (store wait, no collective) -> their share
-                learner.step(handoff.share(step, None))
+                learner.step(restore(handoff.share(step, None), policy.processor, images_kwargs))
                 learner.weights()
                 done = step + 1
                 if done % cfg.checkpoint.every == 0 or done == cfg.steps:
@@ -271,7 +273,8 @@ def run(cfg: RlConfig) -> StageResult:
                 raise RuntimeError(
                     f"rl step {step}: a sample is {max(staleness)} versions old (bound {cfg.max_staleness})"
                 )
-            learned = learner.step(handoff.share(step, samples))
+            handoff.share(step, compact(samples))  # the other ranks' view: frames as uint8, no pixels
+            learned = learner.step(samples)
             t0 = time.perf_counter()
             weights = learner.weights()
             sync.push(weights, version + 1)
