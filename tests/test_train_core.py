@@ -201,3 +201,25 @@ def test_handoff_payload_has_no_pixels_and_every_rank_rebuilds_the_same_pixels(
         assert theirs.episode.main.token_ids == mine.episode.main.token_ids
     print(f"handoff bytes: full samples {full_bytes}, learner view {len(payload)}")
     assert len(payload) < full_bytes / 4
+
+
+@pytest.mark.parametrize("freeze_vision", [True, False])
+def test_sft_leaves_the_vision_tower_as_loaded_unless_told(
+    tiny_model_dir, sft_data_output, tmp_path, freeze_vision
+):
+    from safetensors.torch import load_file
+
+    from paravt_core.config import SftConfig, load_config
+    from paravt_core.sft.stage import run as run_sft
+
+    out = tmp_path / "sft"
+    overrides = [f"model.uri={tiny_model_dir}", f"data.input={sft_data_output}", f"output={out}"]
+    overrides += [f"work_dir={out}-work", "trainer.steps=2", "trainer.lr=1e-3", "data.num_workers=0"]
+    overrides += [f"train.freeze_vision={freeze_vision}"]
+    run_sft(load_config(SftConfig, REPO / "configs" / "sft" / "tiny.yaml", overrides))
+    start = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
+    final = load_file(str(out / "final" / "model.safetensors"))
+    vision = [k for k in start if k.startswith("model.visual.")]
+    moved = [k for k in vision if not torch.equal(start[k], final[k].to(start[k].dtype))]
+    assert len(vision) > 10 and not torch.equal(start["lm_head.weight"], final["lm_head.weight"])
+    assert moved == [] if freeze_vision else len(moved) > len(vision) // 2
