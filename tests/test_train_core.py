@@ -223,3 +223,28 @@ def test_sft_leaves_the_vision_tower_as_loaded_unless_told(
     moved = [k for k in vision if not torch.equal(start[k], final[k].to(start[k].dtype))]
     assert len(vision) > 10 and not torch.equal(start["lm_head.weight"], final["lm_head.weight"])
     assert moved == [] if freeze_vision else len(moved) > len(vision) // 2
+
+
+def test_sharded_build_reads_the_checkpoint_on_rank_0_only_and_every_shard_holds_it(tiny_model_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    cmd += [str(REPO / "tests" / "train_build_worker.py"), tiny_model_dir, str(tmp_path / "out")]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    r0, r1 = (torch.load(tmp_path / f"out.{r}.pt", weights_only=False) for r in (0, 1))
+    # rank 0 read the weights once, on the CPU, in their stored dtype; rank 1 never read them
+    assert r0["calls"] == [{"device": "cpu", "dtype": "None"}] and r1["calls"] == []
+    assert r0["model_is_none"] and r1["model_is_none"]  # no host copy kept after the broadcast
+    assert r0["dtypes"] == r1["dtypes"] == {"torch.float32"}
+    assert all("Shard(dim=0)" in p for p in r1["placements"].values())  # every parameter is sharded
+    start = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
+    reference = load(tiny_model_dir).model
+    for rank in (r0, r1):
+        got = {k.removeprefix("inner."): v for k, v in rank["full"].items()}
+        assert got.keys() == start.keys()
+        for name, tensor in start.items():
+            assert torch.equal(got[name], tensor.float()), name
+        for name, buf in reference.named_buffers():  # the rotary inv_freq: not in any state dict
+            assert torch.equal(rank["buffers"]["inner." + name], buf), name
