@@ -90,6 +90,27 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from paravt_core.plan.report import plan, render
+
+    if not os.path.isfile(args.config):
+        raise UsageError(f"config file not found: {args.config}")
+    result = plan(
+        args.config,
+        args.gpus,
+        args.gpu,
+        model=args.model,
+        pack_length=args.pack_length,
+        group_size=args.group_size,
+        mem_fraction_static=args.mem_fraction_static,
+        overrides=args.overrides,
+    )
+    print(json.dumps(result, indent=2) if args.json else render(result))
+    return 0
+
+
 def _cmd_tiny_model(args: argparse.Namespace) -> int:
     from paravt_core.models import build_tiny_model
 
@@ -267,6 +288,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=_seconds_at_least(MIN_SYNTH_SECONDS), default=12.0, help=seconds_help)
     p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: %(default)s)")
     p.set_defaults(fn=_cmd_synth)
+
+    p = sub.add_parser(
+        "plan", help="capacity plan: per-rank peak memory of one real SFT / RL step (fake tensors), fit, time"
+    )
+    p.add_argument("--config", required=True, help="an SFT or RL recipe, e.g. configs/sft/qwen3vl_8b.yaml")
+    p.add_argument("--gpus", type=_int_at_least(2), default=8, help="GPUs in all (default: %(default)s)")
+    p.add_argument("--gpu", choices=["h100-80g"], default="h100-80g", help="GPU kind (default: %(default)s)")
+    p.add_argument("--model", default=None, help="config.json path or hub id (default: shipped Qwen3-VL-8B)")
+    p.add_argument("--pack-length", type=_int_at_least(64), default=None, help="tokens per packed pass")
+    p.add_argument("--group-size", type=_int_at_least(2), default=None, help="RL rollouts per prompt")
+    p.add_argument("--mem-fraction-static", type=float, default=0.8, help="SGLang's (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("overrides", nargs="*", help="dotted config overrides, key=value")
+    p.set_defaults(fn=_cmd_plan)
 
     p = sub.add_parser("tiny-model", help="build the tiny Qwen3-VL test/demo model")
     p.add_argument("out_dir")

@@ -1,0 +1,294 @@
+"""``paravt plan``: the capacity plan of the SFT and RL recipes on N GPUs.
+
+Memory is measured (``memory.measure`` runs the trainers' real step on fake tensors); the SGLang side and the
+times are arithmetic on the model's shapes with the assumptions printed next to the result.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GIB = 2**30
+SHIPPED_CONFIG = Path(__file__).with_name(
+    "qwen3_vl_8b_instruct.json"
+)  # Qwen/Qwen3-VL-8B-Instruct's config.json
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    memory_bytes: int
+    bf16_flops: float  # dense peak, FLOP/s
+    usable_fraction: float  # what the CUDA context, NCCL buffers and allocator fragmentation leave
+
+
+GPUS = {
+    # H100 SXM 80 GB: 989 dense bf16 TFLOP/s (NVIDIA's data sheet); 80 GB = 80e9 bytes reported by the driver
+    # as ~79.6 GiB usable minus the CUDA context (~0.5 GiB)
+    "h100-80g": Gpu("h100-80g", 80 * 10**9, 989e12, 0.95),
+}
+
+MFU = 0.40  # assumed model-FLOPs utilisation of the learners (bf16, FSDP2, sdpa)
+ROLLOUT_TOKENS_PER_S = 2500.0  # assumed decode throughput of one SGLang server (8B, bf16, ~56 sequences)
+MEM_FRACTION_STATIC = 0.80  # assumed SGLang --mem-fraction-static when the recipe does not set one
+PUBLISHED_HOURS = {"sft": 36.0, "rl": 50.0}  # SPEC §5, on 8 GPUs
+
+
+def load_model_config(source: str | None = None) -> Any:
+    """The Qwen3-VL config: the shipped Qwen3-VL-8B-Instruct values, a local ``config.json`` / model directory,
+    or a hub id (when reachable)."""
+    from transformers import AutoConfig, Qwen3VLConfig
+
+    if source is None:
+        return Qwen3VLConfig(**json.loads(SHIPPED_CONFIG.read_text()))
+    path = Path(source)
+    if path.is_file():
+        return Qwen3VLConfig(**json.loads(path.read_text()))
+    return AutoConfig.from_pretrained(source)
+
+
+def param_parts(config: Any) -> dict[str, int]:
+    """Parameters per part of the model built on the meta device (no memory, no weights)."""
+    import torch
+
+    from . import steps
+
+    with torch.device("meta"):
+        model = steps.build_model(config, torch.bfloat16)
+    out = steps.parts(model)
+    out["total"] = sum(out.values())
+    return out
+
+
+def flops_per_token(config: Any, seq_len: int) -> float:
+    """Forward FLOPs per token of the language model: 2 x matmul parameters + attention scores and values
+    (causal: half of 2 x 2 x layers x seq x hidden). The vision tower runs on ~1/4 of the tokens' patches
+    and is left out (under 7 % of the parameters)."""
+    t = config.text_config
+    head = t.head_dim
+    attn = t.hidden_size * head * (t.num_attention_heads * 2 + t.num_key_value_heads * 2)
+    mlp = 3 * t.hidden_size * t.intermediate_size
+    matmul = t.num_hidden_layers * (attn + mlp) + t.hidden_size * t.vocab_size
+    scores = 2 * t.num_hidden_layers * seq_len * t.num_attention_heads * head  # QK^T and AV, causal half
+    return 2.0 * matmul + scores
+
+
+def verdict(peak: int, gpu: Gpu) -> dict[str, Any]:
+    usable = int(gpu.memory_bytes * gpu.usable_fraction)
+    return {"fits": peak <= usable, "usable_gib": usable / GIB, "headroom_gib": (usable - peak) / GIB}
+
+
+def _stage(mem: Any, gpu: Gpu) -> dict[str, Any]:
+    comps = {k: v / GIB for k, v in mem.components.items()}
+    return {
+        "peak_gib": mem.peak_bytes / GIB,
+        "components_gib": comps,
+        "largest": mem.largest,
+        "tracker_gib": {k: v / GIB for k, v in mem.tracker.items()},
+        **verdict(mem.peak_bytes, gpu),
+        "tokens": mem.tokens,
+        "trained_tokens": mem.trained_tokens,
+        "notes": mem.notes,
+        "measure_s": mem.seconds,
+    }
+
+
+def plan_sft(
+    model_config: Any, cfg: Any, gpus: int, gpu: Gpu, pack_length: int | None = None
+) -> dict[str, Any]:
+    from . import steps
+    from .memory import measure
+
+    length = pack_length or cfg.packing.length
+    mem = measure(steps.prepare_sft, gpus, model_config, cfg, length)
+    out = _stage(mem, gpu)
+    n_flops = flops_per_token(model_config, length) * (4.0 if cfg.model.gradient_checkpointing else 3.0)
+    tokens = gpus * cfg.trainer.grad_accum * length
+    step_s = tokens * n_flops / (gpus * gpu.bf16_flops * MFU)
+    out.update(
+        world=gpus,
+        pack_length=length,
+        time={
+            "tokens_per_step": tokens,
+            "flops_per_token": n_flops,
+            "mfu": MFU,
+            "step_s": step_s,
+            "wall_h": step_s * cfg.trainer.steps / 3600,
+            "steps": cfg.trainer.steps,
+            "published_h_on_8": PUBLISHED_HOURS["sft"],
+            "assumes": "full packs; fwd + bwd (+ recompute with checkpointing) = 4x / 3x forward FLOPs",
+        },
+    )
+    return out
+
+
+def plan_rl(
+    model_config: Any,
+    cfg: Any,
+    gpus: int,
+    gpu: Gpu,
+    pack_length: int | None = None,
+    mem_fraction_static: float = MEM_FRACTION_STATIC,
+) -> dict[str, Any]:
+    from . import steps
+    from .memory import measure
+
+    servers = max(1, gpus // 8)  # the published topology: one SGLang GPU per 8, the rest learn
+    learners = gpus - servers
+    length = pack_length or cfg.pack_tokens
+    mem = measure(steps.prepare_rl, learners, model_config, cfg, length)
+    out = _stage(mem, gpu)
+    parts = param_parts(model_config)
+    weights = parts["total"] * 2  # bf16 on the server
+    static = mem_fraction_static * gpu.memory_bytes
+    t = model_config.text_config
+    kv_per_token = 2 * t.num_hidden_layers * t.num_key_value_heads * t.head_dim * 2
+    kv_budget = static - weights
+    free_beside = gpu.memory_bytes * gpu.usable_fraction - static
+    episodes = cfg.prompts_per_step * cfg.group_size
+    out["server"] = {
+        "gpus": servers,
+        "mem_fraction_static": mem_fraction_static,
+        "mem_fraction_static_source": "assumed (the recipe does not set one; pass --mem-fraction-static)",
+        "weights_gib": weights / GIB,
+        "kv_budget_gib": kv_budget / GIB,
+        "kv_bytes_per_token": kv_per_token,
+        "kv_tokens": int(max(kv_budget, 0) // kv_per_token),
+        "kv_tokens_needed": episodes * cfg.agent.max_context_tokens,
+        "weight_push_bucket_gib": weights / GIB,
+        "weight_push_note": "NcclSync announces every tensor in one /update_weights_from_distributed request: the "
+        "bucket is the whole model, received beside the static pool",
+        "free_beside_static_gib": free_beside / GIB,
+        "push_fits": free_beside >= weights,
+    }
+    n_flops = flops_per_token(model_config, length)
+    learner_tokens = episodes * length
+    learner_flops = learner_tokens * n_flops * (1 + 1 + 3)  # prox fwd, reference fwd, train fwd + bwd
+    learner_s = learner_flops / (learners * gpu.bf16_flops * MFU)
+    generated = episodes * cfg.agent.max_new_tokens
+    rollout_s = generated / (servers * ROLLOUT_TOKENS_PER_S)
+    push_s = weights / 25e9  # ~25 GB/s NCCL over NVLink, one sender
+    step_s = (max(rollout_s, learner_s) if cfg.max_staleness > 0 else rollout_s + learner_s) + push_s
+    out.update(
+        world=learners,
+        pack_length=length,
+        time={
+            "episodes_per_step": episodes,
+            "learner_tokens_per_step": learner_tokens,
+            "flops_per_token": n_flops * 5,
+            "mfu": MFU,
+            "learner_s": learner_s,
+            "rollout_tokens_per_step": generated,
+            "rollout_tokens_per_s_per_server": ROLLOUT_TOKENS_PER_S,
+            "rollout_s": rollout_s,
+            "push_s": push_s,
+            "step_s": step_s,
+            "wall_h": step_s * cfg.steps / 3600,
+            "steps": cfg.steps,
+            "published_h_on_8": PUBLISHED_HOURS["rl"],
+            "assumes": "each episode one pack_length pass; max_new_tokens generated per episode; rollouts overlap "
+            "the learner when max_staleness > 0",
+        },
+    )
+    return out
+
+
+def plan(
+    config_path: str,
+    gpus: int,
+    gpu_name: str = "h100-80g",
+    model: str | None = None,
+    pack_length: int | None = None,
+    group_size: int | None = None,
+    mem_fraction_static: float = MEM_FRACTION_STATIC,
+    overrides: list[str] | None = None,
+) -> dict[str, Any]:
+    """The plan of the recipe at ``config_path`` (an SFT or an RL config) on ``gpus`` GPUs."""
+    import yaml
+
+    from paravt_core.config import SftConfig, load_config
+    from paravt_core.rl.config import RlConfig
+
+    raw = yaml.safe_load(Path(config_path).read_text()) or {}
+    gpu = GPUS[gpu_name]
+    model_config = load_model_config(model)
+    result: dict[str, Any] = {
+        "config": config_path,
+        "gpus": gpus,
+        "gpu": gpu_name,
+        "gpu_gib": gpu.memory_bytes / GIB,
+        "model": model or "Qwen/Qwen3-VL-8B-Instruct (shipped config.json)",
+        "params": param_parts(model_config),
+    }
+    extra = list(overrides or [])
+    if "trainer" in raw or "packing" in raw:
+        cfg = load_config(SftConfig, config_path, extra)
+        result["stage"] = "sft"
+        result["sft"] = plan_sft(model_config, cfg, gpus, gpu, pack_length)
+    else:
+        if group_size is not None:
+            extra.append(f"group_size={group_size}")
+        cfg = load_config(RlConfig, config_path, extra)
+        result["stage"] = "rl"
+        result["rl"] = plan_rl(model_config, cfg, gpus, gpu, pack_length, mem_fraction_static)
+    return result
+
+
+def render(result: dict[str, Any]) -> str:
+    """The plan as text (what ``paravt plan`` prints)."""
+    p = result["params"]
+    lines = [
+        f"plan: {result['config']} on {result['gpus']} x {result['gpu']} ({result['gpu_gib']:.1f} GiB)",
+        f"model {result['model']}: {p['total'] / 1e9:.3f} B parameters = vision tower "
+        f"{p['vision_tower'] / 1e9:.3f} B + language model {p['language_model'] / 1e9:.3f} B + embeddings "
+        f"{p['embeddings'] / 1e9:.3f} B"
+        + (f" + lm_head {p['lm_head'] / 1e9:.3f} B" if "lm_head" in p else ""),
+    ]
+    stage = result["stage"]
+    s = result[stage]
+    who = "rank" if stage == "sft" else "learner rank"
+    lines.append(
+        f"{stage.upper()}: per-{who} peak of one step (FSDPMemTracker on fake tensors, world {s['world']}, "
+        f"pack {s['pack_length']} tokens, {s['trained_tokens']} trained):"
+    )
+    for name, gib in s["components_gib"].items():
+        lines.append(f"  {name:<18} {gib:8.2f} GiB")
+    lines.append(f"  {'peak':<18} {s['peak_gib']:8.2f} GiB")
+    word = "FITS" if s["fits"] else "DOES NOT FIT"
+    lines.append(
+        f"  verdict: {word} in {s['usable_gib']:.1f} GiB usable (headroom {s['headroom_gib']:+.2f} GiB); "
+        f"largest component: {s['largest']} ({s['components_gib'][s['largest']]:.2f} GiB)"
+    )
+    for note in s["notes"]:
+        lines.append(f"  - {note}")
+    if "server" in s:
+        v = s["server"]
+        lines.append(
+            f"SGLang server ({v['gpus']} GPU): weights {v['weights_gib']:.2f} GiB, KV budget "
+            f"{v['kv_budget_gib']:.2f} GiB at mem_fraction_static={v['mem_fraction_static']} "
+            f"({v['mem_fraction_static_source']}) = {v['kv_tokens']} tokens of {v['kv_bytes_per_token']} B "
+            f"(a full step of {v['kv_tokens_needed']} context tokens would need all of them at once)"
+        )
+        lines.append(
+            f"  weight push: bucket {v['weight_push_bucket_gib']:.2f} GiB vs {v['free_beside_static_gib']:.2f} GiB free "
+            f"beside the static pool: {'fits' if v['push_fits'] else 'DOES NOT FIT'} ({v['weight_push_note']})"
+        )
+    t = s["time"]
+    if stage == "sft":
+        lines.append(
+            f"time: {t['tokens_per_step']} tokens/step x {t['flops_per_token'] / 1e9:.1f} GFLOP/token at MFU "
+            f"{t['mfu']:.0%} (assumed) -> {t['step_s']:.1f} s/step, {t['wall_h']:.1f} h for {t['steps']} steps "
+            f"(published: ~{t['published_h_on_8']:.0f} h on 8 GPUs)"
+        )
+    else:
+        lines.append(
+            f"time: learner {t['learner_s']:.1f} s (MFU {t['mfu']:.0%} assumed), rollouts {t['rollout_s']:.1f} s "
+            f"({t['rollout_tokens_per_step']} tokens at {t['rollout_tokens_per_s_per_server']:.0f} tokens/s per "
+            f"server, assumed), push {t['push_s']:.1f} s -> {t['step_s']:.1f} s/step, {t['wall_h']:.1f} h for "
+            f"{t['steps']} steps (published: ~250 s/step, ~{t['published_h_on_8']:.0f} h on 8 GPUs)"
+        )
+    lines.append(f"  ({t['assumes']}; measured in {s['measure_s']:.0f} s)")
+    return "\n".join(lines)
