@@ -51,7 +51,7 @@ from paravt_core.rl.config import OptimConfig
 from paravt_core.sft.packing import IGNORE, PackedBatch, encode_media, mrope_position_ids, pack, target_hidden
 from paravt_core.sft.packing import Sample as PackSample
 from paravt_core.train.dist import Dist
-from paravt_core.train.fsdp import CoreOptions, build, grad_norm_and_clip, make_adamw, prepare, shard
+from paravt_core.train.fsdp import CoreOptions, assemble, build, grad_norm_and_clip, make_adamw
 from paravt_core.train.logprobs import target_logprobs
 
 from .advantages import sequence_advantages, token_advantages, zero_groups
@@ -202,20 +202,17 @@ class Learner:
     ):
         self.dist = d = dist or Dist()
         opts = opts or CoreOptions()
-        if isinstance(model, PolicyLogprobs):
-            self.root = model
-        else:
-            prepare(model, opts, trainable=True)
-            self.root = PolicyLogprobs(model, always_run_vision=d.sharded, chunk=logprob_chunk)
-            if d.sharded:
-                shard(self.root, model, d, opts.mixed_precision)
-        if isinstance(reference, PolicyLogprobs):
-            self.reference = reference
-        else:  # frozen; under torchrun sharded like the policy (its own dtype, no float32 masters)
-            prepare(reference, opts, trainable=False)
-            self.reference = PolicyLogprobs(reference, always_run_vision=d.sharded, chunk=logprob_chunk)
-            if d.sharded:
-                shard(self.reference, reference, d, mixed_precision=False)
+
+        def wrap(inner: Any) -> PolicyLogprobs:
+            return PolicyLogprobs(inner, always_run_vision=d.sharded, chunk=logprob_chunk)
+
+        self.root = model if isinstance(model, PolicyLogprobs) else assemble(model, d, wrap, opts)
+        # frozen; under torchrun sharded like the policy (its own dtype, no float32 masters)
+        self.reference = (
+            reference
+            if isinstance(reference, PolicyLogprobs)
+            else assemble(reference, d, wrap, opts, trainable=False)
+        )
         self.model = self.root.inner  # the Hugging Face policy
         self.root.eval()  # no dropout: prox and the trained forward see the same function
         self.reference.eval()

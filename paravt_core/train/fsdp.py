@@ -124,16 +124,11 @@ def build(
 
     if not d.sharded:
         loaded = load(uri, device=str(d.device), dtype=dtype)
-        model = loaded.model
-        prepare(model, opts, trainable)
-        return wrap(model), loaded
+        return assemble(loaded.model, d, wrap, opts, trainable), loaded
     loaded = load(uri, device="cpu", dtype=None) if d.rank == 0 else load_processor_only(uri)
     with torch.device("meta"):
         model = AutoModelForImageTextToText.from_config(loaded.config, dtype=dtype)
-    model.config.use_cache = False
-    prepare(model, opts, trainable)
-    root = wrap(model)
-    shard(root, model, d, opts.mixed_precision and trainable)
+    root = assemble(model, d, wrap, opts, trainable)
     root.to_empty(device=d.device)
     prefix = _root_prefix(root, model)
     full = buffers = None
@@ -145,6 +140,19 @@ def build(
         loaded = Loaded(None, loaded.processor, loaded.tokenizer, loaded.config, loaded.path)
     root.eval()
     return root, loaded
+
+
+def assemble(
+    model: Any, d: Dist, wrap: Callable[[Any], torch.nn.Module], opts: CoreOptions, trainable: bool = True
+) -> torch.nn.Module:
+    """freeze + checkpointing (``prepare``), ``wrap`` into the root, and under torchrun FSDP2 (mixed precision
+    only for a trainable model). What ``build`` does to a model before its weights arrive, and what
+    ``paravt plan`` runs on fake tensors."""
+    prepare(model, opts, trainable)
+    root = wrap(model)
+    if d.sharded:
+        shard(root, model, d, opts.mixed_precision and trainable)
+    return root
 
 
 def _root_prefix(root: torch.nn.Module, inner: torch.nn.Module) -> str:
