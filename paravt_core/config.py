@@ -222,6 +222,24 @@ class PolicyLossConfig(StrictModel):
 # ---------------------------------------------------------------------------------------------
 
 
+class TrainConfig(StrictModel):
+    """The training core shared by SFT and RL (``paravt_core.train``)."""
+
+    freeze_vision: bool = Field(
+        default=True, description="vision tower not trained (the published model updated the LLM only)"
+    )
+    dist_timeout_s: float = Field(default=1800.0, gt=0, description="collective timeout of the process group")
+    follower_wait_s: float = Field(
+        default=7200.0, gt=0, description="RL: how long ranks 1..N wait on the store for rank 0's rollout"
+    )
+    logprob_chunk: int = Field(
+        default=1024, ge=1, description="positions per lm_head block in log-prob/loss (no full fp32 logits)"
+    )
+    activation_checkpointing: bool = Field(
+        default=True, description="RL learner: recompute decoder layers in the backward (SFT: model.*)"
+    )
+
+
 class SftModelConfig(StrictModel):
     # Checkpoint to start from: local dir, s3:// prefix or hub id (paravt_core.models.load).
     uri: str = "Qwen/Qwen3-VL-8B-Instruct"
@@ -289,6 +307,7 @@ class SftConfig(StrictModel):
     packing: SftPackingConfig = Field(default_factory=SftPackingConfig)
     trainer: SftTrainerConfig = Field(default_factory=SftTrainerConfig)
     checkpoint: SftCheckpointConfig = Field(default_factory=SftCheckpointConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig, description="shared training core options")
 
 
 # ---------------------------------------------------------------------------------------------

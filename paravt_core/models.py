@@ -341,6 +341,20 @@ def load(uri: str, device: str = "cpu", dtype: Any = None, cache_dir: str | Path
     )
 
 
+def load_processor_only(uri: str, cache_dir: str | Path | None = None) -> Loaded:
+    """Processor and config of a checkpoint, without its weights (``model`` is ``None``): what a training rank
+    needs when rank 0 reads the weights and broadcasts them (``paravt_core.train.fsdp.build``)."""
+    from transformers import AutoConfig, AutoProcessor
+
+    path = resolve_model_dir(uri, cache_dir)
+    processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+    _fix_templates(processor)
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    return Loaded(
+        model=None, processor=processor, tokenizer=processor.tokenizer, config=config, path=str(path)
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------
 # messages
 

@@ -20,7 +20,7 @@ from paravt_core.rl.data import load_prompts
 from paravt_core.rl.learner import Learner
 from paravt_core.rl.rollout import arollout_step
 from paravt_core.rl.stage import _broadcast
-from paravt_core.sft.trainer import setup_distributed
+from paravt_core.train.dist import setup_distributed
 from tests.rl_support import tiny_rl_config
 
 REWARDS = (1.0, 0.0, 0.5, -1.0)  # per index within a group: every group has a nonzero spread

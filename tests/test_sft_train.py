@@ -24,6 +24,7 @@ from paravt_core.sft.data import epoch_order
 from paravt_core.sft.packing import PackedLoss
 from paravt_core.sft.stage import run
 from paravt_core.sft.trainer import SftError, make_optimizer, make_scheduler
+from paravt_core.train.fsdp import CoreOptions, prepare
 from tests.sft_support import multi_call_row, text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,7 +113,9 @@ def test_fsdp2_on_two_gloo_ranks_then_resume_on_one(
     # The final HF checkpoint loads through paravt_core.models.load and holds the step-4 weights.
     final = load(str(out / "final"))
     cfg = load_config(SftConfig, TINY, _overrides(tiny_model_dir, sft_data_output, out, *extra))
-    fresh = PackedLoss(load(tiny_model_dir).model)
+    inner = load(tiny_model_dir).model
+    prepare(inner, CoreOptions(freeze_vision=cfg.train.freeze_vision), trainable=True)  # as the trainer did
+    fresh = PackedLoss(inner)
     optimizer = make_optimizer(fresh, cfg)
     scheduler = make_scheduler(optimizer, cfg)
     state = checkpoint.load(

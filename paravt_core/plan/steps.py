@@ -185,18 +185,23 @@ def prepare_sft(config: Any, cfg: Any, pack_length: int, *, world: int) -> Prepa
     measured micro-batch is the second one: the gradients of the first are already there (later micro-batches
     look the same), then clipping, AdamW and ``zero_grad`` as in the trainer."""
     from paravt_core.sft.packing import PackedLoss
-    from paravt_core.sft.trainer import Dist, grad_norm_and_clip, make_optimizer, make_scheduler, shard_model
+    from paravt_core.sft.trainer import make_optimizer, make_scheduler
+    from paravt_core.train.dist import Dist
+    from paravt_core.train.fsdp import CoreOptions, assemble, grad_norm_and_clip
 
     d = Dist(rank=0, world=world, device=torch.device("cpu"), sharded=True)
-    model = build_model(config, torch.float32)  # the trainer loads float32 weights (its master copy)
-    model.config.use_cache = False
+    model = build_model(config, torch.float32)  # the trainer's float32 master weights
     if cfg.model.attn_implementation != model.config._attn_implementation:
         model.set_attn_implementation(cfg.model.attn_implementation)
-    model.train()
-    if cfg.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    root = PackedLoss(model, always_run_vision=True)
-    shard_model(root, d, bf16=cfg.model.bf16)  # on a GPU the trainer sets bf16 = cfg.model.bf16
+    opts = CoreOptions(  # as paravt_core.sft.trainer.train on a GPU
+        freeze_vision=cfg.train.freeze_vision,
+        mixed_precision=cfg.model.bf16,
+        activation_checkpointing=cfg.model.gradient_checkpointing,
+    )
+    root = assemble(
+        model, d, lambda m: PackedLoss(m, always_run_vision=True, chunk=cfg.train.logprob_chunk), opts
+    )
+    root.train()
     optimizer = make_optimizer(root, cfg)
     scheduler = make_scheduler(optimizer, cfg)
     accumulating = cfg.trainer.grad_accum > 1
@@ -219,8 +224,9 @@ def prepare_sft(config: Any, cfg: Any, pack_length: int, *, world: int) -> Prepa
         f"{seqs[0].loss_tokens} trained tokens per pack",
         f"measured: micro-batch 2 of trainer.grad_accum={cfg.trainer.grad_accum} (gradients of the first already "
         "accumulated; later ones look the same), optimizer states from step 1 present",
-        f"precision: float32 weights, bf16 compute={cfg.model.bf16}, gradient checkpointing="
-        f"{cfg.model.gradient_checkpointing}, attention={cfg.model.attn_implementation}",
+        f"precision: float32 master weights, bf16 compute={cfg.model.bf16}, activation checkpointing="
+        f"{cfg.model.gradient_checkpointing}, attention={cfg.model.attn_implementation}, vision tower frozen="
+        f"{cfg.train.freeze_vision}, lm_head in blocks of {cfg.train.logprob_chunk} positions",
     ]
     return PreparedStep(
         root=root,
@@ -311,14 +317,18 @@ def prepare_rl(config: Any, cfg: Any, pack_length: int, *, world: int) -> Prepar
     """``paravt_core.rl.stage.run``'s learner set-up (policy and reference loaded in ``cfg.dtype``, the
     ``Learner`` shards the policy) and one ``Learner.step`` on a pack of ``pack_length`` tokens."""
     from paravt_core.rl.learner import Learner
-    from paravt_core.sft.trainer import Dist
+    from paravt_core.train.dist import Dist
+    from paravt_core.train.fsdp import CoreOptions
 
     dtype = getattr(torch, cfg.dtype)
     d = Dist(rank=0, world=world, device=torch.device("cpu"), sharded=True)
-    policy = build_model(config, dtype)
+    opts = CoreOptions(  # as paravt_core.rl.stage.run on a GPU
+        freeze_vision=cfg.train.freeze_vision,
+        mixed_precision=dtype == torch.bfloat16,
+        activation_checkpointing=cfg.train.activation_checkpointing,
+    )
+    policy = build_model(config, torch.float32 if opts.mixed_precision else dtype)
     reference = build_model(config, dtype)
-    for m in (policy, reference):
-        m.eval()  # models.load returns eval-mode models
     learner = Learner(
         policy,
         reference,
@@ -328,8 +338,14 @@ def prepare_rl(config: Any, cfg: Any, pack_length: int, *, world: int) -> Prepar
         optim=cfg.optim,
         pack_tokens=cfg.pack_tokens,
         dist=d,
+        opts=opts,
+        logprob_chunk=cfg.train.logprob_chunk,
     )
-    ref_bytes = sum(t.numel() * t.element_size() for t in [*reference.parameters(), *reference.buffers()])
+    # the reference's shards (and buffers) live on the rank through the step, outside the policy's root
+    ref_bytes = sum(
+        t.to_local().numel() * t.element_size() if hasattr(t, "to_local") else t.numel() * t.element_size()
+        for t in [*learner.reference.parameters(), *learner.reference.buffers()]
+    )
     # One sequence: rank 0 owns it (sequence i goes to rank i mod world); the other ranks' passes are
     # padding passes of the same shapes.
     big = [_episode(config, cfg, pack_length, 0)]
@@ -338,10 +354,12 @@ def prepare_rl(config: Any, cfg: Any, pack_length: int, *, world: int) -> Prepar
     notes = [
         f"RL pack: one episode of {seq_tokens} tokens: {big[0].nframes} overview frames at {cfg.agent.max_pixels} px, "
         f"{RL_PROMPT_TOKENS} prompt tokens, {trained} generated (trained) tokens",
-        f"policy weights in {cfg.dtype} (no float32 master copy), AdamW states in {cfg.dtype}; reference: a full "
-        f"unsharded copy on every rank; no activation checkpointing; pack_tokens={cfg.pack_tokens}",
-        f"an episode longer than pack_tokens (up to agent.max_context_tokens={cfg.agent.max_context_tokens}) gets "
-        "a pass of its own: plan it with --pack-length",
+        f"policy: float32 master weights, {cfg.dtype} compute (FSDP2 MixedPrecisionPolicy), AdamW states in float32;"
+        f" reference: FSDP2-sharded in {cfg.dtype}; activation checkpointing="
+        f"{cfg.train.activation_checkpointing}; vision tower frozen={cfg.train.freeze_vision}; lm_head in blocks of "
+        f"{cfg.train.logprob_chunk} positions; pack_tokens={cfg.pack_tokens}",
+        f"an episode longer than pack_tokens (up to agent.max_context_tokens={cfg.agent.max_context_tokens}) is "
+        "refused and counted (skipped_too_long): no pass exceeds pack_tokens",
     ]
     return PreparedStep(
         root=learner.root,

@@ -15,8 +15,18 @@ Sequences are packed like SFT (``paravt_core.sft.packing``: each keeps its own M
 block-diagonal, no sample sees another) into forward passes of at most ``pack_tokens`` tokens; only the
 trained positions go through ``lm_head``.
 
-Under ``torchrun`` (a sharded ``Dist``) the policy is sharded with FSDP2 exactly like SFT
-(``paravt_core.sft.trainer.shard_model`` on the ``PolicyLogprobs`` root). Every rank holds the whole step's
+Model preparation comes from the training core shared with SFT (``paravt_core.train``): the vision tower frozen
+(``train.freeze_vision``), activation checkpointing with torch's wrapper on every decoder layer (it recomputes
+in the backward although the root stays in ``eval()`` mode: no dropout, so prox and the trained forward see
+the same function), log-probs through ``lm_head`` in chunks of positions (``train.logprob_chunk``; no
+full-vocabulary float32 logits), and under ``torchrun`` FSDP2 for the policy (bf16 compute over float32
+master weights and float32 gradient reductions when ``dtype`` is bfloat16 on GPUs) and for the frozen
+reference (sharded in its own dtype: never a full copy per rank).
+
+Memory rule for long episodes: a sequence longer than ``pack_tokens`` is refused and counted
+(``skipped_too_long``): every forward pass stays within the memory plan measured for ``pack_tokens``.
+
+Every rank holds the whole step's
 samples; rank r trains sequences r, r + N, ...; prox / reference log-probs are all-gathered so that the
 advantages (group and batch statistics) are those of the whole batch; the loss is divided by the global
 trained-token count and multiplied by N (FSDP averages gradients over ranks), which makes the update that of
@@ -26,6 +36,7 @@ because FSDP's collectives run in every forward and backward.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from collections.abc import Sequence
@@ -37,9 +48,11 @@ import torch
 from paravt_core.agent.segments import Trace
 from paravt_core.config import AdvantageConfig, PolicyLossConfig
 from paravt_core.rl.config import OptimConfig
-from paravt_core.sft.packing import IGNORE, PackedBatch, encode_media, mrope_position_ids, pack, target_logits
+from paravt_core.sft.packing import IGNORE, PackedBatch, encode_media, mrope_position_ids, pack, target_hidden
 from paravt_core.sft.packing import Sample as PackSample
-from paravt_core.sft.trainer import Dist, grad_norm_and_clip, shard_model
+from paravt_core.train.dist import Dist
+from paravt_core.train.fsdp import CoreOptions, assemble, build, grad_norm_and_clip, make_adamw
+from paravt_core.train.logprobs import target_logprobs
 
 from .advantages import sequence_advantages, token_advantages, zero_groups
 from .loss import decoupled_ppo_loss
@@ -107,27 +120,33 @@ class PolicyLogprobs(torch.nn.Module):
     it); ``always_run_vision`` under FSDP (see ``encode_media``). State-dict keys: ``inner.`` + the model's.
     """
 
-    def __init__(self, inner: torch.nn.Module, always_run_vision: bool = False):
+    def __init__(self, inner: torch.nn.Module, always_run_vision: bool = False, chunk: int = 1024):
         super().__init__()
         self.inner = inner
         self.always_run_vision = always_run_vision
+        self.chunk = chunk
 
     def forward(self, batch: PackedBatch, temperature: float) -> torch.Tensor:
         encoded, zero = encode_media(self.inner, batch, always=self.always_run_vision)
         inputs = batch.model_inputs()
         for name in ("pixel_values", "pixel_values_videos"):
             inputs.pop(name, None)  # already encoded
-        keep, logits = target_logits(self.inner, batch, **inputs, mm_encoder_outputs=encoded or None)
-        logp = torch.log_softmax(logits / max(temperature, 1e-6), dim=-1)
-        picked = logp.gather(-1, batch.targets[0][keep, None]).squeeze(-1)  # position p predicts token p + 1
+        keep, hidden = target_hidden(self.inner, batch, **inputs, mm_encoder_outputs=encoded or None)
+        picked = target_logprobs(  # position p predicts token p + 1
+            hidden,
+            self.inner.lm_head.weight,
+            batch.targets[0][keep],
+            temperature=max(temperature, 1e-6),
+            chunk=self.chunk,
+        )
         full = torch.zeros(batch.tokens, dtype=picked.dtype, device=picked.device)
         return full.index_put((keep + 1,), picked) + zero
 
 
 def packed_logprobs(root: PolicyLogprobs, batch: PackedBatch, temperature: float) -> list[torch.Tensor]:
     """Per packed sample, its trained tokens' log-probs under ``root`` ([L_i] each, 0 elsewhere)."""
-    device = next(root.parameters()).device
-    full = root(batch.to(device, dtype=root.inner.dtype), temperature)
+    param = next(root.parameters())
+    full = root(batch.to(param.device, dtype=param.dtype), temperature)
     return [part.cpu() for part in torch.split(full, batch.lengths)]
 
 
@@ -164,6 +183,9 @@ def state_checksum(state: dict[str, torch.Tensor]) -> str:
 
 
 class Learner:
+    """``model`` / ``reference``: Hugging Face models (prepared and, under torchrun, sharded in place here) or
+    ``PolicyLogprobs`` roots already built by :meth:`from_uris` / ``paravt_core.train.fsdp.build``."""
+
     def __init__(
         self,
         model: Any,
@@ -175,25 +197,64 @@ class Learner:
         optim: OptimConfig,
         pack_tokens: int = 8192,
         dist: Dist | None = None,
+        opts: CoreOptions | None = None,
+        logprob_chunk: int = 1024,
     ):
-        self.model = model  # the Hugging Face policy (sharded in place under torchrun)
-        self.dist = dist or Dist()
-        self.root = PolicyLogprobs(model, always_run_vision=self.dist.sharded)
-        self.reference = PolicyLogprobs(reference)  # frozen: a full copy on every rank, never sharded
-        if self.dist.sharded:
-            shard_model(self.root, self.dist, bf16=False)  # weights stay in the configured dtype
+        self.dist = d = dist or Dist()
+        opts = opts or CoreOptions()
+
+        def wrap(inner: Any) -> PolicyLogprobs:
+            return PolicyLogprobs(inner, always_run_vision=d.sharded, chunk=logprob_chunk)
+
+        self.root = model if isinstance(model, PolicyLogprobs) else assemble(model, d, wrap, opts)
+        # frozen; under torchrun sharded like the policy (its own dtype, no float32 masters)
+        self.reference = (
+            reference
+            if isinstance(reference, PolicyLogprobs)
+            else assemble(reference, d, wrap, opts, trainable=False)
+        )
+        self.model = self.root.inner  # the Hugging Face policy
+        self.root.eval()  # no dropout: prox and the trained forward see the same function
+        self.reference.eval()
+        # one process on a GPU with mixed precision: bf16 autocast over the float32 weights (like SFT)
+        single_bf16 = opts.mixed_precision and not d.sharded and d.device.type == "cuda"
+        self.autocast = (
+            (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if single_bf16 else contextlib.nullcontext
+        )
         self.pack_tokens = pack_tokens
         self.temperature = temperature if temperature > 0 else 1.0
         self.advantage, self.loss_cfg, self.optim_cfg = advantage, loss, optim
-        for p in reference.parameters():
-            p.requires_grad_(False)
-        self.params = [p for p in self.root.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self.params, lr=optim.lr, weight_decay=optim.weight_decay, betas=tuple(optim.betas)
-        )
-        config = model.config
+        self.optimizer = make_adamw(self.root, optim.lr, optim.weight_decay, tuple(optim.betas))
+        self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        config = self.model.config
         self.image_token_id = config.image_token_id
         self.video_token_id = getattr(config, "video_token_id", None)
+
+    @classmethod
+    def from_uris(
+        cls,
+        policy_uri: str,
+        reference_uri: str,
+        d: Dist,
+        opts: CoreOptions,
+        *,
+        dtype: torch.dtype,
+        logprob_chunk: int = 1024,
+        **kwargs: Any,
+    ) -> tuple[Learner, Any]:
+        """(the learner, the policy's ``Loaded``: processor, config and — in one process — the model).
+
+        Loaded within host memory (``paravt_core.train.fsdp.build``); the policy's parameters are float32
+        masters when ``opts.mixed_precision``, else ``dtype``; the reference is kept in ``dtype``."""
+
+        def wrap(inner: Any) -> PolicyLogprobs:
+            return PolicyLogprobs(inner, always_run_vision=d.sharded, chunk=logprob_chunk)
+
+        master = torch.float32 if opts.mixed_precision else dtype
+        root, loaded = build(policy_uri, d, wrap, opts, dtype=master)
+        reference, _ = build(reference_uri, d, wrap, opts, dtype=dtype, trainable=False)
+        learner = cls(root, reference, dist=d, opts=opts, logprob_chunk=logprob_chunk, **kwargs)
+        return learner, loaded
 
     def _packs(self, seqs: list[TrainSequence], mine: list[int]) -> tuple[list[list[int]], list[PackedBatch]]:
         """This rank's packed forward passes (global sequence indices per pass), padded to the largest
@@ -213,7 +274,7 @@ class Learner:
         started = time.perf_counter()
         d = self.dist
         config = self.model.config
-        episodes, seqs, skipped_vision = [], [], 0
+        episodes, seqs, skipped_vision, too_long = [], [], 0, 0
         for sample in samples:
             if not sample.trainable:
                 continue
@@ -221,10 +282,17 @@ class Learner:
             if not vision_tokens_ok(config, main):
                 skipped_vision += 1
                 continue
+            if len(main) > self.pack_tokens:  # beyond the memory plan of one forward pass: refused, counted
+                too_long += 1
+                continue
             episodes.append(sample)
             seqs.append(main)
         if not seqs:
-            return {"trained_sequences": 0.0, "skipped_vision_tokens": float(skipped_vision)}
+            return {
+                "trained_sequences": 0.0,
+                "skipped_vision_tokens": float(skipped_vision),
+                "skipped_too_long": float(too_long),
+            }
         a = self.advantage
         # Steps 1-2 on episodes: the group statistics count each rollout once.
         episode_adv, _ = sequence_advantages(
@@ -241,22 +309,24 @@ class Learner:
                 if sum(trace.loss_mask) == 0:
                     continue
                 sub = trace_sequence(trace, self.image_token_id, self.video_token_id)
-                if vision_tokens_ok(config, sub):
+                if len(sub) > self.pack_tokens:
+                    too_long += 1
+                elif vision_tokens_ok(config, sub):
                     seqs.append(sub)
                     owners.append(e)
                 else:
                     skipped_vision += 1
-        self.root.eval()  # no dropout: prox and the trained forward see the same function
         mine = list(range(d.rank, len(seqs), d.world))
         groups, packs = self._packs(seqs, mine)
         prox_of: dict[int, torch.Tensor] = {}
         ref_of: dict[int, torch.Tensor] = {}
-        with torch.no_grad():
+        with torch.no_grad(), self.autocast():
             for n, batch in enumerate(packs):
                 lps = packed_logprobs(self.root, batch, self.temperature)
+                # the sharded reference runs on padding passes too: its collectives run on every rank
+                refs = packed_logprobs(self.reference, batch, self.temperature)
                 if n < len(groups):
                     prox_of.update(zip(groups[n], lps, strict=True))
-                    refs = packed_logprobs(self.reference, batch, self.temperature)
                     ref_of.update(zip(groups[n], refs, strict=True))
         for other in d.gather((prox_of, ref_of)):  # every rank: the log-probs of the whole batch
             prox_of.update(other[0])
@@ -282,7 +352,8 @@ class Learner:
         totals = dict.fromkeys(keys, 0.0)
         for n, batch in enumerate(packs):
             rows = groups[n] if n < len(groups) else groups[0] if groups else [0]
-            logp = torch.cat(packed_logprobs(self.root, batch, self.temperature))[None]  # [1, L_pack]
+            with self.autocast():
+                logp = torch.cat(packed_logprobs(self.root, batch, self.temperature))[None]  # [1, L_pack]
 
             def flat(t: torch.Tensor, rows: list[int] = rows, batch: PackedBatch = batch) -> torch.Tensor:
                 return torch.cat([t[i, :n] for i, n in zip(rows, batch.lengths, strict=True)])[None]
@@ -314,6 +385,7 @@ class Learner:
             "kl_ref": kl_ref,
             "trained_sequences": float(len(seqs)),
             "skipped_vision_tokens": float(skipped_vision),
+            "skipped_too_long": float(too_long),
             "trained_tokens": n_tokens,
             "forward_passes": d.sum([float(len(groups))])[0],
             "subagent_sequences": float(len(seqs) - len(episodes)),

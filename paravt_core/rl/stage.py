@@ -14,8 +14,10 @@ Outputs: ``metrics.jsonl`` (one line per step), ``metrics.json`` (last step + to
 ``config.yaml``, then ``_COMPLETE``.
 
 Multi-process: ``torchrun --nproc-per-node N -m paravt_core.cli rl ...`` shards the learner with FSDP2 (see
-``learner.py``). Rank 0 runs the rollouts (engine, judge, data) and writes every output; it broadcasts each
-step's samples to all ranks, which train on their share; after the step the full weights are gathered on
+``learner.py``). Rank 0 runs the rollouts (engine, judge, data) and writes every output; it hands each
+step's samples to the other ranks through the process group's store (``train.dist.LeadHandoff``: they wait
+there, outside any collective, up to ``train.follower_wait_s``; the bytes sent are ``handoff_bytes`` in the
+metrics), and every rank trains on its share; after the step the full weights are gathered on
 rank 0 and pushed to its engine. Checkpoints are collective and resume on any number of ranks.
 
 Rollout engine (``engine.kind``): the in-process transformers engine, or an SGLang server (``engine.base_url``,
@@ -26,6 +28,7 @@ or launched for ``model`` on a GPU machine) that receives every new version from
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -38,14 +41,16 @@ import numpy as np
 
 from paravt_core import checkpoint, faults, storage
 from paravt_core.config import ConfigError
-from paravt_core.engines.base import EngineError
+from paravt_core.engines.base import EngineError, image_processor_kwargs
 from paravt_core.rl.config import RlConfig
 from paravt_core.run_metrics import write_jsonl
-from paravt_core.sft.trainer import Dist, setup_distributed
 from paravt_core.stage import StageResult, announce_config, console
+from paravt_core.train.dist import Dist, LeadHandoff, setup_distributed
+from paravt_core.train.fsdp import CoreOptions
 
 from .coalesce import CoalescingEngine
 from .data import RlPrompt, load_prompts
+from .handoff import compact, restore
 from .learner import Learner, state_checksum
 from .metrics import curves_png, step_metrics, trajectory_lines
 from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
@@ -135,9 +140,7 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
 def run(cfg: RlConfig) -> StageResult:
     import torch
 
-    from paravt_core.models import load
-
-    d = setup_distributed()
+    d = setup_distributed(cfg.train.dist_timeout_s)
     lead = d.rank == 0
     out = cfg.output
     if lead:
@@ -157,24 +160,37 @@ def run(cfg: RlConfig) -> StageResult:
     torch.manual_seed(cfg.seed)
     dtype = getattr(torch, cfg.dtype)
     device = str(d.device) if d.sharded else cfg.device
-    policy = load(cfg.model, device=device, dtype=dtype)
+    if not d.sharded:
+        d = dataclasses.replace(d, device=torch.device(device))
     reference_uri = cfg.reference_model or cfg.model
-    reference = load(reference_uri, device=device, dtype=dtype)
-    engine: Any = None
-    sync: Any = None
-    if lead:  # the rollout engine lives on rank 0 only
-        inner, sync = _rollout_engine(cfg, policy, device, dtype)
-        engine = CoalescingEngine(inner, seed=cfg.seed)
-    learner = Learner(
-        policy.model,
-        reference.model,
+    opts = CoreOptions(
+        freeze_vision=cfg.train.freeze_vision,
+        # bf16 on a GPU: float32 master weights, bf16 compute, float32 reductions
+        mixed_precision=dtype == torch.bfloat16 and d.device.type == "cuda",
+        activation_checkpointing=cfg.train.activation_checkpointing,
+    )
+    learner, policy = Learner.from_uris(
+        cfg.model,
+        reference_uri,
+        d,
+        opts,
+        dtype=dtype,
+        logprob_chunk=cfg.train.logprob_chunk,
         temperature=cfg.agent.temperature,
         advantage=cfg.advantage,
         loss=cfg.loss,
         optim=cfg.optim,
         pack_tokens=cfg.pack_tokens,
-        dist=d,
     )
+    if policy.model is None:  # rank 0 of torchrun: the weights live in the shards
+        policy = dataclasses.replace(policy, model=learner.model)
+    engine: Any = None
+    sync: Any = None
+    if lead:  # the rollout engine lives on rank 0 only
+        inner, sync = _rollout_engine(cfg, policy, device, dtype)
+        engine = CoalescingEngine(inner, seed=cfg.seed)
+    handoff = LeadHandoff(d, cfg.train.follower_wait_s)
+    images_kwargs = image_processor_kwargs(max_pixels=cfg.agent.max_pixels, min_pixels=cfg.agent.min_pixels)
 
     staging = tempfile.mkdtemp(prefix="paravt-rl-")
     history: list[dict[str, Any]] = []
@@ -223,8 +239,8 @@ def run(cfg: RlConfig) -> StageResult:
         ahead: deque[Future[StepRollouts]] = deque()  # rollouts of steps [step, queued)
         queued = start
         for step in range(start, cfg.steps):
-            if not lead:  # the other ranks: rank 0's samples -> their share of the learner step
-                learner.step(_broadcast(d, None))
+            if not lead:  # the other ranks: rank 0's samples (store wait, no collective) -> their share
+                learner.step(restore(handoff.share(step, None), policy.processor, images_kwargs))
                 learner.weights()
                 done = step + 1
                 if done % cfg.checkpoint.every == 0 or done == cfg.steps:
@@ -257,7 +273,8 @@ def run(cfg: RlConfig) -> StageResult:
                 raise RuntimeError(
                     f"rl step {step}: a sample is {max(staleness)} versions old (bound {cfg.max_staleness})"
                 )
-            learned = learner.step(_broadcast(d, samples))
+            handoff.share(step, compact(samples))  # the other ranks' view: frames as uint8, no pixels
+            learned = learner.step(samples)
             t0 = time.perf_counter()
             weights = learner.weights()
             sync.push(weights, version + 1)
@@ -271,6 +288,7 @@ def run(cfg: RlConfig) -> StageResult:
                 "untrained_samples": sum(s.episode.finish_reason in NO_SAMPLE_REASONS for s in samples),
                 "rollout_s": rollouts.seconds,
                 "sync_s": sync_s,
+                "handoff_bytes": handoff.bytes_sent,  # step payload to the other ranks (all of them)
                 "engine_batches": engine.batches,
                 "counts": dict(rollouts.counts),
                 **(judge.counters() if judge is not None else {}),

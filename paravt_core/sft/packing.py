@@ -238,18 +238,34 @@ def target_logits(model: Any, batch: PackedBatch, **inputs: Any) -> tuple[torch.
     return keep, logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 logits -> float32
 
 
-def token_losses(model: Any, batch: PackedBatch, *, always_run_vision: bool = False) -> torch.Tensor:
+def target_hidden(model: Any, batch: PackedBatch, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions of ``batch`` that have a target [K], the language model's last hidden states there [K, H]).
+
+    The head is applied by the caller in chunks (``paravt_core.train.logprobs``), so no [K, vocab] tensor of
+    all positions exists at once. ``inputs``: as for :func:`target_logits`."""
+    keep = torch.nonzero(batch.targets[0] != IGNORE).flatten()
+    hidden = model.model(**inputs, use_cache=False)[0][0]
+    return keep, hidden[keep]
+
+
+def token_losses(
+    model: Any, batch: PackedBatch, *, always_run_vision: bool = False, chunk: int = 1024
+) -> torch.Tensor:
     """Cross-entropy (at least float32, summed, not averaged) of every target of ``batch``.
 
     Divide by the number of target tokens of the whole optimizer step (all micro-batches, all ranks) for a
-    token-weighted mean. ``always_run_vision``: set it under FSDP (see :func:`encode_media`).
+    token-weighted mean. ``always_run_vision``: set it under FSDP (see :func:`encode_media`); ``chunk``:
+    positions per ``lm_head`` block (``paravt_core.train.logprobs``).
     """
+    from paravt_core.train.logprobs import target_logprobs
+
     encoded, zero = encode_media(model, batch, always=always_run_vision)
     inputs = batch.model_inputs()
     for name in ("pixel_values", "pixel_values_videos"):
         inputs.pop(name, None)  # already encoded
-    keep, logits = target_logits(model, batch, **inputs, mm_encoder_outputs=encoded or None)
-    return torch.nn.functional.cross_entropy(logits, batch.targets[0][keep], reduction="sum") + zero
+    keep, hidden = target_hidden(model, batch, **inputs, mm_encoder_outputs=encoded or None)
+    logp = target_logprobs(hidden, model.lm_head.weight, batch.targets[0][keep], chunk=chunk)
+    return -logp.sum() + zero
 
 
 class PackedLoss(torch.nn.Module):
@@ -260,13 +276,14 @@ class PackedLoss(torch.nn.Module):
     state-dict keys are the model's with an ``inner.`` prefix.
     """
 
-    def __init__(self, inner: torch.nn.Module, always_run_vision: bool = False):
+    def __init__(self, inner: torch.nn.Module, always_run_vision: bool = False, chunk: int = 1024):
         super().__init__()
         self.inner = inner
         self.always_run_vision = always_run_vision
+        self.chunk = chunk
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
-        return token_losses(self.inner, batch, always_run_vision=self.always_run_vision)
+        return token_losses(self.inner, batch, always_run_vision=self.always_run_vision, chunk=self.chunk)
 
 
 # ---------------------------------------------------------------------------------------------- bins

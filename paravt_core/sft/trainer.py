@@ -1,14 +1,15 @@
 """The SFT training loop: plain PyTorch, one code path for one CPU process and ``torchrun`` on N GPUs.
 
 - Launch: ``paravt sft --config c.yaml`` (one process) or ``torchrun --nproc-per-node N -m paravt_core.cli sft
-  --config c.yaml``. Under torchrun the model is sharded with FSDP2 (``fully_shard`` on every
-  ``Qwen3VLTextDecoderLayer`` and ``Qwen3VLVisionBlock``, then the root), NCCL on GPUs and gloo on CPUs.
+  --config c.yaml``. Model loading, freezing (``train.freeze_vision``), activation checkpointing, FSDP2
+  sharding and the optimizer's parameter groups come from the training core shared with RL
+  (``paravt_core.train``), NCCL on GPUs and gloo on CPUs.
 - Step: ``trainer.grad_accum`` packed sequences per rank, each ``token_losses(...) * world / T`` backpropagated
   where ``T`` is the number of target tokens of the whole step over all ranks (FSDP averages gradients over
   ranks, so this is the exact token-weighted mean of the global batch); then gradient clipping, AdamW
   (no decay on norms and biases), the warmup + cosine schedule of ``transformers``.
 - GPU: bf16 compute (FSDP2 ``MixedPrecisionPolicy`` with float32 master weights and reductions; autocast in a
-  single process) and gradient checkpointing. CPU: float32.
+  single process) and activation checkpointing. CPU: float32.
 - Checkpoints every ``checkpoint.every`` steps (``paravt_core/checkpoint.py``); a restarted run continues from the newest
   complete one with the same data position, RNG and metrics, so its per-step losses are those of an
   uninterrupted run.
@@ -19,15 +20,12 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import random
 import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
-import torch.distributed as dist
 
 from paravt_core import checkpoint, faults
 from paravt_core.config import SftConfig
@@ -43,93 +41,17 @@ from paravt_core.sft.data import (
 )
 from paravt_core.sft.inputs import REASONS, MediaSpec
 from paravt_core.sft.packing import Bin, PackedBatch, PackedLoss, Packer, Sample, pack
+from paravt_core.train.dist import Dist, seed_everything, setup_distributed
+from paravt_core.train.fsdp import CoreOptions, build, grad_norm_and_clip, make_adamw
 
 
 class SftError(RuntimeError):
     """The run cannot go on (too many bad rows, an incompatible checkpoint); the message says why."""
 
 
-@dataclass
-class Dist:
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-    device: torch.device = torch.device("cpu")
-    sharded: bool = False  # launched by torchrun: FSDP2 + collectives
-
-    def barrier(self) -> None:
-        if self.sharded:
-            dist.barrier()
-
-    def sum(self, values: list[float]) -> list[float]:
-        """Element-wise sum over ranks."""
-        if not self.sharded:
-            return list(values)
-        t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        dist.all_reduce(t)
-        return t.tolist()
-
-    def gather(self, obj: Any) -> list[Any]:
-        if not self.sharded:
-            return [obj]
-        out: list[Any] = [None] * self.world
-        dist.all_gather_object(out, obj)
-        return out
-
-
-def setup_distributed() -> Dist:
-    """A process group when started by torchrun (``RANK``/``WORLD_SIZE`` set), else one plain process."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-        return Dist(device=device)
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        device, backend = torch.device("cuda", local_rank), "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
-    if not dist.is_initialized():
-        dist.init_process_group(backend)
-    return Dist(dist.get_rank(), dist.get_world_size(), local_rank, device, sharded=True)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-# ------------------------------------------------------------------------------------------ model
-
-
-def shard_model(model: torch.nn.Module, d: Dist, bf16: bool) -> None:
-    """FSDP2: each decoder layer and vision block is its own unit; the root (``PackedLoss``) holds the rest."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextDecoderLayer, Qwen3VLVisionBlock
-
-    mesh = init_device_mesh(d.device.type, (d.world,))
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
-    kwargs: dict[str, Any] = {"mesh": mesh}
-    if mp is not None:
-        kwargs["mp_policy"] = mp
-    for module in model.modules():
-        if isinstance(module, (Qwen3VLTextDecoderLayer, Qwen3VLVisionBlock)):
-            fully_shard(module, **kwargs)
-    fully_shard(model, **kwargs)
-
-
 def make_optimizer(model: torch.nn.Module, cfg: SftConfig) -> torch.optim.AdamW:
-    decay, no_decay = [], []
-    for p in model.parameters():
-        if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
     t = cfg.trainer
-    groups = [
-        {"params": decay, "weight_decay": t.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=t.lr, betas=t.betas, eps=t.eps)
+    return make_adamw(model, t.lr, t.weight_decay, t.betas, t.eps)
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: SftConfig) -> Any:
@@ -137,12 +59,6 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: SftConfig) -> Any:
 
     steps = cfg.trainer.steps
     return get_cosine_schedule_with_warmup(optimizer, math.ceil(cfg.trainer.warmup_ratio * steps), steps)
-
-
-def grad_norm_and_clip(model: torch.nn.Module, max_norm: float) -> float:
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    full = getattr(norm, "full_tensor", None)  # FSDP2: a DTensor
-    return float(full() if full is not None else norm)
 
 
 # ------------------------------------------------------------------------------------------ data feed
@@ -232,28 +148,28 @@ def _check_bad_rows(cfg: SftConfig, rows_used: int, dropped: Counter, final: boo
 
 def train(cfg: SftConfig, log: Any = print) -> TrainResult:
     """Run (or resume) the SFT loop of ``cfg``; every rank calls it."""
-    from paravt_core.models import load
-
-    d = setup_distributed()
+    d = setup_distributed(cfg.train.dist_timeout_s)
     staging = os.path.join(cfg.work_dir, f"rank{d.rank}")
     os.makedirs(staging, exist_ok=True)
     seed_everything(cfg.trainer.seed + d.rank)
 
-    loaded = load(cfg.model.uri, device="cpu", dtype=torch.float32)
+    bf16 = cfg.model.bf16 and d.device.type == "cuda"
+    opts = CoreOptions(
+        freeze_vision=cfg.train.freeze_vision,
+        mixed_precision=bf16,
+        activation_checkpointing=cfg.model.gradient_checkpointing,
+    )
+
+    def wrap(inner: Any) -> PackedLoss:
+        if cfg.model.attn_implementation != inner.config._attn_implementation:
+            inner.set_attn_implementation(cfg.model.attn_implementation)
+        return PackedLoss(inner, always_run_vision=d.sharded, chunk=cfg.train.logprob_chunk)
+
+    model, loaded = build(cfg.model.uri, d, wrap, opts, dtype=torch.float32)
     save_dtype = getattr(loaded.config, "dtype", None) or torch.float32
     if isinstance(save_dtype, str):
         save_dtype = getattr(torch, save_dtype)
-    model: Any = loaded.model
-    model.config.use_cache = False
-    if cfg.model.attn_implementation != model.config._attn_implementation:
-        model.set_attn_implementation(cfg.model.attn_implementation)
     model.train()
-    if cfg.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    bf16 = cfg.model.bf16 and d.device.type == "cuda"
-    model = PackedLoss(model.to(d.device), always_run_vision=d.sharded)
-    if d.sharded:
-        shard_model(model, d, bf16)
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, cfg)
 
@@ -422,4 +338,4 @@ def _progress(enabled: bool, total: int, start: int) -> _Bar | None:
     return _Bar(total, start) if enabled else None
 
 
-__all__ = ["SftDataError", "SftError", "TrainResult", "train"]
+__all__ = ["Dist", "SftDataError", "SftError", "TrainResult", "setup_distributed", "train"]
