@@ -34,9 +34,9 @@ from rich.table import Table  # noqa: E402
 from paravt_core.agent.config import AgentConfig  # noqa: E402
 from paravt_core.agent.episode import arun_episode  # noqa: E402
 from paravt_core.config import DataConfig, load_config  # noqa: E402
+from paravt_core.engines.coalesce import CoalescingEngine  # noqa: E402
 from paravt_core.engines.transformers_engine import TransformersEngine  # noqa: E402
 from paravt_core.models import build_tiny_model, load  # noqa: E402
-from paravt_core.rl.coalesce import CoalescingEngine  # noqa: E402
 from paravt_core.rl.config import RlConfig  # noqa: E402
 from paravt_core.rl.data import load_prompts  # noqa: E402
 from paravt_core.synth import synthesize  # noqa: E402

@@ -43,8 +43,11 @@ def test_stage_pushes_each_step_to_the_sglang_server(rl_data, tiny_model_dir, tm
             f"engine.staging_dir={staging}",
         )
         result = run(cfg)
-    paths = [p for p, _ in server.calls]
-    assert paths.count("/generate") >= 2  # the rollouts went through the server
+    # the rollouts went through the server, one request per episode turn (never lock-step batches of the
+    # step's episodes): >= one body per episode, at most a turn's sub-agents (agent.max_parallel) in one
+    generate_bodies = [b for p, b in server.calls if p == "/generate"]
+    assert len(generate_bodies) >= 2 * cfg.prompts_per_step * cfg.group_size
+    assert max(len(b["rid"]) for b in generate_bodies) <= cfg.agent.max_parallel
     # every body the stage sent passes SGLang 0.5.23's own gate: the /generate schema, the io_struct classes
     for path, body in server.calls:
         if path == "/generate":

@@ -39,6 +39,17 @@ class RolloutEngineConfig(StrictModel):
     nccl_address: str = "127.0.0.1"  # distributed: address of the learner's rank 0 as the server sees it
     nccl_port: int = Field(default=29600, ge=1, le=65535)
     server_ranks: int = Field(default=1, ge=1)  # distributed: GPUs of the server (tp x dp)
+    bucket_mb: int = Field(
+        default=1024,
+        ge=1,
+        description="distributed push: MiB of tensors per /update_weights_from_distributed",
+    )
+    pause_mode: Literal["retract", "abort", "in_place"] = Field(
+        default="retract", description="distributed push: how SGLang pauses in-flight requests during a push"
+    )
+    max_concurrency: int = Field(
+        default=256, ge=1, description="sglang: /generate requests in flight at once (one per episode turn)"
+    )
 
 
 class RlConfig(StrictModel):
