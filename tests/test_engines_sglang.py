@@ -99,6 +99,7 @@ class _ContractServer:
         control_success: bool = True,
         delay_first_s: float = 0.0,
         fail_first: int = 0,
+        port: int = 0,
     ):
         self.engine, self.processor = engine, processor
         self.image_kwargs = {**CHECKPOINT_IMAGE_DEFAULTS, **((mm_config or {}).get("image") or {})}
@@ -131,6 +132,9 @@ class _ContractServer:
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(data)
 
+            def do_GET(self):  # what SGLangServer.start polls
+                self._send(200 if self.path == "/health" else 404, {})
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
                 with server._lock:
@@ -138,7 +142,7 @@ class _ContractServer:
                 status, payload = server.route(self.path, body)
                 self._send(status, payload)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = False
         self.httpd.block_on_close = True  # close() joins the handler threads: none outlives its test
         self._thread = threading.Thread(target=self.httpd.serve_forever)

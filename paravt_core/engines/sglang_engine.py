@@ -214,6 +214,7 @@ def launch_command(
     context_length: int = 32768,
     mem_fraction_static: float | None = None,
     tp_size: int = 1,
+    dp_size: int = 1,
     base_gpu_id: int | None = None,
     max_pixels: int | None = None,
     min_pixels: int | None = None,
@@ -231,6 +232,8 @@ def launch_command(
         "--context-length", str(context_length),
         "--tp-size", str(tp_size),
     ]  # fmt: skip
+    if dp_size != 1:  # data-parallel replicas behind the server's own router (disk weight push only)
+        cmd += ["--dp-size", str(dp_size)]
     if base_gpu_id is not None:  # the first of the GPUs this server may use (its TP ranks count up from it)
         cmd += ["--base-gpu-id", str(base_gpu_id)]
     if mem_fraction_static is not None:
@@ -253,8 +256,16 @@ def _settle(future: asyncio.Future, err: BaseException | None) -> None:
 class SGLangServer:
     """A server process this program started (GPU machines). ``stop`` ends exactly that process group."""
 
-    def __init__(self, command: list[str], base_url: str, *, log_path: str | None = None):
-        self.command, self.base_url, self.log_path = command, base_url, log_path
+    def __init__(
+        self,
+        command: list[str],
+        base_url: str,
+        *,
+        log_path: str | None = None,
+        env: dict[str, str] | None = None,
+    ):
+        """``env``: the process environment (e.g. ``CUDA_VISIBLE_DEVICES`` pinning it); default: ours."""
+        self.command, self.base_url, self.log_path, self.env = command, base_url, log_path, env
         self.process: subprocess.Popen | None = None
         self._log: Any = None
 
@@ -275,6 +286,7 @@ class SGLangServer:
             self.command,
             stdout=self._log or subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
+            env=self.env,
             start_new_session=True,  # its own process group, so stop() ends the workers it spawns too
         )
         deadline = time.monotonic() + timeout_s

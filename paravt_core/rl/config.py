@@ -47,6 +47,16 @@ class RolloutEngineConfig(StrictModel):
     pause_mode: Literal["retract", "abort", "in_place"] = Field(
         default="retract", description="distributed push: how SGLang pauses in-flight requests during a push"
     )
+    gpus: list[int] = Field(
+        default_factory=list,
+        description="GPUs (node indices) the launcher (rl/launch.py) starts the SGLang server on; learner: the rest",
+    )
+    tp_size: int = Field(
+        default=0, ge=0, description="sglang launch: tensor-parallel size; 0: all of engine.gpus"
+    )
+    mem_fraction_static: float = Field(
+        default=0.85, gt=0.0, lt=1.0, description="sglang launch: GPU memory share for weights and KV cache"
+    )
     max_concurrency: int = Field(
         default=256, ge=1, description="sglang: /generate requests in flight at once (one per episode turn)"
     )

@@ -115,8 +115,14 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
             deterministic_inference=e.deterministic_inference,
         )
     else:  # a GPU machine: start the server on the starting checkpoint, with the agent's pixel budget
+        if e.gpus:
+            raise ConfigError(
+                "engine.gpus reserves GPUs for the server: run the stage through `python -m paravt_core.rl.launch`"
+            )
+        from paravt_core.models import resolve_model_dir
+
         inner = SGLangEngine.launch(
-            cfg.model,
+            str(resolve_model_dir(cfg.model)),  # --model-path opens local directories, not s3:// URIs
             port=e.port,
             processor=policy.processor,
             max_pixels=cfg.agent.max_pixels,
