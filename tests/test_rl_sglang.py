@@ -55,6 +55,13 @@ def test_stage_pushes_each_step_to_the_sglang_server(rl_data, tiny_model_dir, tm
         else:
             verdict = sglang_checker.io_struct(ROUTE_CLASSES[path], body)
             assert verdict["error"] is None and verdict["unknown"] == [], (path, verdict)
+    paths = [p for p, _ in server.calls]
+    reloads = [i for i, p in enumerate(paths) if p == "/update_weights_from_disk"]
+    # generation paused (retract) around every reload, so a push never waits for in-flight requests
+    assert [(paths[i - 1], paths[i + 1]) for i in reloads] == [
+        ("/pause_generation", "/continue_generation")
+    ] * 2
+    assert [b for p, b in server.calls if p == "/pause_generation"] == [{"mode": "retract"}] * 2
     assert server.weight_versions == ["1", "2"]  # one push per step, policy version as the weight version
     # After step k the server serves exactly the learner's step-k weights (the checkpoint's checksum).
     learner = [

@@ -141,7 +141,7 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
     staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
     if storage.is_s3(staging):
         raise ConfigError(f"engine.staging_dir must be a directory the server can read, not {staging}")
-    return inner, DiskSync(inner, policy.model, staging)
+    return inner, DiskSync(inner, policy.model, staging, pause_mode=e.pause_mode)
 
 
 def run(cfg: RlConfig) -> StageResult:

@@ -47,11 +47,30 @@ class InProcessSync:
 
 
 class DiskSync:
-    def __init__(self, engine: Any, hf_model: Any, staging_dir: str, version: int = 0):
-        """``hf_model``: the policy (its config and ``save_pretrained`` write the directory)."""
+    def __init__(
+        self,
+        engine: Any,
+        hf_model: Any,
+        staging_dir: str,
+        version: int = 0,
+        pause_mode: str | None = "retract",
+    ):
+        """``hf_model``: the policy (its config and ``save_pretrained`` write the directory). ``pause_mode``:
+        generation is paused around the reload (see ``NcclSync``) so it does not wait for in-flight requests;
+        None: not paused."""
         self.engine, self.hf_model, self.staging_dir = engine, hf_model, staging_dir
-        self.version = version
+        self.version, self.pause_mode = version, pause_mode
         self._served: str | None = None
+
+    async def _reload(self, path: str, version: int) -> None:
+        if self.pause_mode is None:
+            await self.engine.update_weights_from_disk(path, weight_version=str(version))
+            return
+        await self.engine.pause_generation(self.pause_mode)
+        try:
+            await self.engine.update_weights_from_disk(path, weight_version=str(version))
+        finally:
+            await self.engine.continue_generation()
 
     def push(self, weights: dict[str, torch.Tensor], version: int) -> None:
         from transformers.utils import logging as hf_logging
@@ -60,9 +79,7 @@ class DiskSync:
         shutil.rmtree(path, ignore_errors=True)
         hf_logging.disable_progress_bar()
         self.hf_model.save_pretrained(path, state_dict=weights)
-        asyncio.run(
-            _closing(self.engine, self.engine.update_weights_from_disk(path, weight_version=str(version)))
-        )
+        asyncio.run(_closing(self.engine, self._reload(path, version)))
         if self._served is not None and self._served != path:
             shutil.rmtree(self._served, ignore_errors=True)  # the server reads the new one now
         self._served, self.version = path, version
