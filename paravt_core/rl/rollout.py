@@ -3,7 +3,8 @@
 Per group: K from nFrames gating (shared by the group), the overview decoded once and shared by the n
 episodes, ``arun_episode`` (the loop eval uses) for each, then the PARA-GRPO reward of each episode's
 main-agent text (forced prefix included) and call records. All episodes of the step run concurrently; on
-a ``CoalescingEngine`` their generate calls become batched calls. An episode or reward failure touches
+a ``CoalescingEngine`` their generate calls become batched calls, on an ``IndependentEngine`` each call goes
+to the server on its own. An episode or reward failure touches
 only its own sample: it keeps reward 0 with the reason recorded, and its group trains on the rest.
 """
 
