@@ -8,7 +8,8 @@ in a process of its own, so its imports and patches never reach the test process
     class's own ``__get_pydantic_core_schema__``), plus the keys the class does not know (silently dropped by
     the server, so a bug on our side);
   - ``{"op": "server_args", "argv": [...]}``: ``ServerArgs.add_cli_args`` + argparse, the parser
-    ``launch_server`` uses; returns the parsed values.
+    ``launch_server`` uses (returns the parsed values), then ``prepare_server_args`` (``ServerArgs`` built
+    from them, its own consistency checks run).
 
 ``serve PORT_FILE OUT_FILE``: a loopback weight receiver assembled from SGLang's scheduler-side code: the
 session logic of ``SchedulerWeightUpdaterManager`` (begin/end, "must run between begin and end", flush on the
@@ -47,7 +48,7 @@ def check_loop() -> None:
     from pydantic import TypeAdapter, ValidationError
     from sglang.api.v1 import api_types
     from sglang.srt.managers import io_struct
-    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.server_args import ServerArgs, prepare_server_args
 
     for line in sys.stdin:
         request = json.loads(line)
@@ -74,7 +75,13 @@ def check_loop() -> None:
                 ServerArgs.add_cli_args(parser)
                 try:
                     namespace = parser.parse_args(request["argv"])
-                    result = {"error": None, "args": json.loads(json.dumps(vars(namespace), default=str))}
+                    # then what launch_server does with argv: ServerArgs built, its __post_init__ checks run
+                    server_args = prepare_server_args(request["argv"])
+                    result = {
+                        "error": None,
+                        "args": json.loads(json.dumps(vars(namespace), default=str)),
+                        "server_args_type": type(server_args).__name__,
+                    }
                 except SystemExit as err:
                     result = {"error": f"argparse exit {err.code}"}
             else:

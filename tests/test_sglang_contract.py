@@ -3,7 +3,7 @@ our reading of it:
 
 - every control body ``SGLangEngine`` sends is parsed into the ``io_struct`` class its HTTP route declares,
   the way FastAPI parses it, with no key the class would silently drop;
-- our server launch command is parsed by ``ServerArgs``' CLI parser;
+- our server launch command is parsed by ``ServerArgs``' CLI parser and built by ``prepare_server_args``;
 - the NCCL push's trainer side runs against a real torch process group (gloo on CPU) whose other end is a
   separate process that joins through SGLang's ``init_custom_process_group`` (called by its own
   ``WeightUpdater.init_weights_update_group``), receives each bucket with its own
@@ -101,6 +101,7 @@ def test_launch_command_parses_with_sglangs_server_args(sglang_checker):
     assert cmd[1:3] == ["-m", "sglang.launch_server"]
     verdict = sglang_checker.server_args(cmd[3:])
     assert verdict["error"] is None, verdict["error"]
+    assert verdict["server_args_type"] == "ServerArgs"
     args = verdict["args"]
     assert args["model_path"] == "/cache/models/sft-final" and args["port"] == 31000
     assert (args["tp_size"], args["base_gpu_id"], args["mem_fraction_static"]) == (2, 6, 0.8)
