@@ -20,7 +20,7 @@ outputs are compared with in-process generation. SGLang's own schema gate (its w
 (``test_payloads_pass_sglangs_own_schema_gate``; control bodies in ``test_sglang_contract.py``).
 
 GPU checklist (run on a GPU machine with ``sglang==0.5.23`` installed and a Qwen3-VL checkpoint; not run
-here):
+here; ``make gpu-check`` (``scripts/gpu_check.py``) runs 1-3 and 6 on a random Qwen3-VL-shaped model):
 1. ``SGLangEngine.launch(<dir>, port=30000, max_pixels=50176, min_pixels=784)`` starts
    ``python -m sglang.launch_server ... --mm-process-config '{"image":{"size":{...}}}'`` and comes up
    healthy; ``engine.server.stop()`` ends it.

@@ -114,3 +114,29 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_server_starts_from_the_local_copy_of_an_s3_model(s3_bucket, tiny_model_dir, tmp_path, monkeypatch):
+    """``--model-path`` cannot open ``s3://``: the launcher hands the server the directory it downloaded."""
+    from paravt_core import storage
+    from paravt_core.engines.base import EngineError
+
+    uri = f"{s3_bucket}/sft/final"
+    storage.upload_dir(tiny_model_dir, uri)
+    monkeypatch.setenv("PARAVT_MODEL_CACHE", str(tmp_path / "cache"))
+    cfg = load_config(
+        RlConfig,
+        ROOT / "configs" / "rl" / "tiny.yaml",
+        [f"model={uri}", f"output={tmp_path / 'out'}", "engine.kind=sglang", f"engine.port={_free_port()}"],
+    )
+    seen = []
+
+    def server(model_dir: str, port: int) -> list[str]:
+        seen.append(model_dir)
+        return [sys.executable, "-c", "raise SystemExit(3)"]  # exits at once: the launch stops there
+
+    with pytest.raises(EngineError, match="exited with code 3"):
+        launch(cfg, gpus=0, server_command=server, start_timeout_s=30)
+    (model_dir,) = seen
+    assert not model_dir.startswith("s3://") and Path(model_dir, "config.json").is_file()
+    assert Path(model_dir).is_relative_to((tmp_path / "cache").resolve())
