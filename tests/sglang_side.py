@@ -214,6 +214,9 @@ def serve(port_file: str, out_file: str) -> None:
                 self._send(200, {})
                 threading.Thread(target=httpd.shutdown).start()
                 return
+            if path == "/snapshot":  # the tensors received so far, saved for the test
+                torch.save(received, body["path"])
+                return self._send(200, {})
             if path == "/inflight":  # the test's stand-in for requests being generated
                 state["inflight"] = int(body["n"])
                 return self._send(200, {})
@@ -246,7 +249,10 @@ def serve(port_file: str, out_file: str) -> None:
                 entry = {"event": "request", "path": path, "paused": state["paused"]}
                 if path == "/update_weights_from_distributed":
                     entry.update(
-                        names=list(req.names), flush_cache=req.flush_cache, version=req.weight_version
+                        names=list(req.names),
+                        dtypes=list(req.dtypes),
+                        flush_cache=req.flush_cache,
+                        version=req.weight_version,
                     )
                 log.append(entry)
                 out = handler(req)

@@ -100,6 +100,14 @@ class SGLangReceiver:
     def set_inflight(self, n: int) -> None:
         httpx.post(self.url + "/inflight", json={"n": n}, timeout=30)
 
+    def snapshot(self) -> dict:
+        """The tensors received so far (name -> tensor)."""
+        import torch
+
+        path = self.out_file.with_suffix(".snapshot.pt")
+        httpx.post(self.url + "/snapshot", json={"path": str(path)}, timeout=60)
+        return torch.load(path)
+
     def finish(self) -> dict:
         """Stop it; returns the tensors it received (name -> tensor)."""
         import torch

@@ -152,17 +152,22 @@ def test_nccl_push_lands_in_sglangs_receiver_bucket_by_bucket(receiver, tiny_mod
         first = receiver.log()
         receiver.set_inflight(2)
         sync.push(v2, 2)
+        plan = sync.pushed_buckets
+        log = receiver.log()
+        received = receiver.snapshot()
+        # a learner keeping fp32 masters sends the served dtype: converted bucket by bucket, announced as such
+        sync.dtype = torch.bfloat16
+        sync.push(v1, 3)
+        third = receiver.log()[len(log) :]
     finally:
         sync.close()
-    log = receiver.log()
-    received = receiver.finish()
+    served = receiver.finish()
 
     # the server holds exactly the learner's version-2 tensors
     assert list(received) == list(v2)
     assert all(torch.equal(received[k], v2[k]) and received[k].dtype == v2[k].dtype for k in v2)
 
     # buckets: the state dict in order, each at most 64 KiB unless one tensor alone is larger
-    plan = sync.pushed_buckets
     assert [n for b in plan for n in b] == list(v2)
 
     def nbytes(names):
@@ -194,7 +199,15 @@ def test_nccl_push_lands_in_sglangs_receiver_bucket_by_bucket(receiver, tiny_mod
     assert all(r["success"] for r in replies), replies
     assert first[0] == {"event": "request", "path": "/init_weights_update_group", "paused": False}
     assert sum(e.get("path") == "/init_weights_update_group" for e in log if e["event"] == "request") == 1
-    assert sync.version == 2
+    # the third push (bf16): what the server holds is the bf16 conversion of the pushed tensors
+    assert all(served[k].dtype == torch.bfloat16 and torch.equal(served[k], v1[k].bfloat16()) for k in v1)
+    assert [e["names"] for e in third if e["event"] == "load"] == sync.pushed_buckets
+    updates3 = [
+        e for e in third if e["event"] == "request" and e["path"] == "/update_weights_from_distributed"
+    ]
+    announced = [d for e in updates3 for d in e["dtypes"]]
+    assert announced == ["bfloat16"] * len(v1)  # every tensor of the tiny model is floating point
+    assert sync.version == 3
 
 
 def test_sglang_refuses_an_update_outside_a_session(receiver):

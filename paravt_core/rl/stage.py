@@ -137,6 +137,7 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
             server_ranks=e.server_ranks,
             bucket_bytes=e.bucket_mb << 20,
             pause_mode=e.pause_mode,
+            dtype=dtype,  # the served weights' dtype, whatever the learner keeps
         )
     staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
     if storage.is_s3(staging):

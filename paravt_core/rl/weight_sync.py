@@ -135,7 +135,10 @@ class NcclSync:
         bucket_bytes: int = 1 << 30,
         pause_mode: str = "retract",
         timeout_s: float = 600.0,
+        dtype: torch.dtype | None = None,
     ):
+        """``dtype``: floating tensors are sent in it (the server's weight dtype, e.g. bf16 when the learner
+        keeps fp32 masters), converted one bucket at a time."""
         self.engine, self.version = engine, version
         self.master_address, self.master_port, self.server_ranks = master_address, master_port, server_ranks
         self.backend, self.bucket_bytes, self.pause_mode, self.timeout_s = (
@@ -144,6 +147,7 @@ class NcclSync:
             pause_mode,
             timeout_s,
         )
+        self.dtype = dtype
         self.group: Any = None
         self.pushed_buckets: list[list[str]] = []  # names per bucket of the last push (logs, tests)
 
@@ -222,6 +226,8 @@ class NcclSync:
             try:
                 for i, bucket in enumerate(plan):
                     last = i == len(plan) - 1
+                    if self.dtype is not None:
+                        bucket = [(n, t.to(self.dtype) if t.is_floating_point() else t) for n, t in bucket]
                     await engine.update_weights_from_distributed(
                         bucket,
                         self._broadcast,
