@@ -2,7 +2,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval compile images-smoke clean
+.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval compile images-smoke gpu-check clean
 
 setup:
 	@scripts/setup.sh
@@ -24,6 +24,12 @@ format: setup
 compile: setup
 	$(VENV)/bin/paravt pipeline compile train build/train.yaml
 	$(VENV)/bin/paravt pipeline compile nightly build/nightly.yaml
+
+# For a machine with 2 GPUs and the RL image's Python (sglang 0.5.23): SGLang launch, prompt-token and greedy
+# parity, disk and NCCL pushes, one FSDP2 SFT step, one RL step; report in build/gpu-check/gpu-check.md.
+GPU_PYTHON ?= python3
+gpu-check:
+	$(GPU_PYTHON) scripts/gpu_check.py
 
 # Builds the three images with podman and runs a stage in a container (minutes, several GB; not in `test`).
 images-smoke: setup

@@ -2,7 +2,7 @@
 
 Both runs evaluate the same synthetic eval split with the eval runner on the tiny Qwen3-VL on CPU, greedy:
 ``ours`` keeps ``--concurrency`` samples in flight and merges their generation calls into shared batches
-(``paravt_core.rl.coalesce.CoalescingEngine``, shared with RL rollouts); the reference runs one sample after
+(``paravt_core.engines.coalesce.CoalescingEngine``, shared with RL rollouts); the reference runs one sample after
 the other on the plain engine (what a per-sample loop does). Prints samples/s of both, the ratio, and
 whether every prediction is identical; writes JSON.
 
@@ -27,13 +27,13 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from paravt_core.agent.config import AgentConfig  # noqa: E402
+from paravt_core.engines.coalesce import CoalescingEngine  # noqa: E402
 from paravt_core.engines.transformers_engine import TransformersEngine  # noqa: E402
 from paravt_core.eval import benchmarks as B  # noqa: E402
 from paravt_core.eval.formats import read_rows  # noqa: E402
 from paravt_core.eval.records import SampleLog  # noqa: E402
 from paravt_core.eval.runner import RunOptions, run_samples  # noqa: E402
 from paravt_core.models import build_tiny_model, load  # noqa: E402
-from paravt_core.rl.coalesce import CoalescingEngine  # noqa: E402
 from paravt_core.synth import synthesize  # noqa: E402
 
 

@@ -6,6 +6,8 @@
     shows wall time, generated tokens and tokens/s.
 (b) 6 RL steps of the real stage (``paravt rl``) synchronous (``max_staleness=0``) vs one step ahead
     (``max_staleness=1``: the next step's rollouts run while the learner trains), with where the time goes.
+(c) 32 episodes x 4 turns against a continuously batching loopback server with per-request latency, through
+    ``SGLangEngine``: independent requests (ours for SGLang) vs lock-step coalescing (``rollout_server.py``).
 
     .venv/bin/python benchmarks/rollout.py [--group 8] [--tokens 48] [--steps 6] [--out rollout.json]
 
@@ -34,13 +36,16 @@ from rich.table import Table  # noqa: E402
 from paravt_core.agent.config import AgentConfig  # noqa: E402
 from paravt_core.agent.episode import arun_episode  # noqa: E402
 from paravt_core.config import DataConfig, load_config  # noqa: E402
+from paravt_core.engines.coalesce import CoalescingEngine  # noqa: E402
 from paravt_core.engines.transformers_engine import TransformersEngine  # noqa: E402
 from paravt_core.models import build_tiny_model, load  # noqa: E402
-from paravt_core.rl.coalesce import CoalescingEngine  # noqa: E402
 from paravt_core.rl.config import RlConfig  # noqa: E402
 from paravt_core.rl.data import load_prompts  # noqa: E402
 from paravt_core.synth import synthesize  # noqa: E402
 from paravt_core.video import api as video_api  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rollout_server import bench_loopback, print_loopback  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -255,12 +260,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.print(table)
     console.print(f"ratio synchronous / max_staleness=1: [bold]{stale['ratio']:.2f}x[/bold]")
+    loopback = bench_loopback()
+    print_loopback(loopback, console)
     result = {
         "benchmark": "rollout",
         "torch_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "group": group,
         "staleness": stale,
+        "loopback_server": loopback,
     }
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2))

@@ -1,7 +1,8 @@
 """KFP component: the RL stage (PARA-GRPO), from the SFT checkpoint on the data stage's RL prompts.
 
-Thin by design, like ``components/data.py``: the body imports paravt_core and calls the same ``run(cfg)``
-as ``paravt rl``. The data URI (the data step's output), the starting model (the SFT step's final
+Thin by design, like ``components/data.py``: the body imports paravt_core and runs the stage through
+``paravt_core.rl.launch`` (SGLang server(s) on ``engine.gpus``, the learner under ``torchrun`` on the other
+GPUs; one process on a CPU machine with the in-process engine). The data URI (the data step's output), the starting model (the SFT step's final
 checkpoint) and the output URI are set on top of the YAML config and the dotted overrides. A retried task
 resumes from the newest complete checkpoint under ``output``. Returns the URI of the final HF checkpoint.
 """
@@ -29,18 +30,19 @@ def rl_op(
     from paravt_core import storage
     from paravt_core.config import load_config
     from paravt_core.rl.config import RlConfig
-    from paravt_core.rl.stage import run
+    from paravt_core.rl.launch import launch
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config_yaml)
     cfg = load_config(RlConfig, f.name, [str(o) for o in overrides])
     cfg.data, cfg.model, cfg.output = data, model, output
-    result = run(cfg)
+    summary = launch(cfg)  # python -m torch.distributed.run --nproc-per-node N -m paravt_core.cli rl ...
     with open(curves.path, "wb") as out:
         out.write(storage.read_bytes(storage.join(output, "curves.png")))
     curves.metadata["uri"] = storage.join(output, "curves.png")
-    for key, value in result.metrics.items():
+    for key, value in summary.items():
         if isinstance(value, int | float) and not isinstance(value, bool):
             metrics.log_metric(key, value)
-    print(json.dumps(result.outputs))
-    return result.outputs["final"]
+    final = storage.join(output, "final")
+    print(json.dumps({"final": final}))
+    return final

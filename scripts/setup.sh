@@ -2,6 +2,9 @@
 # Set up everything `make demo` / `make test` need on a fresh Debian machine; safe to rerun.
 #  1. Debian packages: ffmpeg (videos) and Ceph (mon, osd, radosgw: the test S3 server).
 #  2. .venv with the pinned Python stack (torch comes from the machine's local wheel mirror).
+#  3. .venv-bench/sglang-site: SGLang 0.5.23's own Python package (its wheel, --no-deps) and the pure-Python
+#     modules its request, argument and weight-update modules import, for the contract tests
+#     (tests/sglang_support.py); never on the venv's path. Its GPU kernels are not installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,5 +36,26 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     | grep -v "is ignored: it is neither a file nor a directory" || true
   .venv/bin/python -c "import torch, transformers, kfp, paravt_core" # fail here, not in the first test
   echo "$want" > "$stamp"
+fi
+# SGLang's package for the contract tests: pins are sglang's own where its metadata pins, else the versions the
+# tests were written against.
+SGLANG_SITE=.venv-bench/sglang-site
+SGLANG_SITE_PACKAGES=(
+  sglang==0.5.23 apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 compressed-tensors==0.18.0 openai==2.8.0
+  orjson==3.13.0 psutil==7.2.2 pybase64==1.5.1 msgspec==0.22.0 pyzmq==27.3.0 starlette==1.10.0
+  fastapi==0.165.0 uvicorn==0.54.0 setproctitle==1.3.8 einops==0.8.2 ipython==9.18.1 traitlets==5.16.1
+  aiohttp==3.14.5 multidict==7.2.1 yarl==1.25.1 propcache==0.5.4 aiohappyeyeballs==2.7.1 aiosignal==1.4.0
+  frozenlist==1.8.0 dill==0.4.1 loguru==0.7.3 gguf==0.19.0 sniffio==1.3.1 distro==1.9.0
+  partial-json-parser==0.2.1.1.post7
+)
+site_stamp=$SGLANG_SITE/.paravt-installed
+site_want=$(echo "${SGLANG_SITE_PACKAGES[*]}" | sha256sum | cut -d' ' -f1)
+if [ ! -f "$site_stamp" ] || [ "$(cat "$site_stamp")" != "$site_want" ]; then
+  echo "[setup] installing SGLang 0.5.23's package into $SGLANG_SITE (no dependencies, no kernels)"
+  rm -rf "$SGLANG_SITE"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps --target "$SGLANG_SITE" \
+    "${SGLANG_SITE_PACKAGES[@]}" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+  PYTHONPATH=$SGLANG_SITE PARAVT_SGLANG_SITE=$SGLANG_SITE .venv/bin/python tests/sglang_side.py check </dev/null
+  echo "$site_want" > "$site_stamp"
 fi
 echo "[setup] ready"

@@ -32,4 +32,5 @@ pytest_plugins = [
     "tests.fixtures.synth",
     "tests.fixtures.sft",
     "tests.fixtures.eval",
+    "tests.fixtures.sglang",
 ]

@@ -15,12 +15,12 @@ fail these tests:
 - ``/init_weights_update_group`` returns only once the trainer side has joined the group.
 
 It serves the tiny model through ``TransformersEngine`` (or a ``ScriptedEngine`` for scripted episodes), so
-outputs are compared with in-process generation. Where SGLang's own schema module is available
-(``PARAVT_SGLANG_SITE``, see ``test_payloads_pass_sglangs_own_schema_gate``) every body we send is also
-decoded by it.
+outputs are compared with in-process generation. SGLang's own schema gate (its wheel, set up by
+``scripts/setup.sh``; ``tests/sglang_support.py``) decodes our bodies too
+(``test_payloads_pass_sglangs_own_schema_gate``; control bodies in ``test_sglang_contract.py``).
 
 GPU checklist (run on a GPU machine with ``sglang==0.5.23`` installed and a Qwen3-VL checkpoint; not run
-here):
+here; ``make gpu-check`` (``scripts/gpu_check.py``) runs 1-3 and 6 on a random Qwen3-VL-shaped model):
 1. ``SGLangEngine.launch(<dir>, port=30000, max_pixels=50176, min_pixels=784)`` starts
    ``python -m sglang.launch_server ... --mm-process-config '{"image":{"size":{...}}}'`` and comes up
    healthy; ``engine.server.stop()`` ends it.
@@ -44,9 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
-import os
 import sys
 import threading
 import time
@@ -101,6 +99,7 @@ class _ContractServer:
         control_success: bool = True,
         delay_first_s: float = 0.0,
         fail_first: int = 0,
+        port: int = 0,
     ):
         self.engine, self.processor = engine, processor
         self.image_kwargs = {**CHECKPOINT_IMAGE_DEFAULTS, **((mm_config or {}).get("image") or {})}
@@ -133,6 +132,9 @@ class _ContractServer:
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(data)
 
+            def do_GET(self):  # what SGLangServer.start polls
+                self._send(200 if self.path == "/health" else 404, {})
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
                 with server._lock:
@@ -140,7 +142,7 @@ class _ContractServer:
                 status, payload = server.route(self.path, body)
                 self._send(status, payload)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = False
         self.httpd.block_on_close = True  # close() joins the handler threads: none outlives its test
         self._thread = threading.Thread(target=self.httpd.serve_forever)
@@ -663,41 +665,10 @@ def test_weight_update_group_rendezvous_failures(engine, tiny_model):
             )
 
 
-def _sglang_schema():
-    """SGLang 0.5.23's own /generate schema gate (``sglang/api/v1/api_types.py``, needs msgspec), from a
-    separate site directory; None when not set up. Set up (CPU, nothing installed into the venv)::
-
-        .venv/bin/pip download sglang==0.5.23 --no-deps -d /tmp/sgl
-        unzip -q /tmp/sgl/sglang-0.5.23-*.whl 'sglang/api/*' -d .venv-bench/sglang-site
-        .venv/bin/pip install --target .venv-bench/sglang-site --no-deps msgspec
-    """
-    site = Path(os.environ.get("PARAVT_SGLANG_SITE", ROOT / ".venv-bench" / "sglang-site"))
-    path = site / "sglang" / "api" / "v1" / "api_types.py"
-    if not path.is_file():
-        return None
-    sys.path.insert(0, str(site))
-    try:
-        spec = importlib.util.spec_from_file_location("sglang_api_types_0_5_23", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    except ImportError:
-        return None
-    finally:
-        sys.path.remove(str(site))
-    return module
-
-
-def test_payloads_pass_sglangs_own_schema_gate(engine, tiny_model):
-    api = _sglang_schema()
-    if api is None:
-        pytest.skip("SGLang 0.5.23's api_types.py not set up (see _sglang_schema)")
-
-    def verdict(body):
-        try:
-            api.GenerateRequest.from_json_value(body)
-        except api.JsonContractError as err:
-            return str(err)
-        return None
+def test_payloads_pass_sglangs_own_schema_gate(engine, tiny_model, sglang_checker):
+    verdict = (
+        sglang_checker.generate_error
+    )  # SGLang 0.5.23's api_types.GenerateRequest (tests/sglang_side.py)
 
     requests = [_image_request(tiny_model.processor, s, n) for s, n in [(6, 0), (7, 2), (8, 1)]]
     for r in requests:

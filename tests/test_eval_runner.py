@@ -13,12 +13,12 @@ from paravt_core.agent import prompts
 from paravt_core.agent.config import AgentConfig
 from paravt_core.agent.parsing import format_tool_call
 from paravt_core.engines.base import EngineError
+from paravt_core.engines.coalesce import CoalescingEngine
 from paravt_core.engines.scripted import Reply
 from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.eval import benchmarks as B
 from paravt_core.eval.records import SampleLog
 from paravt_core.eval.runner import RunOptions, run_one, run_samples
-from paravt_core.rl.coalesce import CoalescingEngine
 from tests.eval_support import TINY_AGENT, KeyedEngine, fixture_entry
 
 PS = prompts.load_prompt_set(prompts.DEFAULT_PROMPT_SET)

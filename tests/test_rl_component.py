@@ -21,4 +21,8 @@ def test_rl_component_ir(tmp_path, monkeypatch):
     assert component["outputDefinitions"]["parameters"]["Output"]["parameterType"] == "STRING"
     executor = spec["deploymentSpec"]["executors"]["exec-rl-op"]["container"]
     assert executor["image"].startswith("paravt-rl")
+    # the step runs the topology launcher (SGLang on engine.gpus, the learner under torchrun), not run(cfg)
+    body = executor["command"][-1]
+    assert "from paravt_core.rl.launch import launch" in body and "summary = launch(cfg)" in body
+    assert "rl.stage import run" not in body
     assert "do-not-leak" not in text

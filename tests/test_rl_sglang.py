@@ -18,9 +18,10 @@ from paravt_core.rl.learner import state_checksum
 from paravt_core.rl.stage import run
 from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
 from tests.test_engines_sglang import _ContractServer
+from tests.test_sglang_contract import ROUTE_CLASSES
 
 
-def test_stage_pushes_each_step_to_the_sglang_server(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+def test_stage_pushes_each_step_to_the_sglang_server(rl_data, tiny_model_dir, tmp_path, sglang_checker):  # noqa: F811
     served = load(tiny_model_dir)  # the server's own copy: it gets reloaded
     staging = tmp_path / "weights"
     cfg = tiny_rl_config(rl_data, tiny_model_dir, str(tmp_path / "out"), "steps=2", "checkpoint.every=1")
@@ -42,8 +43,25 @@ def test_stage_pushes_each_step_to_the_sglang_server(rl_data, tiny_model_dir, tm
             f"engine.staging_dir={staging}",
         )
         result = run(cfg)
+    # the rollouts went through the server, one request per episode turn (never lock-step batches of the
+    # step's episodes): >= one body per episode, at most a turn's sub-agents (agent.max_parallel) in one
+    generate_bodies = [b for p, b in server.calls if p == "/generate"]
+    assert len(generate_bodies) >= 2 * cfg.prompts_per_step * cfg.group_size
+    assert max(len(b["rid"]) for b in generate_bodies) <= cfg.agent.max_parallel
+    # every body the stage sent passes SGLang 0.5.23's own gate: the /generate schema, the io_struct classes
+    for path, body in server.calls:
+        if path == "/generate":
+            assert sglang_checker.generate_error(body) is None
+        else:
+            verdict = sglang_checker.io_struct(ROUTE_CLASSES[path], body)
+            assert verdict["error"] is None and verdict["unknown"] == [], (path, verdict)
     paths = [p for p, _ in server.calls]
-    assert paths.count("/generate") >= 2  # the rollouts went through the server
+    reloads = [i for i, p in enumerate(paths) if p == "/update_weights_from_disk"]
+    # generation paused (retract) around every reload, so a push never waits for in-flight requests
+    assert [(paths[i - 1], paths[i + 1]) for i in reloads] == [
+        ("/pause_generation", "/continue_generation")
+    ] * 2
+    assert [b for p, b in server.calls if p == "/pause_generation"] == [{"mode": "retract"}] * 2
     assert server.weight_versions == ["1", "2"]  # one push per step, policy version as the weight version
     # After step k the server serves exactly the learner's step-k weights (the checkpoint's checksum).
     learner = [
@@ -59,52 +77,4 @@ def test_stage_pushes_each_step_to_the_sglang_server(rl_data, tiny_model_dir, tm
     assert os.listdir(staging) == ["v00000002"]  # older versions are deleted once the server moved on
 
 
-class _Broadcasts:
-    """Stands in for the NCCL group (GPU only): records what rank 0 broadcasts."""
-
-    def __init__(self):
-        self.sent: list[tuple[tuple[int, ...], int]] = []
-
-    def broadcast(self, tensors, root):
-        self.sent.append((tuple(tensors[0].shape), root))
-        return self
-
-    def wait(self):
-        return True
-
-
-def test_nccl_sync_request_flow(tiny_model, tiny_model_dir, monkeypatch):
-    from paravt_core.engines.sglang_engine import SGLangEngine
-    from paravt_core.rl.weight_sync import NcclSync
-
-    monkeypatch.setattr("torch.Tensor.cuda", lambda t: t)  # no GPU here: the tensors stay on the CPU
-    weights = load(tiny_model_dir).model.state_dict()
-    engine = TransformersEngine(load(tiny_model_dir).model, tiny_model.processor)
-    with _ContractServer(engine, tiny_model.processor) as server:
-        sync = NcclSync(
-            SGLangEngine(server.url), master_address="10.1.2.3", master_port=29601, server_ranks=2
-        )
-        group = _Broadcasts()
-
-        def join():  # what the real _join does (create the group), minus NCCL
-            sync.group = group
-            server.trainer_joined.set()
-
-        monkeypatch.setattr(sync, "_join", join)
-        sync.push(weights, 1)
-        sync.push(weights, 2)  # the group is created once
-    paths = [p for p, _ in server.calls]
-    assert paths == ["/init_weights_update_group"] + ["/update_weights_from_distributed"] * 2
-    init = server.calls[0][1]
-    assert (init["master_address"], init["master_port"], init["rank_offset"], init["world_size"]) == (
-        "10.1.2.3",
-        29601,
-        1,
-        3,  # our rank 0 + the server's 2 GPUs
-    )
-    update = server.calls[2][1]
-    assert update["names"] == list(weights) and update["weight_version"] == "2"
-    assert update["shapes"] == [list(t.shape) for t in weights.values()]
-    # every tensor broadcast from rank 0, in the announced order, once per push
-    assert group.sent == [(tuple(t.shape), 0) for t in weights.values()] * 2
-    assert sync.version == 2
+# The NCCL push runs against a real gloo group and SGLang's own receiving code in test_sglang_contract.py.

@@ -15,10 +15,10 @@ import torch
 from paravt_core import checkpoint
 from paravt_core.agent.parsing import format_tool_call
 from paravt_core.engines.base import EngineError
+from paravt_core.engines.coalesce import CoalescingEngine
 from paravt_core.engines.scripted import RoutedEngine, ScriptedEngine
 from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.models import load
-from paravt_core.rl.coalesce import CoalescingEngine
 from paravt_core.rl.data import load_prompts
 from paravt_core.rl.gating import nframes_for
 from paravt_core.rl.learner import (

@@ -1,5 +1,7 @@
 """Generation backends behind one async batch interface (see ``base``): in-process transformers, an SGLang
-server, any OpenAI-compatible server, and a scripted engine for scenarios and fault injection."""
+server, any OpenAI-compatible server, and a scripted engine for scenarios and fault injection. Concurrent episodes
+reach them through ``coalesce.CoalescingEngine`` (lock-step batches, for the in-process engine) or
+``independent.IndependentEngine`` (one request per episode turn, for continuously batching servers)."""
 
 from .base import Completion, Engine, EngineError, GenerationRequest, SamplingParams
 

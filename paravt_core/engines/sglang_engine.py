@@ -40,8 +40,10 @@ included), so the episode appends exactly what was sampled. Weight updates: ``/u
 (``{"model_path", "load_format", "flush_cache", "weight_version"}``) after each checkpoint, or the NCCL path
 ``/init_weights_update_group`` (``{"master_address", "master_port", "rank_offset", "world_size",
 "group_name", "backend"}``; it returns only once the trainer has joined the group too, so both sides start
-together) once, then ``/update_weights_from_distributed`` (``{"names", "dtypes", "shapes", "group_name",
-"flush_cache"}``) while the trainer broadcasts the tensors in that group. Every control endpoint answers
+together) once, then per push ``/pause_generation`` -> ``/begin_weight_update`` -> per bucket
+``/update_weights_from_distributed`` (``{"names", "dtypes", "shapes", "group_name", "flush_cache",
+"weight_version"}``) while the trainer broadcasts the bucket's tensors in that group -> ``/end_weight_update``
+-> ``/continue_generation`` (see ``rl.weight_sync.NcclSync``). Every control endpoint answers
 ``{"success": bool, "message": str}``. A run against a real server needs a GPU; see the GPU checklist in
 ``tests/test_engines_sglang.py``.
 """
@@ -212,6 +214,8 @@ def launch_command(
     context_length: int = 32768,
     mem_fraction_static: float | None = None,
     tp_size: int = 1,
+    dp_size: int = 1,
+    base_gpu_id: int | None = None,
     max_pixels: int | None = None,
     min_pixels: int | None = None,
     deterministic_inference: bool = False,
@@ -228,6 +232,10 @@ def launch_command(
         "--context-length", str(context_length),
         "--tp-size", str(tp_size),
     ]  # fmt: skip
+    if dp_size != 1:  # data-parallel replicas behind the server's own router (disk weight push only)
+        cmd += ["--dp-size", str(dp_size)]
+    if base_gpu_id is not None:  # the first of the GPUs this server may use (its TP ranks count up from it)
+        cmd += ["--base-gpu-id", str(base_gpu_id)]
     if mem_fraction_static is not None:
         cmd += ["--mem-fraction-static", str(mem_fraction_static)]
     if (max_pixels is None) != (min_pixels is None):
@@ -240,11 +248,24 @@ def launch_command(
     return cmd + list(extra_args)
 
 
+def _settle(future: asyncio.Future, err: BaseException | None) -> None:
+    if not future.done():
+        future.set_exception(err) if err is not None else future.set_result(None)
+
+
 class SGLangServer:
     """A server process this program started (GPU machines). ``stop`` ends exactly that process group."""
 
-    def __init__(self, command: list[str], base_url: str, *, log_path: str | None = None):
-        self.command, self.base_url, self.log_path = command, base_url, log_path
+    def __init__(
+        self,
+        command: list[str],
+        base_url: str,
+        *,
+        log_path: str | None = None,
+        env: dict[str, str] | None = None,
+    ):
+        """``env``: the process environment (e.g. ``CUDA_VISIBLE_DEVICES`` pinning it); default: ours."""
+        self.command, self.base_url, self.log_path, self.env = command, base_url, log_path, env
         self.process: subprocess.Popen | None = None
         self._log: Any = None
 
@@ -265,6 +286,7 @@ class SGLangServer:
             self.command,
             stdout=self._log or subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
+            env=self.env,
             start_new_session=True,  # its own process group, so stop() ends the workers it spawns too
         )
         deadline = time.monotonic() + timeout_s
@@ -550,25 +572,63 @@ class SGLangEngine(Engine):
         *,
         group_name: str = "weight_update_group",
         weight_version: str | None = None,
+        flush_cache: bool = True,
     ) -> dict[str, Any]:
-        """Announce the tensors, then let ``broadcast(tensor)`` send each one (rank 0 of the group) while
-        the server receives; the request completes when every tensor has arrived."""
+        """Announce the tensors (one bucket), then let ``broadcast(tensor)`` send each one in that order (rank 0
+        of the group) while the server receives; the request completes when every tensor has arrived. Must run
+        inside ``begin_weight_update`` / ``end_weight_update``. A refusal that comes before the broadcasts
+        finish raises at once (the server will not receive them)."""
         body: dict[str, Any] = {
             "names": [n for n, _ in named_tensors],
             "dtypes": [str(t.dtype).removeprefix("torch.") for _, t in named_tensors],
             "shapes": [list(t.shape) for _, t in named_tensors],
             "group_name": group_name,
-            "flush_cache": True,
+            "flush_cache": flush_cache,
         }
         if weight_version is not None:
             body["weight_version"] = weight_version
         task = asyncio.create_task(self._control("/update_weights_from_distributed", body))
         if broadcast is not None:
-            for _, tensor in named_tensors:
-                await asyncio.to_thread(broadcast, tensor)
+            loop = asyncio.get_running_loop()
+            sending: asyncio.Future = loop.create_future()
+
+            def send_all() -> None:
+                try:
+                    for _, tensor in named_tensors:
+                        broadcast(tensor)
+                except BaseException as err:  # handed to the awaiting coroutine
+                    loop.call_soon_threadsafe(_settle, sending, err)
+                else:
+                    loop.call_soon_threadsafe(_settle, sending, None)
+
+            # a daemon thread, not asyncio.to_thread: after a refusal the broadcast blocks until the group's
+            # timeout, and the loop's executor would make asyncio.run wait for it
+            threading.Thread(target=send_all, name="paravt-weight-broadcast", daemon=True).start()
+            done, _ = await asyncio.wait({task, sending}, return_when=asyncio.FIRST_COMPLETED)
+            if task in done and task.exception() is not None and not sending.done():
+                # the broadcast thread stays blocked until the group's timeout: nothing can cancel it
+                raise task.exception()  # type: ignore[misc]
+            await sending
         data = await task
-        self.weight_version = weight_version
+        if weight_version is not None:
+            self.weight_version = weight_version
         return data
+
+    async def begin_weight_update(self) -> dict[str, Any]:
+        """Open SGLang's weight-update session (required around ``update_weights_from_distributed``)."""
+        return await self._control("/begin_weight_update", {})
+
+    async def end_weight_update(self) -> dict[str, Any]:
+        return await self._control("/end_weight_update", {})
+
+    async def pause_generation(self, mode: str = "retract") -> None:
+        """``retract``: running requests go back to the queue (their KV cache is recomputed after
+        ``continue_generation``), so a weight update runs at once; ``abort``: they end with finish reason
+        abort; ``in_place``: they keep their cache (the cache flush then fails while any runs)."""
+        await self._post("/pause_generation", lambda _: {"mode": mode}, retry=False)
+
+    async def continue_generation(self) -> None:
+        await self._post("/continue_generation", lambda _: {}, retry=False)
 
     async def flush_cache(self) -> None:
         self.http_calls.append("/flush_cache")

@@ -40,7 +40,7 @@ class EvalEngineConfig(StrictModel):
     device: str = "cpu"
     dtype: str | None = None
     # Merge the generation calls of the samples in flight into one batch (in-process engine; the shared
-    # paravt_core.rl.coalesce.CoalescingEngine: a batch leaves once every sample in flight waits on it).
+    # paravt_core.engines.coalesce.CoalescingEngine: a batch leaves once every sample in flight waits on it).
     coalesce: bool = True
     max_batch: int = Field(default=32, ge=1)  # requests per generate of the in-process engine
 

@@ -26,7 +26,7 @@ from typing import Any
 from paravt_core.agent.config import AgentConfig
 from paravt_core.agent.episode import EpisodeResult, EpisodeRow, arun_episode
 from paravt_core.engines.base import Engine
-from paravt_core.rl.coalesce import CoalescingEngine
+from paravt_core.engines.coalesce import CoalescingEngine
 
 from . import protocols
 from .benchmarks import Benchmark, Sample

@@ -132,7 +132,7 @@ def build_engine(cfg: EvalConfig) -> tuple[Any, Any]:
         processor = AutoProcessor.from_pretrained(resolve_model_dir(cfg.model), local_files_only=True)
         engine = OpenAIEngine(e.base_url, e.served_model or cfg.model, processor=processor)
     if e.coalesce and e.kind == "transformers":
-        from paravt_core.rl.coalesce import CoalescingEngine
+        from paravt_core.engines.coalesce import CoalescingEngine
 
         # greedy eval needs no seeds; the runner retries failed samples itself (attempts stay truthful)
         engine = CoalescingEngine(engine, seed=None, max_retries=0)

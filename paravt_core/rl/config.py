@@ -39,6 +39,27 @@ class RolloutEngineConfig(StrictModel):
     nccl_address: str = "127.0.0.1"  # distributed: address of the learner's rank 0 as the server sees it
     nccl_port: int = Field(default=29600, ge=1, le=65535)
     server_ranks: int = Field(default=1, ge=1)  # distributed: GPUs of the server (tp x dp)
+    bucket_mb: int = Field(
+        default=1024,
+        ge=1,
+        description="distributed push: MiB of tensors per /update_weights_from_distributed",
+    )
+    pause_mode: Literal["retract", "abort", "in_place"] = Field(
+        default="retract", description="distributed push: how SGLang pauses in-flight requests during a push"
+    )
+    gpus: list[int] = Field(
+        default_factory=list,
+        description="GPUs (node indices) the launcher (rl/launch.py) starts the SGLang server on; learner: the rest",
+    )
+    tp_size: int = Field(
+        default=0, ge=0, description="sglang launch: tensor-parallel size; 0: all of engine.gpus"
+    )
+    mem_fraction_static: float = Field(
+        default=0.85, gt=0.0, lt=1.0, description="sglang launch: GPU memory share for weights and KV cache"
+    )
+    max_concurrency: int = Field(
+        default=256, ge=1, description="sglang: /generate requests in flight at once (one per episode turn)"
+    )
 
 
 class RlConfig(StrictModel):

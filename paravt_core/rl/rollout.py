@@ -3,7 +3,8 @@
 Per group: K from nFrames gating (shared by the group), the overview decoded once and shared by the n
 episodes, ``arun_episode`` (the loop eval uses) for each, then the PARA-GRPO reward of each episode's
 main-agent text (forced prefix included) and call records. All episodes of the step run concurrently; on
-a ``CoalescingEngine`` their generate calls become batched calls. An episode or reward failure touches
+a ``CoalescingEngine`` their generate calls become batched calls, on an ``IndependentEngine`` each call goes
+to the server on its own. An episode or reward failure touches
 only its own sample: it keeps reward 0 with the reason recorded, and its group trains on the rest.
 """
 
@@ -19,10 +20,11 @@ from paravt_core.agent.config import AgentConfig
 from paravt_core.agent.episode import EpisodeResult, EpisodeRow, arun_episode
 from paravt_core.config import ParavtRecipe
 from paravt_core.engines.base import Engine
+from paravt_core.engines.coalesce import CoalescingEngine
+from paravt_core.engines.independent import IndependentEngine
 from paravt_core.rewards.compose import RewardBreakdown, acompose, failed
 from paravt_core.video import api as video_api
 
-from .coalesce import CoalescingEngine
 from .data import RlPrompt
 from .gating import nframes_for
 
@@ -108,7 +110,7 @@ async def _group(
     async def one(i: int) -> Sample:
         started = time.perf_counter()
         key = group * 10_000 + i
-        if isinstance(engine, CoalescingEngine):
+        if isinstance(engine, (CoalescingEngine, IndependentEngine)):
             async with engine.track(key, reserved=True):
                 episode = await arun_episode(row, engine, agent, overview=overview)
         else:
@@ -144,7 +146,7 @@ async def arollout_step(
     started = time.perf_counter()
     counts: Counter = Counter()
     agent = agent_config_for(agent, recipe)
-    if isinstance(engine, CoalescingEngine):
+    if isinstance(engine, (CoalescingEngine, IndependentEngine)):
         engine.reserve(len(prompts) * group_size)
     groups = await asyncio.gather(
         *(

@@ -1,8 +1,8 @@
 """``paravt rl``: PARA-GRPO from the SFT checkpoint on the data stage's RL prompts (SPEC §5).
 
 One step: the next ``prompts_per_step`` prompts (a seeded permutation per epoch) -> a group of
-``group_size`` episodes each through the real episode loop on the rollout engine (concurrent, coalesced
-into batched generate calls) -> PARA-GRPO rewards -> the learner step (prox / reference log-probs,
+``group_size`` episodes each through the real episode loop on the rollout engine (concurrent; coalesced
+into batched generate calls for the in-process engine, one request per episode turn for SGLang) -> PARA-GRPO rewards -> the learner step (prox / reference log-probs,
 advantages, decoupled PPO loss, one AdamW step) -> the new weights pushed to the rollout engine (policy
 version + 1). Every ``checkpoint.every`` steps (and at the end) a checkpoint is written; a rerun of the
 same command resumes from the newest complete one and reproduces the uninterrupted run step for step
@@ -42,13 +42,14 @@ import numpy as np
 from paravt_core import checkpoint, faults, storage
 from paravt_core.config import ConfigError
 from paravt_core.engines.base import EngineError, image_processor_kwargs
+from paravt_core.engines.coalesce import CoalescingEngine
+from paravt_core.engines.independent import IndependentEngine
 from paravt_core.rl.config import RlConfig
 from paravt_core.run_metrics import write_jsonl
 from paravt_core.stage import StageResult, announce_config, console
 from paravt_core.train.dist import Dist, LeadHandoff, setup_distributed
 from paravt_core.train.fsdp import CoreOptions
 
-from .coalesce import CoalescingEngine
 from .data import RlPrompt, load_prompts
 from .handoff import compact, restore
 from .learner import Learner, state_checksum
@@ -119,8 +120,14 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
             deterministic_inference=e.deterministic_inference,
         )
     else:  # a GPU machine: start the server on the starting checkpoint, with the agent's pixel budget
+        if e.gpus:
+            raise ConfigError(
+                "engine.gpus reserves GPUs for the server: run the stage through `python -m paravt_core.rl.launch`"
+            )
+        from paravt_core.models import resolve_model_dir
+
         inner = SGLangEngine.launch(
-            cfg.model,
+            str(resolve_model_dir(cfg.model)),  # --model-path opens local directories, not s3:// URIs
             port=e.port,
             processor=policy.processor,
             max_pixels=cfg.agent.max_pixels,
@@ -129,12 +136,18 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
         )
     if e.weight_sync == "distributed":
         return inner, NcclSync(
-            inner, master_address=e.nccl_address, master_port=e.nccl_port, server_ranks=e.server_ranks
+            inner,
+            master_address=e.nccl_address,
+            master_port=e.nccl_port,
+            server_ranks=e.server_ranks,
+            bucket_bytes=e.bucket_mb << 20,
+            pause_mode=e.pause_mode,
+            dtype=dtype,  # the served weights' dtype, whatever the learner keeps
         )
     staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
     if storage.is_s3(staging):
         raise ConfigError(f"engine.staging_dir must be a directory the server can read, not {staging}")
-    return inner, DiskSync(inner, policy.model, staging)
+    return inner, DiskSync(inner, policy.model, staging, pause_mode=e.pause_mode)
 
 
 def run(cfg: RlConfig) -> StageResult:
@@ -188,7 +201,13 @@ def run(cfg: RlConfig) -> StageResult:
     sync: Any = None
     if lead:  # the rollout engine lives on rank 0 only
         inner, sync = _rollout_engine(cfg, policy, device, dtype)
-        engine = CoalescingEngine(inner, seed=cfg.seed)
+        # in-process engine: episodes' turns coalesced into lock-step batches; a server batches continuously,
+        # so every episode turn goes to it on its own (engines/independent.py)
+        engine = (
+            CoalescingEngine(inner, seed=cfg.seed)
+            if cfg.engine.kind == "transformers"
+            else IndependentEngine(inner, max_concurrency=cfg.engine.max_concurrency, seed=cfg.seed)
+        )
     handoff = LeadHandoff(d, cfg.train.follower_wait_s)
     images_kwargs = image_processor_kwargs(max_pixels=cfg.agent.max_pixels, min_pixels=cfg.agent.min_pixels)
 

@@ -5,8 +5,9 @@
   directory the server can read (``/update_weights_from_disk``); the previous version's directory is
   deleted once the server has moved on.
 - ``NcclSync``: the tensors go straight from rank 0's GPU to the server's over an NCCL group that the
-  server joins (``/init_weights_update_group`` once, then ``/update_weights_from_distributed`` per step);
-  GPU only.
+  server joins (``/init_weights_update_group`` once), then per step: generation paused, a begin/end weight
+  update session, the tensors in buckets (one ``/update_weights_from_distributed`` each), generation resumed.
+  GPU (NCCL); the same code runs with gloo on CPU in the tests.
 
 Every sync keeps ``version`` (the policy version the engine serves, an int) for the samples' bookkeeping.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -45,11 +47,30 @@ class InProcessSync:
 
 
 class DiskSync:
-    def __init__(self, engine: Any, hf_model: Any, staging_dir: str, version: int = 0):
-        """``hf_model``: the policy (its config and ``save_pretrained`` write the directory)."""
+    def __init__(
+        self,
+        engine: Any,
+        hf_model: Any,
+        staging_dir: str,
+        version: int = 0,
+        pause_mode: str | None = "retract",
+    ):
+        """``hf_model``: the policy (its config and ``save_pretrained`` write the directory). ``pause_mode``:
+        generation is paused around the reload (see ``NcclSync``) so it does not wait for in-flight requests;
+        None: not paused."""
         self.engine, self.hf_model, self.staging_dir = engine, hf_model, staging_dir
-        self.version = version
+        self.version, self.pause_mode = version, pause_mode
         self._served: str | None = None
+
+    async def _reload(self, path: str, version: int) -> None:
+        if self.pause_mode is None:
+            await self.engine.update_weights_from_disk(path, weight_version=str(version))
+            return
+        await self.engine.pause_generation(self.pause_mode)
+        try:
+            await self.engine.update_weights_from_disk(path, weight_version=str(version))
+        finally:
+            await self.engine.continue_generation()
 
     def push(self, weights: dict[str, torch.Tensor], version: int) -> None:
         from transformers.utils import logging as hf_logging
@@ -58,36 +79,96 @@ class DiskSync:
         shutil.rmtree(path, ignore_errors=True)
         hf_logging.disable_progress_bar()
         self.hf_model.save_pretrained(path, state_dict=weights)
-        asyncio.run(
-            _closing(self.engine, self.engine.update_weights_from_disk(path, weight_version=str(version)))
-        )
+        asyncio.run(_closing(self.engine, self._reload(path, version)))
         if self._served is not None and self._served != path:
             shutil.rmtree(self._served, ignore_errors=True)  # the server reads the new one now
         self._served, self.version = path, version
 
 
+def buckets(
+    named: Sequence[tuple[str, torch.Tensor]], max_bytes: int
+) -> list[list[tuple[str, torch.Tensor]]]:
+    """``named`` cut, in order, into runs of at most ``max_bytes`` (a larger tensor goes alone): each run is
+    one ``/update_weights_from_distributed`` request, so the server holds at most one bucket beside its weights."""
+    if max_bytes < 1:
+        raise ValueError(f"bucket size must be positive, got {max_bytes}")
+    out: list[list[tuple[str, torch.Tensor]]] = []
+    size = 0
+    for name, tensor in named:
+        nbytes = tensor.numel() * tensor.element_size()
+        if not out or (size + nbytes > max_bytes and out[-1]):
+            out.append([])
+            size = 0
+        out[-1].append((name, tensor))
+        size += nbytes
+    return out
+
+
 class NcclSync:
-    """GPU only: our rank 0 is rank 0 of a group whose ranks 1.. are the server's GPUs."""
+    """Our rank 0 is rank 0 of a group whose ranks 1.. are the server's GPUs (``backend="nccl"``; gloo on
+    CPU for tests). One push, in SGLang 0.5.23's protocol (``scheduler_components/weight_updater.py``,
+    ``tokenizer_control_mixin.py``):
+
+    1. ``/pause_generation`` (``pause_mode``, default ``retract``: running requests go back to the waiting
+       queue and resume after the push, so the push does not wait for in-flight requests - unpaused, the
+       update would take the model-update lock's writer side and wait for every one of them);
+    2. ``/begin_weight_update`` (SGLang answers 400 to an update outside a begin/end session);
+    3. per bucket of at most ``bucket_bytes``: ``/update_weights_from_distributed`` announcing its names,
+       dtypes and shapes while rank 0 broadcasts the tensors in that order; the last bucket carries
+       ``flush_cache`` (the KV cache of the old weights is dropped once all weights are in) and the weight
+       version;
+    4. ``/end_weight_update``; 5. ``/continue_generation`` (also after a failure: the server never stays
+       paused by us).
+    """
 
     GROUP = "weight_update_group"
 
     def __init__(
-        self, engine: Any, *, master_address: str, master_port: int, server_ranks: int, version: int = 0
+        self,
+        engine: Any,
+        *,
+        master_address: str,
+        master_port: int,
+        server_ranks: int,
+        version: int = 0,
+        backend: str = "nccl",
+        bucket_bytes: int = 1 << 30,
+        pause_mode: str = "retract",
+        timeout_s: float = 600.0,
+        dtype: torch.dtype | None = None,
     ):
+        """``dtype``: floating tensors are sent in it (the server's weight dtype, e.g. bf16 when the learner
+        keeps fp32 masters), converted one bucket at a time."""
         self.engine, self.version = engine, version
         self.master_address, self.master_port, self.server_ranks = master_address, master_port, server_ranks
+        self.backend, self.bucket_bytes, self.pause_mode, self.timeout_s = (
+            backend,
+            bucket_bytes,
+            pause_mode,
+            timeout_s,
+        )
+        self.dtype = dtype
         self.group: Any = None
+        self.pushed_buckets: list[list[str]] = []  # names per bucket of the last push (logs, tests)
+
+    @property
+    def device(self) -> torch.device:
+        return (
+            torch.device("cuda", torch.cuda.current_device())
+            if self.backend == "nccl"
+            else torch.device("cpu")
+        )
 
     def _join(self) -> None:
         # torch has no public call for a process group outside torchrun's world; this is the construction the
-        # SGLang server uses for its side (rendezvous at tcp://address:port, a store prefixed with the group
-        # name), so both ends meet in the same store keys.
+        # SGLang server uses for its side (utils.common.init_custom_process_group: rendezvous at
+        # tcp://address:port, a store prefixed with the group name), so both ends meet in the same store keys.
         from datetime import timedelta
 
         from torch.distributed import distributed_c10d as c10d
 
         world = 1 + self.server_ranks
-        timeout = timedelta(minutes=10)
+        timeout = timedelta(seconds=self.timeout_s)
         rendezvous = c10d.rendezvous(
             f"tcp://{self.master_address}:{self.master_port}", 0, world, timeout=timeout
         )
@@ -97,7 +178,7 @@ class NcclSync:
             world,
             rank,
             [],
-            c10d.Backend("nccl"),
+            c10d.Backend(self.backend),
             c10d.PrefixStore(self.GROUP, store),
             group_name=self.GROUP,
             timeout=timeout,
@@ -115,6 +196,7 @@ class NcclSync:
                     rank_offset=1,
                     world_size=1 + self.server_ranks,
                     group_name=self.GROUP,
+                    backend=self.backend,
                     trainer_join=self._join,
                 ),
             )
@@ -123,18 +205,44 @@ class NcclSync:
     def _broadcast(self, tensor: torch.Tensor) -> None:
         if self.group is None:
             raise EngineError("NCCL weight sync: connect() first")
-        self.group.broadcast([tensor.cuda()], 0).wait()
+        import torch.distributed as dist
+
+        # group_src: rank 0 *of this group* (the trainer), whatever its rank in torchrun's world
+        dist.broadcast(tensor.to(self.device).contiguous(), group=self.group, group_src=0)
+
+    def close(self) -> None:
+        if self.group is not None:
+            import torch.distributed as dist
+
+            dist.destroy_process_group(self.group)
+            self.group = None
+
+    async def _push(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        engine = self.engine
+        plan = buckets(list(weights.items()), self.bucket_bytes)
+        await engine.pause_generation(self.pause_mode)
+        try:
+            await engine.begin_weight_update()
+            try:
+                for i, bucket in enumerate(plan):
+                    last = i == len(plan) - 1
+                    if self.dtype is not None:
+                        bucket = [(n, t.to(self.dtype) if t.is_floating_point() else t) for n, t in bucket]
+                    await engine.update_weights_from_distributed(
+                        bucket,
+                        self._broadcast,
+                        group_name=self.GROUP,
+                        weight_version=str(version) if last else None,
+                        flush_cache=last,
+                    )
+            finally:
+                await engine.end_weight_update()
+        finally:
+            await engine.continue_generation()
+        self.pushed_buckets = [[n for n, _ in b] for b in plan]
 
     def push(self, weights: dict[str, torch.Tensor], version: int) -> None:
         if self.group is None:
             self.connect()
-        named = list(weights.items())
-        asyncio.run(
-            _closing(
-                self.engine,
-                self.engine.update_weights_from_distributed(
-                    named, self._broadcast, group_name=self.GROUP, weight_version=str(version)
-                ),
-            )
-        )
+        asyncio.run(_closing(self.engine, self._push(weights, version)))
         self.version = version

@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from paravt_core.engines.base import Completion, Engine, EngineError, GenerationRequest
+from .base import Completion, Engine, EngineError, GenerationRequest
 
 _EPISODE: contextvars.ContextVar[int | None] = contextvars.ContextVar("paravt_rl_episode", default=None)
 

@@ -1,0 +1,274 @@
+"""Runs SGLang 0.5.23's own code (its wheel, unpacked by ``scripts/setup.sh`` into ``.venv-bench/sglang-site``)
+in a process of its own, so its imports and patches never reach the test process. Two modes:
+
+``check``: one JSON object per stdin line, one verdict per stdout line:
+  - ``{"op": "generate", "body": {...}}``: the ``/generate`` schema gate (``sglang/api/v1/api_types.py``);
+  - ``{"op": "io_struct", "cls": "InitWeightsUpdateGroupReqInput", "body": {...}}``: the body parsed into the
+    ``managers/io_struct.py`` class the HTTP route declares, the way FastAPI does it (pydantic, through the
+    class's own ``__get_pydantic_core_schema__``), plus the keys the class does not know (silently dropped by
+    the server, so a bug on our side);
+  - ``{"op": "server_args", "argv": [...]}``: ``ServerArgs.add_cli_args`` + argparse, the parser
+    ``launch_server`` uses (returns the parsed values), then ``prepare_server_args`` (``ServerArgs`` built
+    from them, its own consistency checks run).
+
+``serve PORT_FILE OUT_FILE``: a loopback weight receiver assembled from SGLang's scheduler-side code: the
+session logic of ``SchedulerWeightUpdaterManager`` (begin/end, "must run between begin and end", flush on the
+last bucket), the model runner's ``WeightUpdater.init_weights_update_group`` (its ``init_custom_process_group``
+join) and ``receive_weights_from_distributed`` (its broadcast receive). Only the model is replaced: a
+"load" records the received tensors. The tokenizer manager's rule is kept: a weight update waits for
+in-flight generation unless generation is paused. On ``/shutdown`` the received tensors are saved to OUT_FILE.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import types
+import warnings
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+def _import_sglang(site: str) -> None:
+    # sglang/__init__.py imports the frontend language (IPython, the OpenAI client, ...), which the server
+    # modules do not need: register the package without running it, its submodules load as usual.
+    package = types.ModuleType("sglang")
+    package.__path__ = [str(Path(site) / "sglang")]
+    sys.modules["sglang"] = package
+    warnings.filterwarnings("ignore")
+
+
+def check_loop() -> None:
+    import argparse
+
+    import msgspec
+    from pydantic import TypeAdapter, ValidationError
+    from sglang.api.v1 import api_types
+    from sglang.srt.managers import io_struct
+    from sglang.srt.server_args import ServerArgs, prepare_server_args
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        op = request["op"]
+        try:
+            if op == "generate":
+                try:
+                    api_types.GenerateRequest.from_json_value(request["body"])
+                    result = {"error": None}
+                except api_types.JsonContractError as err:
+                    result = {"error": str(err)}
+            elif op == "io_struct":
+                cls = getattr(io_struct, request["cls"])
+                known = {f.name for f in msgspec.structs.fields(cls)}
+                try:
+                    parsed = TypeAdapter(cls).validate_json(json.dumps(request["body"]))
+                    fields = {name: getattr(parsed, name) for name in sorted(known)}
+                    result = {"error": None, "fields": json.loads(json.dumps(fields, default=str))}
+                except ValidationError as err:
+                    result = {"error": str(err)}
+                result["unknown"] = sorted(set(request["body"]) - known)
+            elif op == "server_args":
+                parser = argparse.ArgumentParser(prog="sglang serve")
+                ServerArgs.add_cli_args(parser)
+                try:
+                    namespace = parser.parse_args(request["argv"])
+                    # then what launch_server does with argv: ServerArgs built, its __post_init__ checks run
+                    server_args = prepare_server_args(request["argv"])
+                    result = {
+                        "error": None,
+                        "args": json.loads(json.dumps(vars(namespace), default=str)),
+                        "server_args_type": type(server_args).__name__,
+                    }
+                except SystemExit as err:
+                    result = {"error": f"argparse exit {err.code}"}
+            else:
+                result = {"error": f"unknown op {op}"}
+        except Exception as err:  # report, keep serving
+            result = {"error": f"{type(err).__name__}: {err}"}
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
+
+
+def serve(port_file: str, out_file: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from pydantic import TypeAdapter
+    from sglang.srt.managers import io_struct
+    from sglang.srt.managers.scheduler_components.weight_updater import SchedulerWeightUpdaterManager
+    from sglang.srt.managers.tp_worker import TpModelWorker
+    from sglang.srt.model_executor.model_runner_components.weight_updater import WeightUpdater
+
+    # the server's own world (its TP group of one): SchedulerWeightUpdaterManager barriers on it
+    store_path = out_file + ".store"
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=0, world_size=1)
+
+    received: dict[str, torch.Tensor] = {}
+    log: list[dict] = []  # what the server did, in order (returned by GET /log)
+    state = {"paused": False, "inflight": 0}
+
+    class Runner:  # the model runner: SGLang's WeightUpdater, its model a recorder
+        pass
+
+    class RecordingUpdater(WeightUpdater):
+        # model-specific steps (restore/postprocess packed weights, model.load_weights) replaced by records
+        def begin_weight_update(self) -> None:
+            log.append({"event": "runner_begin"})
+
+        def end_weight_update(self, *, run_post_load: bool) -> None:
+            log.append({"event": "runner_end", "run_post_load": run_post_load})
+
+        def load_weights_from_distributed(self, named_tensors):
+            for name, tensor in named_tensors:
+                received[name] = tensor.clone()
+            log.append({"event": "load", "names": [n for n, _ in named_tensors]})
+            return True, "Succeeded to update parameter online."
+
+        def update_weights_from_disk(self, model_path, load_format, recapture_cuda_graph=False):
+            from safetensors.torch import load_file
+
+            for file in sorted(Path(model_path).glob("*.safetensors")):
+                received.update(load_file(str(file)))
+            log.append({"event": "load_disk", "path": model_path})
+            return True, "Succeeded to update model weights."
+
+    runner = Runner()
+    runner.weight_updater = RecordingUpdater(
+        tp_rank=0,
+        device="cpu",
+        gpu_id=0,
+        model_config=None,
+        custom_weight_loaders={},
+        get_model=lambda: None,
+        update_model_fields=lambda **_: None,
+        recapture_cuda_graph=lambda: None,
+        get_model_runner=lambda: runner,
+    )
+    tp_worker = types.SimpleNamespace(model_runner=runner, _model_runner=runner)
+    tp_worker.init_weights_update_group = lambda req: TpModelWorker.init_weights_update_group(tp_worker, req)
+    tp_worker.weight_update_runners = lambda: TpModelWorker.weight_update_runners(tp_worker)
+    scheduler = types.SimpleNamespace(
+        record_weight_version_change=lambda new_version: log.append({"event": "version", "v": new_version})
+    )
+
+    def flush_cache(empty_cache: bool = True) -> bool:  # Scheduler.flush_cache: idle, or paused (waiting ok)
+        ok = state["inflight"] == 0
+        log.append({"event": "flush", "ok": ok})
+        return ok
+
+    manager = object.__new__(SchedulerWeightUpdaterManager)  # __post_init__ wants the server's TP group
+    for name, value in {
+        "tp_worker": tp_worker,
+        "draft_worker": None,
+        "memory_saver_adapter": None,
+        "flush_cache": flush_cache,
+        "is_fully_idle": lambda **_: state["inflight"] == 0,
+        "scheduler": scheduler,
+        "metrics_collector": None,
+        "offload_tags": set(),
+        "stashed_model_static_state": None,
+        "_session": None,
+        "tp_cpu_group": dist.group.WORLD,
+    }.items():
+        setattr(manager, name, value)
+
+    routes = {
+        "/init_weights_update_group": ("InitWeightsUpdateGroupReqInput", manager.init_weights_update_group),
+        "/begin_weight_update": ("BeginWeightUpdateReqInput", manager.begin_weight_update),
+        "/end_weight_update": ("EndWeightUpdateReqInput", manager.end_weight_update),
+        "/update_weights_from_distributed": (
+            "UpdateWeightsFromDistributedReqInput",
+            manager.update_weights_from_distributed,
+        ),
+        "/update_weights_from_disk": ("UpdateWeightFromDiskReqInput", manager.update_weights_from_disk),
+    }
+    lock = threading.Lock()  # the scheduler handles one control request at a time
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _send(self, status: int, payload) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up
+                self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path == "/log":
+                return self._send(200, log)
+            if self.path == "/health":
+                return self._send(200, {})
+            self._send(404, {})
+
+        def do_POST(self):
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}"
+            body = json.loads(raw)
+            path = self.path.split("?")[0]
+            if path == "/shutdown":
+                torch.save(received, out_file)
+                self._send(200, {})
+                threading.Thread(target=httpd.shutdown).start()
+                return
+            if path == "/snapshot":  # the tensors received so far, saved for the test
+                torch.save(received, body["path"])
+                return self._send(200, {})
+            if path == "/inflight":  # the test's stand-in for requests being generated
+                state["inflight"] = int(body["n"])
+                return self._send(200, {})
+            with lock:
+                if path == "/pause_generation":
+                    req = TypeAdapter(io_struct.PauseGenerationReqInput).validate_json(raw)
+                    state["paused"] = True
+                    log.append({"event": "pause", "mode": req.mode})
+                    if req.mode in ("abort", "retract"):  # running requests leave the batch
+                        state["inflight"] = 0
+                    return self._send(200, {"message": "Generation paused successfully.", "status": "ok"})
+                if path == "/continue_generation":
+                    TypeAdapter(io_struct.ContinueGenerationReqInput).validate_json(raw)
+                    state["paused"] = False
+                    log.append({"event": "continue"})
+                    return self._send(200, {"message": "Generation continued successfully.", "status": "ok"})
+                if path == "/flush_cache":
+                    ok = flush_cache()
+                    return self._send(200 if ok else 400, {"success": ok})
+                if path not in routes:
+                    return self._send(404, {"detail": "Not Found"})
+                cls_name, handler = routes[path]
+                req = TypeAdapter(getattr(io_struct, cls_name)).validate_json(raw)
+                is_update = path.startswith("/update_weights")
+                if is_update and not state["paused"] and state["inflight"]:
+                    # tokenizer manager: not paused -> the update takes model_update_lock's writer side and
+                    # waits for every in-flight request; this receiver cannot finish them, so it says so
+                    log.append({"event": "blocked", "path": path})
+                    return self._send(400, {"success": False, "message": "waited for in-flight requests"})
+                entry = {"event": "request", "path": path, "paused": state["paused"]}
+                if path == "/update_weights_from_distributed":
+                    entry.update(
+                        names=list(req.names),
+                        dtypes=list(req.dtypes),
+                        flush_cache=req.flush_cache,
+                        version=req.weight_version,
+                    )
+                log.append(entry)
+                out = handler(req)
+                success, message = out.success, out.message
+                log.append({"event": "reply", "path": path, "success": success, "message": message})
+                return self._send(200 if success else 400, {"success": success, "message": message})
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    Path(port_file).write_text(str(httpd.server_address[1]))
+    httpd.serve_forever()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _import_sglang(os.environ["PARAVT_SGLANG_SITE"])
+    if sys.argv[1] == "check":
+        check_loop()
+    else:
+        serve(sys.argv[2], sys.argv[3])

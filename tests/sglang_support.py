@@ -1,0 +1,122 @@
+"""SGLang 0.5.23's own code for the contract tests, run in side processes (``tests/sglang_side.py``).
+
+The site directory is made by ``scripts/setup.sh`` (``PARAVT_SGLANG_SITE`` overrides the path). Where it is
+missing the tests fail under ``CI=true`` (the project's setup must have made it) and skip elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SIDE = ROOT / "tests" / "sglang_side.py"
+
+
+def sglang_site() -> Path:
+    """The side site with SGLang 0.5.23's package; fails in CI (skips elsewhere) when it is not set up."""
+    site = Path(os.environ.get("PARAVT_SGLANG_SITE", ROOT / ".venv-bench" / "sglang-site"))
+    if not (site / "sglang" / "srt" / "managers" / "io_struct.py").is_file():
+        message = f"SGLang 0.5.23's package is not set up in {site} (scripts/setup.sh makes it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return site
+
+
+def side_env(site: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    # the side site first, then the project (for nothing of ours: SGLang's modules are all it imports)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)])
+    env["PARAVT_SGLANG_SITE"] = str(site)
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+class SGLangChecker:
+    """One long-lived side process answering schema / io_struct / ServerArgs questions."""
+
+    def __init__(self, site: Path):
+        self.process = subprocess.Popen(
+            [sys.executable, str(SIDE), "check"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=side_env(site),
+            text=True,
+        )
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"SGLang side process exited ({self.process.poll()})")
+        return json.loads(line)
+
+    def generate_error(self, body: dict) -> str | None:
+        """The /generate schema gate's verdict: None (accepted) or its error message."""
+        return self._ask({"op": "generate", "body": body})["error"]
+
+    def io_struct(self, cls: str, body: dict) -> dict[str, Any]:
+        """``{"error": None | str, "fields": {...}, "unknown": [keys the class does not have]}``."""
+        return self._ask({"op": "io_struct", "cls": cls, "body": body})
+
+    def server_args(self, argv: list[str]) -> dict[str, Any]:
+        return self._ask({"op": "server_args", "argv": argv})
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(30)
+
+
+class SGLangReceiver:
+    """The loopback weight receiver built from SGLang's scheduler-side code (``sglang_side.py serve``)."""
+
+    def __init__(self, site: Path, workdir: Path):
+        self.port_file, self.out_file = workdir / "port", workdir / "received.pt"
+        self.process = subprocess.Popen(
+            [sys.executable, str(SIDE), "serve", str(self.port_file), str(self.out_file)], env=side_env(site)
+        )
+        deadline = time.monotonic() + 120
+        while not (self.port_file.is_file() and self.port_file.read_text()):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("SGLang receiver did not start")
+            time.sleep(0.1)
+        self.url = f"http://127.0.0.1:{self.port_file.read_text()}"
+
+    def log(self) -> list[dict]:
+        return httpx.get(self.url + "/log", timeout=30).json()
+
+    def set_inflight(self, n: int) -> None:
+        httpx.post(self.url + "/inflight", json={"n": n}, timeout=30)
+
+    def snapshot(self) -> dict:
+        """The tensors received so far (name -> tensor)."""
+        import torch
+
+        path = self.out_file.with_suffix(".snapshot.pt")
+        httpx.post(self.url + "/snapshot", json={"path": str(path)}, timeout=60)
+        return torch.load(path)
+
+    def finish(self) -> dict:
+        """Stop it; returns the tensors it received (name -> tensor)."""
+        import torch
+
+        httpx.post(self.url + "/shutdown", timeout=60)
+        self.process.wait(60)
+        return torch.load(self.out_file)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()

@@ -1,0 +1,244 @@
+"""Our SGLang traffic checked by SGLang 0.5.23's own code (its wheel, set up by ``scripts/setup.sh``), never by
+our reading of it:
+
+- every control body ``SGLangEngine`` sends is parsed into the ``io_struct`` class its HTTP route declares,
+  the way FastAPI parses it, with no key the class would silently drop;
+- our server launch command is parsed by ``ServerArgs``' CLI parser and built by ``prepare_server_args``;
+- the NCCL push's trainer side runs against a real torch process group (gloo on CPU) whose other end is a
+  separate process that joins through SGLang's ``init_custom_process_group`` (called by its own
+  ``WeightUpdater.init_weights_update_group``), receives each bucket with its own
+  ``receive_weights_from_distributed``, under its own ``SchedulerWeightUpdaterManager`` session rules.
+
+The ``/generate`` bodies are checked by SGLang's schema gate in ``test_engines_sglang.py`` and
+``test_rl_sglang.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+import torch
+
+from paravt_core.engines.base import EngineError
+from paravt_core.engines.sglang_engine import SGLangEngine, launch_command
+from paravt_core.models import load
+from paravt_core.rl.weight_sync import NcclSync, buckets
+from tests.sglang_support import SGLangReceiver, sglang_site
+from tests.test_engines_sglang import _ContractServer
+
+# HTTP route -> the io_struct class FastAPI parses its body into (sglang/srt/entrypoints/http_server.py)
+ROUTE_CLASSES = {
+    "/init_weights_update_group": "InitWeightsUpdateGroupReqInput",
+    "/update_weights_from_distributed": "UpdateWeightsFromDistributedReqInput",
+    "/update_weights_from_disk": "UpdateWeightFromDiskReqInput",
+    "/begin_weight_update": "BeginWeightUpdateReqInput",
+    "/end_weight_update": "EndWeightUpdateReqInput",
+    "/pause_generation": "PauseGenerationReqInput",
+    "/continue_generation": "ContinueGenerationReqInput",
+    "/abort_request": "AbortReq",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_control_bodies_parse_with_sglangs_io_struct(sglang_checker, tiny_model, tmp_path):
+    weights = dict(list(load_tiny_state(tiny_model).items())[:3])
+    with _ContractServer(tiny_model_engine(tiny_model), tiny_model.processor) as server:
+        server.trainer_joined.set()
+        client = SGLangEngine(server.url)
+
+        async def traffic():
+            await client.init_weights_update_group("10.0.0.5", 29600, rank_offset=1, world_size=3)
+            await client.pause_generation("retract")
+            await client.begin_weight_update()
+            await client.update_weights_from_distributed(
+                list(weights.items()), None, weight_version="4", flush_cache=False
+            )
+            await client.update_weights_from_distributed(list(weights.items()), None)
+            await client.end_weight_update()
+            await client.continue_generation()
+            await client._abort(["rid-1"])
+            await client.aclose()
+
+        asyncio.run(traffic())
+        client2 = SGLangEngine(server.url)
+        with pytest.raises(EngineError, match="not a directory"):  # the body is what matters here
+            asyncio.run(client2.update_weights_from_disk(str(tmp_path / "nowhere"), weight_version="5"))
+    seen = set()
+    for path, body in server.calls:
+        verdict = sglang_checker.io_struct(ROUTE_CLASSES[path], body)
+        assert verdict["error"] is None, (path, verdict["error"])
+        assert verdict["unknown"] == [], (path, verdict["unknown"])  # keys the server would drop
+        for key, value in body.items():  # what SGLang parsed is what we meant
+            assert verdict["fields"][key] == value, (path, key)
+        seen.add(path)
+    assert seen == set(ROUTE_CLASSES)
+    update = next(b for p, b in server.calls if p == "/update_weights_from_distributed")
+    assert update["dtypes"] == ["float32"] * 3 and update["shapes"] == [
+        list(t.shape) for t in weights.values()
+    ]
+    # the gate is live: a body missing a required field is refused
+    assert sglang_checker.io_struct("InitWeightsUpdateGroupReqInput", {"master_address": "h"})["error"]
+
+
+def test_launch_command_parses_with_sglangs_server_args(sglang_checker):
+    cmd = launch_command(
+        "/cache/models/sft-final",
+        port=31000,
+        tp_size=2,
+        base_gpu_id=6,
+        mem_fraction_static=0.8,
+        max_pixels=50176,
+        min_pixels=784,
+        deterministic_inference=True,
+    )
+    assert cmd[1:3] == ["-m", "sglang.launch_server"]
+    verdict = sglang_checker.server_args(cmd[3:])
+    assert verdict["error"] is None, verdict["error"]
+    assert verdict["server_args_type"] == "ServerArgs"
+    args = verdict["args"]
+    assert args["model_path"] == "/cache/models/sft-final" and args["port"] == 31000
+    assert (args["tp_size"], args["base_gpu_id"], args["mem_fraction_static"]) == (2, 6, 0.8)
+    assert args["enable_deterministic_inference"] is True
+    assert args["mm_process_config"] == {  # its parser decodes the JSON (type=json.loads)
+        "image": {"size": {"shortest_edge": 784, "longest_edge": 50176}}
+    }
+    # the parser is live: a flag SGLang does not have is refused
+    assert sglang_checker.server_args([*cmd[3:], "--no-such-flag"])["error"]
+
+
+def load_tiny_state(tiny_model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in tiny_model.model.state_dict().items()}
+
+
+def tiny_model_engine(tiny_model):
+    from paravt_core.engines.transformers_engine import TransformersEngine
+
+    return TransformersEngine(tiny_model.model, tiny_model.processor)
+
+
+@pytest.fixture
+def receiver(tmp_path):
+    r = SGLangReceiver(sglang_site(), tmp_path)
+    try:
+        yield r
+    finally:
+        r.kill()
+
+
+def test_nccl_push_lands_in_sglangs_receiver_bucket_by_bucket(receiver, tiny_model_dir):
+    learner = load(tiny_model_dir).model
+    v1 = {k: v.detach().clone() for k, v in learner.state_dict().items()}
+    v2 = {k: v + 0.5 for k, v in v1.items()}  # the next version: every tensor changed
+    bucket_bytes = 64 * 1024
+    sync = NcclSync(
+        SGLangEngine(receiver.url, timeout_s=120),
+        master_address="127.0.0.1",
+        master_port=_free_port(),
+        server_ranks=1,
+        backend="gloo",
+        bucket_bytes=bucket_bytes,
+        timeout_s=120,
+    )
+    try:
+        receiver.set_inflight(3)  # requests being generated: the push must not wait for them
+        sync.push(v1, 1)
+        first = receiver.log()
+        receiver.set_inflight(2)
+        sync.push(v2, 2)
+        plan = sync.pushed_buckets
+        log = receiver.log()
+        received = receiver.snapshot()
+        # a learner keeping fp32 masters sends the served dtype: converted bucket by bucket, announced as such
+        sync.dtype = torch.bfloat16
+        sync.push(v1, 3)
+        third = receiver.log()[len(log) :]
+    finally:
+        sync.close()
+    served = receiver.finish()
+
+    # the server holds exactly the learner's version-2 tensors
+    assert list(received) == list(v2)
+    assert all(torch.equal(received[k], v2[k]) and received[k].dtype == v2[k].dtype for k in v2)
+
+    # buckets: the state dict in order, each at most 64 KiB unless one tensor alone is larger
+    assert [n for b in plan for n in b] == list(v2)
+
+    def nbytes(names):
+        return sum(v2[n].numel() * v2[n].element_size() for n in names)
+
+    assert len(plan) > 1
+    for names, after in zip(plan, plan[1:] + [None], strict=True):
+        assert nbytes(names) <= bucket_bytes or len(names) == 1
+        if after is not None:  # a bucket ends only when the next tensor would not fit
+            assert nbytes(names) + nbytes(after[:1]) > bucket_bytes
+
+    second = log[len(first) :]
+    requests = [e for e in second if e["event"] == "request"]
+    paths = [e["path"] for e in requests]
+    assert paths == ["/begin_weight_update"] + ["/update_weights_from_distributed"] * len(plan) + [
+        "/end_weight_update"
+    ]
+    assert all(e["paused"] for e in requests)  # generation paused around the whole session
+    assert [e["event"] for e in second][0] == "pause" and second[-1]["event"] == "continue"
+    updates = [e for e in requests if e["path"] == "/update_weights_from_distributed"]
+    assert [e["names"] for e in updates] == plan  # announced bucket by bucket, in order
+    assert [e["flush_cache"] for e in updates] == [False] * (len(plan) - 1) + [True]  # flushed at the end
+    assert [e["version"] for e in updates] == [None] * (len(plan) - 1) + ["2"]
+    loads = [e["names"] for e in second if e["event"] == "load"]
+    assert loads == plan  # what each request announced is what SGLang received and loaded
+    flushes = [e for e in second if e["event"] == "flush"]
+    assert flushes == [{"event": "flush", "ok": True}]
+    replies = [e for e in second if e["event"] == "reply"]
+    assert all(r["success"] for r in replies), replies
+    assert first[0] == {"event": "request", "path": "/init_weights_update_group", "paused": False}
+    assert sum(e.get("path") == "/init_weights_update_group" for e in log if e["event"] == "request") == 1
+    # the third push (bf16): what the server holds is the bf16 conversion of the pushed tensors
+    assert all(served[k].dtype == torch.bfloat16 and torch.equal(served[k], v1[k].bfloat16()) for k in v1)
+    assert [e["names"] for e in third if e["event"] == "load"] == sync.pushed_buckets
+    updates3 = [
+        e for e in third if e["event"] == "request" and e["path"] == "/update_weights_from_distributed"
+    ]
+    announced = [d for e in updates3 for d in e["dtypes"]]
+    assert announced == ["bfloat16"] * len(v1)  # every tensor of the tiny model is floating point
+    assert sync.version == 3
+
+
+def test_sglang_refuses_an_update_outside_a_session(receiver):
+    """What today's push did: /update_weights_from_distributed with no begin_weight_update before it."""
+
+    async def bare_update():
+        client = SGLangEngine(receiver.url, timeout_s=60)
+        try:
+            await client.update_weights_from_distributed([("w", torch.zeros(2))], None)
+        finally:
+            await client.aclose()
+
+    with pytest.raises(EngineError, match="must run between begin_weight_update"):
+        asyncio.run(bare_update())
+    with pytest.raises(EngineError, match="no weight-update session is open"):
+        asyncio.run(_call(receiver.url, "end_weight_update"))
+
+
+async def _call(url: str, method: str):
+    client = SGLangEngine(url, timeout_s=60)
+    try:
+        return await getattr(client, method)()
+    finally:
+        await client.aclose()
+
+
+def test_buckets_cut_in_order():
+    t = {
+        f"w{i}": torch.zeros(n, dtype=torch.float32) for i, n in enumerate([10, 10, 30, 5, 1])
+    }  # 4-byte floats
+    plan = buckets(list(t.items()), 80)  # bytes: 40, 40 | 120 | 20, 4
+    assert [[n for n, _ in b] for b in plan] == [["w0", "w1"], ["w2"], ["w3", "w4"]]
+    with pytest.raises(ValueError):
+        buckets(list(t.items()), 0)
