@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from paravt_core.engines.coalesce import CoalescingEngine
 from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.models import load
-from paravt_core.rl.coalesce import CoalescingEngine
 from paravt_core.rl.data import load_prompts
 from paravt_core.rl.learner import Learner, PolicyLogprobs, pack_sample, packed_logprobs, trace_sequence
 from paravt_core.rl.rollout import arollout_step
