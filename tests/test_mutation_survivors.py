@@ -45,3 +45,10 @@ def test_every_statistic_by_hand() -> None:
         },
         abs=1e-5,
     )
+
+
+def test_gating_without_choices_says_why() -> None:
+    from paravt_core.rl.gating import draw_nframes
+
+    with pytest.raises(ValueError, match=r"^nFrames gating needs at least one frame count$"):
+        draw_nframes("row", 0, ())
