@@ -52,3 +52,73 @@ def test_gating_without_choices_says_why() -> None:
 
     with pytest.raises(ValueError, match=r"^nFrames gating needs at least one frame count$"):
         draw_nframes("row", 0, ())
+
+
+def test_sequence_advantages_with_the_default_knobs() -> None:
+    """SPEC §5 defaults (bias -0.2, scale 10, clip 20, eps 1e-5). Rewards 1, 0, 3.5 in group 0 and 0.5 alone:
+    shaped (R - 0.2) x 10 = 8, -2, 33 -> 20 (clipped), 3. Group 0: mean 26/3 = 8.6667, centred -0.6667,
+    -10.6667, 11.3333, unbiased std sqrt(242.6667 / 2) = 11.015141 -> -0.060523, -0.968363, 1.028886;
+    a group of one -> 0."""
+    from paravt_core.rl.advantages import sequence_advantages
+
+    seq, shaped = sequence_advantages(torch.tensor([1.0, 0.0, 3.5, 0.5]), torch.tensor([0, 0, 0, 1]))
+    assert shaped.tolist() == pytest.approx([8.0, -2.0, 20.0, 3.0])
+    assert seq.tolist() == pytest.approx([-0.060523, -0.968363, 1.028886, 0.0], abs=1e-5)
+
+
+def test_token_advantages_with_the_default_knobs() -> None:
+    """kl_ctl 0.01, clamp 10, batch norm on, eps 1e-5. Sequence advantages 1 and -1; seq 0's first token has
+    logp_behav - logp_ref = 20 -> clamped to 10 -> KL reward -0.1; the masked token (diff 5) counts nowhere.
+    Reward-to-go: seq 0: 1 - 0.1 = 0.9, 1.0; seq 1: -1.0. Batch norm over the 3 tokens: mean 0.3, population
+    std sqrt(2.54 / 3) = 0.920145 -> 0.652064, 0.760741, -1.412806; the masked position stays 0."""
+    from paravt_core.rl.advantages import token_advantages
+
+    behav = torch.tensor([[20.0, 0.0], [0.0, 5.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    adv = token_advantages(torch.tensor([1.0, -1.0]), behav, torch.zeros(2, 2), mask)
+    assert adv.tolist() == [
+        pytest.approx([0.652064, 0.760741], abs=1e-5),
+        pytest.approx([-1.412806, 0.0], abs=1e-5),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("behav", "mask", "kl_mean", "tokens"),
+    [
+        # (0.5 + 0.25 - 0.25) / 3 tokens; the masked 9 counts nowhere
+        ([[0.5, 0.25], [-0.25, 9.0]], [[1.0, 1.0], [1.0, 0.0]], 0.5 / 3, 3.0),
+        # one trained token: 0.5 / 1
+        ([[0.5, 9.0], [9.0, 9.0]], [[1.0, 0.0], [0.0, 0.0]], 0.5, 1.0),
+    ],
+)
+def test_compute_advantages_statistics(behav, mask, kl_mean, tokens) -> None:
+    """Rewards 1, 0 (group 0) and 0.5, 0.5 (group 1: equal -> a zero-advantage group). Shaped with the
+    defaults: 8, -2, 3, 3 -> mean 3."""
+    from paravt_core.rl.advantages import compute_advantages
+
+    _, stats = compute_advantages(
+        torch.tensor([1.0, 0.0, 0.5, 0.5]),
+        torch.tensor([0, 0, 1, 1]),
+        torch.tensor(behav + [[0.0, 0.0], [0.0, 0.0]]),
+        torch.zeros(4, 2),
+        torch.tensor(mask + [[0.0, 0.0], [0.0, 0.0]]),
+    )
+    assert stats == pytest.approx(
+        {
+            "shaped_reward_mean": 3.0,
+            "kl_behav_ref_mean": kl_mean,
+            "zero_advantage_groups": 1.0,
+            "trained_tokens": tokens,
+        }
+    )
+
+
+class _Bare:
+    """A call record without the attributes: getattr's defaults decide."""
+
+
+def test_tool_reward_reads_missing_attributes_as_false() -> None:
+    from paravt_core.rewards.tool import tool_reward
+
+    result = tool_reward([_Bare(), _Bare()], 1.0)
+    assert (result.score, result.level, result.calls, result.succeeded) == (0.0, 0.0, 2, 0)
