@@ -3,7 +3,8 @@
 mutmut (config: ``[tool.mutmut]`` in pyproject.toml) copies ``paravt_core`` into ``mutants/``, runs the
 selected test files once to learn which tests reach which function, then runs each mutant against only those
 tests. Modules run one after another in the order below (``rewards/accuracy.py`` last: it changes often);
-``--only`` picks some. Results accumulate in ``mutants/`` across runs (a rerun checks only what changed).
+``--only`` picks some. ``mutants/`` keeps the stats pass and the verdicts across runs (``--report`` prints
+them); running a module again checks all of its mutants again.
 Survivors are either killed by a new test or listed as equivalent in docs/mutation.md.
 
     .venv/bin/python scripts/mutation.py                      # everything (hours on 2 cores)
