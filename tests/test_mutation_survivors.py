@@ -122,3 +122,55 @@ def test_tool_reward_reads_missing_attributes_as_false() -> None:
 
     result = tool_reward([_Bare(), _Bare()], 1.0)
     assert (result.score, result.level, result.calls, result.succeeded) == (0.0, 0.0, 2, 0)
+
+
+class _OnlyOk:
+    parsed, ok = True, True  # no `executed`: not a success
+
+
+class _OnlyExecuted:
+    parsed, executed = True, True  # no `ok`: not a success
+
+
+def test_tool_reward_needs_both_executed_and_ok_and_never_raises() -> None:
+    from paravt_core.rewards.tool import ToolResult, tool_reward
+
+    # parsed but not succeeded: level 0.1, + 0.5 for R_acc > 0
+    assert tool_reward([_OnlyOk()], 1.0) == ToolResult(0.6, 0.1, 1, 0)
+    assert tool_reward([_OnlyExecuted()], 1.0) == ToolResult(0.6, 0.1, 1, 0)
+    assert tool_reward(None, 1.0) == ToolResult(0.0, 0.0, 0, 0)  # type: ignore[arg-type]  # len(None) fails
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_format_reward_never_raises_and_marks_the_error() -> None:
+    from paravt_core.rewards.format import FormatResult, format_reward
+
+    assert format_reward(_Unprintable(), answer_suffix=True, anchor_weight=0.5) == FormatResult(
+        0.0, {"error": 0.0}
+    )
+
+
+def test_the_legacy_tool_code_form_is_a_tool_call_for_the_format_reward() -> None:
+    from paravt_core.rewards.format import format_reward
+
+    text = "<think>\nI look at the frames.</think><tool_code>crop_video(start_time=1, end_time=3)</tool_code>"
+    assert format_reward(text, answer_suffix=True, anchor_weight=0.5).parts["think_before_tool"] == 0.3
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<think>\nab <think>\nI look at the frames.</think><answer>B</answer>",  # think reopened
+        "<think>\nI look at the frames.</think></think><answer>B</answer>",  # stray closing tag
+        "<think>\nI look at the frames.</think><answer>B</answer><tool_call>",  # a tag never closed
+    ],
+)
+def test_an_unbalanced_text_with_the_flow_is_not_compliant(text: str) -> None:
+    from paravt_core.rewards.format import format_reward
+
+    result = format_reward(text, answer_suffix=True, anchor_weight=0.5)
+    assert result.parts["anchor_flow"] == pytest.approx(0.15) and result.compliant is False
