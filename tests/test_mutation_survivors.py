@@ -174,3 +174,45 @@ def test_an_unbalanced_text_with_the_flow_is_not_compliant(text: str) -> None:
 
     result = format_reward(text, answer_suffix=True, anchor_weight=0.5)
     assert result.parts["anchor_flow"] == pytest.approx(0.15) and result.compliant is False
+
+
+@pytest.mark.parametrize(
+    ("batch_norm", "expected"),
+    [
+        # no batch norm: seq 0: 0.363961 - 0.1 = 0.263961; seq 1: -0.363961
+        (False, [[0.263961], [-0.363961]]),
+        # batch norm with eps 1: mean -0.05, population std 0.313961 -> +-0.313961 / 1.313961 = +-0.238942
+        (True, [[0.238942], [-0.238942]]),
+    ],
+)
+def test_compute_advantages_forwards_every_knob(batch_norm: bool, expected: list) -> None:
+    """Non-default knobs, each visible in the result: bias 0.5, scale 2, clip 2.5 -> rewards 1, 0 shape to
+    (1.5 x 2 = 3 -> 2.5) and 0.5 x 2 = 1; mean 1.75, unbiased std sqrt(2 x 0.5625) = 1.06066, group eps 1
+    -> +-0.75 / 2.06066 = +-0.363961. KL: behav - ref = 3 on seq 0, clamped to 1, x -kl_ctl 0.1 = -0.1."""
+    from paravt_core.rl.advantages import compute_advantages
+
+    adv, stats = compute_advantages(
+        torch.tensor([1.0, 0.0]),
+        torch.tensor([0, 0]),
+        torch.tensor([[4.0], [1.0]]),
+        torch.tensor([[1.0], [1.0]]),
+        torch.ones(2, 1),
+        bias=0.5,
+        scale=2.0,
+        clip=2.5,
+        group_eps=1.0,
+        kl_ctl=0.1,
+        kl_clamp=1.0,
+        batch_norm=batch_norm,
+        batch_eps=1.0,
+    )
+    assert adv.tolist() == [pytest.approx(row, abs=1e-5) for row in expected]
+    # (3 + 0) / 2 tokens of behav - ref; shaped mean (2.5 + 1) / 2
+    assert stats == pytest.approx(
+        {
+            "shaped_reward_mean": 1.75,
+            "kl_behav_ref_mean": 1.5,
+            "zero_advantage_groups": 0.0,
+            "trained_tokens": 2.0,
+        }
+    )
