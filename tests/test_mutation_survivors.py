@@ -216,3 +216,12 @@ def test_compute_advantages_forwards_every_knob(batch_norm: bool, expected: list
             "trained_tokens": 2.0,
         }
     )
+
+
+def test_group_normalize_default_eps() -> None:
+    """Values 1, 3: mean 2, unbiased std sqrt(2) = 1.414214, eps 1e-5 -> +-1 / 1.414224 = +-0.707102."""
+    from paravt_core.rl.advantages import group_normalize
+
+    assert group_normalize(torch.tensor([1.0, 3.0]), torch.tensor([0, 0])).tolist() == pytest.approx(
+        [-0.707102, 0.707102], abs=1e-6
+    )
