@@ -225,3 +225,10 @@ def test_group_normalize_default_eps() -> None:
     assert group_normalize(torch.tensor([1.0, 3.0]), torch.tensor([0, 0])).tolist() == pytest.approx(
         [-0.707102, 0.707102], abs=1e-6
     )
+
+
+def test_batch_normalize_of_one_token_is_zero() -> None:
+    """One masked token: mean = the value, deviation 0 -> 0 (a count clamped above 1 would halve the mean)."""
+    from paravt_core.rl.advantages import batch_normalize
+
+    assert batch_normalize(torch.tensor([[3.0, 7.0]]), torch.tensor([[1.0, 0.0]])).tolist() == [[0.0, 0.0]]
