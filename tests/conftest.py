@@ -24,6 +24,8 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", max_examples=200, deadline=None)
+# `make mutation` runs the tests once per mutant: the same few examples every time, so a verdict repeats.
+settings.register_profile("mutation", derandomize=True, max_examples=50, deadline=None, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 pytest_plugins = [

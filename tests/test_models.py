@@ -315,9 +315,29 @@ def test_processor_on_image(tiny_model: Loaded) -> None:
         == 6
         == int((inputs["input_ids"][0] == image_id).sum())
     )
+    # Pixel values, by hand: 24 patches of 3 x 2 x 16 x 16 = 1536 values (the frame repeated over the temporal
+    # patch of 2), each (200 / 255 - mean 0.5) / std 0.5 = 0.568627...
+    assert inputs["pixel_values"].shape == (24, 1536)
+    torch.testing.assert_close(
+        inputs["pixel_values"], torch.full((24, 1536), (200 / 255 - 0.5) / 0.5), rtol=0, atol=1e-6
+    )
     with torch.no_grad():
         logits = tiny_model.model(**inputs).logits
-    assert logits.shape == (1, inputs["input_ids"].shape[1], tiny_model.config.text_config.vocab_size)
+    ids = inputs["input_ids"]
+    assert logits.shape == (1, ids.shape[1], tiny_model.config.text_config.vocab_size)
+    # Values, worked out by another path: attention is causal and text positions before the image are
+    # 0..k-1 in all three rope sections, so the logits before the first image token equal a text-only
+    # forward of that prefix ("<|im_start|>user\n<|vision_start|>").
+    k = int((ids[0] == image_id).nonzero()[0])
+    with torch.no_grad():
+        prefix = tiny_model.model(input_ids=ids[:, :k], attention_mask=torch.ones_like(ids[:, :k])).logits
+    torch.testing.assert_close(logits[:, :k], prefix, rtol=1e-5, atol=1e-5)
+    # ...and the image reaches every later position: a darker frame (10) changes all of them, none before.
+    dark = {**inputs, "pixel_values": torch.full_like(inputs["pixel_values"], (10 / 255 - 0.5) / 0.5)}
+    with torch.no_grad():
+        other = tiny_model.model(**dark).logits
+    assert torch.equal(other[:, :k], logits[:, :k])
+    assert (other[0, k:] - logits[0, k:]).abs().amax(dim=-1).min() > 0
 
 
 def test_real_checkpoint_template_is_unnested_by_load(tmp_path: Path, tiny_model_dir: str, mp4: str) -> None:

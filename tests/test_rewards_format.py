@@ -29,8 +29,19 @@ FORMAT_CASES = [
     # (id, text, PARA-GRPO score, vanilla score)
     # full flow: .2+.3+.2 + .2+.15 + .1 = 1.15 -> 1.0 | .3+.2+.1 + .1 = 0.7
     ("full_flow", THINK + "</think><answer>B</answer>", 1.0, 0.7),
-    # think never closed: 0+.3+.2 + 0+0-.15, unbalanced = 0.35 | 0+.2+.1 = 0.3
-    ("think_unclosed", THINK + "<answer>B</answer>", 0.35, 0.3),
+    # think never closed, its 21-character body runs until <answer> so it is present (SPEC §5):
+    # .2+.3+.2 + 0+0-.15, unbalanced = 0.55 | .3+.2+.1 = 0.6 (closing it pays more: 1.0 | 0.7, full_flow)
+    ("think_unclosed", THINK + "<answer>B</answer>", 0.55, 0.6),
+    # open think of 2 characters before <answer>: 0+.3+.2 - .15 = 0.35 | 0+.2+.1 = 0.3
+    ("think_unclosed_short", "<think>\nok<answer>B</answer>", 0.35, 0.3),
+    # open think running until a tool call: present (.2), no think-before-tool (needs </think>):
+    # .2 - .15 = 0.05 | .3
+    ("think_unclosed_then_call", THINK + CALL, 0.05, 0.3),
+    # open think of 2 characters: its body stops at <tool_call> (the call's JSON is not think text):
+    # 0 - .15 = -0.15 | 0
+    ("think_unclosed_short_then_call", "<think>\nok" + CALL, -0.15, 0.0),
+    # the body of an open think also stops at <|im_end|>: "ok" -> 0 - .15 = -0.15 | 0
+    ("think_unclosed_until_im_end", "<think>\nok<|im_end|>0123456789", -0.15, 0.0),
     # think of 2 chars: 0+.3+.2 + .2+.15 + .1 = 0.95 | 0+.2+.1+.1 = 0.4
     ("think_too_short", "<think>\nok</think><answer>B</answer>", 0.95, 0.4),
     # empty answer body: .2+0+.2 + .2+0 + .1 = 0.7 | .3+0+.1+.1 = 0.5
@@ -50,10 +61,14 @@ FORMAT_CASES = [
     ),
     # stray </think>: 0+.3+.2 + .2+.15, unbalanced = 0.85 | 0+.2+.1 = 0.3
     ("unbalanced_close", "<think>\nok</think></think><answer>B</answer>", 0.85, 0.3),
-    # a think reopened inside a think: .2+.3+.2 + .2+.15-.15, unbalanced = 0.9 | .3+.2+.1 = 0.6
+    # a think reopened inside a think (the first, open, body "abc" stops at the second <think>):
+    # .2+.3+.2 + .2+.15-.15, unbalanced = 0.9 | .3+.2+.1 = 0.6
     ("nested_think", "<think>\nabc " + THINK + "</think><answer>B</answer>", 0.9, 0.6),
-    # generation cut inside the think: -0.15 (negative, no balance bonus) | 0
-    ("cut_in_think", "<think>\nhmm, the circle", -0.15, 0.0),
+    # generation cut inside the think (15-character body, open until the end): .2 - .15 = 0.05,
+    # unbalanced | .3
+    ("cut_in_think", "<think>\nhmm, the circle", 0.05, 0.3),
+    # cut inside a short think: 0 - .15 = -0.15 (negative, no balance bonus) | 0
+    ("cut_in_short_think", "<think>\nhmm", -0.15, 0.0),
     # nothing: 0 | 0
     ("empty", "", 0.0, 0.0),
     # plain answer without any tag: 0 | 0

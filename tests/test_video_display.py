@@ -54,10 +54,25 @@ def test_every_orientation_on_a_real_file(tmp_path, degrees, hflip):
             expected = expected[:, ::-1]
         shown = c.frames[j].permute(1, 2, 0).numpy().mean(axis=2)
         assert shown.shape == expected.shape
-        assert np.abs(shown - expected).mean() < 20, (degrees, hflip, i)  # blocks in the right places
+        # Block by block, from the code's bits alone: block b = (b // 4, b % 4) is white iff bit b of i is set;
+        # the 4x4 grid turns and mirrors with the picture (each side is cut into 4 equal parts).
+        grid = np.array([[i >> (4 * r + col) & 1 for col in range(4)] for r in range(4)], dtype=bool)
+        grid = np.rot90(grid, degrees // 90)
+        assert np.array_equal(_bright_blocks(shown), grid[:, ::-1] if hflip else grid), (degrees, hflip, i)
+        assert np.abs(shown - expected).mean() < 20, (degrees, hflip, i)
         # and undoing the transform by hand gives back the frame's own code
         undone = shown[:, ::-1] if hflip else shown
         assert read_code(np.rot90(undone, -(degrees // 90))) == i
+
+
+def _bright_blocks(grey: np.ndarray) -> np.ndarray:
+    """4x4 booleans: is the inner half of each block brighter than mid-grey."""
+    h, w = grey.shape
+    inner = [
+        [grey[r * h // 4 + h // 16 : (r + 1) * h // 4 - h // 16, c * w // 4 + w // 16 : (c + 1) * w // 4 - w // 16]
+         for c in range(4)] for r in range(4)
+    ]  # fmt: skip
+    return np.array([[block.mean() > 127.5 for block in row] for row in inner])
 
 
 @pytest.mark.parametrize(

@@ -241,6 +241,11 @@ def test_non_square_pixels_are_applied_before_the_pixel_budget(coded, tmp_path):
     c = crop(wide, 1.0, 3.0, cache=cache)
     assert tuple(c.frames.shape) == (2, 3, 96, 256)
     assert [read_code(hwc(c, j)) for j in range(2)] == [10, 30]
+    # Pixel values, by hand: each coded column shown twice (2:1), i.e. the code image with every column
+    # repeated; x264 blurs only the block edges (a mean grey error under a level out of 255).
+    for j, i in enumerate((10, 30)):
+        stretched = np.repeat(code_image(i, 128, 96), 2, axis=1).astype(float)
+        assert np.abs(hwc(c, j).mean(axis=2) - stretched).mean() < 3, i  # measured 0.55 and 0.72
     # Budget 6144 px on the shown 256x96: scale sqrt(24576 / 6144) = 2 -> 96/2 = 48 -> 32, 256/2 = 128 ->
     # 128, i.e. 32x128 (4096 px). Budgeting the coded 128x96 first would give 64x64 and then, stretched
     # 2:1, 64x128 = 8192 px: over the budget and another size.

@@ -3,7 +3,7 @@
 It reads the main agent's whole text (every turn, the forced ``<think>\\n`` prefix included: the prefix is
 part of the completion for this reward). Line by line against SPEC §5:
 
-- base part, ``answer_suffix`` on (PARA-GRPO): +0.2 a think block of >= 10 characters that is closed,
+- base part, ``answer_suffix`` on (PARA-GRPO): +0.2 a think block of >= 10 characters is present,
   +0.3 an ``<answer>`` with a non-empty body, +0.2 that answer closed by ``</answer>``;
   ``answer_suffix`` off (vanilla): +0.3 / +0.2 / +0.1 for the same three.
 - anchor part, times ``anchor_weight`` (lambda_anchor): +0.4 if a ``</think>`` closes a think block,
@@ -14,8 +14,11 @@ part of the completion for this reward). Line by line against SPEC §5:
   no nesting of a tag inside itself).
 - the sum is clipped at 1.0 from above only (it may be negative: at worst -0.3 x lambda_anchor).
 
-A think block "counts" only when it is closed: the release paid for leaving ``</think>`` open; here
-closing it is strictly better than not (``tests/test_rewards_format.py`` checks that for both recipes).
+A think block is *present* when it is closed, or when it was opened (by the forced prefix or the model) and
+runs until a tool call, an ``<answer>``, ``<|im_end|>`` or the end of the text: its body is the text up to
+that point (SPEC §5). Such an open block earns the +0.2 but also the anchor's penalty, and the closed-only
+terms (+0.4 close, the flow, think-before-tool, balanced) go to a closed block, so closing ``</think>``
+still pays strictly more (``tests/test_rewards_format.py`` checks that for both recipes).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ ANCHOR_CLOSE, ANCHOR_FLOW, ANCHOR_UNCLOSED = 0.4, 0.3, -0.3
 THINK_BEFORE_TOOL = 0.3
 BALANCED = 0.1
 CLIP_MAX = 1.0
+# Where the body of a think block that is never closed ends (SPEC §5): a tool call (either form), an answer,
+# the end of the turn, or the block opened again.
+_OPEN_THINK_END = re.compile(r"<tool_call>|<tool_code>|<answer>|<\|im_end\|>|<think>")
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,14 @@ def _blocks(text: str) -> tuple[list[_Block], bool]:
     return blocks, balanced
 
 
+def _think_body(text: str, block: _Block) -> str:
+    """The body of a think block: up to ``</think>``, or for an open block up to ``_OPEN_THINK_END``."""
+    if block.end is not None:
+        return text[block.body_start : block.end]
+    stop = _OPEN_THINK_END.search(text, block.body_start)
+    return text[block.body_start : stop.start() if stop else len(text)]
+
+
 def format_reward(text: str, *, answer_suffix: bool, anchor_weight: float) -> FormatResult:
     """R_fmt of the main agent's text (forced prefix + every generated turn). Never raises."""
     try:
@@ -95,7 +109,7 @@ def _format_reward(text: str, answer_suffix: bool, anchor_weight: float) -> Form
 
     w_think, w_answer, w_close = BASE_WEIGHTS[answer_suffix]
     parts: dict[str, float] = {}
-    long_think = any(len(text[b.body_start : b.end].strip()) >= MIN_THINK_CHARS for b in closed_thinks)
+    long_think = any(len(_think_body(text, b).strip()) >= MIN_THINK_CHARS for b in thinks)
     parts["think"] = w_think if long_think else 0.0
 
     last_answer = answers[-1] if answers else None
