@@ -65,6 +65,24 @@ def test_forced_answer_after_the_last_round(tiny_model, video):
     assert (rec["status"], rec["score"], rec["prediction"]) == ("ok", 0.0, "C")
 
 
+def test_the_final_reply_decides_over_an_earlier_answer_tag(tiny_model, video):
+    """Issue 21 item 6: turn 1 tags A and calls the tool, the forced final reply is a bare "C": C is scored (the
+    release scores its final reply); an earlier turn's tag must not override it."""
+    engine = KeyedEngine(tiny_model.processor, {"[final]": ["<answer>A</answer>\n" + CALLS, "C"]})
+    rec = _run(_mcq("final", video), engine, max_turns=1)
+    assert PS.forced_answer["mcq"].text in engine.prompts["[final]"][1]
+    assert (rec["status"], rec["prediction"], rec["score"]) == ("ok", "C", 0.0)
+
+
+def test_context_overflow_is_an_error_not_a_wrong_answer(tiny_model, video):
+    """Issue 22 item 9: a prompt that does not fit ``max_context_tokens`` (256 < the system prompt alone) is
+    recorded as an error with its reason, never scored 0, and not retried."""
+    engine = KeyedEngine(tiny_model.processor, {"[big]": ["<answer>B</answer>"]})
+    rec = _run(_mcq("big", video), engine, max_context_tokens=256)
+    assert (rec["status"], rec["score"], rec["error"]["reason"]) == ("error", None, "context_overflow")
+    assert rec["attempts"] == 1 and "prediction" not in rec
+
+
 def test_malformed_tool_calls_are_counted_and_the_episode_goes_on(tiny_model, video):
     bad = '<tool_call>{"name": "crop_video", "arguments": {"start_time": 1,</tool_call>\n'
     engine = KeyedEngine(tiny_model.processor, {"[bad]": [bad + CALLS.split("\n</tool_call>")[0] + "\n</tool_call>",

@@ -37,7 +37,7 @@ def _score(sample, prediction, judge=None):
         ("<answer>it is the red one</answer>", 0.0, "unparseable_letter"),
         ("<answer>B</answer> wait <answer>C</answer>", 0.0, None),  # the last answer counts: C != B
         ("<answer>B", 1.0, None),  # cut before </answer>: the stray tag is dropped, the letter B stays
-        ("<answer>A B</answer>", 0.0, "unparseable_letter"),  # normalizes to "b" but commits to no letter
+        ("<answer>A B</answer>", 0.0, "hedged_letter"),  # normalizes to "b" but names two letters
     ],
 )
 def test_multiple_choice(prediction, score, reason):
@@ -97,9 +97,12 @@ def test_multiple_choice_never_asks_the_judge():
     assert result.score == 1.0
 
 
-def test_prediction_is_the_last_answer_of_the_episode():
-    assert prediction_of("B", "garbage after the answer") == "<answer>B</answer>"
-    assert prediction_of(None, "The answer is C") == "The answer is C"
+def test_the_final_reply_decides():
+    """SPEC §7 / issue 21 item 6: an earlier turn's <answer>A</answer> never overrides the final reply "C"
+    (the forced answer of the release scores C)."""
+    assert prediction_of("The answer is C") == "The answer is C"
+    assert _score(MCQ, prediction_of("C")).parsed == "C"
+    assert _score(MCQ, prediction_of("<answer>B</answer>")).score == 1.0
 
 
 # ------------------------------------------------------------------------------------------------ metrics

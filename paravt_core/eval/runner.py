@@ -117,7 +117,7 @@ async def run_one(
         if result.finish_reason in ERROR_FINISH:
             return error_record(sample, protocol, result.finish_reason, result.error or result.finish_reason,
                                 **fields)  # fmt: skip
-        score = await score_sample(sample, prediction_of(result.answer, result.final_text), judge)
+        score = await score_sample(sample, prediction_of(result.final_text), judge)
         if score.error:
             return error_record(
                 sample, protocol, score.error, "the judge could not score this answer", **fields
