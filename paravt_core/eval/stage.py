@@ -94,7 +94,9 @@ def _rows_source(b: EvalBenchmarkConfig, bench: registry.Benchmark, work: str) -
     return source
 
 
-def load_samples(b: EvalBenchmarkConfig, work: str) -> list[registry.Sample]:
+def load_samples(
+    b: EvalBenchmarkConfig, work: str, prompt_set: str = prompts.DEFAULT_PROMPT_SET
+) -> list[registry.Sample]:
     bench = registry.get(b.name)
     source = _rows_source(b, bench, work)
     try:
@@ -103,7 +105,8 @@ def load_samples(b: EvalBenchmarkConfig, work: str) -> list[registry.Sample]:
         raise EvalError(f"benchmark {b.name}: {err}") from None
     if b.limit:
         rows = rows[: b.limit]
-    ctx = registry.Context(media_root=b.media_root, subtitles_root=b.subtitles)
+    texts = prompts.load_prompt_set(prompt_set).benchmark  # question texts of the run's prompt set
+    ctx = registry.Context(media_root=b.media_root, subtitles_root=b.subtitles, texts=texts)
     return registry.to_samples(b.name, rows, ctx)
 
 
@@ -305,7 +308,7 @@ def _samples_by_bench(cfg: EvalConfig, work: str) -> dict[str, list[registry.Sam
     for b in resolve_benchmarks(cfg):
         if b.name in out:
             raise EvalError(f"benchmark {b.name} is configured twice")
-        out[b.name] = load_samples(b, work)
+        out[b.name] = load_samples(b, work, cfg.agent.prompt_set)
     return out
 
 

@@ -18,11 +18,7 @@ from paravt_core.synth.scenes import COLOURS, SHAPES, Event
 TOOL_ENVELOPE = prompts.system_prompt("agentic_minimal")
 AGENT_SYSTEM_PROMPT = prompts.system_prompt("agentic_general")
 
-CHARADES_QUESTION = (
-    "Please find the visual event described by a sentence in the video, determining its starting and "
-    "ending times. The format should be: 'The event happens in the start time - end time seconds'. "
-    "Now I will give you the textual sentence: {caption}"
-)
+CHARADES_QUESTION = prompts.load_prompt_set().benchmark.charades_question  # the eval's grounding question
 
 LETTERS = "ABCD"
 
