@@ -98,7 +98,7 @@ def q_when(v: Video, rng: random.Random) -> Question:
 def q_charades(v: Video, rng: random.Random) -> Question:
     k = rng.randrange(len(v.events))
     ev = v.events[k]
-    text = CHARADES_QUESTION.format(caption=f"a {ev.label} appears.")
+    text = CHARADES_QUESTION.format(caption=f"a {ev.label} appears")
     answer = f"The event happens in the {fmt_t(ev.start)} - {fmt_t(ev.end)} seconds."
     reason = f"The {ev.label} appears at {fmt_t(ev.start)} s and disappears at {fmt_t(ev.end)} s."
     return Question(text, answer, tvg_answer(ev.start, ev.end), "tvg", reason, target=k)
