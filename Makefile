@@ -2,7 +2,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval compile images-smoke clean
+.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval bench-scoring compile images-smoke clean
 
 setup:
 	@scripts/setup.sh
@@ -29,7 +29,7 @@ compile: setup
 images-smoke: setup
 	scripts/images-smoke.sh
 
-bench: bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval
+bench: bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval bench-scoring
 
 bench-materialize: setup
 	$(VENV)/bin/python benchmarks/materialize.py
@@ -53,6 +53,11 @@ bench-rollout: setup
 # Eval runner: concurrent samples with cross-sample batching vs one sample at a time (tiny model, CPU).
 bench-eval: setup
 	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/eval_throughput.py
+
+# Answer scoring vs lmms-eval 0.7.3's task scorers (side site from setup) and the release's rule: agreement per
+# benchmark and every disagreement with its reason.
+bench-scoring: setup
+	PYTHONPATH=. $(VENV)/bin/python benchmarks/scoring.py
 
 clean:
 	rm -rf demo-out build .pytest_cache

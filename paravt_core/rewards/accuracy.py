@@ -131,6 +131,14 @@ def read_mcq_letter(text: str) -> tuple[str | None, str | None]:
     return _mcq_letter(answer_span(text))
 
 
+def statement_letters(text: str) -> list[str]:
+    """The letters of every committing statement in ``text``, in order ("the answer is A … the answer is B" ->
+    ["A", "B"]); the last one is the reading when there are several."""
+    s = _MARKUP.sub("", unicodedata.normalize("NFKC", text))
+    found = sorted([*_STATEMENT.finditer(s), *_IS_CORRECT.finditer(s)], key=lambda m: m.start(1))
+    return [m.group(1) for m in found]
+
+
 def _hedged(span: str, end: int, letter: str) -> bool:
     """Another letter, different from ``letter``, offered as an alternative right after ``end``."""
     alt = _ALT.match(span, end)
