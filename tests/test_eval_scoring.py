@@ -140,6 +140,8 @@ def test_mlvu_micro_and_macro():
     assert m["micro"] == 75.0  # 3 of 4
     assert m["macro"] == 50.0  # mean(plotQA 100, count 0)
     assert m["by_task_type"] == {"count": 0.0, "plotQA": 100.0}
+    # the published MLVU number is the release's micro accuracy; lmms-eval's M-avg is shown beside it
+    assert (m["headline"], m["accuracy"], m["m_avg"]) == ("accuracy", 75.0, 50.0)
 
 
 def test_charades_miou_and_recalls():
@@ -160,6 +162,36 @@ def test_mmvu_mc_and_open_ended():
     ]
     m = benchmark_metrics("mmvu", records)
     assert (m["mc_accuracy"], m["oe_accuracy"], m["accuracy"]) == (50.0, 50.0, 50.0)
+
+
+def test_mmvu_headline_is_multiple_choice_and_f1_open_ended_is_not_comparable():
+    mc = [
+        _rec(1.0, kind="multiple-choice"),
+        _rec(1.0, kind="multiple-choice"),
+        _rec(0.0, kind="multiple-choice"),
+    ]
+    f1 = {**_rec(0.5, kind="open-ended"), "qtype": "oe", "score_source": "f1"}
+    m = benchmark_metrics("mmvu", [*mc, f1])
+    assert (m["headline"], m["mc_accuracy"], m["oe_accuracy"]) == (
+        "mc_accuracy",
+        pytest.approx(200 / 3),
+        50.0,
+    )
+    assert m["oe_scored_by"] == ["f1"] and m["oe_comparable"] is False
+    assert any("not comparable" in n for n in m["notes"])
+    judged = benchmark_metrics("mmvu", [*mc, {**f1, "score_source": "judge", "score": 1.0}])
+    assert judged["oe_comparable"] is True and judged["oe_accuracy"] == 100.0
+
+
+def test_longvideobench_unparseable_answers_are_wrong_and_counted():
+    records = [
+        _rec(1.0),
+        {**_rec(0.0), "score_reason": "unparseable_letter"},
+        {**_rec(0.0), "score_reason": None},
+    ]
+    m = benchmark_metrics("longvideobench", records)
+    assert (m["accuracy"], m["unparseable_as_wrong"]) == (pytest.approx(100 / 3), 1)  # 1 right of 3; 1 unread
+    assert "random letter" in m["notes"][0]
 
 
 def test_all_errors_gives_no_accuracy_rather_than_zero():
