@@ -272,7 +272,9 @@ def test_longvideobench_json_only_copy_parses(tmp_path):
              "question_category": "S2E", "duration": 527.1}]  # fmt: skip
     (tmp_path / "lvb_val.json").write_text(json.dumps(rows))
     # the copy's other json files: the unlabelled test split and the subtitles (not rows of the validation split)
-    (tmp_path / "lvb_test_wo_gt.json").write_text(json.dumps([{**rows[0], "id": "t_0", "correct_choice": None}]))
+    (tmp_path / "lvb_test_wo_gt.json").write_text(
+        json.dumps([{**rows[0], "id": "t_0", "correct_choice": None}])
+    )
     (tmp_path / "subtitles").mkdir()
     (tmp_path / "subtitles" / "86CxyhFV9MI_en.json").write_text(json.dumps([{"start": 0.0, "line": "hi"}]))
     (s,) = B.to_samples("longvideobench", read_rows(str(tmp_path), "validation"), B.Context("/m"))
