@@ -70,6 +70,7 @@ def test_html_shows_published_numbers_and_differences():
     assert "<b>75.0</b>" in html and "<td>62.1</td>" in html and "+12.9" in html
     # charades mIoU: 0.4 over the 1 scored sample = 40.0; published 50.1 -> -10.1
     assert "<b>40.0</b>" in html and "-10.1" in html and "1 scored · 1 errors" in html
+    assert "the release feeds Charades as video_url" in html  # what a reader must know beside the difference
     assert "exceeds max_error_share 5.0%" in html  # 12.5% > 5%
     assert html.count("data:image/png;base64,") == 3
 

@@ -201,6 +201,8 @@ def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
             shown = (
                 f"{diff:+.1f}" if diff is not None else (f"<small>{html.escape(why)}</small>" if why else "")
             )
+            note = CAVEATS.get(b, "") if diff is not None else ""
+            shown += f"<br><small>{html.escape(note)}</small>" if note else ""
             cells.append(f"<td>{_fmt(pub)}</td><td class='{sign}'>{shown}</td>")
         metric = "mIoU" if b == "charades" else "acc."
         rows.append(f"<tr><th>{html.escape(b)} <small>({metric})</small></th>{''.join(cells)}</tr>")
@@ -270,6 +272,17 @@ def _provenance(m: dict[str, Any]) -> str:
     digest = str(p.get("prompt_checksum", "")).removeprefix("sha256:")[:12]
     text = f"{p.get('preset')}/{p.get('protocol')} · {p.get('prompt_set')} sha256:{digest}"
     return f"<br><small class='prov'>{html.escape(text)}</small>"
+
+
+# What a reader must know when setting our headline against the published one (shown under the difference).
+CAVEATS = {
+    "mmvu": "ours: multiple-choice accuracy; the release's loader reads every MMVU item as multiple choice, so "
+    "the published number's item mix is not documented",
+    "mlvu": "micro accuracy, as the release reports it (lmms-eval's M-avg is in the breakdowns)",
+    "longvideobench": "unparseable answers counted wrong, as the release does (lmms-eval draws a random letter)",
+    "charades": "the release feeds Charades as video_url (server-side decode); preset=release shows labelled "
+    "frames instead",
+}
 
 
 def comparability(results: dict[str, Any], bench: str) -> str:
