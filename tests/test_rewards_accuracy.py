@@ -70,6 +70,10 @@ def test_extract_answer_text_is_the_last_complete_answer():
         ("<answer>The answer is C. On reflection the answer is A.</answer>", "A"),
         ("the answer is B or C", None),  # two options named as the answer
         ("It is either A or B", None),
+        ("<answer>C) A blue square</answer>", "C"),  # the article of the option's text is not a second letter
+        ("<answer>(C) A blue square</answer>", "C"),
+        ("The answer is (C) A blue square.", "C"),
+        ("<answer>A B.</answer>", None),  # two bare letters
         ("", None),
     ],
 )

@@ -59,8 +59,11 @@ _STATEMENT = re.compile(
 )
 _IS_CORRECT = re.compile(r"(?<![\w'])" + _L + r"\s+(?i:is)\s+(?:(?i:the)\s+)?(?i:correct|right|best)\b")
 # A letter followed by another offered as an alternative: "A or B", "B/C", "A, B", "A and B", "A B".
+# A second letter after a bare space counts only when nothing but punctuation, another letter or the end follows
+# it ("A B", "A B."): in "C) A blue square" the A is the article of the option's text.
 _ALT = re.compile(
-    r"(?:\s*(?:,|/|&|(?i:\bor\b)|(?i:\band\b))\s*|\s+)(?:(?i:option)\s*)?[(\[]?([A-J])(?![\w'])"
+    r"(?:\s*(?:,|/|&|(?i:\bor\b)|(?i:\band\b))\s*(?:(?i:option)\s*)?[(\[]?([A-J])(?![\w'])"
+    r"|\s+[(\[]?([A-J])[)\]]?(?=\s*(?:$|[.,;:!?/&]|[(\[]?[A-J](?![\w']))))"
 )
 # The span starts with a letter: "B", "(B)", "B.", "B) red", "B: red", "B - the red circle", "B, because",
 # "D. Both A and B." (a lettered option with its text: the letters inside the text are not alternatives).
@@ -142,7 +145,7 @@ def statement_letters(text: str) -> list[str]:
 def _hedged(span: str, end: int, letter: str) -> bool:
     """Another letter, different from ``letter``, offered as an alternative right after ``end``."""
     alt = _ALT.match(span, end)
-    return alt is not None and alt.group(1) != letter
+    return alt is not None and (alt.group(1) or alt.group(2)) != letter
 
 
 def _mcq_letter(span: str) -> tuple[str | None, str | None]:
