@@ -310,3 +310,17 @@ def test_separate_overview_and_crop_pixel_budgets(tiny_model, video):
     assert _tokens_per_frame(crops[0], tiny_model.processor) < _tokens_per_frame(
         overview, tiny_model.processor
     )
+
+
+def test_release_config_file_resolves_to_the_released_driver():
+    from paravt_core.config import load_config
+    from paravt_core.eval.config import EvalConfig
+    from paravt_core.eval.protocols import preset_agent
+
+    release = load_config(EvalConfig, "configs/eval/release.yaml")
+    agent = preset_agent(release.preset, release.agent)
+    assert (release.preset, agent.overview_frames, agent.overview_pixels, agent.crop_pixels) == (
+        "release", 64, (100_352, 602_112), (784, 50_176))  # fmt: skip
+    assert (agent.tool_mode, agent.max_context_tokens, agent.temperature) == ("crop_frames", 65_536, 0.0)
+    ours = load_config(EvalConfig, "configs/eval/withtool.yaml")
+    assert ours.preset == "paravt" and preset_agent(ours.preset, ours.agent) == ours.agent
