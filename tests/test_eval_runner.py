@@ -317,10 +317,13 @@ def test_release_config_file_resolves_to_the_released_driver():
     from paravt_core.eval.config import EvalConfig
     from paravt_core.eval.protocols import preset_agent
 
-    release = load_config(EvalConfig, "configs/eval/release.yaml")
+    from pathlib import Path
+
+    configs = Path(__file__).resolve().parent.parent / "configs" / "eval"
+    release = load_config(EvalConfig, configs / "release.yaml")
     agent = preset_agent(release.preset, release.agent)
     assert (release.preset, agent.overview_frames, agent.overview_pixels, agent.crop_pixels) == (
         "release", 64, (100_352, 602_112), (784, 50_176))  # fmt: skip
     assert (agent.tool_mode, agent.max_context_tokens, agent.temperature) == ("crop_frames", 65_536, 0.0)
-    ours = load_config(EvalConfig, "configs/eval/withtool.yaml")
+    ours = load_config(EvalConfig, configs / "withtool.yaml")
     assert ours.preset == "paravt" and preset_agent(ours.preset, ours.agent) == ours.agent
