@@ -313,11 +313,11 @@ def test_separate_overview_and_crop_pixel_budgets(tiny_model, video):
 
 
 def test_release_config_file_resolves_to_the_released_driver():
+    from pathlib import Path
+
     from paravt_core.config import load_config
     from paravt_core.eval.config import EvalConfig
     from paravt_core.eval.protocols import preset_agent
-
-    from pathlib import Path
 
     configs = Path(__file__).resolve().parent.parent / "configs" / "eval"
     release = load_config(EvalConfig, configs / "release.yaml")
