@@ -2,7 +2,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval compile images-smoke gpu-check mutation clean
+.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval bench-scoring compile images-smoke gpu-check mutation clean
 
 setup:
 	@scripts/setup.sh
@@ -35,7 +35,7 @@ gpu-check:
 images-smoke: setup
 	scripts/images-smoke.sh
 
-bench: bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval
+bench: bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval bench-scoring
 
 bench-materialize: setup
 	$(VENV)/bin/python benchmarks/materialize.py
@@ -64,6 +64,11 @@ bench-eval: setup
 # every survivor (docs/mutation.md). MODULES="rl/loss.py rl/gating.py" limits it.
 mutation: setup
 	$(VENV)/bin/python scripts/mutation.py $(foreach m,$(MODULES),--only $(m))
+
+# Answer scoring vs lmms-eval 0.7.3's task scorers (side site from setup) and the release's rule: agreement per
+# benchmark and every disagreement with its reason.
+bench-scoring: setup
+	PYTHONPATH=. $(VENV)/bin/python benchmarks/scoring.py
 
 clean:
 	rm -rf demo-out build .pytest_cache mutants

@@ -5,6 +5,8 @@
 #  3. .venv-bench/sglang-site: SGLang 0.5.23's own Python package (its wheel, --no-deps) and the pure-Python
 #     modules its request, argument and weight-update modules import, for the contract tests
 #     (tests/sglang_support.py); never on the venv's path. Its GPU kernels are not installed.
+#  4. .venv-bench/lmms-eval-site: lmms-eval 0.7.3 (+ its logger, loguru) installed --no-deps, outside the venv:
+#     its task scorers are the oracle of tests/test_eval_oracle.py and `make bench-scoring`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,5 +59,12 @@ if [ ! -f "$site_stamp" ] || [ "$(cat "$site_stamp")" != "$site_want" ]; then
     "${SGLANG_SITE_PACKAGES[@]}" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
   PYTHONPATH=$SGLANG_SITE PARAVT_SGLANG_SITE=$SGLANG_SITE .venv/bin/python tests/sglang_side.py check </dev/null
   echo "$site_want" > "$site_stamp"
+fi
+LMMS_SITE=.venv-bench/lmms-eval-site
+if [ ! -f "$LMMS_SITE/lmms_eval-0.7.3.dist-info/METADATA" ]; then
+  echo "[setup] installing lmms-eval 0.7.3 (--no-deps) into $LMMS_SITE"
+  .venv/bin/pip install -q --disable-pip-version-check --target "$LMMS_SITE" --no-deps \
+    lmms-eval==0.7.3 loguru==0.7.3 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+  test -f "$LMMS_SITE/lmms_eval/tasks/_task_utils/mcq_extract.py" # fail here, not in the oracle test
 fi
 echo "[setup] ready"

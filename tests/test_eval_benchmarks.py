@@ -134,7 +134,7 @@ def test_charades_float16_timestamps_and_the_grounding_question(eval_fixtures):
     assert (a.gold, a.qtype) == ("1.0, 3.0", "tvg")
     assert (b.gold, b.qtype) == ("5.0, 7.0", "tvg")
     assert a.question.startswith("Please find the visual event described by a sentence in the video")
-    assert a.question.endswith("a red circle appears")
+    assert 'sentence: "a red circle appears". Please return its start time and end time.' in a.question
     assert a.video.endswith("charades/Charades_v1_480/FXA01.mp4") and os.path.exists(a.video)
 
 
@@ -202,3 +202,104 @@ def test_s3_media_root_makes_s3_video_uris():
 def test_unknown_benchmark_lists_the_known_ones():
     with pytest.raises(ValueError, match="known: videomme, videomme_wsub, longvideobench"):
         B.get("vmme")
+
+
+# ----------------------------------------------------------------------------------- issue 21 (real-schema rows)
+
+# The grounding question of lmms-eval's charades_sta task and the release's driver, with the caption quoted.
+CHARADES_REFERENCE = (
+    "Please find the visual event described by a sentence in the video, determining its starting and ending "
+    "times. The format should be: 'The event happens in the start time - end time'. For example, The event "
+    "'person turn a light on' happens in the 24.3 - 30.4 seconds. Now I will give you the textual sentence: "
+    '"person opens the door". Please return its start time and end time.'
+)
+
+
+def test_charades_gold_is_unrounded_and_the_question_has_the_references_wording():
+    import asyncio
+
+    from paravt_core.eval.scoring import score_sample
+
+    row = {"video": "AO8RW.mp4", "caption": "person opens the door", "timestamp": [130.25, 135.8]}
+    (s,) = B.to_samples("charades", [row], B.Context("/m"))
+    assert s.question == CHARADES_REFERENCE
+    assert s.gold == "130.25, 135.8"  # not 130.2 (rounded to 0.1 s it would lose 0.05 s of the gold)
+    # the exact gold span scores 1; against a rounded gold [130.2, 135.8] it would be 5.55/5.6
+    assert asyncio.run(score_sample(s, "The event happens in the 130.25 - 135.8 seconds.")).score == 1.0
+    # [130.2, 135.8] vs [130.25, 135.8]: inter 5.55, union 5.6
+    assert asyncio.run(score_sample(s, "130.2 - 135.8")).score == pytest.approx(5.55 / 5.6)
+
+
+def test_question_texts_come_from_the_prompt_set():
+    from paravt_core.agent.prompts import load_prompt_set
+
+    ps = load_prompt_set()
+    texts = ps.benchmark.model_copy(
+        update={"mcq_hint": "Letter only.", "charades_question": "Find: {caption}"}
+    )
+    row = {"question_id": "001-1", "videoID": "v", "duration": "short", "question": "Which shape?",
+           "options": ["A. x", "B. y"], "answer": "B"}  # fmt: skip
+    (q,) = B.to_samples("videomme", [row], B.Context("/m", texts=texts))
+    assert q.question == "Question: Which shape?\nOptions:\nA. x\nB. y\nLetter only."
+    (c,) = B.to_samples("charades", [{"video": "x.mp4", "caption": "c", "timestamp": [1, 2]}],
+                        B.Context("/m", texts=texts))  # fmt: skip
+    assert c.question == "Find: c"
+    # the texts are checksummed with the rest of the set: another hint is another checksum
+    other = ps.model_copy(update={"benchmark": texts})
+    other.__dict__.pop("checksum", None)
+    assert other.checksum != ps.checksum
+
+
+@pytest.mark.parametrize("ext", [".MP4", ".mkv", ".webm"])
+def test_videomme_videos_in_other_containers_are_found(tmp_path, ext):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / f"fxVid{ext}").write_bytes(b"x")
+    row = {"question_id": "001-1", "videoID": "fxVid", "duration": "short", "question": "Q?",
+           "options": ["A. x", "B. y"], "answer": "A"}  # fmt: skip
+    (s,) = B.to_samples("videomme", [row], B.Context(str(tmp_path)))
+    assert s.video == str(tmp_path / "data" / f"fxVid{ext}")
+    (missing,) = B.to_samples("videomme", [dict(row, videoID="nope")], B.Context(str(tmp_path)))
+    assert missing.video == str(tmp_path / "data" / "nope.mp4")  # reported as a video error by the episode
+
+
+def test_longvideobench_json_only_copy_parses(tmp_path):
+    """LongVideoBench's own ``lvb_val.json`` (no parquet): the options are a ``candidates`` list."""
+    import json
+
+    rows = [{"video_id": "86CxyhFV9MI", "question": "What is the man holding?", "id": "86CxyhFV9MI_0",
+             "candidates": ["a cup", "a phone", "a book", "a pen"], "correct_choice": 2,
+             "video_path": "86CxyhFV9MI.mp4", "subtitle_path": "86CxyhFV9MI_en.json", "duration_group": 600,
+             "question_category": "S2E", "duration": 527.1}]  # fmt: skip
+    (tmp_path / "lvb_val.json").write_text(json.dumps(rows))
+    # the copy's other json files: the unlabelled test split and the subtitles (not rows of the validation split)
+    (tmp_path / "lvb_test_wo_gt.json").write_text(
+        json.dumps([{**rows[0], "id": "t_0", "correct_choice": None}])
+    )
+    (tmp_path / "subtitles").mkdir()
+    (tmp_path / "subtitles" / "86CxyhFV9MI_en.json").write_text(json.dumps([{"start": 0.0, "line": "hi"}]))
+    (s,) = B.to_samples("longvideobench", read_rows(str(tmp_path), "validation"), B.Context("/m"))
+    assert s.error is None
+    assert (s.id, s.gold, s.letters) == ("86CxyhFV9MI_0", "C", "ABCD")
+    assert s.question.splitlines()[2:6] == ["A. a cup", "B. a phone", "C. a book", "D. a pen"]
+    assert s.video == "/m/videos/86CxyhFV9MI.mp4"
+
+
+def test_eval_and_rewards_import_structure():
+    """Issue 21 item 7: the eval registry, runner and stage never import the synthetic-data package, and the rule
+    scorer and the LLM judge do not import each other (token F1 lives in rewards/f1.py)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, importlib\n"
+        "for m in ('paravt_core.eval.benchmarks', 'paravt_core.eval.runner', 'paravt_core.eval.stage'):\n"
+        "    importlib.import_module(m)\n"
+        "assert not [m for m in sys.modules if m.startswith('paravt_core.synth')], 'eval imported synth'\n"
+        "importlib.import_module('paravt_core.rewards.accuracy')\n"
+        "assert 'paravt_core.rewards.judge' not in sys.modules, 'accuracy imported judge'\n"
+        "del sys.modules['paravt_core.rewards.accuracy']\n"
+        "importlib.import_module('paravt_core.rewards.judge')\n"
+        "assert 'paravt_core.rewards.accuracy' not in sys.modules, 'judge imported accuracy'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]

@@ -7,8 +7,10 @@ import pytest
 from paravt_core.eval import report
 from paravt_core.eval.metrics import benchmark_metrics
 
+CHECKSUM = "sha256:" + "ab12" * 16
 
-def _results(model: str | None) -> dict:
+
+def _results(model: str | None, preset: str = "release") -> dict:
     ok = {"status": "ok", "meta": {"duration": "short"}, "tool_calls": 2}
     records = {
         "agentic": {
@@ -30,9 +32,20 @@ def _results(model: str | None) -> dict:
     protocols = {
         p: {b: benchmark_metrics(b, recs) for b, recs in benches.items()} for p, benches in records.items()
     }
+    for p, benches in protocols.items():
+        for m in benches.values():
+            m["provenance"] = {
+                "preset": preset,
+                "protocol": p,
+                "prompt_set": "paravt-v1",
+                "prompt_checksum": CHECKSUM,
+            }
     results = {
         "model": "ParaVT/ParaVT-8B",
         "published_model": model,
+        "preset": preset,
+        "prompt_protocol": "paravt-v1",
+        "prompt_checksum": CHECKSUM,
         "protocols": protocols,
         "totals": {"samples": 8, "scored": 7, "errors": 1, "error_share": 1 / 8},
         "errors_by_reason": {"video_error": 1},
@@ -57,8 +70,22 @@ def test_html_shows_published_numbers_and_differences():
     assert "<b>75.0</b>" in html and "<td>62.1</td>" in html and "+12.9" in html
     # charades mIoU: 0.4 over the 1 scored sample = 40.0; published 50.1 -> -10.1
     assert "<b>40.0</b>" in html and "-10.1" in html and "1 scored · 1 errors" in html
+    assert "the release feeds Charades as video_url" in html  # what a reader must know beside the difference
     assert "exceeds max_error_share 5.0%" in html  # 12.5% > 5%
     assert html.count("data:image/png;base64,") == 3
+
+
+def test_every_number_names_preset_protocol_and_prompt_checksum_and_paravt_is_not_compared():
+    """Issue 21 item 4: our protocol's numbers are not set against the release's published ones; each headline
+    cell says which preset / protocol and prompt set (checksum) produced it."""
+    results, records = _results("ParaVT-8B", preset="paravt")
+    html = report.render_html(results, {})
+    table = html.split("<h2>Headline")[1].split("</table>")[0]
+    assert "+12.9" not in table and "not comparable: the published numbers come from the release" in table
+    # 3 cells (agentic videomme, agentic charades, direct videomme), each with its provenance
+    assert table.count("paravt-v1 sha256:ab12ab12ab12") == 3
+    assert "paravt/agentic" in table and "paravt/direct" in table
+    assert CHECKSUM in html  # in full in the header
 
 
 def test_no_published_columns_for_an_unpublished_model():

@@ -65,6 +65,24 @@ def test_forced_answer_after_the_last_round(tiny_model, video):
     assert (rec["status"], rec["score"], rec["prediction"]) == ("ok", 0.0, "C")
 
 
+def test_the_final_reply_decides_over_an_earlier_answer_tag(tiny_model, video):
+    """Issue 21 item 6: turn 1 tags A and calls the tool, the forced final reply is a bare "C": C is scored (the
+    release scores its final reply); an earlier turn's tag must not override it."""
+    engine = KeyedEngine(tiny_model.processor, {"[final]": ["<answer>A</answer>\n" + CALLS, "C"]})
+    rec = _run(_mcq("final", video), engine, max_turns=1)
+    assert PS.forced_answer["mcq"].text in engine.prompts["[final]"][1]
+    assert (rec["status"], rec["prediction"], rec["score"]) == ("ok", "C", 0.0)
+
+
+def test_context_overflow_is_an_error_not_a_wrong_answer(tiny_model, video):
+    """Issue 22 item 9: a prompt that does not fit ``max_context_tokens`` (256 < the system prompt alone) is
+    recorded as an error with its reason, never scored 0, and not retried."""
+    engine = KeyedEngine(tiny_model.processor, {"[big]": ["<answer>B</answer>"]})
+    rec = _run(_mcq("big", video), engine, max_context_tokens=256)
+    assert (rec["status"], rec["score"], rec["error"]["reason"]) == ("error", None, "context_overflow")
+    assert rec["attempts"] == 1 and "prediction" not in rec
+
+
 def test_malformed_tool_calls_are_counted_and_the_episode_goes_on(tiny_model, video):
     bad = '<tool_call>{"name": "crop_video", "arguments": {"start_time": 1,</tool_call>\n'
     engine = KeyedEngine(tiny_model.processor, {"[bad]": [bad + CALLS.split("\n</tool_call>")[0] + "\n</tool_call>",
@@ -217,3 +235,95 @@ def test_crop_frames_parity_mode(tiny_model, video):
     assert (rec["status"], rec["score"], rec["tool_calls"], rec["tool_rounds"]) == ("ok", 1.0, 2, 1)
     second = engine.prompts["[cf]"][1]
     assert second.count("<tool_response>") == 2 and "<|image_pad|>" in second.split("<tool_response>", 1)[1]
+
+
+# ------------------------------------------------------------------------------------ presets (issue 21 item 4)
+
+
+def _tokens_per_frame(frames, processor) -> int:
+    """Image tokens of one frame of ``frames``: (h / patch) x (w / patch) / merge^2 (Qwen3-VL's vision tower)."""
+    ip = processor.image_processor
+    h, w = int(frames.frames.shape[2]), int(frames.frames.shape[3])
+    return (h // ip.patch_size) * (w // ip.patch_size) // ip.merge_size**2
+
+
+def test_release_preset_reproduces_the_released_driver(tiny_model, video):
+    """preset=release: 64 unlabelled overview frames of 100,352-602,112 px (qwen-vl-utils 0.0.14, nframes=64),
+    crop frames of at most 50,176 px returned as they are, a 65,536-token context; Charades keeps its labels."""
+    from paravt_core.eval.protocols import preset_agent
+    from paravt_core.video import api as video_api
+
+    base = preset_agent("release", AgentConfig.model_validate({**TINY_AGENT, "max_new_tokens": 512}))
+    assert (base.overview_frames, base.overview_pixels, base.crop_pixels) == (
+        64,
+        (100_352, 602_112),
+        (784, 50_176),
+    )
+    assert (base.tool_mode, base.max_context_tokens, base.crop.fps, base.crop.max_frames) == (
+        "crop_frames", 65_536, 1.0, 16)  # fmt: skip
+    one_call = format_tool_call("crop_video", {"video_path": "v.mp4", "start_time": 0.0, "end_time": 2.0})
+    engine = KeyedEngine(
+        tiny_model.processor, {"[rel]": [one_call, "B"], "[relg]": ["<answer>1 - 3</answer>"]}
+    )
+    opts = RunOptions(concurrency=1, retries=0, backoff_s=0.0)
+    rec = asyncio.run(
+        run_one(_mcq("rel", video), "agentic", B.get("videomme"), engine, base, opts, preset="release")
+    )
+    overview = video_api.overview(video, 64, max_pixels=602_112, min_pixels=100_352)
+    # the fixture video has 32 frames (8 s at 4 fps): 64 asked, all 32 shown
+    assert (rec["status"], rec["frames"], len(overview), rec["prediction"]) == ("ok", 32, 32, "B")
+    crop = video_api.crop(
+        video, 0.0, 2.0, fps=1.0, min_frames=1, max_frames=16, max_pixels=50_176, min_pixels=784
+    )
+    first, second = engine.prompts["[rel]"]
+    assert "seconds>" not in first  # unlabelled multiple-choice overview
+    assert first.count("<|image_pad|>") == 32 * _tokens_per_frame(overview, tiny_model.processor)  # 32 x 108
+    crop_pads = second.count("<|image_pad|>") - first.count("<|image_pad|>")
+    assert crop_pads == len(crop) * _tokens_per_frame(crop, tiny_model.processor)
+    assert _tokens_per_frame(overview, tiny_model.processor) > _tokens_per_frame(crop, tiny_model.processor)
+
+    grounding = B.Sample(
+        "charades", "[relg]", video=video, question="[relg] When?", gold="1.0, 3.0", qtype="tvg"
+    )
+    rec = asyncio.run(run_one(grounding, "agentic", B.get("charades"), engine, base, opts, preset="release"))
+    assert (rec["status"], rec["score"]) == ("ok", 1.0)  # [1, 3] against the gold [1, 3]
+    assert engine.prompts["[relg]"][0].count("seconds>") == 32  # grounding keeps one time label per frame
+
+
+def test_separate_overview_and_crop_pixel_budgets(tiny_model, video):
+    """agent.overview_max_pixels / crop_max_pixels: a full-size overview with small crops (one max_pixels could not
+    express it)."""
+    from paravt_core.video import api as video_api
+
+    engine = KeyedEngine(tiny_model.processor, {"[px]": [CALLS, "<answer>B</answer>"]})
+    rec = _run(_mcq("px", video), engine, tool_mode="crop_frames", max_turns=1, overview_max_pixels=128 * 96,
+               crop_max_pixels=32 * 32 * 2)  # fmt: skip
+    assert rec["status"] == "ok"
+    overview = video_api.overview(video, TINY_AGENT["overview_frames"], max_pixels=128 * 96,
+                                  min_pixels=TINY_AGENT["min_pixels"])  # fmt: skip
+    first, second = engine.prompts["[px]"]
+    assert first.count("<|image_pad|>") == len(overview) * _tokens_per_frame(overview, tiny_model.processor)
+    crops = [video_api.crop(video, a, b, max_frames=4, max_pixels=32 * 32 * 2, min_pixels=TINY_AGENT["min_pixels"])
+             for a, b in ((0.0, 2.0), (4.0, 6.0))]  # fmt: skip
+    crop_pads = second.count("<|image_pad|>") - first.count("<|image_pad|>")
+    assert crop_pads == sum(len(c) * _tokens_per_frame(c, tiny_model.processor) for c in crops)
+    assert _tokens_per_frame(crops[0], tiny_model.processor) < _tokens_per_frame(
+        overview, tiny_model.processor
+    )
+
+
+def test_release_config_file_resolves_to_the_released_driver():
+    from pathlib import Path
+
+    from paravt_core.config import load_config
+    from paravt_core.eval.config import EvalConfig
+    from paravt_core.eval.protocols import preset_agent
+
+    configs = Path(__file__).resolve().parent.parent / "configs" / "eval"
+    release = load_config(EvalConfig, configs / "release.yaml")
+    agent = preset_agent(release.preset, release.agent)
+    assert (release.preset, agent.overview_frames, agent.overview_pixels, agent.crop_pixels) == (
+        "release", 64, (100_352, 602_112), (784, 50_176))  # fmt: skip
+    assert (agent.tool_mode, agent.max_context_tokens, agent.temperature) == ("crop_frames", 65_536, 0.0)
+    ours = load_config(EvalConfig, configs / "withtool.yaml")
+    assert ours.preset == "paravt" and preset_agent(ours.preset, ours.agent) == ours.agent

@@ -37,7 +37,7 @@ def _score(sample, prediction, judge=None):
         ("<answer>it is the red one</answer>", 0.0, "unparseable_letter"),
         ("<answer>B</answer> wait <answer>C</answer>", 0.0, None),  # the last answer counts: C != B
         ("<answer>B", 1.0, None),  # cut before </answer>: the stray tag is dropped, the letter B stays
-        ("<answer>A B</answer>", 0.0, "unparseable_letter"),  # normalizes to "b" but commits to no letter
+        ("<answer>A B</answer>", 0.0, "hedged_letter"),  # normalizes to "b" but names two letters
     ],
 )
 def test_multiple_choice(prediction, score, reason):
@@ -97,9 +97,12 @@ def test_multiple_choice_never_asks_the_judge():
     assert result.score == 1.0
 
 
-def test_prediction_is_the_last_answer_of_the_episode():
-    assert prediction_of("B", "garbage after the answer") == "<answer>B</answer>"
-    assert prediction_of(None, "The answer is C") == "The answer is C"
+def test_the_final_reply_decides():
+    """SPEC §7 / issue 21 item 6: an earlier turn's <answer>A</answer> never overrides the final reply "C"
+    (the forced answer of the release scores C)."""
+    assert prediction_of("The answer is C") == "The answer is C"
+    assert _score(MCQ, prediction_of("C")).parsed == "C"
+    assert _score(MCQ, prediction_of("<answer>B</answer>")).score == 1.0
 
 
 # ------------------------------------------------------------------------------------------------ metrics
@@ -137,6 +140,8 @@ def test_mlvu_micro_and_macro():
     assert m["micro"] == 75.0  # 3 of 4
     assert m["macro"] == 50.0  # mean(plotQA 100, count 0)
     assert m["by_task_type"] == {"count": 0.0, "plotQA": 100.0}
+    # the published MLVU number is the release's micro accuracy; lmms-eval's M-avg is shown beside it
+    assert (m["headline"], m["accuracy"], m["m_avg"]) == ("accuracy", 75.0, 50.0)
 
 
 def test_charades_miou_and_recalls():
@@ -157,6 +162,36 @@ def test_mmvu_mc_and_open_ended():
     ]
     m = benchmark_metrics("mmvu", records)
     assert (m["mc_accuracy"], m["oe_accuracy"], m["accuracy"]) == (50.0, 50.0, 50.0)
+
+
+def test_mmvu_headline_is_multiple_choice_and_f1_open_ended_is_not_comparable():
+    mc = [
+        _rec(1.0, kind="multiple-choice"),
+        _rec(1.0, kind="multiple-choice"),
+        _rec(0.0, kind="multiple-choice"),
+    ]
+    f1 = {**_rec(0.5, kind="open-ended"), "qtype": "oe", "score_source": "f1"}
+    m = benchmark_metrics("mmvu", [*mc, f1])
+    assert (m["headline"], m["mc_accuracy"], m["oe_accuracy"]) == (
+        "mc_accuracy",
+        pytest.approx(200 / 3),
+        50.0,
+    )
+    assert m["oe_scored_by"] == ["f1"] and m["oe_comparable"] is False
+    assert any("not comparable" in n for n in m["notes"])
+    judged = benchmark_metrics("mmvu", [*mc, {**f1, "score_source": "judge", "score": 1.0}])
+    assert judged["oe_comparable"] is True and judged["oe_accuracy"] == 100.0
+
+
+def test_longvideobench_unparseable_answers_are_wrong_and_counted():
+    records = [
+        _rec(1.0),
+        {**_rec(0.0), "score_reason": "unparseable_letter"},
+        {**_rec(0.0), "score_reason": None},
+    ]
+    m = benchmark_metrics("longvideobench", records)
+    assert (m["accuracy"], m["unparseable_as_wrong"]) == (pytest.approx(100 / 3), 1)  # 1 right of 3; 1 unread
+    assert "random letter" in m["notes"][0]
 
 
 def test_all_errors_gives_no_accuracy_rather_than_zero():

@@ -56,6 +56,16 @@ def test_every_fixture_benchmark_on_the_tiny_model_with_and_without_the_tool(
         and results["model"] == tiny_model_dir
         and results["config"]["demo_data"] == ""
     )
+    # every number names its preset, protocol and prompt set (issue 21 item 4), in results.json and the report
+    from paravt_core.agent.prompts import load_prompt_set
+
+    checksum = load_prompt_set().checksum
+    for protocol, benches in results["protocols"].items():
+        for m in benches.values():
+            assert m["provenance"] == {"preset": "paravt", "protocol": protocol, "prompt_set": "paravt-v1",
+                                       "prompt_checksum": checksum}  # fmt: skip
+    report_html = (out / "report.html").read_text()
+    assert report_html.count(f"paravt/agentic · paravt-v1 sha256:{checksum[7:19]}") == len(BENCHES)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["total.samples"] == 2 * PER_PROTOCOL and "agentic.charades.miou" in metrics
     assert all(isinstance(v, float) for v in metrics.values())  # what a KFP Metrics artifact accepts

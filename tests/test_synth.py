@@ -72,7 +72,7 @@ def _solve(question: str, video: dict | None, image: dict | None) -> str:
     if m := re.search(r"When does the (\w+ \w+) appear\?", question):
         e = by_label[m.group(1)]
         return f"{_fmt(e['start'])}, {_fmt(e['end'])}"
-    if m := re.search(r"textual sentence: a (\w+ \w+) appears\.", question):
+    if m := re.search(r'textual sentence: "a (\w+ \w+) appears"', question):
         e = by_label[m.group(1)]
         return f"The event happens in the {_fmt(e['start'])} - {_fmt(e['end'])} seconds."
     if m := re.search(r"right after the (\w+ \w+)\?", question):

@@ -50,6 +50,18 @@ class AgentConfig(StrictModel):
     overview_frames: int = Field(default=64, ge=1)  # K (nFrames gating overrides it per row)
     max_pixels: int = Field(default=DEFAULT_MAX_PIXELS, ge=1024)
     min_pixels: int = Field(default=DEFAULT_MIN_PIXELS, ge=1)
+    overview_max_pixels: int | None = Field(
+        default=None, ge=1024, description="Pixel budget per overview frame (None: max_pixels)."
+    )
+    overview_min_pixels: int | None = Field(
+        default=None, ge=1, description="Smallest overview frame in pixels (None: min_pixels)."
+    )
+    crop_max_pixels: int | None = Field(
+        default=None, ge=1024, description="Pixel budget per crop frame (None: max_pixels)."
+    )
+    overview_labels: bool = Field(
+        default=True, description="Put a '<t seconds>' label before each overview frame (off: frames only)."
+    )
     max_turns: int = Field(default=3, ge=0)  # tool rounds; the generation after the last one must answer
     max_parallel: int = Field(default=5, ge=1)  # calls executed per turn; extras get an error response
     max_new_tokens: int = Field(default=2048, ge=1)  # per main-agent generation
@@ -72,6 +84,23 @@ class AgentConfig(StrictModel):
     crop: CropConfig = Field(default_factory=CropConfig)
 
     @property
+    def overview_pixels(self) -> tuple[int, int]:
+        """(min, max) pixels of one overview frame."""
+        return (self.overview_min_pixels or self.min_pixels, self.overview_max_pixels or self.max_pixels)
+
+    @property
+    def crop_pixels(self) -> tuple[int, int]:
+        """(min, max) pixels of one crop frame."""
+        return (self.min_pixels, self.crop_max_pixels or self.max_pixels)
+
+    @property
+    def processor_pixels(self) -> tuple[int, int]:
+        """(min, max) the image processor accepts: wide enough for overview and crop frames alike, which the
+        decoder has already sized to their own budgets (the processor then keeps them as they are)."""
+        (omin, omax), (cmin, cmax) = self.overview_pixels, self.crop_pixels
+        return min(omin, cmin), max(omax, cmax)
+
+    @property
     def subagent_temperature(self) -> float:
         return self.temperature if self.subagent.temperature is None else self.subagent.temperature
 
@@ -91,6 +120,12 @@ class AgentConfig(StrictModel):
     def _check(self) -> AgentConfig:
         if self.min_pixels > self.max_pixels:
             raise ValueError(f"min_pixels ({self.min_pixels}) must not exceed max_pixels ({self.max_pixels})")
+        lo, hi = self.overview_pixels
+        if lo > hi:
+            raise ValueError(f"overview min pixels ({lo}) must not exceed overview max pixels ({hi})")
+        lo, hi = self.crop_pixels
+        if lo > hi:
+            raise ValueError(f"min_pixels ({lo}) must not exceed crop max pixels ({hi})")
         if self.crop.min_frames > self.crop.max_frames:
             raise ValueError("crop.min_frames must not exceed crop.max_frames")
         return self

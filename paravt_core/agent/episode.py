@@ -306,8 +306,8 @@ class _Episode:
                     video_api.overview,
                     self.row.video,
                     k,
-                    max_pixels=cfg.max_pixels,
-                    min_pixels=cfg.min_pixels,
+                    max_pixels=cfg.overview_pixels[1],
+                    min_pixels=cfg.overview_pixels[0],
                 )
             except Exception as err:  # VideoError for bad files; anything else must not kill a batch either
                 res.finish_reason, res.error = "video_error", f"{type(err).__name__}: {err}"
@@ -322,7 +322,8 @@ class _Episode:
             question = self.ps.question_with_suffix(question, os.path.basename(self.row.video))
         parts: list[Part] = []
         for label, frame in zip(overview.labels(), overview.frames, strict=True):
-            parts += [text_part(label), image_part(frame)]
+            # unlabelled: the released driver's MCQ overview (frames only, no timestamps)
+            parts += [text_part(label), image_part(frame)] if cfg.overview_labels else [image_part(frame)]
         parts.append(text_part(question))
         t0 = time.perf_counter()
         self.conv.start(self.ps.system_prompt(cfg.prompt_mode), parts)
@@ -458,8 +459,8 @@ class _Episode:
             min_frames=cfg.crop.min_frames,
             max_frames=cfg.crop.max_frames,
             fps=cfg.crop.fps,
-            max_pixels=cfg.max_pixels,
-            min_pixels=cfg.min_pixels,
+            max_pixels=cfg.crop_pixels[1],
+            min_pixels=cfg.crop_pixels[0],
         )
         crop_s = time.perf_counter() - t0
         served: list[tuple[int, video_api.Frames]] = []
@@ -544,7 +545,8 @@ def make_encoder(engine: Engine, cfg: AgentConfig, processor: Any = None) -> Seg
     processor = processor if processor is not None else engine.processor
     if processor is None:
         raise ValueError(f"engine {engine.name!r} has no processor; pass processor= to run an episode")
-    return SegmentEncoder(processor, max_pixels=cfg.max_pixels, min_pixels=cfg.min_pixels)
+    lo, hi = cfg.processor_pixels
+    return SegmentEncoder(processor, max_pixels=hi, min_pixels=lo)
 
 
 async def arun_episode(

@@ -70,6 +70,17 @@ class ForcedAnswerText(StrictModel):
     max_tokens: int = Field(ge=1)
 
 
+class BenchmarkTexts(StrictModel):
+    """Eval only: how a benchmark row becomes the question the model sees (SPEC §7)."""
+
+    mcq_question: str  # {question} {options} {hint}
+    mcq_hint: str  # the letter instruction after the options
+    subtitle_header: str  # the line before a video's subtitles (videomme_wsub)
+    subtitle_block: str  # {header} {subtitles} {question}
+    no_subtitles: str  # stands for the subtitles of a video that has none
+    charades_question: str  # {caption}
+
+
 class ErrorTexts(StrictModel):
     prefix: str
     too_many_calls: str  # {limit}
@@ -87,6 +98,9 @@ _PLACEHOLDERS: dict[str, dict[str, object]] = {
     "errors.too_many_calls": {"limit": 5},
     "errors.unknown_tool": {"name": "x"},
     "errors.subagent_failed": {"reason": "r"},
+    "benchmark.mcq_question": {"question": "q", "options": "A. x", "hint": "h"},
+    "benchmark.subtitle_block": {"header": "h", "subtitles": "s", "question": "q"},
+    "benchmark.charades_question": {"caption": "c"},
 }
 
 
@@ -105,6 +119,7 @@ class PromptSet(StrictModel):
     crop_frames_note: str
     forced_answer: dict[ForcedAnswer, ForcedAnswerText]
     errors: ErrorTexts
+    benchmark: BenchmarkTexts
 
     @field_validator("tool_schema")
     @classmethod

@@ -149,8 +149,8 @@ def build_engine(args: argparse.Namespace, cfg: AgentConfig | None = None):
                     str(model_dir),
                     port=args.port,
                     processor=processor,
-                    max_pixels=cfg.max_pixels,
-                    min_pixels=cfg.min_pixels,
+                    max_pixels=cfg.processor_pixels[1],
+                    min_pixels=cfg.processor_pixels[0],
                     deterministic_inference=cfg.seed is not None,
                 )
     if args.script:

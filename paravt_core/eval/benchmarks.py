@@ -39,13 +39,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paravt_core import storage
-from paravt_core.synth.rows import CHARADES_QUESTION
+from paravt_core.agent.prompts import DEFAULT_PROMPT_SET, BenchmarkTexts, load_prompt_set
 
 from .formats import subtitle_text
 
 LETTERS = "ABCDEFGHIJ"
-SUBTITLE_HEADER = "This video's subtitles are listed below:"
-NO_SUBTITLES = "(no subtitles available)"
+# Containers a benchmark's video may come in under its id (Video-MME ships .mp4, .MP4 and .mkv files).
+VIDEO_EXTENSIONS = (".mp4", ".MP4", ".mkv", ".webm")
 
 
 @dataclass
@@ -69,10 +69,11 @@ class RowError(ValueError):
 
 @dataclass(frozen=True)
 class Context:
-    """Where a benchmark's media and subtitles live."""
+    """Where a benchmark's media and subtitles live, and the prompt set's texts its questions are made of."""
 
     media_root: str
     subtitles_root: str = ""
+    texts: BenchmarkTexts = field(default_factory=lambda: load_prompt_set(DEFAULT_PROMPT_SET).benchmark)
 
 
 Converter = Callable[[dict[str, Any], Context], Sample]
@@ -112,12 +113,24 @@ def lettered(options: list[str]) -> str:
     return "\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(options))
 
 
-MCQ_HINT = "Answer with the option's letter from the given choices."
+def mcq_question(ctx: Context, stem: str, options_block: str) -> str:
+    """SPEC §7's multiple-choice layout ("Question: …\\nOptions:\\nA. …", then the letter instruction), as
+    the prompt set writes it."""
+    t = ctx.texts
+    return t.mcq_question.format(question=stem.strip(), options=options_block, hint=t.mcq_hint)
 
 
-def mcq_question(stem: str, options_block: str) -> str:
-    """SPEC §7's multiple-choice layout: "Question: …\\nOptions:\\nA. …", then the letter instruction."""
-    return f"Question: {stem.strip()}\nOptions:\n{options_block}\n{MCQ_HINT}"
+def video_file(ctx: Context, stem: str) -> str:
+    """``stem`` + the first of ``VIDEO_EXTENSIONS`` that exists under a local media root (``.mp4`` when none
+    does, or when the root is remote: the episode then reports the missing file as a video error)."""
+    first = media(ctx, stem + VIDEO_EXTENSIONS[0])
+    if storage.is_s3(first) or "://" in first:
+        return first
+    for ext in VIDEO_EXTENSIONS:
+        path = media(ctx, stem + ext)
+        if os.path.exists(path):
+            return path
+    return first
 
 
 _LEADING_LETTER = re.compile(r"^\s*\(?([A-J])[.):]\s*")
@@ -146,15 +159,17 @@ def letter_of(answer: Any, options: list[str]) -> str:
 def _videomme(row: dict[str, Any], ctx: Context, subtitles: bool) -> Sample:
     options = [str(o) for o in _need(row, "options")]
     video_id = str(_need(row, "videoID"))
-    question = mcq_question(_need(row, "question"), "\n".join(options))
+    question = mcq_question(ctx, _need(row, "question"), "\n".join(options))
     if subtitles:
         root = ctx.subtitles_root or media(ctx, "subtitle")
-        text = subtitle_text(media(Context(root), f"{video_id}.srt"))
-        question = f"{SUBTITLE_HEADER}\n{text or NO_SUBTITLES}\n{question}"
+        text = subtitle_text(media(Context(root, texts=ctx.texts), f"{video_id}.srt"))
+        t = ctx.texts
+        question = t.subtitle_block.format(header=t.subtitle_header, subtitles=text or t.no_subtitles,
+                                           question=question)  # fmt: skip
     return Sample(
         benchmark="",
         id=str(_need(row, "question_id")),
-        video=media(ctx, f"data/{video_id}.mp4"),
+        video=video_file(ctx, f"data/{video_id}"),
         question=question,
         gold=letter_of(_need(row, "answer"), options),
         letters=LETTERS[: len(options)],
@@ -173,14 +188,16 @@ def _longvideobench(row: dict[str, Any], ctx: Context) -> Sample:
         if value is None or str(value) == "N/A":
             break
         options.append(str(value))
+    if not options and isinstance(row.get("candidates"), list):  # the json-only copy (lvb_val.json)
+        options = [str(c) for c in row["candidates"] if str(c) != "N/A"]
     if not options:
-        raise RowError("missing field 'option0'")
+        raise RowError("missing field 'option0' (or 'candidates')")
     choice = _need(row, "correct_choice")
     return Sample(
         benchmark="",
         id=str(_need(row, "id")),
         video=media(ctx, f"videos/{_need(row, 'video_path')}"),
-        question=mcq_question(_need(row, "question"), lettered(options)),
+        question=mcq_question(ctx, _need(row, "question"), lettered(options)),
         gold=letter_of(int(choice), options),
         letters=LETTERS[: len(options)],
         meta={
@@ -203,7 +220,7 @@ def _lvbench(row: dict[str, Any], ctx: Context) -> Sample:
         benchmark="",
         id=str(_need(row, "uid")),
         video=media(ctx, str(_need(row, "video_path"))),
-        question=f"Question: {question.strip()}\n{MCQ_HINT}",
+        question=f"Question: {question.strip()}\n{ctx.texts.mcq_hint}",
         gold=letter_of(_need(row, "answer"), options),
         letters=LETTERS[: len(options)],
         meta={"question_type": list(qtypes) if isinstance(qtypes, list | tuple) else [qtypes]},
@@ -217,7 +234,7 @@ def _mlvu(row: dict[str, Any], ctx: Context) -> Sample:
         benchmark="",
         id=str(row.get("question_id") or f"{_need(row, 'video_name')}::{stem}"),
         video=media(ctx, str(_need(row, "video_name"))),
-        question=mcq_question(stem, lettered(candidates)),
+        question=mcq_question(ctx, stem, lettered(candidates)),
         gold=letter_of(_need(row, "answer"), candidates),
         letters=LETTERS[: len(candidates)],
         meta={"task_type": str(_need(row, "task_type")), "duration": row.get("duration")},
@@ -240,7 +257,7 @@ def _mmvu(row: dict[str, Any], ctx: Context) -> Sample:
     if qtype == "multiple-choice":
         choices = _need(row, "choices")
         options = [str(choices[k]) for k in LETTERS if str(choices.get(k) or "").strip()]
-        sample.question = mcq_question(_need(row, "question"), lettered(options))
+        sample.question = mcq_question(ctx, _need(row, "question"), lettered(options))
         sample.gold = letter_of(_need(row, "answer"), options)
         sample.letters = LETTERS[: len(options)]
         return sample
@@ -261,8 +278,8 @@ def _charades(row: dict[str, Any], ctx: Context) -> Sample:
         benchmark="",
         id=f"{video}::{caption}::{start:g}-{end:g}",
         video=media(ctx, f"Charades_v1_480/{video}"),
-        question=CHARADES_QUESTION.format(caption=caption),
-        gold=f"{start:.1f}, {end:.1f}",
+        question=ctx.texts.charades_question.format(caption=caption),
+        gold=f"{start!r}, {end!r}",  # unrounded: the references score against the published seconds
         qtype="tvg",
     )
 

@@ -73,6 +73,10 @@ class EvalConfig(StrictModel):
     benchmarks: list[EvalBenchmarkConfig] = Field(default_factory=list)
     # agentic (with the tool), direct and reasoning (without); every benchmark runs under each.
     protocols: list[Literal["agentic", "direct", "reasoning"]] = Field(default_factory=lambda: ["agentic"])
+    preset: Literal["paravt", "release"] = Field(
+        default="paravt",
+        description="Episode preset: paravt (ours) or release (the released driver that made the published numbers).",
+    )
     # The episode (SPEC §4.4); eval defaults: greedy main agent and sub-agents, otherwise AgentConfig's
     # (64 overview frames, 2048 tokens, 3 tool rounds x 5 calls). The protocol sets prompt and forced answer.
     agent: AgentConfig = Field(

@@ -18,6 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json")
+# Short names of a split in file names (LongVideoBench's json-only copy: lvb_val.json beside lvb_test_wo_gt.json
+# and subtitles/*.json).
+SPLIT_ALIASES = {"validation": ("val",)}
 
 
 class FormatError(ValueError):
@@ -34,9 +37,8 @@ def find_files(source: str, split: str = "") -> list[Path]:
     for suffix in SUFFIXES:
         files = sorted(p for p in path.rglob(f"*{suffix}") if p.is_file() and not _hidden(p, path))
         if split:
-            named = [
-                p for p in files if re.search(rf"(^|[/_\-.]){re.escape(split)}([/_\-.]|$)", _rel(p, path))
-            ]
+            names = "|".join(re.escape(n) for n in (split, *SPLIT_ALIASES.get(split, ())))
+            named = [p for p in files if re.search(rf"(^|[/_\-.])({names})([/_\-.]|$)", _rel(p, path))]
             files = named or files
         if files:
             return files

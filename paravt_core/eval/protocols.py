@@ -9,9 +9,20 @@
 
 Eval defaults (``EvalConfig.agent``) are the headline protocol: 64 overview frames, greedy main agent and
 sub-agents, 2048 new tokens, 3 tool rounds x 5 parallel calls.
+
+Presets (``EvalConfig.preset``) set the episode knobs that make a protocol, on top of ``agent``:
+
+- ``paravt`` (default): our protocol - sub-agents, labelled overview frames, the agent's own pixel budgets;
+- ``release``: the release's eval driver (SPEC §7), which produced the published numbers: 64 overview frames
+  of 100,352-602,112 px each (qwen-vl-utils 0.0.14 with ``nframes=64``), the crop frames themselves as the tool's
+  answer (``crop_frames``: 1 fps, 1-16 frames of at most 50,176 px), an unlabelled overview for multiple choice
+  (frames only; Charades keeps the timestamps, standing in for the release's ``video_url`` input, which gives
+  the model the frames' times), and a 65,536-token context (its vLLM ``--max-model-len``) that holds those frames.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from paravt_core.agent.config import AgentConfig
 
@@ -19,12 +30,48 @@ from .benchmarks import Benchmark, Sample
 
 PROTOCOLS: tuple[str, ...] = ("agentic", "direct", "reasoning")
 WITH_TOOL = ("agentic",)
+PRESETS: tuple[str, ...] = ("paravt", "release")
+
+# qwen-vl-utils 0.0.14: VIDEO_MIN_PIXELS = 128 * 28 * 28, VIDEO_MAX_PIXELS = 768 * 28 * 28 (the per-frame cap
+# for 64 frames: its total-pixel budget / 64 is larger); the release's crops pass max_pixels 50,176, min 784.
+RELEASE_AGENT: dict[str, Any] = {
+    "overview_frames": 64,
+    "overview_min_pixels": 128 * 28 * 28,
+    "overview_max_pixels": 768 * 28 * 28,
+    "crop_max_pixels": 50_176,
+    "min_pixels": 784,
+    "tool_mode": "crop_frames",
+    "crop": {"fps": 1.0, "min_frames": 1, "max_frames": 16},
+    "max_context_tokens": 65_536,
+    "max_new_tokens": 2048,
+    "max_turns": 3,
+    "max_parallel": 5,
+    "temperature": 0.0,
+    "think_prefix": False,
+}
 
 
-def agent_config(protocol: str, bench: Benchmark, sample: Sample, base: AgentConfig) -> AgentConfig:
+def preset_agent(preset: str, base: AgentConfig) -> AgentConfig:
+    """``base`` with the preset's episode knobs (``paravt``: unchanged)."""
+    if preset == "paravt":
+        return base
+    if preset == "release":
+        merged = {**base.model_dump(), **RELEASE_AGENT}
+        merged["crop"] = {**base.crop.model_dump(), **RELEASE_AGENT["crop"]}
+        merged["max_pixels"] = max(base.max_pixels, merged["min_pixels"])
+        return AgentConfig.model_validate(merged)
+    raise ValueError(f"unknown eval preset {preset!r}; known: {', '.join(PRESETS)}")
+
+
+def agent_config(
+    protocol: str, bench: Benchmark, sample: Sample, base: AgentConfig, preset: str = "paravt"
+) -> AgentConfig:
     if protocol == "agentic":
         forced = {"mcq": "mcq", "tvg": "tvg"}.get(sample.qtype)
-        return base.model_copy(update={"prompt_mode": bench.tool_prompt, "forced_answer": forced})
+        update: dict[str, Any] = {"prompt_mode": bench.tool_prompt, "forced_answer": forced}
+        if preset == "release":  # the released driver shows multiple-choice frames without timestamps
+            update["overview_labels"] = sample.qtype == "tvg"
+        return base.model_copy(update=update)
     if protocol in ("direct", "reasoning"):
         return base.model_copy(
             update={"prompt_mode": protocol, "max_turns": 0, "forced_answer": None, "question_suffix": False}

@@ -78,7 +78,7 @@ def kfp_metrics(results: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for protocol, benches in results["protocols"].items():
         for bench, m in benches.items():
-            for key in ("accuracy", "miou", "r@0.3", "r@0.5", "r@0.7", "micro", "macro", "mc_accuracy",
+            for key in ("accuracy", "miou", "r@0.3", "r@0.5", "r@0.7", "micro", "macro", "m_avg", "mc_accuracy",
                         "oe_accuracy", "avg_tool_calls", "tool_use_rate"):  # fmt: skip
                 if isinstance(m.get(key), int | float):
                     out[f"{protocol}.{bench}.{key.replace('@', '_at_')}"] = float(m[key])
@@ -189,16 +189,21 @@ def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
                 cells.append("<td>–</td>")
                 continue
             extra = f"<br><small>{m['scored']} scored · {m['errors']} errors</small>"
-            cells.append(f"<td><b>{_fmt(headline(m))}</b>{extra}</td>")
+            cells.append(f"<td><b>{_fmt(headline(m))}</b> <small>{html.escape(str(m.get('headline')))}</small>"
+                         f"{extra}{_provenance(m)}</td>")  # fmt: skip
         if model:
             pub = published_value(model, b)
             ours = next((headline(results["protocols"][p][b]) for p in protocols
                          if p in WITH_TOOL and b in results["protocols"][p]), None)  # fmt: skip
-            diff = None if pub is None or ours is None else ours - pub
+            why = comparability(results, b)
+            diff = None if pub is None or ours is None or why else ours - pub
             sign = "" if diff is None else ("pos" if diff >= 0 else "neg")
-            cells.append(
-                f"<td>{_fmt(pub)}</td><td class='{sign}'>{'' if diff is None else f'{diff:+.1f}'}</td>"
+            shown = (
+                f"{diff:+.1f}" if diff is not None else (f"<small>{html.escape(why)}</small>" if why else "")
             )
+            note = CAVEATS.get(b, "") if diff is not None else ""
+            shown += f"<br><small>{html.escape(note)}</small>" if note else ""
+            cells.append(f"<td>{_fmt(pub)}</td><td class='{sign}'>{shown}</td>")
         metric = "mIoU" if b == "charades" else "acc."
         rows.append(f"<tr><th>{html.escape(b)} <small>({metric})</small></th>{''.join(cells)}</tr>")
 
@@ -208,10 +213,12 @@ def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
             m = results["protocols"][p].get(b)
             if not m:
                 continue
-            keys = [k for k in ("by_duration", "by_duration_group", "by_task_type", "micro", "macro", "mc_accuracy",
-                                "oe_accuracy", "oe_scored_by", "r@0.3", "r@0.5", "r@0.7",
-                                "accuracy_errors_as_wrong", "avg_tool_calls", "tool_use_rate") if k in m]  # fmt: skip
+            keys = [k for k in ("by_duration", "by_duration_group", "by_task_type", "micro", "m_avg", "mc_accuracy",
+                                "oe_accuracy", "oe_scored_by", "oe_comparable", "unparseable_as_wrong", "r@0.3",
+                                "r@0.5", "r@0.7", "accuracy_errors_as_wrong", "avg_tool_calls",
+                                "tool_use_rate") if k in m]  # fmt: skip
             parts = "; ".join(f"{k}: {_detail(m[k])}" for k in keys)
+            parts += "".join(f"<br><small>{html.escape(n)}</small>" for n in m.get("notes") or [])
             details.append(f"<tr><td>{html.escape(p)}</td><td>{html.escape(b)}</td><td>{parts}</td></tr>")
 
     totals = results["totals"]
@@ -242,7 +249,8 @@ small {{ color: #666; }} figure {{ display: inline-block; margin: 8px; }}
  error share {100 * totals["error_share"]:.1f}%)</td></tr>
 <tr><th>tool use</th><td>{_fmt(results.get("avg_tool_calls"))} executed calls per sample ·
  {_fmt(results.get("tool_use_rate"))}% of samples call the tool (with-tool protocols)</td></tr>
-<tr><th>prompts</th><td>{html.escape(str(results.get("prompt_protocol")))} · {html.escape(str(results.get("prompt_checksum", ""))[:23])}…</td></tr>
+<tr><th>preset</th><td>{html.escape(str(results.get("preset", "paravt")))}</td></tr>
+<tr><th>prompts</th><td>{html.escape(str(results.get("prompt_protocol")))} · {html.escape(str(results.get("prompt_checksum", "")))}</td></tr>
 <tr><th>code</th><td>{html.escape(str(results.get("code_version")))} · {results.get("elapsed_s", 0):.1f} s</td></tr>
 </table>
 <h2>Headline (accuracy %, Charades mIoU)</h2>
@@ -254,6 +262,38 @@ apart and never scored as wrong answers.</small></p>
 <h2>Breakdowns</h2><table class="meta"><tr><th>protocol</th><th>benchmark</th><th>metrics</th></tr>{"".join(details)}</table>
 </body></html>
 """
+
+
+def _provenance(m: dict[str, Any]) -> str:
+    """What produced a number: preset / protocol, prompt set and its checksum (first 12 hex digits)."""
+    p = m.get("provenance") or {}
+    if not p:
+        return ""
+    digest = str(p.get("prompt_checksum", "")).removeprefix("sha256:")[:12]
+    text = f"{p.get('preset')}/{p.get('protocol')} · {p.get('prompt_set')} sha256:{digest}"
+    return f"<br><small class='prov'>{html.escape(text)}</small>"
+
+
+# What a reader must know when setting our headline against the published one (shown under the difference).
+CAVEATS = {
+    "mmvu": "ours: multiple-choice accuracy; the release's loader reads every MMVU item as multiple choice, so "
+    "the published number's item mix is not documented",
+    "mlvu": "micro accuracy, as the release reports it (lmms-eval's M-avg is in the breakdowns)",
+    "longvideobench": "unparseable answers counted wrong, as the release does (lmms-eval draws a random letter)",
+    "charades": "the release feeds Charades as video_url (server-side decode); preset=release shows labelled "
+    "frames instead",
+}
+
+
+def comparability(results: dict[str, Any], bench: str) -> str:
+    """Why our headline of ``bench`` cannot be set against the published number ("" when it can)."""
+    if results.get("preset", "paravt") != "release":
+        return "not comparable: the published numbers come from the release's driver (run preset=release)"
+    for p in results["protocols"]:
+        m = results["protocols"][p].get(bench) or {}
+        if bench == "mmvu" and m.get("oe_scored_by") and not m.get("oe_comparable"):
+            return "MMVU open-ended items scored by token F1, not the judge: not comparable"
+    return ""
 
 
 def _gate_banner(results: dict[str, Any]) -> str:

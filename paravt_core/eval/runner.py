@@ -91,12 +91,14 @@ async def run_one(
     processor: Any = None,
     judge: Any = None,
     sleep: Callable[[float], Any] = asyncio.sleep,
+    preset: str = "paravt",
 ) -> dict[str, Any]:
-    """The record of one sample (never raises)."""
+    """The record of one sample (never raises). ``base``: the agent config with the preset already applied
+    (``protocols.preset_agent``); ``preset`` adds its per-sample knobs."""
     if sample.error:
         return error_record(sample, protocol, "row_error", sample.error, attempts=0)
     try:
-        cfg = protocols.agent_config(protocol, bench, sample, base)
+        cfg = protocols.agent_config(protocol, bench, sample, base, preset)
         row = EpisodeRow(video=sample.video, question=sample.question, row_id=sample.id,
                          question_type=sample.qtype)  # fmt: skip
         started = time.perf_counter()
@@ -117,7 +119,7 @@ async def run_one(
         if result.finish_reason in ERROR_FINISH:
             return error_record(sample, protocol, result.finish_reason, result.error or result.finish_reason,
                                 **fields)  # fmt: skip
-        score = await score_sample(sample, prediction_of(result.answer, result.final_text), judge)
+        score = await score_sample(sample, prediction_of(result.final_text), judge)
         if score.error:
             return error_record(
                 sample, protocol, score.error, "the judge could not score this answer", **fields
@@ -151,6 +153,7 @@ async def run_samples(
     judge: Any = None,
     on_done: Callable[[dict[str, Any]], None] | None = None,
     gate: asyncio.Semaphore | None = None,
+    preset: str = "paravt",
 ) -> int:
     """Run the samples not yet in ``log``; returns how many were run now. ``gate`` shares one concurrency
     limit between several calls (default: ``opts.concurrency`` for this call)."""
@@ -160,7 +163,7 @@ async def run_samples(
     async def one(sample: Sample) -> None:
         async with gate:
             record = await run_one(
-                sample, protocol, bench, engine, base, opts, processor=processor, judge=judge
+                sample, protocol, bench, engine, base, opts, processor=processor, judge=judge, preset=preset
             )
         log.append(record)  # fsynced before the sample counts as done
         if on_done is not None:

@@ -1,7 +1,8 @@
 """Scoring one sample: the episode's answer against the gold, with the PARA-GRPO reward functions.
 
-The prediction is the **last** ``<answer>`` of the episode (any turn), else the last generation's text (the
-reward functions read a plain answer whole). Multiple-choice items are scored by the letter the answer
+The prediction is the **final reply** (the last generation of the episode, SPEC §7): its last ``<answer>`` body
+when it has one, else its text (the reward functions read a plain answer whole). An earlier turn's ``<answer>``
+never overrides it: after a forced answer "C", an earlier "<answer>A</answer>" is not scored. Multiple-choice items are scored by the letter the answer
 commits to (``read_mcq_letter``; out-of-range letters score 0), grounding items by the temporal IoU of
 ``paravt_core.rewards.accuracy`` (the Charades score). Open-ended items
 (MMVU) go to the LLM judge when one is configured and to token F1 otherwise (the results say which). A judge
@@ -30,10 +31,8 @@ class Score:
     error: str | None = None  # judge_error / judge_timeout / judge_unparseable
 
 
-def prediction_of(answer: str | None, final_text: str) -> str:
-    """What is scored: the episode's last ``<answer>`` body, wrapped again so the reward reads exactly it."""
-    if answer is not None:
-        return f"<answer>{answer}</answer>"
+def prediction_of(final_text: str | None) -> str:
+    """What is scored: the final reply, whole (``answer_span`` then reads its last ``<answer>`` or its text)."""
     return final_text or ""
 
 

@@ -46,7 +46,7 @@ from . import report
 from .config import EvalBenchmarkConfig, EvalConfig
 from .formats import FormatError, read_rows
 from .metrics import benchmark_metrics
-from .protocols import WITH_TOOL
+from .protocols import WITH_TOOL, preset_agent
 from .records import RecordError, SampleLog, parse_shard, read_records, shard_of
 from .runner import RunOptions, run_samples
 
@@ -94,7 +94,9 @@ def _rows_source(b: EvalBenchmarkConfig, bench: registry.Benchmark, work: str) -
     return source
 
 
-def load_samples(b: EvalBenchmarkConfig, work: str) -> list[registry.Sample]:
+def load_samples(
+    b: EvalBenchmarkConfig, work: str, prompt_set: str = prompts.DEFAULT_PROMPT_SET
+) -> list[registry.Sample]:
     bench = registry.get(b.name)
     source = _rows_source(b, bench, work)
     try:
@@ -103,7 +105,8 @@ def load_samples(b: EvalBenchmarkConfig, work: str) -> list[registry.Sample]:
         raise EvalError(f"benchmark {b.name}: {err}") from None
     if b.limit:
         rows = rows[: b.limit]
-    ctx = registry.Context(media_root=b.media_root, subtitles_root=b.subtitles)
+    texts = prompts.load_prompt_set(prompt_set).benchmark  # question texts of the run's prompt set
+    ctx = registry.Context(media_root=b.media_root, subtitles_root=b.subtitles, texts=texts)
     return registry.to_samples(b.name, rows, ctx)
 
 
@@ -221,12 +224,16 @@ def build_results(
 ) -> dict[str, Any]:
     per: dict[str, dict[str, Any]] = {}
     errors: Counter[str] = Counter()
+    ps = prompt_set_of(cfg)
     samples = scored = n_err = 0
     calls: list[int] = []
     for protocol, benches in records.items():
         per[protocol] = {}
         for bench, recs in benches.items():
             m = benchmark_metrics(bench, recs)
+            # every number names what produced it: preset, protocol and the prompt set's checksum
+            m["provenance"] = {"preset": cfg.preset, "protocol": protocol, "prompt_set": ps.name,
+                               "prompt_checksum": ps.checksum}  # fmt: skip
             per[protocol][bench] = m
             samples += m["samples"]
             scored += m["scored"]
@@ -240,6 +247,7 @@ def build_results(
         "model": cfg.model,
         "published_model": model,
         "published": {b: report.published_value(model, b) for b in registry.REGISTRY} if model else {},
+        "preset": cfg.preset,
         "protocols": per,
         "totals": {
             "samples": samples,
@@ -256,8 +264,8 @@ def build_results(
         "tool_use_rate": round(100 * sum(c > 0 for c in calls) / len(calls), 4) if calls else None,
         "elapsed_s": round(elapsed_s, 3),
         "code_version": _code_version(),
-        "prompt_protocol": prompt_set_of(cfg).name,
-        "prompt_checksum": prompt_set_of(cfg).checksum,
+        "prompt_protocol": ps.name,
+        "prompt_checksum": ps.checksum,
         "config": config_to_dict(cfg),
     }
 
@@ -305,7 +313,7 @@ def _samples_by_bench(cfg: EvalConfig, work: str) -> dict[str, list[registry.Sam
     for b in resolve_benchmarks(cfg):
         if b.name in out:
             raise EvalError(f"benchmark {b.name} is configured twice")
-        out[b.name] = load_samples(b, work)
+        out[b.name] = load_samples(b, work, cfg.agent.prompt_set)
     return out
 
 
@@ -383,6 +391,7 @@ def records_fingerprint(cfg: EvalConfig) -> dict[str, Any]:
             "dtype": cfg.engine.dtype,
         },
         "agent": cfg.agent.model_dump(mode="json"),
+        "preset": cfg.preset,
         "prompt_checksum": prompt_set_of(cfg).checksum,
     }
     return {"sha256": hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest(), **parts}
@@ -396,7 +405,9 @@ def check_records_fingerprint(root: str, cfg: EvalConfig) -> None:
         theirs = json.loads(storage.read_bytes(uri))
         if theirs.get("sha256") != mine["sha256"]:
             changed = sorted(
-                k for k in ("model", "engine", "agent", "prompt_checksum") if theirs.get(k) != mine[k]
+                k
+                for k in ("model", "engine", "agent", "preset", "prompt_checksum")
+                if theirs.get(k) != mine[k]
             )
             raise EvalError(
                 f"{root} holds records made with a different {', '.join(changed)}; "
@@ -470,6 +481,7 @@ def _evaluate(
     opts = RunOptions(
         concurrency=cfg.runner.concurrency, retries=cfg.runner.retries, backoff_s=cfg.runner.backoff_s
     )
+    base = preset_agent(cfg.preset, cfg.agent)
     records: dict[str, dict[str, list[dict]]] = {}
     try:
         logs = {(p, b): store.open(p, b) for p in cfg.protocols for b in samples}
@@ -492,8 +504,8 @@ def _evaluate(
             async def all_runs() -> None:  # every benchmark and protocol at once, one concurrency limit
                 gate = asyncio.Semaphore(opts.concurrency)
                 await asyncio.gather(
-                    *(run_samples(samples[bench], protocol, registry.get(bench), engine, cfg.agent, log, opts,
-                                  processor=processor, judge=judge, on_done=done, gate=gate)
+                    *(run_samples(samples[bench], protocol, registry.get(bench), engine, base, log, opts,
+                                  processor=processor, judge=judge, on_done=done, gate=gate, preset=cfg.preset)
                       for (protocol, bench), log in logs.items())
                 )  # fmt: skip
 

@@ -17,45 +17,86 @@ from __future__ import annotations
 
 import math
 import re
-import string
-from collections import Counter
+import unicodedata
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from paravt_core.agent.parsing import extract_answer
 from paravt_core.video.timeparse import parse_time
 
-if TYPE_CHECKING:  # the judge module imports httpx; plain scoring must not need it
-    from .judge import Judge
+from .f1 import normalize_answer, token_f1
+
+
+class Judge(Protocol):
+    """What ``accuracy_reward`` needs of an LLM judge (``paravt_core.rewards.judge.Judge`` is one); a
+    structural type, so this module does not import the judge (nor the judge this one)."""
+
+    def score(self, question: str, prediction: str, gold: str) -> Any: ...
+
+    async def ascore(self, question: str, prediction: str, gold: str) -> Any: ...
+
 
 QuestionType = Literal["mcq", "tvg", "oe"]
 RewardMode = Literal["f1", "exact", "llm"]
 
 MCQ_LETTERS = "ABCDEFGHIJ"
 
-_PUNCT = str.maketrans({c: " " for c in string.punctuation + "–—‘’“”"})
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
 _STRIP_BLOCKS = re.compile(r"<(think|tool_call|tool_code|tool_response)>.*?(</\1>|$)", re.DOTALL)
 _TAG = re.compile(r"</?(think|answer|tool_call|tool_code|tool_response)>")
 
-# MCQ patterns, tried in this order on the answer span (SPEC: <answer>, "answer is X", "Option X", lone X).
-# Letters are matched upper-case only, so the article "a" in "the answer is a red circle" is not option A.
-_ANSWER_IS = re.compile(
-    r"(?i:answer)\s*(?:(?i:is)|:)?\s*[:\-]?\s*(?:(?i:option)\s*)?[(\[]?([A-J])\b(?![\w'])"
+# MCQ forms. Letters are matched upper-case only (except a span that is one letter and nothing else), so the
+# article "a" in "the answer is a red circle" is not option A. ``_L``: one option letter, optionally in
+# brackets, not part of a word.
+_L = r"[(\[]?([A-J])[)\]]?(?![\w'])"
+# A statement that commits to a letter: "the answer is B", "Answer: B", "the best option is B", "my choice
+# is B", "I choose B", "B is correct" / "B is the best answer". The LAST statement wins ("I thought the
+# answer is A, but the answer is B" -> B).
+_STATEMENT = re.compile(
+    r"(?:(?i:\banswer\b)(?:\s+(?i:is|would\s+be|should\s+be|will\s+be|must\s+be))?\s*[:\-=]?"
+    r"|(?i:\b(?:option|choice)\s+(?:is|would\s+be|should\s+be))\s*:?"
+    r"|(?i:\bi\s+(?:would\s+|will\s+)?(?:choose|select|pick|go\s+with)))"
+    r"\s*(?:(?i:option|choice)\s*)?" + _L
 )
-_OPTION = re.compile(r"\b(?i:option)\s*[(\[]?([A-J])\b(?![\w'])")
-# The whole span is one letter ("B", "(B)", "b.": any case, nothing else to confuse it with) or starts
-# with a lettered option ("B. red", "(B) red").
+_IS_CORRECT = re.compile(r"(?<![\w'])" + _L + r"\s+(?i:is)\s+(?:(?i:the)\s+)?(?i:correct|right|best)\b")
+# A letter followed by another offered as an alternative: "A or B", "B/C", "A, B", "A and B", "A B".
+# A second letter after a bare space counts only when nothing but punctuation, another letter or the end follows
+# it ("A B", "A B."): in "C) A blue square" the A is the article of the option's text.
+_ALT = re.compile(
+    r"(?:\s*(?:,|/|&|(?i:\bor\b)|(?i:\band\b))\s*(?:(?i:option)\s*)?[(\[]?([A-J])(?![\w'])"
+    r"|\s+[(\[]?([A-J])[)\]]?(?=\s*(?:$|[.,;:!?/&]|[(\[]?[A-J](?![\w']))))"
+)
+# The span starts with a letter: "B", "(B)", "B.", "B) red", "B: red", "B - the red circle", "B, because",
+# "D. Both A and B." (a lettered option with its text: the letters inside the text are not alternatives).
+_HEAD = re.compile(r"\s*[(\[]?([A-J])[)\]]?(?![\w'])")
+_HEAD_END = re.compile(r"[.:,)\]]|\s|$|[-\u2013\u2014]")
+_PRONOUN = re.compile(r"\s+[a-z']|'")
+# The span is one letter in any case ("b", "(b)", "b."): nothing else to confuse it with.
 _LONE = re.compile(r"[(\[]?([A-Ja-j])[)\].:]?")
-_LEAD = re.compile(r"(?:[(\[]([A-J])[)\]]|([A-J])[.):])\s")
-# Two different letters offered as alternatives: "A or B", "B/C", "A, B".
-_HEDGE = re.compile(r"\b([A-J])\b\s*(?:or|and|/|,|&)\s*[(\[]?\b([A-J])\b")
+# The span ends with a letter on its own: "... so the person holds the cup. B"
+_TAIL = re.compile(r"(?:^|[\s:>])[(\[]?([A-J])[)\]]?[.!]?$")
+_TAIL_HEDGE = re.compile(
+    r"(?<![\w'])([A-J])[)\]]?\s*(?:,|/|&|(?i:\bor\b)|(?i:\band\b))\s*[(\[]?([A-J])[)\]]?[.!]?$"
+)
+# "option B" mentioned without a statement (the weakest reading, after head and tail letters).
+_OPTION = re.compile(r"\b(?i:option)\s*" + _L)
+_MARKUP = re.compile(r"\*+|`+|__+")
 
 # One time value: clock form (m:ss, h:mm:ss, fractions allowed) or a decimal number, optional unit.
 _TIME = r"(\d{1,2}:\d{1,2}:\d{1,2}(?:\.\d+)?|\d+:\d{1,2}(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
 _UNIT = r"\s*(?:s|sec|secs|second|seconds)?"
 _SEP = r"\s*(?:,|-|–|—|~|to|and|until|till)\s*"
 _INTERVAL = re.compile(_TIME + _UNIT + _SEP + _TIME + _UNIT + r"(?![\d:])", re.IGNORECASE)
+# "Start time: 24.3 seconds / End time: 30.4 seconds", "starts at 24.3s and ends at 30.4s".
+_START_END = re.compile(
+    r"\bstart(?:s|ing)?(?:\s+time)?(?:\s+(?:is|at|of))?\s*[:=]?\s*(?:at\s+)?"
+    + _TIME
+    + _UNIT
+    + r".{0,40}?\bend(?:s|ing)?(?:\s+time)?(?:\s+(?:is|at|of))?\s*[:=]?\s*(?:at\s+)?"
+    + _TIME
+    + _UNIT
+    + r"(?![\d:])",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 @dataclass(frozen=True)
@@ -64,13 +105,6 @@ class AccuracyResult:
     reason: str | None = None  # why the score is 0 without comparing (None: the prediction was parsed)
     parsed: Any = None  # what was compared: the letter, the (start, end) pair, the normalized text
     source: str = "rule"  # "exact", "mcq", "tvg", "f1", "judge", "f1_fallback"
-
-
-def normalize_answer(text: str) -> str:
-    """Lower-case, punctuation -> spaces, articles dropped, whitespace collapsed (SQuAD-style)."""
-    text = str(text).lower().translate(_PUNCT)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
 
 
 def extract_answer_text(text: str) -> str | None:
@@ -100,38 +134,66 @@ def read_mcq_letter(text: str) -> tuple[str | None, str | None]:
     return _mcq_letter(answer_span(text))
 
 
+def statement_letters(text: str) -> list[str]:
+    """The letters of every committing statement in ``text``, in order ("the answer is A … the answer is B" ->
+    ["A", "B"]); the last one is the reading when there are several."""
+    s = _MARKUP.sub("", unicodedata.normalize("NFKC", text))
+    found = sorted([*_STATEMENT.finditer(s), *_IS_CORRECT.finditer(s)], key=lambda m: m.start(1))
+    return [m.group(1) for m in found]
+
+
+def _hedged(span: str, end: int, letter: str) -> bool:
+    """Another letter, different from ``letter``, offered as an alternative right after ``end``."""
+    alt = _ALT.match(span, end)
+    return alt is not None and (alt.group(1) or alt.group(2)) != letter
+
+
 def _mcq_letter(span: str) -> tuple[str | None, str | None]:
-    """(letter, reason when None)."""
-    s = span.strip()
+    """(letter, reason when None). Readings, strongest first: the last committing statement, a leading
+    letter, the lone letter, a trailing letter, the last "option X". Refused (``hedged_letter``) only when
+    the reading names two different letters as the answer ("A or B", "the answer is B/C")."""
+    s = _MARKUP.sub("", unicodedata.normalize("NFKC", span)).strip()
     if not s:
         return None, "empty_answer"
-    hedge = _HEDGE.search(s)
-    if hedge and hedge.group(1) != hedge.group(2):
-        return None, "hedged_letter"
-    found = list(_ANSWER_IS.finditer(s))
+    found = list(_STATEMENT.finditer(s)) + list(_IS_CORRECT.finditer(s))
     if found:
-        return found[-1].group(1).upper(), None
-    found = list(_OPTION.finditer(s))
-    if found:
-        return found[-1].group(1).upper(), None
+        last = max(found, key=lambda m: m.start(1))
+        letter = last.group(1)
+        return (None, "hedged_letter") if _hedged(s, last.end(), letter) else (letter, None)
+    head = _HEAD.match(s)
+    if head:
+        letter = head.group(1)
+        if _hedged(s, head.end(), letter):
+            return None, "hedged_letter"
+        pronoun = letter == "I" and _PRONOUN.match(s, head.end())  # "I think it is red" names no option
+        if _HEAD_END.match(s, head.end()) and not pronoun:
+            return letter, None
     lone = _LONE.fullmatch(s.rstrip("."))
     if lone:
         return lone.group(1).upper(), None
-    lead = _LEAD.match(s + " ")
-    if lead:
-        return (lead.group(1) or lead.group(2)), None
+    tail_hedge = _TAIL_HEDGE.search(s)
+    if tail_hedge and tail_hedge.group(1) != tail_hedge.group(2):
+        return None, "hedged_letter"
+    tail = _TAIL.search(s)
+    if tail:
+        return tail.group(1), None
+    found = list(_OPTION.finditer(s))
+    if found:
+        letter = found[-1].group(1)
+        return (None, "hedged_letter") if _hedged(s, found[-1].end(), letter) else (letter, None)
     return None, "unparseable_letter"
 
 
 def parse_interval(text: str) -> tuple[float, float] | None:
-    """(start, end) seconds of the last interval written in the answer span, or None.
+    """(start, end) seconds of the FIRST interval written in the answer span (as lmms-eval's Charades scorer
+    and the release's driver read it), or None.
 
     Accepted: ``s, e``, ``s - e``, ``s to e``, ``s–e``, ``[s, e]``, ``m:ss`` / ``h:mm:ss`` values, a unit
-    after each value ("2.5s - 5 seconds"). A reversed pair is swapped; values must be finite and below a
-    week (``parse_time``'s bound)."""
+    after each value ("2.5s - 5 seconds"), and the two-line form "Start time: 24.3 seconds / End time: 30.4
+    seconds". A reversed pair is swapped; values must be finite and below a week (``parse_time``'s bound)."""
     span = answer_span(text)
-    found = list(_INTERVAL.finditer(span))
-    for match in reversed(found):
+    found = sorted([*_INTERVAL.finditer(span), *_START_END.finditer(span)], key=lambda m: m.start())
+    for match in found:
         try:
             a, b = parse_time(match.group(1)), parse_time(match.group(2))
         except ValueError:
@@ -152,18 +214,6 @@ def interval_iou(pred: tuple[float, float], gold: tuple[float, float]) -> float:
     inter = max(0.0, min(pe, ge) - max(ps, gs))
     union = (pe - ps) + (ge - gs) - inter
     return inter / union if union > 0 else 0.0
-
-
-def token_f1(pred: str, gold: str) -> float:
-    """F1 of the normalized token multisets. Both empty: 1; one empty: 0."""
-    p, g = normalize_answer(pred).split(), normalize_answer(gold).split()
-    if not p or not g:
-        return float(p == g)
-    common = sum((Counter(p) & Counter(g)).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(p), common / len(g)
-    return 2 * precision * recall / (precision + recall)
 
 
 def question_kind(question_type: str | None) -> QuestionType:

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from paravt_core.engines.openai_engine import OpenAIEngine
 
-from .accuracy import token_f1
+from .f1 import token_f1
 
 log = logging.getLogger(__name__)
 

@@ -100,7 +100,11 @@ async def _group(
     row = EpisodeRow(prompt.video, prompt.question, prompt.row_id, prompt.question_type, nframes=k)
     try:  # once per group: the n rollouts see the very same frames
         overview = await asyncio.to_thread(
-            video_api.overview, prompt.video, k, max_pixels=agent.max_pixels, min_pixels=agent.min_pixels
+            video_api.overview,
+            prompt.video,
+            k,
+            max_pixels=agent.overview_pixels[1],
+            min_pixels=agent.overview_pixels[0],
         )
     except Exception as err:
         counts["video_error_groups"] += 1

@@ -130,8 +130,8 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
             str(resolve_model_dir(cfg.model)),  # --model-path opens local directories, not s3:// URIs
             port=e.port,
             processor=policy.processor,
-            max_pixels=cfg.agent.max_pixels,
-            min_pixels=cfg.agent.min_pixels,
+            max_pixels=cfg.agent.processor_pixels[1],
+            min_pixels=cfg.agent.processor_pixels[0],
             deterministic_inference=e.deterministic_inference,
         )
     if e.weight_sync == "distributed":

@@ -18,11 +18,7 @@ from paravt_core.synth.scenes import COLOURS, SHAPES, Event
 TOOL_ENVELOPE = prompts.system_prompt("agentic_minimal")
 AGENT_SYSTEM_PROMPT = prompts.system_prompt("agentic_general")
 
-CHARADES_QUESTION = (
-    "Please find the visual event described by a sentence in the video, determining its starting and "
-    "ending times. The format should be: 'The event happens in the start time - end time seconds'. "
-    "Now I will give you the textual sentence: {caption}"
-)
+CHARADES_QUESTION = prompts.load_prompt_set().benchmark.charades_question  # the eval's grounding question
 
 LETTERS = "ABCD"
 
@@ -102,7 +98,7 @@ def q_when(v: Video, rng: random.Random) -> Question:
 def q_charades(v: Video, rng: random.Random) -> Question:
     k = rng.randrange(len(v.events))
     ev = v.events[k]
-    text = CHARADES_QUESTION.format(caption=f"a {ev.label} appears.")
+    text = CHARADES_QUESTION.format(caption=f"a {ev.label} appears")
     answer = f"The event happens in the {fmt_t(ev.start)} - {fmt_t(ev.end)} seconds."
     reason = f"The {ev.label} appears at {fmt_t(ev.start)} s and disappears at {fmt_t(ev.end)} s."
     return Question(text, answer, tvg_answer(ev.start, ev.end), "tvg", reason, target=k)
