@@ -85,7 +85,7 @@ def _rows_source(b: EvalBenchmarkConfig, bench: registry.Benchmark, work: str) -
     source = b.source or (f"hf://{bench.hub_id}" if bench.hub_id else "")
     if not source:
         raise EvalError(f"benchmark {b.name}: no source configured")
-    if storage.is_s3(source) or source.startswith("hf://"):
+    if source.startswith("hf://") or storage.is_s3(source):  # is_s3 rejects other schemes
         from paravt_core.data.download import fetch
 
         dest = os.path.join(work, "sources", b.name)
