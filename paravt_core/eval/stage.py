@@ -81,10 +81,20 @@ def resolve_benchmarks(cfg: EvalConfig) -> list[EvalBenchmarkConfig]:
     return out
 
 
-def _rows_source(b: EvalBenchmarkConfig, bench: registry.Benchmark, work: str) -> str:
+def source_spec(b: EvalBenchmarkConfig) -> str:
+    """Where the rows of ``b`` come from (``hf://<id>``, ``s3://`` or a local path); nothing is fetched."""
+    try:
+        bench = registry.get(b.name)
+    except ValueError as err:
+        raise EvalError(str(err)) from None
     source = b.source or (f"hf://{bench.hub_id}" if bench.hub_id else "")
     if not source:
         raise EvalError(f"benchmark {b.name}: no source configured")
+    return source
+
+
+def _rows_source(b: EvalBenchmarkConfig, bench: registry.Benchmark, work: str) -> str:
+    source = source_spec(b)
     if source.startswith("hf://") or storage.is_s3(source):  # is_s3 rejects other schemes
         from paravt_core.data.download import fetch
 
