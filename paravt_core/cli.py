@@ -10,16 +10,12 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from paravt_core.config import ConfigError
+from paravt_core.cli_errors import INTERRUPTED, UsageError, classify, debug_enabled
 from paravt_core.config_base import StrictModel
 
 # Smallest synthetic dataset: one video per sentinel bucket, two events of >= 1 s with gaps per video.
 MIN_SYNTH_VIDEOS = 4
 MIN_SYNTH_SECONDS = 5.0
-
-
-class UsageError(Exception):
-    """A bad argument found after parsing (e.g. an unknown pipeline name): one line, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -65,8 +61,12 @@ def _stage_config(stage: str, args: argparse.Namespace) -> StrictModel:
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
-    """Every stage verb: its typed config, then ``paravt_core.<stage>.stage.run``."""
+    """Every stage verb: its typed config, the pre-flight checks, then ``paravt_core.<stage>.stage.run``."""
+    from paravt_core.cli_errors import preflight
+
     cfg = _stage_config(args.command, args)  # config errors before the stage's heavy imports
+    args.stage_cfg = cfg  # for the resume hint after Ctrl-C
+    preflight(args.command, cfg)  # device, output writable and not another stage's result
     run = importlib.import_module(f"paravt_core.{args.command}.stage").run
     result = run(cfg)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 prints
@@ -76,6 +76,12 @@ def _cmd_stage(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     if args.shard:
+        from paravt_core.eval.records import RecordError, parse_shard
+
+        try:
+            parse_shard(args.shard)
+        except RecordError as err:
+            raise UsageError(f"--shard: {err}") from None
         args.overrides.append(f"shard={args.shard}")
     if args.merge:
         args.overrides.append("merge=true")
@@ -236,6 +242,9 @@ def _add_stage(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="paravt", description=__doc__)
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of a failure (also PARAVT_DEBUG=1)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     _add_stage(sub, "data", _cmd_stage, "download, extract, materialize, validate and audit the data")
@@ -338,40 +347,54 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """Errors that carry a complete message for the user: printed without a traceback."""
-    from paravt_core.data.validate import DataError
-    from paravt_core.engines.base import EngineError
-    from paravt_core.eval.stage import EvalError
-    from paravt_core.sft.data import SftDataError
-    from paravt_core.sft.trainer import SftError
-    from paravt_core.video.errors import VideoError
+def _resume_hint(args: argparse.Namespace) -> str:
+    """What rerunning the interrupted command does: the step training resumes from, or that finished work
+    is kept (data: downloads and extracted archives; eval: every record written)."""
+    cfg = getattr(args, "stage_cfg", None)
+    if cfg is None:
+        return "run the same command again"
+    if args.command in ("sft", "rl"):
+        from paravt_core import checkpoint
 
-    return (DataError, EngineError, EvalError, VideoError, SftDataError, SftError, FileNotFoundError)
+        try:
+            latest = checkpoint.latest_complete(cfg.output)
+        except Exception:  # an unreachable output: the hint stays generic
+            latest = None
+        if latest is None:
+            return "no checkpoint was complete yet; run the same command again to start over"
+        step = int(latest.rstrip("/").rsplit("_", 1)[1])
+        return f"run the same command again to resume from step {step + 1} (checkpoint {latest})"
+    if args.command in ("data", "eval"):
+        return "run the same command again to resume (finished work is kept)"
+    return "run the same command again"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_enabled(argv)
+    argv = [a for a in argv if a != "--debug"]  # accepted before or after the verb
+    args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args) or 0)
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        return 2
-    except (UsageError, FileExistsError, NotADirectoryError) as err:  # a bad argument found while running
-        print(f"paravt {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"paravt {args.command}: interrupted; {_resume_hint(args)}", file=sys.stderr)
+        return INTERRUPTED
     except Exception as err:
-        if isinstance(err, _user_errors()):
-            print(f"paravt {args.command}: {err}", file=sys.stderr)
-            return 1
+        if debug:
+            raise
         if args.command == "pipeline":
-            return _pipeline_error(err)
-        raise
+            handled = _pipeline_error(err)
+            if handled is not None:
+                return handled
+        code, line = classify(err, args.command)
+        print(line, file=sys.stderr)
+        return code
 
 
-def _pipeline_error(err: Exception) -> int:
-    """KFP API and connection failures as one line; anything else is a bug and keeps its traceback."""
+def _pipeline_error(err: Exception) -> int | None:
+    """KFP API and connection failures as one line; None for anything else."""
     import urllib3
     from kfp_server_api.exceptions import ApiException
 
@@ -382,7 +405,7 @@ def _pipeline_error(err: Exception) -> int:
     elif isinstance(err, ApiException | urllib3.exceptions.HTTPError):
         print(f"paravt pipeline: {api_error_message(err)}", file=sys.stderr)
     else:
-        raise err
+        return None
     return 1
 
 

@@ -414,7 +414,13 @@ def load_config(model: type[C], path: str | Path | None = None, overrides: list[
     data: dict[str, Any] = {}
     if path is not None:
         text = Path(path).read_text()
-        loaded = yaml.safe_load(text) or {}
+        try:
+            loaded = yaml.safe_load(text) or {}
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(err, "problem", None) or type(err).__name__
+            raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping, got {type(loaded).__name__}")
         data = loaded
@@ -425,7 +431,18 @@ def load_config(model: type[C], path: str | Path | None = None, overrides: list[
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(f"invalid {model.__name__}:\n{err}") from err
+        raise ConfigError(validation_message(err)) from err
+
+
+def validation_message(err: ValidationError) -> str:
+    """pydantic's report as one line: ``key.path: what is wrong (got value)`` per problem."""
+    problems = []
+    for e in err.errors(include_url=False):
+        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-"))
+        msg = e["msg"].removeprefix("Value error, ")
+        got = "" if e["type"] in ("missing", "model_type") else f" (got {e['input']!r})"
+        problems.append(f"{loc or 'config'}: {msg}{got}" if loc else f"{msg}{got}")
+    return "invalid value: " + "; ".join(problems)
 
 
 def describe_config(model: type[BaseModel], prefix: str = "", values: BaseModel | None = None) -> list[str]:

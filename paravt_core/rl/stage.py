@@ -336,7 +336,7 @@ def run(cfg: RlConfig) -> StageResult:
         "last_step": history[-1] if history else None,
     }
     storage.write_bytes(storage.join(out, "metrics.json"), json.dumps(summary, indent=2).encode())
-    storage.mark_complete(out, {"steps": len(history)})
+    storage.mark_complete(out, {"stage": "rl", "steps": len(history)})
     return StageResult(
         "rl",
         outputs={

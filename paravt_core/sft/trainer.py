@@ -239,6 +239,7 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
     os.makedirs(staging, exist_ok=True)
     seed_everything(cfg.trainer.seed + d.rank)
 
+    files = sft_files(cfg.data.input, cfg.data.include)  # the data gate before the model is loaded
     loaded = load(cfg.model.uri, device="cpu", dtype=torch.float32)
     save_dtype = getattr(loaded.config, "dtype", None) or torch.float32
     if isinstance(save_dtype, str):
@@ -257,7 +258,7 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, cfg)
 
-    messages, row_ids = read_rows(sft_files(cfg.data.input, cfg.data.include))
+    messages, row_ids = read_rows(files)
     spec = MediaSpec(**cfg.media.model_dump())
     rows = SftRows(messages, row_ids, loaded.processor, loaded.config, spec, cfg.data.seed)
 
