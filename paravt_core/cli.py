@@ -91,7 +91,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _cmd_synth(args: argparse.Namespace) -> int:
     from paravt_core.synth import synthesize
 
-    result = synthesize(args.out_dir, videos=args.videos, seconds=args.seconds, seed=args.seed)
+    result = synthesize(
+        args.out_dir, videos=args.videos, seconds=args.seconds, seed=args.seed, force=args.force
+    )
     print(result.summary())
     return 0
 
@@ -99,7 +101,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 def _cmd_tiny_model(args: argparse.Namespace) -> int:
     from paravt_core.models import build_tiny_model
 
-    path = build_tiny_model(args.out_dir, seed=args.seed)
+    path = build_tiny_model(args.out_dir, seed=args.seed, force=args.force)
     print(path)
     return 0
 
@@ -275,11 +277,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--videos", type=_int_at_least(MIN_SYNTH_VIDEOS), default=8, help=videos_help)
     p.add_argument("--seconds", type=_seconds_at_least(MIN_SYNTH_SECONDS), default=12.0, help=seconds_help)
     p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--force", action="store_true", help="write into a non-empty directory that is not ours")
     p.set_defaults(fn=_cmd_synth)
 
     p = sub.add_parser("tiny-model", help="build the tiny Qwen3-VL test/demo model")
-    p.add_argument("out_dir")
+    p.add_argument("out_dir", help="directory to write (empty, or an earlier `paravt tiny-model` output)")
     p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: %(default)s)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite a non-empty directory that is not an earlier tiny model",
+    )
     p.set_defaults(fn=_cmd_tiny_model)
 
     p = sub.add_parser("demo", help="synthetic data + tiny model + the pipeline through kfp.local")

@@ -153,7 +153,9 @@ def check_device(cfg: Any) -> None:
                 )
             index = device.partition(":")[2]
             if index.isdigit() and int(index) >= torch.cuda.device_count():
-                raise PreflightError(f"device={device} but only {torch.cuda.device_count()} GPU(s) are visible")
+                raise PreflightError(
+                    f"device={device} but only {torch.cuda.device_count()} GPU(s) are visible"
+                )
         elif device not in ("cpu", "auto", "meta") and not device.startswith(("mps", "xpu")):
             raise UsageError(f"unknown device {device!r}; expected cpu, cuda or cuda:N")
 

@@ -138,7 +138,7 @@ def demo(out_dir: str, videos: int = 8, seconds: float = 12.0) -> TrainRun:
     synth = synthesize(str(out / "synth"), videos=videos, seconds=seconds, seed=0)
     console.print(synth.summary())
     console.rule("2/3 tiny Qwen3-VL")
-    model_dir = build_tiny_model(str(out / "tiny-model"))
+    model_dir = build_tiny_model(str(out / "tiny-model"), force=True)  # the demo's own directory
     console.print(f"tiny model: {model_dir}")
     console.rule("3/3 train pipeline: data -> SFT -> RL -> eval -> report (kfp.local.SubprocessRunner)")
     run = run_train_locally(

@@ -45,7 +45,9 @@ def test_shipped_config_loads_and_its_sources_resolve(path: Path, tmp_path: Path
         assert resolved
         for b in resolved:
             spec = source_spec(b)
-            if spec.startswith("hf://"):  # the published recipes: the registry's dataset, fetched from the hub
+            if spec.startswith(
+                "hf://"
+            ):  # the published recipes: the registry's dataset, fetched from the hub
                 assert parse_source(spec).kind == "hf"
                 assert spec == f"hf://{registry.get(b.name).hub_id}", b.name
             else:
