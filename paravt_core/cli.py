@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         if args.command == "pipeline":
-            handled = _pipeline_error(err)
+            handled = _pipeline_error(err, getattr(args, "host", ""))
             if handled is not None:
                 return handled
         code, line = classify(err, args.command)
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
 
 
-def _pipeline_error(err: Exception) -> int | None:
+def _pipeline_error(err: Exception, host: str = "") -> int | None:
     """KFP API and connection failures as one line; None for anything else."""
     import urllib3
     from kfp_server_api.exceptions import ApiException
@@ -411,7 +411,7 @@ def _pipeline_error(err: Exception) -> int | None:
     if isinstance(err, ClusterError):
         print(f"paravt pipeline: {err}", file=sys.stderr)
     elif isinstance(err, ApiException | urllib3.exceptions.HTTPError):
-        print(f"paravt pipeline: {api_error_message(err)}", file=sys.stderr)
+        print(f"paravt pipeline: {api_error_message(err, host)}", file=sys.stderr)
     else:
         return None
     return 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -290,6 +290,22 @@ class SftConfig(StrictModel):
     trainer: SftTrainerConfig = Field(default_factory=SftTrainerConfig)
     checkpoint: SftCheckpointConfig = Field(default_factory=SftCheckpointConfig)
 
+    # Overrides ``model=URI`` / ``data=URI`` set only these keys (the section's other YAML keys stay).
+    SHORTHANDS: ClassVar[dict[str, str]] = {"model": "model.uri", "data": "data.input"}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        """``model=URI`` and ``data=URI`` as in the RL and eval stages: shorthands of ``model.uri`` and
+        ``data.input``."""
+        if isinstance(data, dict):
+            data = dict(data)
+            if isinstance(data.get("model"), str):
+                data["model"] = {"uri": data["model"]}
+            if isinstance(data.get("data"), str):
+                data["data"] = {"input": data["data"]}
+        return data
+
 
 # ---------------------------------------------------------------------------------------------
 # Stage registry
@@ -424,8 +440,11 @@ def load_config(model: type[C], path: str | Path | None = None, overrides: list[
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping, got {type(loaded).__name__}")
         data = loaded
+    shorthands = getattr(model, "SHORTHANDS", {})
     for item in overrides or []:
         keys, value = parse_override(item)
+        if len(keys) == 1 and keys[0] in shorthands and not isinstance(value, dict):
+            keys = shorthands[keys[0]].split(".")
         _set_path(data, keys, value)
     _check_keys(model, data, "")
     try:

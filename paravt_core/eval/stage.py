@@ -105,6 +105,7 @@ def _rows_source(b: EvalBenchmarkConfig, bench: registry.Benchmark, work: str) -
 
 
 def load_samples(b: EvalBenchmarkConfig, work: str) -> list[registry.Sample]:
+    source_spec(b)  # an unknown benchmark name is an EvalError (one line), before anything is fetched
     bench = registry.get(b.name)
     source = _rows_source(b, bench, work)
     try:
