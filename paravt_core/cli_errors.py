@@ -10,6 +10,7 @@ writable and is not another stage's complete result.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from paravt_core.config_base import ConfigError
@@ -36,11 +37,16 @@ def debug_enabled(argv: list[str]) -> bool:
     return "--debug" in argv or os.environ.get("PARAVT_DEBUG", "").strip() not in ("", "0", "false")
 
 
+def _loaded(module: str) -> Any:
+    """A module only if something already imported it: an exception of a library that was never imported
+    cannot be the one at hand, and importing it here would cost seconds (torch, transformers)."""
+    return sys.modules.get(module)
+
+
 def _storage_message(err: BaseException) -> str | None:
     """S3 failures (botocore) as one sentence with the next step; None for anything else."""
-    try:
-        from botocore import exceptions as bce
-    except ImportError:  # pragma: no cover - botocore is a dependency of storage
+    bce = _loaded("botocore.exceptions")
+    if bce is None:
         return None
     if isinstance(err, bce.NoCredentialsError | bce.PartialCredentialsError):
         return "storage: no S3 credentials found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
@@ -59,50 +65,45 @@ def _storage_message(err: BaseException) -> str | None:
 
 def _network_message(err: BaseException) -> str | None:
     """Hugging Face hub and HTTP failures as one sentence; None for anything else."""
-    try:
-        from huggingface_hub import errors as hfe
-    except ImportError:  # pragma: no cover
-        return None
-    if isinstance(err, hfe.LocalEntryNotFoundError | hfe.OfflineModeIsEnabled):
-        return (
-            f"network: cannot download from the Hugging Face hub ({one_line(err)[:200]}); "
-            "check the network, HF_HUB_OFFLINE, or point the source at a local copy"
-        )
-    if isinstance(err, hfe.RepositoryNotFoundError | hfe.GatedRepoError):
-        return f"network: the Hugging Face hub refused the repository ({one_line(err)[:200]}); check the id and HF_TOKEN"
-    if isinstance(err, hfe.HfHubHTTPError):
-        return f"network: Hugging Face hub error: {one_line(err)[:200]}"
-    import requests
-
-    if isinstance(err, requests.ConnectionError | requests.Timeout):
+    hfe = _loaded("huggingface_hub.errors")
+    if hfe is not None:
+        if isinstance(err, hfe.LocalEntryNotFoundError | hfe.OfflineModeIsEnabled):
+            return (
+                f"network: cannot download from the Hugging Face hub ({one_line(err)[:200]}); "
+                "check the network, HF_HUB_OFFLINE, or point the source at a local copy"
+            )
+        if isinstance(err, hfe.RepositoryNotFoundError | hfe.GatedRepoError):
+            return f"network: the Hugging Face hub refused the repository ({one_line(err)[:200]}); check the id and HF_TOKEN"
+        if isinstance(err, hfe.HfHubHTTPError):
+            return f"network: Hugging Face hub error: {one_line(err)[:200]}"
+    requests = _loaded("requests")
+    if requests is not None and isinstance(err, requests.ConnectionError | requests.Timeout):
         return f"network: {one_line(err)[:200]}"
     return None
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """Errors that carry a complete message for the user: printed as they are."""
-    from paravt_core.data.validate import DataError
-    from paravt_core.engines.base import EngineError
-    from paravt_core.eval.formats import FormatError
-    from paravt_core.eval.records import RecordError
-    from paravt_core.eval.stage import EvalError
-    from paravt_core.sft.data import SftDataError
-    from paravt_core.sft.trainer import SftError
-    from paravt_core.video.errors import VideoError
+# Errors of paravt_core whose message is complete for the user (matched by name along the class hierarchy, so
+# that classifying an error never imports a stage): printed as they are.
+_USER_ERRORS = {
+    "DataError",
+    "EngineError",
+    "EvalError",
+    "FormatError",
+    "RecordError",
+    "VideoError",
+    "SftDataError",
+    "SftError",
+    "PreflightError",
+    "ClusterError",
+}
 
-    return (
-        DataError,
-        EngineError,
-        EvalError,
-        FormatError,
-        RecordError,
-        VideoError,
-        SftDataError,
-        SftError,
-        PreflightError,
-        FileNotFoundError,
-        PermissionError,
-        IsADirectoryError,
+
+def _is_user_error(err: BaseException) -> bool:
+    if isinstance(err, FileNotFoundError | PermissionError | IsADirectoryError):
+        return True
+    return any(
+        c.__name__ in _USER_ERRORS and c.__module__.startswith(("paravt_core", "pipelines"))
+        for c in type(err).__mro__
     )
 
 
@@ -117,7 +118,7 @@ def classify(err: BaseException, command: str) -> tuple[int, str]:
         text = describe(err)
         if text is not None:
             return FAILURE, f"{prog}: {text}"
-    if isinstance(err, _user_errors()):
+    if _is_user_error(err):
         return FAILURE, f"{prog}: {one_line(err)}"
     if _is_device_error(err):
         return FAILURE, f"{prog}: device: {one_line(err)[:200]}; use device=cpu or run where the device is"

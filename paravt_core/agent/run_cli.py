@@ -180,14 +180,14 @@ def build_engine(args: argparse.Namespace, cfg: AgentConfig | None = None):
 def main(args: argparse.Namespace) -> int:
     from paravt_core.config import ConfigError
 
-    from .episode import arun_episode
-
     console = Console()
     try:
         cfg = build_config(args)
         cfg.bind_prompt_set()
     except ValueError as err:  # the CLI prints it as one line on stderr, exit status 2
         raise err if isinstance(err, ConfigError) else ConfigError(str(err)) from None
+    from .episode import arun_episode  # heavy (torch): after the config is known to be good
+
     with console.status("loading the model"):
         engine, processor = build_engine(args, cfg)
     row = {"video": args.video, "question": args.question, "id": Path(args.video).stem}
