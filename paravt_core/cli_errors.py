@@ -95,6 +95,7 @@ _USER_ERRORS = {
     "SftError",
     "PreflightError",
     "ClusterError",
+    "DemoError",
 }
 
 
