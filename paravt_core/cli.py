@@ -21,8 +21,15 @@ MIN_SYNTH_SECONDS = 5.0
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: ``paravt synth: error: ... (see paravt synth --help)``, exit 2."""
 
+    epilog_fn: Callable[[], str] | None = None  # built only when help is printed (it reads every field)
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def format_help(self) -> str:
+        if self.epilog_fn is not None:
+            self.epilog, self.epilog_fn = self.epilog_fn(), None
+        return super().format_help()
 
 
 def _int_at_least(low: int) -> Callable[[str], int]:
@@ -75,6 +82,11 @@ def _cmd_stage(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    if args.list_benchmarks:
+        from paravt_core.cli_help import list_benchmarks
+
+        print(list_benchmarks())
+        return 0
     if args.shard:
         from paravt_core.eval.records import RecordError, parse_shard
 
@@ -86,6 +98,18 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.merge:
         args.overrides.append("merge=true")
     return _cmd_stage(args)
+
+
+_STAGES = ("data", "sft", "rl", "eval", "report")
+
+
+def _cmd_config_show(args: argparse.Namespace) -> int:
+    from paravt_core.cli_help import config_show
+    from paravt_core.config import stage_config
+
+    cfg = _stage_config(args.stage, args)
+    print(config_show(stage_config(args.stage), cfg), end="")
+    return 0
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
@@ -226,20 +250,30 @@ def _cmd_agent_run(args: argparse.Namespace) -> int:
 def _add_stage(
     sub: argparse._SubParsersAction, name: str, fn: Callable, help_text: str
 ) -> argparse.ArgumentParser:
-    from paravt_core.config import describe_config, stage_config
-
-    fields = "\n".join(f"  {line}" for line in describe_config(stage_config(name)))
     p = sub.add_parser(
-        name,
-        help=help_text,
-        description=help_text,
-        epilog=f"config fields (YAML keys or dotted overrides) and their defaults:\n{fields}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        name, help=help_text, description=help_text, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--config", default=None, help="YAML config file")
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. extract.workers=4")
+
+    def epilog() -> str:
+        from paravt_core.cli_help import stage_epilog
+        from paravt_core.config import stage_config
+
+        return stage_epilog(name, stage_config(name))
+
+    p.epilog_fn = epilog
+    p.add_argument("--config", default=None, help="YAML config file (configs/<stage>/*.yaml)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides (fields below)")
     p.set_defaults(fn=fn)
     return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("paravt")
+    except PackageNotFoundError:  # a source tree on PYTHONPATH without the installed metadata
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -247,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of a failure (also PARAVT_DEBUG=1)"
     )
+    parser.add_argument("--version", action="version", version=f"paravt {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     _add_stage(sub, "data", _cmd_stage, "download, extract, materialize, validate and audit the data")
@@ -269,10 +304,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--shard", default=None, metavar="I/N", help="evaluate shard I of N (0-based), e.g. 0/4")
     p.add_argument("--merge", action="store_true", help="merge complete shards into the final outputs")
+    p.add_argument(
+        "--list-benchmarks",
+        action="store_true",
+        help="list the benchmarks (name, source, answer types, published number) and exit",
+    )
+
+    p = sub.add_parser(
+        "config",
+        help="show a stage's resolved config with the description of every field",
+        description="config show STAGE [--config FILE] [KEY=VALUE ...]: the config the stage would run, "
+        "as YAML with a comment per field.",
+    )
+    csub = p.add_subparsers(dest="config_command", required=True)
+    cs = csub.add_parser("show", help="print STAGE's resolved config (YAML, one comment per field)")
+    # One sub-parser per stage: argparse cannot place positional overrides after --config otherwise.
+    ssub = cs.add_subparsers(dest="stage", required=True, metavar="STAGE")
+    for stage in _STAGES:
+        sp = ssub.add_parser(stage, help=f"the {stage} stage's config")
+        sp.add_argument("--config", default=None, help="YAML config file")
+        sp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
+        sp.set_defaults(fn=_cmd_config_show)
 
     videos_help = f"number of videos (>= {MIN_SYNTH_VIDEOS}: one per sentinel bucket; default: %(default)s)"
     seconds_help = f"length of each video in seconds (>= {MIN_SYNTH_SECONDS:g}; default: %(default)s)"
-    p = sub.add_parser("synth", help="write synthetic ParaVT data (videos, zips, parquets)")
+    p = sub.add_parser(
+        "synth",
+        help="write synthetic ParaVT data (videos, zips, parquets)",
+        description="Write synthetic ParaVT data: videos with known events, sentinel-path zips, SFT/RL/eval "
+        "parquets and a ground-truth manifest. Example: paravt synth demo-out/synth --videos 8",
+    )
     p.add_argument("out_dir", help="local directory to write (empty, or an earlier `paravt synth` output)")
     p.add_argument("--videos", type=_int_at_least(MIN_SYNTH_VIDEOS), default=8, help=videos_help)
     p.add_argument("--seconds", type=_seconds_at_least(MIN_SYNTH_SECONDS), default=12.0, help=seconds_help)
@@ -280,7 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="write into a non-empty directory that is not ours")
     p.set_defaults(fn=_cmd_synth)
 
-    p = sub.add_parser("tiny-model", help="build the tiny Qwen3-VL test/demo model")
+    p = sub.add_parser(
+        "tiny-model",
+        help="build the tiny Qwen3-VL test/demo model",
+        description="Build a randomly initialised Qwen3-VL of ~0.3M parameters (model, tokenizer, processor, "
+        "chat template) for tests and the demo, on CPU in seconds. Example: paravt tiny-model demo-out/tiny-model",
+    )
     p.add_argument("out_dir", help="directory to write (empty, or an earlier `paravt tiny-model` output)")
     p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: %(default)s)")
     p.add_argument(
@@ -290,8 +356,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=_cmd_tiny_model)
 
-    p = sub.add_parser("demo", help="synthetic data + tiny model + the pipeline through kfp.local")
-    p.add_argument("--out-dir", default="demo-out")
+    p = sub.add_parser(
+        "demo",
+        help="synthetic data + tiny model + the pipeline through kfp.local",
+        description="Write synthetic videos, build the tiny model, then run the train pipeline (data, SFT, "
+        "RL, eval, report) with Kubeflow's local runner on CPU. One line per step; the runner's output "
+        "goes to OUT_DIR/demo.log. Example: paravt demo --out-dir demo-out",
+    )
+    p.add_argument("--out-dir", default="demo-out", help="where everything goes (default: %(default)s)")
     p.add_argument("--videos", type=_int_at_least(MIN_SYNTH_VIDEOS), default=8, help=videos_help)
     p.add_argument("--seconds", type=_seconds_at_least(MIN_SYNTH_SECONDS), default=12.0, help=seconds_help)
     p.set_defaults(fn=_cmd_demo)
