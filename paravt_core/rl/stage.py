@@ -150,7 +150,14 @@ def run(cfg: RlConfig) -> StageResult:
         raise FileNotFoundError(f"{cfg.data}: no usable RL prompt (skipped: {dict(data.skipped)})")
     if lead:
         console.print(
-            f"rl: {len(data.prompts)} prompts from {len(data.files)} file(s), skipped {dict(data.skipped)}"
+            f"rl: {len(data.prompts)} prompts from {len(data.files)} file(s), "
+            + (
+                f"{sum(data.skipped.values())} rows skipped ("
+                + ", ".join(f"{k}={v}" for k, v in sorted(data.skipped.items()))
+                + ")"
+                if data.skipped
+                else "no row skipped"
+            )
             + (f", learner sharded over {d.world} ranks" if d.sharded else "")
         )
 
@@ -280,7 +287,7 @@ def run(cfg: RlConfig) -> StageResult:
             console.print(
                 f"rl step {step + 1}/{cfg.steps}: reward {metrics['reward_mean']:.3f} "
                 f"(acc {metrics['accuracy_mean']:.3f} fmt {metrics['format_mean']:.3f} "
-                f"tool {metrics['tool_mean']:.3f}) loss {metrics.get('loss', 0.0):.4f} "
+                f"tool {metrics['tool_mean']:.3f}) loss {metrics.get('loss', 0.0):.3g} "
                 f"rollout {rollouts.seconds:.1f}s learner {metrics.get('learner_s', 0.0):.1f}s",
                 soft_wrap=True,
             )
