@@ -106,6 +106,15 @@ CASES: list[tuple[list[str], int, str]] = [
         "unknown benchmark",
     ),
     (["eval", "output={tmp}/e0", "work_dir={tmp}/e0w"], 1, "no benchmarks configured"),
+    (
+        [
+            "eval",
+            "benchmarks=[{{name: videomme, source: {tmp}, media_root: {tmp}/no-videos}}]",
+            "output={tmp}/e3",
+        ],
+        1,
+        "media_root {tmp}/no-videos is not a directory",
+    ),
     (["report", "eval_outputs=[{tmp}/nowhere]", "output={tmp}/r1"], 1, "nowhere"),
     # device
     (["rl", "device=cuda:99", "output={tmp}/rl2"], 1, "device=cuda:99"),
@@ -115,11 +124,24 @@ CASES: list[tuple[list[str], int, str]] = [
             "eval",
             "--config",
             str(CONFIGS / "eval" / "withtool.yaml"),
+            "benchmarks=[{{name: videomme, source: 'hf://lmms-lab/Video-MME', media_root: {tmp}}}]",
             "output={tmp}/e2",
             "work_dir={tmp}/e2w",
         ],
         1,
         "network: cannot download from the Hugging Face hub",
+    ),
+    # the published recipe as shipped, on a machine without its media: refused before any download
+    (
+        [
+            "eval",
+            "--config",
+            str(CONFIGS / "eval" / "withtool.yaml"),
+            "output={tmp}/e4",
+            "work_dir={tmp}/e4w",
+        ],
+        1,
+        "media_root /data/videomme is not a directory",
     ),
     (
         ["data", "output={tmp}/d1", "work_dir={tmp}/d1w"],
@@ -183,7 +205,7 @@ def test_at_least_thirty_bad_inputs_end_as_one_line(tmp_path: Path) -> None:
     failures = []
     for argv, proc, (_, code, needle) in zip(argvs, procs, CASES, strict=True):
         try:
-            _assert_one_line(proc, code, needle, argv)
+            _assert_one_line(proc, code, needle.format(**paths), argv)
         except AssertionError as err:
             failures.append(str(err).split("\nassert")[0])
     assert not failures, "\n\n".join(failures)

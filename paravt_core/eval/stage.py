@@ -106,6 +106,10 @@ def _rows_source(b: EvalBenchmarkConfig, bench: registry.Benchmark, work: str) -
 
 def load_samples(b: EvalBenchmarkConfig, work: str) -> list[registry.Sample]:
     source_spec(b)  # an unknown benchmark name is an EvalError (one line), before anything is fetched
+    if b.media_root and "://" not in b.media_root and not os.path.isdir(b.media_root):
+        raise EvalError(  # before the model is loaded, not as one video error per sample
+            f"benchmark {b.name}: media_root {b.media_root} is not a directory; point it at the benchmark's videos"
+        )
     bench = registry.get(b.name)
     source = _rows_source(b, bench, work)
     try:
