@@ -254,3 +254,18 @@ def test_the_resume_hint_names_the_step_training_resumes_from(tmp_path: Path) ->
     )
     args = argparse.Namespace(command="rl", stage_cfg=SftConfig(output=str(tmp_path / "empty")))
     assert _resume_hint(args) == "no checkpoint was complete yet; run the same command again to start over"
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_debug_shows_the_traceback(tmp_path: Path, how: str) -> None:
+    env = _env(tmp_path)
+    argv = ["rl", "steps=0"]
+    if how == "flag":
+        argv.append("--debug")  # accepted after the verb too
+    else:
+        env["PARAVT_DEBUG"] = "1"
+    proc = _run(argv, env, tmp_path)
+    assert proc.returncode == 1 and "Traceback (most recent call last)" in proc.stderr
+    assert proc.stderr.rstrip().endswith(
+        "ConfigError: invalid value: steps: Input should be greater than or equal to 1 (got 0)"
+    )
