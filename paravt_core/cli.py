@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from paravt_core.config import ConfigError
+from paravt_core.cli_errors import INTERRUPTED, UsageError, classify, debug_enabled
 from paravt_core.config_base import StrictModel
 
 # Smallest synthetic dataset: one video per sentinel bucket, two events of >= 1 s with gaps per video.
@@ -18,15 +18,18 @@ MIN_SYNTH_VIDEOS = 4
 MIN_SYNTH_SECONDS = 5.0
 
 
-class UsageError(Exception):
-    """A bad argument found after parsing (e.g. an unknown pipeline name): one line, exit status 2."""
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: ``paravt synth: error: ... (see paravt synth --help)``, exit 2."""
 
+    epilog_fn: Callable[[], str] | None = None  # built only when help is printed (it reads every field)
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def format_help(self) -> str:
+        if self.epilog_fn is not None:
+            self.epilog, self.epilog_fn = self.epilog_fn(), None
+        return super().format_help()
 
 
 def _int_at_least(low: int) -> Callable[[str], int]:
@@ -65,8 +68,12 @@ def _stage_config(stage: str, args: argparse.Namespace) -> StrictModel:
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
-    """Every stage verb: its typed config, then ``paravt_core.<stage>.stage.run``."""
+    """Every stage verb: its typed config, the pre-flight checks, then ``paravt_core.<stage>.stage.run``."""
+    from paravt_core.cli_errors import preflight
+
     cfg = _stage_config(args.command, args)  # config errors before the stage's heavy imports
+    args.stage_cfg = cfg  # for the resume hint after Ctrl-C
+    preflight(args.command, cfg)  # device, output writable and not another stage's result
     run = importlib.import_module(f"paravt_core.{args.command}.stage").run
     result = run(cfg)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 prints
@@ -75,17 +82,42 @@ def _cmd_stage(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    if args.list_benchmarks:
+        from paravt_core.cli_help import list_benchmarks
+
+        print(list_benchmarks())
+        return 0
     if args.shard:
+        from paravt_core.eval.records import RecordError, parse_shard
+
+        try:
+            parse_shard(args.shard)
+        except RecordError as err:
+            raise UsageError(f"--shard: {err}") from None
         args.overrides.append(f"shard={args.shard}")
     if args.merge:
         args.overrides.append("merge=true")
     return _cmd_stage(args)
 
 
+_STAGES = ("data", "sft", "rl", "eval", "report")
+
+
+def _cmd_config_show(args: argparse.Namespace) -> int:
+    from paravt_core.cli_help import config_show
+    from paravt_core.config import stage_config
+
+    cfg = _stage_config(args.stage, args)
+    print(config_show(stage_config(args.stage), cfg), end="")
+    return 0
+
+
 def _cmd_synth(args: argparse.Namespace) -> int:
     from paravt_core.synth import synthesize
 
-    result = synthesize(args.out_dir, videos=args.videos, seconds=args.seconds, seed=args.seed)
+    result = synthesize(
+        args.out_dir, videos=args.videos, seconds=args.seconds, seed=args.seed, force=args.force
+    )
     print(result.summary())
     return 0
 
@@ -114,7 +146,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_tiny_model(args: argparse.Namespace) -> int:
     from paravt_core.models import build_tiny_model
 
-    path = build_tiny_model(args.out_dir, seed=args.seed)
+    path = build_tiny_model(args.out_dir, seed=args.seed, force=args.force)
     print(path)
     return 0
 
@@ -239,24 +271,38 @@ def _cmd_agent_run(args: argparse.Namespace) -> int:
 def _add_stage(
     sub: argparse._SubParsersAction, name: str, fn: Callable, help_text: str
 ) -> argparse.ArgumentParser:
-    from paravt_core.config import describe_config, stage_config
-
-    fields = "\n".join(f"  {line}" for line in describe_config(stage_config(name)))
     p = sub.add_parser(
-        name,
-        help=help_text,
-        description=help_text,
-        epilog=f"config fields (YAML keys or dotted overrides) and their defaults:\n{fields}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        name, help=help_text, description=help_text, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--config", default=None, help="YAML config file")
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. extract.workers=4")
+
+    def epilog() -> str:
+        from paravt_core.cli_help import stage_epilog
+        from paravt_core.config import stage_config
+
+        return stage_epilog(name, stage_config(name))
+
+    p.epilog_fn = epilog
+    p.add_argument("--config", default=None, help="YAML config file (configs/<stage>/*.yaml)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides (fields below)")
     p.set_defaults(fn=fn)
     return p
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("paravt")
+    except PackageNotFoundError:  # a source tree on PYTHONPATH without the installed metadata
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="paravt", description=__doc__)
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of a failure (also PARAVT_DEBUG=1)"
+    )
+    parser.add_argument("--version", action="version", version=f"paravt {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     _add_stage(sub, "data", _cmd_stage, "download, extract, materialize, validate and audit the data")
@@ -279,14 +325,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--shard", default=None, metavar="I/N", help="evaluate shard I of N (0-based), e.g. 0/4")
     p.add_argument("--merge", action="store_true", help="merge complete shards into the final outputs")
+    p.add_argument(
+        "--list-benchmarks",
+        action="store_true",
+        help="list the benchmarks (name, source, answer types, published number) and exit",
+    )
+
+    p = sub.add_parser(
+        "config",
+        help="show a stage's resolved config with the description of every field",
+        description="config show STAGE [--config FILE] [KEY=VALUE ...]: the config the stage would run, "
+        "as YAML with a comment per field.",
+    )
+    csub = p.add_subparsers(dest="config_command", required=True)
+    cs = csub.add_parser("show", help="print STAGE's resolved config (YAML, one comment per field)")
+    # One sub-parser per stage: argparse cannot place positional overrides after --config otherwise.
+    ssub = cs.add_subparsers(dest="stage", required=True, metavar="STAGE")
+    for stage in _STAGES:
+        sp = ssub.add_parser(stage, help=f"the {stage} stage's config")
+        sp.add_argument("--config", default=None, help="YAML config file")
+        sp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
+        sp.set_defaults(fn=_cmd_config_show)
 
     videos_help = f"number of videos (>= {MIN_SYNTH_VIDEOS}: one per sentinel bucket; default: %(default)s)"
     seconds_help = f"length of each video in seconds (>= {MIN_SYNTH_SECONDS:g}; default: %(default)s)"
-    p = sub.add_parser("synth", help="write synthetic ParaVT data (videos, zips, parquets)")
+    p = sub.add_parser(
+        "synth",
+        help="write synthetic ParaVT data (videos, zips, parquets)",
+        description="Write synthetic ParaVT data: videos with known events, sentinel-path zips, SFT/RL/eval "
+        "parquets and a ground-truth manifest. Example: paravt synth demo-out/synth --videos 8",
+    )
     p.add_argument("out_dir", help="local directory to write (empty, or an earlier `paravt synth` output)")
     p.add_argument("--videos", type=_int_at_least(MIN_SYNTH_VIDEOS), default=8, help=videos_help)
     p.add_argument("--seconds", type=_seconds_at_least(MIN_SYNTH_SECONDS), default=12.0, help=seconds_help)
     p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--force", action="store_true", help="write into a non-empty directory that is not ours")
     p.set_defaults(fn=_cmd_synth)
 
     p = sub.add_parser(
@@ -303,13 +376,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="dotted config overrides, key=value")
     p.set_defaults(fn=_cmd_plan)
 
-    p = sub.add_parser("tiny-model", help="build the tiny Qwen3-VL test/demo model")
-    p.add_argument("out_dir")
+    p = sub.add_parser(
+        "tiny-model",
+        help="build the tiny Qwen3-VL test/demo model",
+        description="Build a randomly initialised Qwen3-VL of ~0.3M parameters (model, tokenizer, processor, "
+        "chat template) for tests and the demo, on CPU in seconds. Example: paravt tiny-model demo-out/tiny-model",
+    )
+    p.add_argument("out_dir", help="directory to write (empty, or an earlier `paravt tiny-model` output)")
     p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: %(default)s)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite a non-empty directory that is not an earlier tiny model",
+    )
     p.set_defaults(fn=_cmd_tiny_model)
 
-    p = sub.add_parser("demo", help="synthetic data + tiny model + the pipeline through kfp.local")
-    p.add_argument("--out-dir", default="demo-out")
+    p = sub.add_parser(
+        "demo",
+        help="synthetic data + tiny model + the pipeline through kfp.local",
+        description="Write synthetic videos, build the tiny model, then run the train pipeline (data, SFT, "
+        "RL, eval, report) with Kubeflow's local runner on CPU. One line per step; the runner's output "
+        "goes to OUT_DIR/demo.log. Example: paravt demo --out-dir demo-out",
+    )
+    p.add_argument("--out-dir", default="demo-out", help="where everything goes (default: %(default)s)")
     p.add_argument("--videos", type=_int_at_least(MIN_SYNTH_VIDEOS), default=8, help=videos_help)
     p.add_argument("--seconds", type=_seconds_at_least(MIN_SYNTH_SECONDS), default=12.0, help=seconds_help)
     p.set_defaults(fn=_cmd_demo)
@@ -373,40 +462,54 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """Errors that carry a complete message for the user: printed without a traceback."""
-    from paravt_core.data.validate import DataError
-    from paravt_core.engines.base import EngineError
-    from paravt_core.eval.stage import EvalError
-    from paravt_core.sft.data import SftDataError
-    from paravt_core.sft.trainer import SftError
-    from paravt_core.video.errors import VideoError
+def _resume_hint(args: argparse.Namespace) -> str:
+    """What rerunning the interrupted command does: the step training resumes from, or that finished work
+    is kept (data: downloads and extracted archives; eval: every record written)."""
+    cfg = getattr(args, "stage_cfg", None)
+    if cfg is None:
+        return "run the same command again"
+    if args.command in ("sft", "rl"):
+        from paravt_core import checkpoint
 
-    return (DataError, EngineError, EvalError, VideoError, SftDataError, SftError, FileNotFoundError)
+        try:
+            latest = checkpoint.latest_complete(cfg.output)
+        except Exception:  # an unreachable output: the hint stays generic
+            latest = None
+        if latest is None:
+            return "no checkpoint was complete yet; run the same command again to start over"
+        step = int(latest.rstrip("/").rsplit("_", 1)[1])
+        return f"run the same command again to resume from step {step + 1} (checkpoint {latest})"
+    if args.command in ("data", "eval"):
+        return "run the same command again to resume (finished work is kept)"
+    return "run the same command again"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_enabled(argv)
+    argv = [a for a in argv if a != "--debug"]  # accepted before or after the verb
+    args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args) or 0)
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        return 2
-    except (UsageError, FileExistsError, NotADirectoryError) as err:  # a bad argument found while running
-        print(f"paravt {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"paravt {args.command}: interrupted; {_resume_hint(args)}", file=sys.stderr)
+        return INTERRUPTED
     except Exception as err:
-        if isinstance(err, _user_errors()):
-            print(f"paravt {args.command}: {err}", file=sys.stderr)
-            return 1
+        if debug:
+            raise
         if args.command == "pipeline":
-            return _pipeline_error(err)
-        raise
+            handled = _pipeline_error(err, getattr(args, "host", ""))
+            if handled is not None:
+                return handled
+        code, line = classify(err, args.command)
+        print(line, file=sys.stderr)
+        return code
 
 
-def _pipeline_error(err: Exception) -> int:
-    """KFP API and connection failures as one line; anything else is a bug and keeps its traceback."""
+def _pipeline_error(err: Exception, host: str = "") -> int | None:
+    """KFP API and connection failures as one line; None for anything else."""
     import urllib3
     from kfp_server_api.exceptions import ApiException
 
@@ -415,9 +518,9 @@ def _pipeline_error(err: Exception) -> int:
     if isinstance(err, ClusterError):
         print(f"paravt pipeline: {err}", file=sys.stderr)
     elif isinstance(err, ApiException | urllib3.exceptions.HTTPError):
-        print(f"paravt pipeline: {api_error_message(err)}", file=sys.stderr)
+        print(f"paravt pipeline: {api_error_message(err, host)}", file=sys.stderr)
     else:
-        raise err
+        return None
     return 1
 
 

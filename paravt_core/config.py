@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -309,6 +309,22 @@ class SftConfig(StrictModel):
     checkpoint: SftCheckpointConfig = Field(default_factory=SftCheckpointConfig)
     train: TrainConfig = Field(default_factory=TrainConfig, description="shared training core options")
 
+    # Overrides ``model=URI`` / ``data=URI`` set only these keys (the section's other YAML keys stay).
+    SHORTHANDS: ClassVar[dict[str, str]] = {"model": "model.uri", "data": "data.input"}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        """``model=URI`` and ``data=URI`` as in the RL and eval stages: shorthands of ``model.uri`` and
+        ``data.input``."""
+        if isinstance(data, dict):
+            data = dict(data)
+            if isinstance(data.get("model"), str):
+                data["model"] = {"uri": data["model"]}
+            if isinstance(data.get("data"), str):
+                data["data"] = {"input": data["data"]}
+        return data
+
 
 # ---------------------------------------------------------------------------------------------
 # Stage registry
@@ -433,18 +449,38 @@ def load_config(model: type[C], path: str | Path | None = None, overrides: list[
     data: dict[str, Any] = {}
     if path is not None:
         text = Path(path).read_text()
-        loaded = yaml.safe_load(text) or {}
+        try:
+            loaded = yaml.safe_load(text) or {}
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(err, "problem", None) or type(err).__name__
+            raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping, got {type(loaded).__name__}")
         data = loaded
+    shorthands = getattr(model, "SHORTHANDS", {})
     for item in overrides or []:
         keys, value = parse_override(item)
+        if len(keys) == 1 and keys[0] in shorthands and not isinstance(value, dict):
+            keys = shorthands[keys[0]].split(".")
         _set_path(data, keys, value)
     _check_keys(model, data, "")
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(f"invalid {model.__name__}:\n{err}") from err
+        raise ConfigError(validation_message(err)) from err
+
+
+def validation_message(err: ValidationError) -> str:
+    """pydantic's report as one line: ``key.path: what is wrong (got value)`` per problem."""
+    problems = []
+    for e in err.errors(include_url=False):
+        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-"))
+        msg = e["msg"].removeprefix("Value error, ")
+        got = "" if e["type"] in ("missing", "model_type") else f" (got {e['input']!r})"
+        problems.append(f"{loc or 'config'}: {msg}{got}" if loc else f"{msg}{got}")
+    return "invalid value: " + "; ".join(problems)
 
 
 def describe_config(model: type[BaseModel], prefix: str = "", values: BaseModel | None = None) -> list[str]:

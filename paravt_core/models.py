@@ -161,12 +161,26 @@ def _tiny_processor(tokenizer):
     )
 
 
-def build_tiny_model(out_dir: str, seed: int = 0) -> str:
+TINY_MARKER = ".paravt-tiny-model"  # written last into a tiny-model directory: "this is ours to rebuild"
+
+
+def build_tiny_model(out_dir: str, seed: int = 0, force: bool = False) -> str:
     """Build the tiny Qwen3-VL (model, tokenizer, processor, chat template, generation config) into ``out_dir``.
 
-    Deterministic for a given ``seed``: same files, same weights. Returns ``out_dir`` as a string.
+    Deterministic for a given ``seed``: same files, same weights. Returns ``out_dir`` as a string. A non-empty
+    ``out_dir`` that is not an earlier tiny model (a trained checkpoint, anything else) is refused with
+    ``FileExistsError`` unless ``force``.
     """
     from transformers.utils import logging as hf_logging
+
+    out = Path(out_dir)
+    if out.is_file():
+        raise NotADirectoryError(f"{out_dir} is a file; give a directory")
+    if not force and out.is_dir() and any(out.iterdir()) and not (out / TINY_MARKER).is_file():
+        raise FileExistsError(
+            f"{out_dir} is not empty and is not an earlier `paravt tiny-model` output (it could be a trained "
+            "checkpoint); choose an empty directory or pass --force to overwrite"
+        )
 
     bars_were_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # a ~1 MB model needs no "Writing model shards" bar
@@ -207,8 +221,10 @@ def _build_tiny_model(out: Path, seed: int) -> str:
         top_k=20,
         repetition_penalty=1.0,
     )
+    (out / TINY_MARKER).unlink(missing_ok=True)  # absent while rewriting: an interrupted build is not "ours"
     model.save_pretrained(out)
     _tiny_processor(tokenizer).save_pretrained(out)
+    (out / TINY_MARKER).write_text(json.dumps({"seed": seed}) + "\n")
     return str(out)
 
 

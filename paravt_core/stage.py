@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,8 +32,12 @@ class StageResult:
 
 
 def announce_config(stage: str, cfg: BaseModel, output_uri: str) -> None:
-    """Print the resolved config and save it as ``config.yaml`` beside the stage outputs."""
+    """Save the resolved config as ``config.yaml`` beside the stage outputs and say where, in one line; the
+    whole config is printed only with ``PARAVT_SHOW_CONFIG=1`` (``paravt config show STAGE`` prints it too)."""
     text = config_to_yaml(cfg)
-    console.rule(f"paravt {stage}: resolved config")
-    console.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default"))
-    storage.write_bytes(storage.join(output_uri, "config.yaml"), text.encode())
+    uri = storage.join(output_uri, "config.yaml")
+    storage.write_bytes(uri, text.encode())
+    if os.environ.get("PARAVT_SHOW_CONFIG", "").strip() not in ("", "0", "false"):
+        console.rule(f"paravt {stage}: resolved config")
+        console.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default"))
+    console.print(f"paravt {stage}: resolved config saved to {uri}", highlight=False)

@@ -147,10 +147,11 @@ def submit(
     pipeline_root: str | None = None,
     service_account: str | None = None,
 ) -> str:
-    """Create one run of ``pipeline`` in ``experiment`` (created if missing); return the run URL."""
-    kfp_client = client(conn)
+    """Create one run of ``pipeline`` in ``experiment`` (created if missing); return the run URL. The
+    parameter names are checked against the compiled pipeline before the host is contacted."""
     with package_path(pipeline) as package:
         check_parameters(package, params)
+        kfp_client = client(conn)
         with _quiet_kfp():
             result = kfp_client.create_run_from_pipeline_package(
                 package,
@@ -262,14 +263,15 @@ def retry(conn: Connection, run_id: str) -> str:
     return conn.run_url(run_id)
 
 
-def api_error_message(err: Exception) -> str:
+def api_error_message(err: Exception, host: str = "") -> str:
     """One line for a failed KFP call: status and the server's message (the request, with its
-    Authorization header, is never part of it)."""
+    Authorization header, is never part of it); ``host`` is named when it cannot be reached."""
     import json
 
     status_code = getattr(err, "status", None)
     if status_code is None:  # connection refused, DNS, TLS...
-        return f"cannot reach the KFP API: {type(err).__name__}"
+        at = f" at {host}" if host else ""
+        return f"cannot reach the KFP API{at} ({type(err).__name__}); check --host / KF_PIPELINES_ENDPOINT"
     message = ""
     body = getattr(err, "body", None)
     if body:

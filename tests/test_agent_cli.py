@@ -82,8 +82,9 @@ def test_agent_run_real_model_and_errors(tiny_model_dir, video, tmp_path, capsys
     assert paravt(base + ["--video", str(tmp_path / "missing.mp4")] + FAST) == 1
     assert "finish: video_error" in capsys.readouterr().out
 
-    assert paravt(base + ["--video", str(video), "--set", "max_turnz=2"]) == 2
-    assert "max_turnz" in capsys.readouterr().out
+    assert paravt(base + ["--video", str(video), "max_turnz=2"]) == 2  # the stages' key=value grammar
+    err = capsys.readouterr().err
+    assert "unknown config key 'max_turnz'" in err and err.count("\n") == 1
 
 
 def test_agent_run_against_an_openai_compatible_server(tiny_model, tiny_model_dir, video, capsys):  # noqa: F811

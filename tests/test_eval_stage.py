@@ -86,6 +86,7 @@ def test_every_fixture_benchmark_on_the_tiny_model_with_and_without_the_tool(
 
 def test_error_share_gate_fails_after_writing_everything(tiny_model, eval_fixtures, tmp_path):
     charades = fixture_entry(eval_fixtures, "charades")
+    (tmp_path / "no-media").mkdir()  # a media root without the videos: every sample's video is missing
     broken = {**fixture_entry(eval_fixtures, "lvbench"), "media_root": str(tmp_path / "no-media")}
     script = {
         "a red circle appears": ["<answer>The event happens in the 1.0 - 3.0 seconds.</answer>"],  # IoU 1

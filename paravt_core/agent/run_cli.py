@@ -14,8 +14,8 @@ Examples::
 ``--temperature 0`` is the greedy evaluation protocol. ``--prompt-set`` takes a packaged name (default
 ``paravt-v1``) or a prompt-set YAML path / URI; the trajectory prints the set's checksum.
 
-Knobs not covered by a flag go through ``--set key=value`` (dotted ``AgentConfig`` fields, e.g.
-``--set subagent.see_question=true``) or a YAML file with ``--config``.
+Knobs not covered by a flag go through dotted ``key=value`` arguments, as for the stages (``AgentConfig``
+fields, e.g. ``subagent.see_question=true``; ``--set key=value`` still works), or a YAML file with ``--config``.
 """
 
 from __future__ import annotations
@@ -99,7 +99,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--see-question", action="store_true", help="sub-agents also get the question")
     parser.add_argument("--script", default=None, help="JSON list of scripted main-agent replies")
     parser.add_argument("--config", default=None, help="AgentConfig YAML")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "settings",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="dotted AgentConfig overrides, as for the stages (e.g. subagent.see_question=true)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="deprecated: KEY=VALUE",
+    )
     parser.add_argument("--json", dest="json_out", default=None, help="also write the trajectory as JSON")
 
 
@@ -115,7 +128,8 @@ def build_config(args: argparse.Namespace) -> AgentConfig:
         overrides.append("think_prefix=true")
     if args.see_question:
         overrides.append("subagent.see_question=true")
-    return load_config(AgentConfig, args.config, overrides + list(args.overrides))
+    settings = list(getattr(args, "settings", []) or [])
+    return load_config(AgentConfig, args.config, overrides + list(args.overrides) + settings)
 
 
 def build_engine(args: argparse.Namespace, cfg: AgentConfig | None = None):
@@ -166,15 +180,14 @@ def build_engine(args: argparse.Namespace, cfg: AgentConfig | None = None):
 def main(args: argparse.Namespace) -> int:
     from paravt_core.config import ConfigError
 
-    from .episode import arun_episode
-
     console = Console()
     try:
         cfg = build_config(args)
         cfg.bind_prompt_set()
-    except (ConfigError, ValueError) as err:
-        console.print(f"[red]config error:[/red] {err}")
-        return 2
+    except ValueError as err:  # the CLI prints it as one line on stderr, exit status 2
+        raise err if isinstance(err, ConfigError) else ConfigError(str(err)) from None
+    from .episode import arun_episode  # heavy (torch): after the config is known to be good
+
     with console.status("loading the model"):
         engine, processor = build_engine(args, cfg)
     row = {"video": args.video, "question": args.question, "id": Path(args.video).stem}

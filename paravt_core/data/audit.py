@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -92,10 +93,26 @@ def build_audit(
 
 def print_audit(audit: dict[str, Any], console: Console) -> None:
     """Rows per file, then invalid rows by reason and missing files by bucket/split."""
-    table = Table(title="paravt data: audit", show_lines=False)
-    for col in ("file", "kind", "rows", "kept", "rejected", "missing", "skipped", "reasons"):
+    # Compact box and unwrapped headers and numbers: the table fits an 80-column terminal; only the
+    # reasons column folds.
+    table = Table(
+        title="paravt data: audit",
+        caption="rej: rejected · miss: media file missing · skip: media not downloaded",
+        show_lines=False,
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for col in ("file", "kind", "rows", "kept", "rej", "miss", "skip", "reasons"):
         left = col in ("file", "kind", "reasons")
-        table.add_column(col, justify="left" if left else "right", overflow="fold", no_wrap=col == "file")
+        wrap = col == "reasons"
+        table.add_column(
+            col,
+            justify="left" if left else "right",
+            overflow="fold",
+            no_wrap=not wrap,
+            min_width=12 if wrap else None,
+        )
     for f in audit["files"]:
         reasons = ", ".join(f"{k}={v}" for k, v in f["reasons"].items())
         table.add_row(
@@ -118,9 +135,10 @@ def print_audit(audit: dict[str, Any], console: Console) -> None:
         str(t["rejected"]),
         str(t["missing_file_rows"]),
         str(t["skipped_not_downloaded"]),
-        f"bad {t['bad_fraction']:.3%} (max {t['max_bad_fraction']:.3%})",
+        "",
     )
     console.print(table)
+    console.print(f"bad rows: {t['bad_fraction']:.3%} (limit {t['max_bad_fraction']:.3%})")
     if audit["invalid_by_reason"]:
         console.print(
             "invalid rows by reason: " + ", ".join(f"{k}={v}" for k, v in audit["invalid_by_reason"].items())

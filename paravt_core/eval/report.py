@@ -140,6 +140,8 @@ def plots(results: dict[str, Any], records: dict[str, dict[str, list[dict[str, A
     out["tool_calls"] = _png(fig)
     plt.close(fig)
 
+    if not any(records.get(protocol, {}).get("charades") for protocol in protocols):
+        return out  # Charades not evaluated: no empty plot
     fig, ax = plt.subplots(figsize=(5, 3.2))
     for protocol in protocols:
         ious = [

@@ -81,11 +81,21 @@ def resolve_benchmarks(cfg: EvalConfig) -> list[EvalBenchmarkConfig]:
     return out
 
 
-def _rows_source(b: EvalBenchmarkConfig, bench: registry.Benchmark, work: str) -> str:
+def source_spec(b: EvalBenchmarkConfig) -> str:
+    """Where the rows of ``b`` come from (``hf://<id>``, ``s3://`` or a local path); nothing is fetched."""
+    try:
+        bench = registry.get(b.name)
+    except ValueError as err:
+        raise EvalError(str(err)) from None
     source = b.source or (f"hf://{bench.hub_id}" if bench.hub_id else "")
     if not source:
         raise EvalError(f"benchmark {b.name}: no source configured")
-    if storage.is_s3(source) or source.startswith("hf://"):
+    return source
+
+
+def _rows_source(b: EvalBenchmarkConfig, bench: registry.Benchmark, work: str) -> str:
+    source = source_spec(b)
+    if source.startswith("hf://") or storage.is_s3(source):  # is_s3 rejects other schemes
         from paravt_core.data.download import fetch
 
         dest = os.path.join(work, "sources", b.name)
@@ -97,6 +107,11 @@ def _rows_source(b: EvalBenchmarkConfig, bench: registry.Benchmark, work: str) -
 def load_samples(
     b: EvalBenchmarkConfig, work: str, prompt_set: str = prompts.DEFAULT_PROMPT_SET
 ) -> list[registry.Sample]:
+    source_spec(b)  # an unknown benchmark name is an EvalError (one line), before anything is fetched
+    if b.media_root and "://" not in b.media_root and not os.path.isdir(b.media_root):
+        raise EvalError(  # before the model is loaded, not as one video error per sample
+            f"benchmark {b.name}: media_root {b.media_root} is not a directory; point it at the benchmark's videos"
+        )
     bench = registry.get(b.name)
     source = _rows_source(b, bench, work)
     try:

@@ -70,7 +70,7 @@ def trajectory_lines(step: int, samples: Sequence[Sample], count: int, seed: int
 def curves_png(history: Sequence[dict[str, Any]]) -> bytes:
     """PNG with one panel per curve in ``CURVES`` (x: step)."""
     fig, axes = pyplot().subplots(2, 3, figsize=(12, 6), constrained_layout=True)
-    steps = [m["step"] for m in history]
+    steps = [m["step"] + 1 for m in history]  # counted from 1, as the console prints "rl step 1/N"
     for ax, key in zip(axes.flat, CURVES, strict=True):
         ax.plot(steps, [m.get(key, 0.0) for m in history], marker="o", markersize=3)
         ax.set_title(key)

@@ -166,7 +166,14 @@ def run(cfg: RlConfig) -> StageResult:
         raise FileNotFoundError(f"{cfg.data}: no usable RL prompt (skipped: {dict(data.skipped)})")
     if lead:
         console.print(
-            f"rl: {len(data.prompts)} prompts from {len(data.files)} file(s), skipped {dict(data.skipped)}"
+            f"rl: {len(data.prompts)} prompts from {len(data.files)} file(s), "
+            + (
+                f"{sum(data.skipped.values())} rows skipped ("
+                + ", ".join(f"{k}={v}" for k, v in sorted(data.skipped.items()))
+                + ")"
+                if data.skipped
+                else "no row skipped"
+            )
             + (f", learner sharded over {d.world} ranks" if d.sharded else "")
         )
 
@@ -317,7 +324,7 @@ def run(cfg: RlConfig) -> StageResult:
             console.print(
                 f"rl step {step + 1}/{cfg.steps}: reward {metrics['reward_mean']:.3f} "
                 f"(acc {metrics['accuracy_mean']:.3f} fmt {metrics['format_mean']:.3f} "
-                f"tool {metrics['tool_mean']:.3f}) loss {metrics.get('loss', 0.0):.4f} "
+                f"tool {metrics['tool_mean']:.3f}) loss {metrics.get('loss', 0.0):.3g} "
                 f"rollout {rollouts.seconds:.1f}s learner {metrics.get('learner_s', 0.0):.1f}s",
                 soft_wrap=True,
             )
@@ -373,7 +380,7 @@ def run(cfg: RlConfig) -> StageResult:
         "last_step": history[-1] if history else None,
     }
     storage.write_bytes(storage.join(out, "metrics.json"), json.dumps(summary, indent=2).encode())
-    storage.mark_complete(out, {"steps": len(history)})
+    storage.mark_complete(out, {"stage": "rl", "steps": len(history)})
     return StageResult(
         "rl",
         outputs={

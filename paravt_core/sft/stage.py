@@ -58,5 +58,5 @@ def run(cfg: SftConfig) -> StageResult:
         run_metrics.write_jsonl(out["metrics_jsonl"], result.records)
         storage.write_bytes(out["metrics"], json.dumps(summary, indent=2).encode())
         storage.write_bytes(out["loss_curve"], metrics.loss_curve_png(result.records))
-        storage.mark_complete(cfg.output, {"steps": summary.get("steps", 0)})
+        storage.mark_complete(cfg.output, {"stage": STAGE, "steps": summary.get("steps", 0)})
     return StageResult(STAGE, _outputs(cfg), summary)

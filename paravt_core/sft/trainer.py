@@ -153,6 +153,7 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
     os.makedirs(staging, exist_ok=True)
     seed_everything(cfg.trainer.seed + d.rank)
 
+    files = sft_files(cfg.data.input, cfg.data.include)  # the data gate before the model is loaded
     bf16 = cfg.model.bf16 and d.device.type == "cuda"
     opts = CoreOptions(
         freeze_vision=cfg.train.freeze_vision,
@@ -173,7 +174,7 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, cfg)
 
-    messages, row_ids = read_rows(sft_files(cfg.data.input, cfg.data.include))
+    messages, row_ids = read_rows(files)
     spec = MediaSpec(**cfg.media.model_dump())
     rows = SftRows(messages, row_ids, loaded.processor, loaded.config, spec, cfg.data.seed)
 

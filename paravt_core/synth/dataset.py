@@ -86,6 +86,7 @@ def synthesize(
     seed: int = 0,
     fps: float = 4,
     size: tuple[int, int] = (160, 128),
+    force: bool = False,
 ) -> SynthResult:
     """Write synthetic videos, sentinel-path zips, SFT/RL/eval parquets and a ground-truth manifest."""
     if "://" in out_dir:
@@ -97,7 +98,7 @@ def synthesize(
     size = (int(size[0]), int(size[1]))
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    prepare_out(out)
+    prepare_out(out, force=force)
 
     # Plan: every random draw comes from a per-purpose RNG seeded by strings, so adding a video or a row
     # never changes the others.

@@ -65,14 +65,25 @@ class SynthResult:
         return "\n".join(lines)
 
 
-def prepare_out(out: Path) -> None:
-    """Refuse to mix with foreign files; replace only what an earlier ``paravt synth`` run wrote."""
+def is_synth_output(out: Path) -> bool:
+    """True when ``out`` holds a complete earlier ``paravt synth`` output (its manifest, written last)."""
+    manifest = out / "manifest.json"
+    try:
+        return json.loads(manifest.read_text()).get("generator") == GENERATOR
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def prepare_out(out: Path, force: bool = False) -> None:
+    """Refuse a non-empty directory that is not an earlier ``paravt synth`` output (unless ``force``); replace
+    only what synth writes."""
     ours = ("source", "parquet", "eval", "manifest.json")
     manifest = out / "manifest.json"
-    previous = manifest.exists() and json.loads(manifest.read_text()).get("generator") == GENERATOR
-    if not previous and any((out / p).exists() for p in ours):
+    foreign = [p.name for p in out.iterdir() if not p.name.startswith(".synth-")] if out.is_dir() else []
+    if not force and foreign and not is_synth_output(out):
         raise FileExistsError(
-            f"{out} already holds data not written by `paravt synth`; choose an empty directory"
+            f"{out} is not empty and holds files not written by `paravt synth`; choose an empty directory "
+            "or pass --force to write into it"
         )
     if manifest.exists():
         manifest.unlink()  # written last: its absence marks the output as incomplete while we rewrite

@@ -1,0 +1,231 @@
+"""How the CLI ends: every expected failure as one line naming the problem and the next step.
+
+``classify(err)`` maps an exception to (exit status, message): 2 for usage and config errors, 1 for failures
+of the inputs, storage, network or device. Anything not recognised is still one line (its type and message)
+with the hint to rerun with ``--debug`` (or ``PARAVT_DEBUG=1``), which shows the traceback instead.
+``preflight`` holds the checks a stage makes before it loads a model: the device exists, the output is
+writable and is not another stage's complete result.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from paravt_core.config_base import ConfigError
+
+USAGE, FAILURE, INTERRUPTED = 2, 1, 130
+DEBUG_HINT = "rerun with --debug (or PARAVT_DEBUG=1) for the traceback"
+
+
+class UsageError(Exception):
+    """A bad argument found after parsing (e.g. an unknown pipeline name): one line, exit status 2."""
+
+
+class PreflightError(RuntimeError):
+    """A stage cannot start here (no such device, an output it must not write): one line, exit status 1."""
+
+
+def one_line(text: str) -> str:
+    """Collapse a multi-line message into one line (the lines joined with "; ")."""
+    parts = [p.strip() for p in str(text).splitlines() if p.strip()]
+    return "; ".join(parts) if parts else ""
+
+
+def debug_enabled(argv: list[str]) -> bool:
+    return "--debug" in argv or os.environ.get("PARAVT_DEBUG", "").strip() not in ("", "0", "false")
+
+
+def _loaded(module: str) -> Any:
+    """A module only if something already imported it: an exception of a library that was never imported
+    cannot be the one at hand, and importing it here would cost seconds (torch, transformers)."""
+    return sys.modules.get(module)
+
+
+def _storage_message(err: BaseException) -> str | None:
+    """S3 failures (botocore) as one sentence with the next step; None for anything else."""
+    bce = _loaded("botocore.exceptions")
+    if bce is None:
+        return None
+    if isinstance(err, bce.NoCredentialsError | bce.PartialCredentialsError):
+        return "storage: no S3 credentials found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
+    if isinstance(err, bce.EndpointConnectionError | bce.ConnectTimeoutError | bce.ConnectionClosedError):
+        endpoint = getattr(err, "kwargs", {}).get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL", "")
+        where = f" {endpoint}" if endpoint else ""
+        return f"storage: cannot reach the S3 endpoint{where}; check AWS_ENDPOINT_URL and the network"
+    if isinstance(err, bce.ClientError):
+        info = err.response.get("Error", {})
+        op = getattr(err, "operation_name", "") or "request"
+        return f"storage: S3 {op} failed: {info.get('Code', '?')}: {info.get('Message', '') or err}"
+    if isinstance(err, bce.BotoCoreError):
+        return f"storage: {err}"
+    return None
+
+
+def _network_message(err: BaseException) -> str | None:
+    """Hugging Face hub and HTTP failures as one sentence; None for anything else."""
+    hfe = _loaded("huggingface_hub.errors")
+    if hfe is not None:
+        if isinstance(err, hfe.LocalEntryNotFoundError | hfe.OfflineModeIsEnabled):
+            return (
+                f"network: cannot download from the Hugging Face hub ({one_line(err)[:200]}); "
+                "check the network, HF_HUB_OFFLINE, or point the source at a local copy"
+            )
+        if isinstance(err, hfe.RepositoryNotFoundError | hfe.GatedRepoError):
+            return f"network: the Hugging Face hub refused the repository ({one_line(err)[:200]}); check the id and HF_TOKEN"
+        if isinstance(err, hfe.HfHubHTTPError):
+            return f"network: Hugging Face hub error: {one_line(err)[:200]}"
+    requests = _loaded("requests")
+    if requests is not None and isinstance(err, requests.ConnectionError | requests.Timeout):
+        return f"network: {one_line(err)[:200]}"
+    return None
+
+
+# Errors of paravt_core whose message is complete for the user (matched by name along the class hierarchy, so
+# that classifying an error never imports a stage): printed as they are.
+_USER_ERRORS = {
+    "DataError",
+    "EngineError",
+    "EvalError",
+    "FormatError",
+    "RecordError",
+    "VideoError",
+    "SftDataError",
+    "SftError",
+    "PreflightError",
+    "ClusterError",
+    "DemoError",
+}
+
+
+def _is_user_error(err: BaseException) -> bool:
+    if isinstance(err, FileNotFoundError | PermissionError | IsADirectoryError):
+        return True
+    return any(
+        c.__name__ in _USER_ERRORS and c.__module__.startswith(("paravt_core", "pipelines"))
+        for c in type(err).__mro__
+    )
+
+
+def classify(err: BaseException, command: str) -> tuple[int, str]:
+    """(exit status, the one line to print) for an exception that ended ``paravt <command>``."""
+    prog = f"paravt {command}"
+    if isinstance(err, ConfigError):
+        return USAGE, f"config error: {one_line(err)}"
+    if isinstance(err, UsageError | FileExistsError | NotADirectoryError):
+        return USAGE, f"{prog}: error: {one_line(err)}"
+    for describe in (_storage_message, _network_message):
+        text = describe(err)
+        if text is not None:
+            return FAILURE, f"{prog}: {text}"
+    if _is_user_error(err):
+        return FAILURE, f"{prog}: {one_line(err)}"
+    if _is_device_error(err):
+        return FAILURE, f"{prog}: device: {one_line(err)[:200]}; use device=cpu or run where the device is"
+    if isinstance(err, MemoryError):
+        return FAILURE, f"{prog}: out of memory; lower the batch or sequence sizes"
+    return FAILURE, f"{prog}: unexpected {type(err).__name__}: {one_line(err)[:300]} ({DEBUG_HINT})"
+
+
+def _is_device_error(err: BaseException) -> bool:
+    text = str(err)
+    return "Torch not compiled with CUDA" in text or "CUDA" in text and "available" in text
+
+
+# --------------------------------------------------------------------------------------------- preflight
+
+
+def _devices(cfg: Any) -> list[str]:
+    """The device fields of a stage config (``device`` and ``engine.device``)."""
+    found = [getattr(cfg, "device", None), getattr(getattr(cfg, "engine", None), "device", None)]
+    return [d for d in found if isinstance(d, str) and d]
+
+
+def check_device(cfg: Any) -> None:
+    """A ``cuda`` device without a visible GPU fails here, before any model is loaded."""
+    for device in _devices(cfg):
+        if device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise PreflightError(
+                    f"device={device} but no CUDA GPU is visible here (torch.cuda.is_available() is False); "
+                    "use device=cpu or run on a GPU machine"
+                )
+            index = device.partition(":")[2]
+            if index.isdigit() and int(index) >= torch.cuda.device_count():
+                raise PreflightError(
+                    f"device={device} but only {torch.cuda.device_count()} GPU(s) are visible"
+                )
+        elif device not in ("cpu", "auto", "meta") and not device.startswith(("mps", "xpu")):
+            raise UsageError(f"unknown device {device!r}; expected cpu, cuda or cuda:N")
+
+
+def _nearest_existing(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def check_writable(output: str) -> None:
+    """A local output whose nearest existing ancestor is not a writable directory fails before any work."""
+    if not output or output.startswith("s3://"):
+        return  # s3: the first upload says (one line, storage error)
+    existing = _nearest_existing(output)
+    if not os.path.isdir(existing):
+        raise PreflightError(f"output {output}: {existing} is a file, not a directory; choose another output")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PreflightError(f"output {output}: {existing} is not writable; choose another output")
+
+
+def output_owner(output: str) -> str | None:
+    """The stage whose complete result ``output`` holds (None: nothing complete there). Markers written
+    before stages recorded their name are recognised by the files only that stage writes."""
+    from paravt_core import storage
+
+    info = storage.completion_info(output)
+    if info is None:
+        return None
+    stage = (info.get("info") or {}).get("stage")
+    if stage:
+        return str(stage)
+
+    def has(name: str) -> bool:
+        uri = storage.join(output, name)
+        return os.path.exists(uri) if not storage.is_s3(uri) else storage.exists(uri)
+
+    for name, owner in (
+        ("results.json", "eval"),
+        ("report.md", "report"),
+        ("audit.json", "data"),
+        ("trajectories", "rl"),
+        ("loss_curve.png", "sft"),
+    ):
+        if has(name):
+            return owner
+    return None
+
+
+def check_output_owner(stage: str, output: str) -> None:
+    """Refuse an ``output`` that holds another stage's complete result (it would be mixed or overwritten)."""
+    if not output:
+        return
+    owner = output_owner(output)
+    if owner is not None and owner != stage:
+        raise UsageError(
+            f"output {output} holds a complete {owner} result; give the {stage} stage its own output "
+            f"(output=...)"
+        )
+
+
+def preflight(stage: str, cfg: Any) -> None:
+    """The checks every stage makes before loading anything heavy."""
+    output = getattr(cfg, "output", "")
+    check_device(cfg)
+    check_writable(output)
+    check_output_owner(stage, output)
