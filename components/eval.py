@@ -18,7 +18,7 @@ def eval_op(
     model: str,
     benchmark: str,
     output_prefix: str,
-    gpus: int,
+    gpus: str,
     report: Output[HTML],
     metrics: Output[Metrics],
     night: str = "",

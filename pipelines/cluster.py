@@ -121,6 +121,23 @@ def check_parameters(package: str, params: dict[str, Any]) -> None:
         )
 
 
+def as_declared_strings(package: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Numbers given for STRING pipeline parameters, as text (``sft_gpus: 4`` in a params file):
+    KFP 2.17's driver reads a GPU count placeholder with ``GetStringValue()`` (backend/src/v2/driver/
+    resolve.go), so a number would silently request no GPU."""
+    spec = next(yaml.safe_load_all(Path(package).read_text()))
+    types = {
+        k: v.get("parameterType")
+        for k, v in spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {}).items()
+    }
+    return {
+        k: str(v)
+        if types.get(k) == "STRING" and isinstance(v, int | float) and not isinstance(v, bool)
+        else v
+        for k, v in params.items()
+    }
+
+
 @contextlib.contextmanager
 def package_path(pipeline: str) -> Iterator[str]:
     """A compiled package for ``pipeline``: a known pipeline name (compiled now) or a YAML path."""
@@ -151,6 +168,7 @@ def submit(
     kfp_client = client(conn)
     with package_path(pipeline) as package:
         check_parameters(package, params)
+        params = as_declared_strings(package, params)
         with _quiet_kfp():
             result = kfp_client.create_run_from_pipeline_package(
                 package,
@@ -200,6 +218,7 @@ def schedule(
         )
     with package_path(pipeline) as package:
         check_parameters(package, params)
+        params = as_declared_strings(package, params)
         with _quiet_kfp():
             job = kfp_client.create_recurring_run(
                 experiment_id=experiment_id,

@@ -57,9 +57,9 @@ def run_train_locally(
             benchmarks=benchmarks,
             data_config_yaml=config_to_yaml(data_cfg),
             data_overrides=list(overrides.get("data", [])),
-            sft_gpus=0,
-            rl_gpus=0,
-            eval_gpus=0,
+            sft_gpus="0",
+            rl_gpus="0",
+            eval_gpus="0",
             **args,
         )
     return TrainRun(task.output, run_prefix, pipeline_root, time.perf_counter() - start)

@@ -83,7 +83,8 @@ def set_resources(task: dsl.PipelineTask, cpu: str, memory: str) -> dsl.Pipeline
 
 
 def request_gpus(task: dsl.PipelineTask, count: IntOrChannel, product: str = "") -> dsl.PipelineTask:
-    """``count`` GPUs (a literal or a pipeline parameter), on nodes of one GPU model when ``product``
+    """``count`` GPUs (a literal or a STRING pipeline parameter: KFP 2.17's driver reads a parameter
+    placeholder in ``resourceCount`` with ``GetStringValue()``, so a number would set no limit), on nodes of one GPU model when ``product``
     is set, tolerating the usual taint on GPU nodes."""
     task.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(count)
     if product:
@@ -124,11 +125,34 @@ def add_shared_memory(task: dsl.PipelineTask, size: str) -> dsl.PipelineTask:
     )
 
 
-def set_retries(task: dsl.PipelineTask, retries: int) -> dsl.PipelineTask:
-    """Stages are resumable, so each retry continues where the failed attempt stopped. Backoff 60 s,
-    doubling, retried for at most 6 h (long enough to ride out a node or spot-instance loss)."""
+BACKOFF_SECONDS = 60
+# Argo (v4.0.5, util/intstr/parametrizable.go) reads the backoff factor as an integer: 1.5 would fail.
+BACKOFF_FACTOR = 2
+
+
+def retry_window_seconds(retries: int, timeout_seconds: int) -> int:
+    """The retry window Argo needs so that every attempt may run its full per-attempt limit.
+
+    Argo (v4.0.5, workflow/controller/operator.go, processNodeRetries) measures ``backoff.maxDuration``
+    from the FIRST attempt's start, stops retrying once it has passed, and gives every retry's pod that
+    same instant as its deadline (workflowpod.go, getDeadline). A 6 h window would never retry a 72 h
+    stage that fails after hour 6, and would kill a retry at hour 6. So the window is all attempts at
+    their per-attempt limit (``timeout_seconds``, the pod's activeDeadlineSeconds) plus the waits."""
+    waits = sum(BACKOFF_SECONDS * BACKOFF_FACTOR**i for i in range(retries))
+    return (retries + 1) * timeout_seconds + waits
+
+
+def set_retries(task: dsl.PipelineTask, retries: int, timeout_seconds: int) -> dsl.PipelineTask:
+    """Retry a failed attempt after 60 s, doubling; the stage resumes from its newest complete
+    checkpoint. Argo retries only a *Failed* attempt (the stage's process exited non-zero): KFP 2.17's
+    compiler sets no ``retryPolicy`` (backend/src/v2/compiler/argocompiler/container.go), so Argo's
+    default ``OnFailure`` applies and an *Error* (pod deleted, node lost) is not retried: that needs
+    ``paravt pipeline retry`` (README, "Platform: what a cluster retries")."""
     return task.set_retry(
-        num_retries=retries, backoff_duration="60s", backoff_factor=2.0, backoff_max_duration="21600s"
+        num_retries=retries,
+        backoff_duration=f"{BACKOFF_SECONDS}s",
+        backoff_factor=float(BACKOFF_FACTOR),
+        backoff_max_duration=f"{retry_window_seconds(retries, timeout_seconds)}s",
     )
 
 
@@ -163,7 +187,7 @@ def configure_task(
     if spec.media:
         mount_media(task, media_pvc)
     use_s3_secret(task)
-    set_retries(task, spec.retries)
+    set_retries(task, spec.retries, spec.timeout_seconds)
     set_timeout(task, spec.timeout_seconds)
     # Stages write to object storage: a cache hit would skip those side effects.
     task.set_caching_options(spec.cache)

@@ -35,9 +35,9 @@ def train_pipeline(
     eval_overrides: list = [],  # noqa: B006
     report_config_yaml: str = "{}",
     report_overrides: list = [],  # noqa: B006
-    sft_gpus: int = 8,
-    rl_gpus: int = 8,
-    eval_gpus: int = 1,
+    sft_gpus: str = "8",
+    rl_gpus: str = "8",
+    eval_gpus: str = "1",
     media_pvc: str = MEDIA_PVC_NAME,
 ) -> str:
     """``run_prefix``: where this run's stage outputs go (s3://bucket/runs/<name> on a cluster);

@@ -245,3 +245,14 @@ def test_kfp_cli_run_create_and_deprecated_submit(kfp_server, tmp_path, verb) ->
     assert run_call.body["runtime_config"]["parameters"] == {"data_overrides": ["extract.workers=4"]}
     deprecation = "Warning: 'submit' is deprecated, use 'create' instead."
     assert (deprecation in result.output) == (verb == "submit")
+
+
+def test_submit_sends_gpu_counts_as_the_strings_the_driver_reads(kfp_server, tmp_path, capsys) -> None:
+    # KFP 2.17.0 backend/src/v2/driver/resolve.go reads the accelerator count with GetStringValue():
+    # a number in the params file (YAML `4`) must reach the API as "4", not as a number.
+    params = {"sft_gpus": 4, "rl_gpus": "2"}
+    argv = ["pipeline", "submit", "train", "--experiment", "e", "--params", _params_file(tmp_path, params)]
+    assert main(argv + _conn(kfp_server)) == 0
+    _no_token_printed(capsys)
+    (run_call,) = kfp_server.state.calls("POST", "/runs")
+    assert run_call.body["runtime_config"]["parameters"] == {"sft_gpus": "4", "rl_gpus": "2"}

@@ -28,19 +28,20 @@ def _compile(pipeline_func, tmp_path, monkeypatch) -> tuple[str, dict, dict]:
 
 def test_training_stage_settings(tmp_path, monkeypatch) -> None:
     @dsl.pipeline(name="probe")
-    def probe(gpus: int = 8, media_pvc: str = "paravt-media"):
+    def probe(gpus: str = "8", media_pvc: str = "paravt-media"):
         configure = platform.configure_task
         configure(probe_op(x="a"), "sft", gpus=gpus, media_pvc=media_pvc)
 
     _, spec, k8s = _compile(probe, tmp_path, monkeypatch)
     task = spec["root"]["dag"]["tasks"]["probe-op"]
     assert task["taskInfo"]["name"] == "sft"
-    # Retry with backoff: 60 s, x2 each time, for at most 6 h (21600 s).
+    # Retry with backoff: 60 s, x2 each time, within a window of 4 attempts of 48 h plus the waits
+    # (60 + 120 + 240 s): 4 * 172800 + 420 = 691620 s.
     assert task["retryPolicy"] == {
         "maxRetryCount": 3,
         "backoffDuration": "60s",
         "backoffFactor": 2.0,
-        "backoffMaxDuration": "21600s",
+        "backoffMaxDuration": "691620s",
     }
     assert task["cachingOptions"] == {}  # enableCache false is omitted from the IR
     resources = spec["deploymentSpec"]["executors"]["exec-probe-op"]["container"]["resources"]
