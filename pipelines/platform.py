@@ -8,6 +8,8 @@ are referenced by Secret name and key, and Kubernetes injects the values into th
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -15,12 +17,18 @@ from kfp import dsl, kubernetes
 from kfp.dsl.pipeline_channel import PipelineChannel
 
 S3_SECRET_NAME = "paravt-s3"
-# Env var -> key in the Kubernetes Secret (manifests/ holds the template). Values never enter the IR.
+# Key in the Kubernetes Secret -> env var (manifests/ holds the template). Values never enter the IR.
 S3_SECRET_KEYS = {
     "AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
-    "AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL",
 }
+# The namespace's one S3 configuration (manifests/base/kfp-launcher.yaml): the same ConfigMap feeds
+# KFP's launcher config (kustomize copies it there), so stages and KFP's artifacts use one endpoint.
+S3_CONFIG_NAME = "paravt-s3-config"
+S3_CONFIG_KEYS = {"AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION": "AWS_DEFAULT_REGION"}
+# Secrets to pull the images with (comma-separated names), read when the pipeline is compiled; the
+# manifests' overlays can instead give them to the service accounts the pods run as.
+IMAGE_PULL_SECRETS_ENV = "PARAVT_IMAGE_PULL_SECRETS"
 MEDIA_PVC_NAME = "paravt-media"
 MEDIA_MOUNT_PATH = "/mnt/media"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -105,8 +113,17 @@ def add_node_selector(task: dsl.PipelineTask, labels: dict[str, str]) -> dsl.Pip
 
 
 def use_s3_secret(task: dsl.PipelineTask, secret_name: StrOrChannel = S3_SECRET_NAME) -> dsl.PipelineTask:
-    """S3 endpoint and credentials as env vars from a Kubernetes Secret (by name; no value in the IR)."""
-    return kubernetes.use_secret_as_env(task, secret_name=secret_name, secret_key_to_env=S3_SECRET_KEYS)
+    """S3 credentials as env vars from a Kubernetes Secret (by name; no value in the IR), and the
+    endpoint and region from the ConfigMap that KFP's launcher config is rendered from."""
+    kubernetes.use_secret_as_env(task, secret_name=secret_name, secret_key_to_env=S3_SECRET_KEYS)
+    return kubernetes.use_config_map_as_env(
+        task, config_map_name=S3_CONFIG_NAME, config_map_key_to_env=S3_CONFIG_KEYS
+    )
+
+
+def image_pull_secrets() -> list[str]:
+    """Names from ``$PARAVT_IMAGE_PULL_SECRETS`` (comma-separated; unset: none)."""
+    return [n.strip() for n in os.environ.get(IMAGE_PULL_SECRETS_ENV, "").split(",") if n.strip()]
 
 
 def mount_media(
@@ -187,6 +204,8 @@ def configure_task(
     if spec.media:
         mount_media(task, media_pvc)
     use_s3_secret(task)
+    if pull_secrets := image_pull_secrets():
+        kubernetes.set_image_pull_secrets(task, pull_secrets)
     set_retries(task, spec.retries, spec.timeout_seconds)
     set_timeout(task, spec.timeout_seconds)
     # Stages write to object storage: a cache hit would skip those side effects.

@@ -39,8 +39,12 @@ def test_train_pipeline_ir(tmp_path, monkeypatch) -> None:
     assert executor["resources"]["resourceMemoryLimit"] == "16G"
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-data-op"]
     envs = {e["envVar"] for e in k8s["secretAsEnv"][0]["keyToEnv"]}
-    assert envs == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"}
+    assert envs == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
     assert k8s["secretAsEnv"][0]["secretName"] == "paravt-s3"
+    # Endpoint and region: the ConfigMap that KFP's launcher config is rendered from (manifests/).
+    (config,) = k8s["configMapAsEnv"]
+    assert config["configMapName"] == "paravt-s3-config"
+    assert {e["envVar"] for e in config["keyToEnv"]} == {"AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"}
     assert k8s["activeDeadlineSeconds"] == "86400"
     # The data stage extracts media onto the media volume (a pipeline parameter names the claim).
     assert k8s["pvcMount"][0]["mountPath"] == "/mnt/media"

@@ -66,7 +66,12 @@ def test_training_stage_settings(tmp_path, monkeypatch) -> None:
     assert {(k["secretKey"], k["envVar"]) for k in secret["keyToEnv"]} == {
         ("AWS_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID"),
         ("AWS_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY"),
+    }
+    (config,) = exe["configMapAsEnv"]
+    assert config["configMapName"] == "paravt-s3-config"
+    assert {(k["configMapKey"], k["envVar"]) for k in config["keyToEnv"]} == {
         ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL"),
+        ("AWS_DEFAULT_REGION", "AWS_DEFAULT_REGION"),
     }
     assert exe["activeDeadlineSeconds"] == str(48 * 3600)  # 172800
 
@@ -81,7 +86,7 @@ def test_cpu_stage_has_no_gpu_shm_or_media(tmp_path, monkeypatch) -> None:
     assert "accelerator" not in resources
     assert resources["resourceCpuLimit"] == "1" and resources["resourceMemoryLimit"] == "2G"
     exe = k8s["exec-probe-op"]
-    assert set(exe) == {"secretAsEnv", "activeDeadlineSeconds"}
+    assert set(exe) == {"secretAsEnv", "configMapAsEnv", "activeDeadlineSeconds"}
     assert exe["activeDeadlineSeconds"] == "3600"
 
 
@@ -127,3 +132,17 @@ def test_every_stage_has_a_platform_and_training_stages_get_shared_memory() -> N
     for name in ("sft", "rl"):
         assert platform.STAGES[name].gpus > 0 and platform.STAGES[name].shm
     assert all(s.retries >= 1 and not s.cache for s in platform.STAGES.values())
+
+
+def test_image_pull_secrets_from_the_compiling_environment(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PARAVT_IMAGE_PULL_SECRETS", "paravt-registry, mirror-creds")
+
+    @dsl.pipeline(name="probe")
+    def probe():
+        platform.configure_task(probe_op(x="a"), "report")
+
+    _, _, k8s = _compile(probe, tmp_path, monkeypatch)
+    assert [s["secretName"] for s in k8s["exec-probe-op"]["imagePullSecret"]] == [
+        "paravt-registry",
+        "mirror-creds",
+    ]
