@@ -9,7 +9,6 @@ are referenced by Secret name and key, and Kubernetes injects the values into th
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass, field
 from typing import Literal
 
