@@ -138,6 +138,17 @@ def as_declared_strings(package: str, params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def check_pinned(package: str) -> None:
+    """``--strict``: every image of the package referenced by digest."""
+    from pipelines.compile import unpinned_images
+
+    if unpinned := unpinned_images(package):
+        raise ClusterError(
+            f"images not pinned by digest: {', '.join(unpinned)}; push them and compile with "
+            "PARAVT_IMAGE_SFT/_RL/_EVAL=registry/name@sha256:... (or leave out --strict)"
+        )
+
+
 @contextlib.contextmanager
 def package_path(pipeline: str) -> Iterator[str]:
     """A compiled package for ``pipeline``: a known pipeline name (compiled now) or a YAML path."""
@@ -163,10 +174,14 @@ def submit(
     params: dict[str, Any],
     pipeline_root: str | None = None,
     service_account: str | None = None,
+    strict: bool = False,
 ) -> str:
-    """Create one run of ``pipeline`` in ``experiment`` (created if missing); return the run URL."""
-    kfp_client = client(conn)
+    """Create one run of ``pipeline`` in ``experiment`` (created if missing); return the run URL.
+    ``strict``: refuse a package whose images are not pinned by digest (before any API call)."""
     with package_path(pipeline) as package:
+        if strict:
+            check_pinned(package)
+        kfp_client = client(conn)
         check_parameters(package, params)
         params = as_declared_strings(package, params)
         with _quiet_kfp():
@@ -194,6 +209,7 @@ def schedule(
     pipeline_root: str | None = None,
     service_account: str | None = None,
     exist_ok: bool = False,
+    strict: bool = False,
 ) -> str:
     """Create a recurring run: one run at a time, no catch-up of missed slots; return its id.
 
@@ -202,6 +218,9 @@ def schedule(
     import json
 
     cron = check_cron(cron)
+    if strict:
+        with package_path(pipeline) as package:
+            check_pinned(package)
     kfp_client = client(conn)
     with _quiet_kfp():
         experiment_id = kfp_client.create_experiment(experiment, namespace=conn.namespace).experiment_id

@@ -60,6 +60,7 @@ def run_train_locally(
             sft_gpus="0",
             rl_gpus="0",
             eval_gpus="0",
+            media_root="",  # no media volume here: the data config's work_dir holds the extraction
             **args,
         )
     return TrainRun(task.output, run_prefix, pipeline_root, time.perf_counter() - start)

@@ -109,7 +109,7 @@ from components import images
 family_image = images.image(sys.argv[1])
 verbs = set()
 for path in pathlib.Path("components").glob("*.py"):
-    if path.stem in {"__init__", "images"}:
+    if path.stem in {"__init__", "images", "locations"}:
         continue
     module = importlib.import_module(f"components.{path.stem}")
     for name, op in vars(module).items():

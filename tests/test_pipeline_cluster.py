@@ -256,3 +256,42 @@ def test_submit_sends_gpu_counts_as_the_strings_the_driver_reads(kfp_server, tmp
     _no_token_printed(capsys)
     (run_call,) = kfp_server.state.calls("POST", "/runs")
     assert run_call.body["runtime_config"]["parameters"] == {"sft_gpus": "4", "rl_gpus": "2"}
+
+
+def test_compile_warns_and_strict_submit_refuses_unpinned_images(kfp_server, tmp_path, capsys) -> None:
+    package = tmp_path / "train.yaml"
+    assert main(["pipeline", "compile", "train", str(package)]) == 0
+    _, err = capsys.readouterr()
+    # The default images are local tags: every one of them is named in the warning.
+    assert "not pinned by digest" in err
+    assert all(f"paravt-{f}:0.1.0" in err for f in ("sft", "rl", "eval"))
+
+    argv = ["pipeline", "submit", str(package), "--experiment", "e", "--strict"]
+    assert main(argv + _conn(kfp_server)) == 1
+    _, err = _no_token_printed(capsys)
+    assert "images not pinned by digest: paravt-eval:0.1.0, paravt-rl:0.1.0, paravt-sft:0.1.0" in err
+    assert kfp_server.state.requests == []  # refused before anything was sent
+
+    # The same package with every image by digest goes through.
+    docs = list(yaml.safe_load_all(package.read_text()))
+    for executor in docs[0]["deploymentSpec"]["executors"].values():
+        name = executor["container"]["image"].split(":")[0]
+        executor["container"]["image"] = f"registry.example/{name}@sha256:{'c' * 64}"
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text(yaml.safe_dump_all(docs))
+    argv = ["pipeline", "submit", str(pinned), "--experiment", "e", "--strict"]
+    assert main(argv + _conn(kfp_server)) == 0
+    _no_token_printed(capsys)
+    (run_call,) = kfp_server.state.calls("POST", "/runs")
+    images = {
+        e["container"]["image"]
+        for e in run_call.body["pipeline_spec"]["pipeline_spec"]["deploymentSpec"]["executors"].values()
+    }
+    assert all("@sha256:" in i for i in images)
+
+
+def test_strict_schedule_refuses_unpinned_images(kfp_server, tmp_path, capsys) -> None:
+    argv = ["pipeline", "schedule", "create", "nightly", "--name", "n", "--strict"]
+    assert main(argv + _conn(kfp_server)) == 1
+    _, err = _no_token_printed(capsys)
+    assert "not pinned by digest" in err and kfp_server.state.requests == []

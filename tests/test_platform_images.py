@@ -172,7 +172,7 @@ def _component_stages() -> dict[str, str]:
     """Stage verb -> image of every component module in components/ (module name = stage verb)."""
     stages = {}
     for path in sorted((ROOT / "components").glob("*.py")):
-        if path.stem in {"__init__", "images"}:
+        if path.stem in {"__init__", "images", "locations"}:
             continue
         module = importlib.import_module(f"components.{path.stem}")
         ops = [v for k, v in vars(module).items() if k.endswith("_op") and hasattr(v, "component_spec")]

@@ -141,3 +141,54 @@ def test_long_stages_retry_windows_by_hand() -> None:
     # SFT: 4 attempts of 48 h + waits of 60, 120, 240 s; RL: 4 x 72 h + the same waits.
     assert platform.retry_window_seconds(3, 48 * 3600) == 4 * 172800 + 420 == 691620
     assert platform.retry_window_seconds(3, 72 * 3600) == 4 * 259200 + 420 == 1037220
+
+
+# The placeholders KFP 2.17.0's driver resolves in a task's constant inputs: exactly these strings,
+# matched whole (backend/src/v2/driver/resolve.go, resolveInputParameter, `switch valStr`), plus
+# {{$.workspace_path}} inside a string. Anything else (e.g. {{$.pipeline_root}}, which kfp.local
+# resolves but the backend does not, or a run id inside a longer string) reaches the component as is.
+DRIVER_PLACEHOLDERS = {
+    "{{$.pipeline_job_name}}",
+    "{{$.pipeline_job_resource_name}}",
+    "{{$.pipeline_job_uuid}}",
+    "{{$.pipeline_task_name}}",
+    "{{$.pipeline_task_uuid}}",
+    "{{$.pipeline_job_create_time_utc}}",
+    "{{$.pipeline_job_schedule_time_utc}}",
+}
+
+
+def _constants(spec: dict) -> list[tuple[str, str, str]]:
+    out = []
+    for owner, task in _all_tasks(spec):
+        for name, binding in task.get("inputs", {}).get("parameters", {}).items():
+            value = binding.get("runtimeValue", {}).get("constant")
+            if isinstance(value, str):
+                out.append((owner, name, value))
+    return out
+
+
+def test_run_placeholders_are_ones_the_driver_resolves(compiled) -> None:
+    name, spec, _ = compiled
+    seen = set()
+    for owner, param, value in _constants(spec):
+        for found in re.findall(r"\{\{\$\.pipeline_[a-z_]+\}\}", value):
+            assert value == found and found in DRIVER_PLACEHOLDERS, (owner, param, value)
+            seen.add(found)
+    assert seen == {"{{$.pipeline_job_uuid}}"}
+
+
+def test_no_default_points_inside_a_pod(compiled) -> None:
+    """Stage outputs must outlive the pod that wrote them: no pipeline parameter default and no
+    constant input names a relative or pod-local path (the run's root comes from run_prefix or the
+    pipeline root, components/locations.py)."""
+    _, spec, _ = compiled
+    defaults = [
+        (k, v.get("defaultValue"))
+        for k, v in spec["root"]["inputDefinitions"]["parameters"].items()
+        if isinstance(v.get("defaultValue"), str)
+    ]
+    values = defaults + [(f"{o}:{p}", v) for o, p, v in _constants(spec)]
+    for key, value in values:
+        assert not value.startswith(("./", "../", "/tmp", "~")), (key, value)
+        assert "paravt-work" not in value, (key, value)

@@ -161,7 +161,8 @@ def test_nightly_schedule_job(rendered) -> None:
     assert "--service-account paravt-pipeline-runner" in script
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert check_cron(env["CRON"]) == "0 0 2 * * *"
-    assert ("PARAVT_IMAGE_EVAL" in env) == (overlay == "prod")
+    # The nightly pipeline is compiled with the Job's own (final) image: same tag or digest.
+    assert env["PARAVT_IMAGE_EVAL"] == container["image"]
     # The token comes from a projected, audience-bound file, never from a literal in the manifest.
     token = next(v for v in pod["volumes"] if v["name"] == "kfp-token")
     assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "pipelines.kubeflow.org"
