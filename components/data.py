@@ -23,8 +23,8 @@ def data_op(
     media_root: str = "",
 ) -> str:
     """Run ``paravt data``; return the URI of the materialized data (a completed output prefix), also
-    the ``dataset`` artifact (no copy). In a pipeline (``run_id`` set) what the config leaves unset
-    goes to shared storage, never into the pod: the output to ``<run root>/data`` (components/
+    the ``dataset`` artifact (no copy). In a pipeline (``run_id`` set) what the config leaves at its
+    default goes to shared storage, never into the pod: the output to ``<run root>/data`` (components/
     locations.py), and with ``media_root`` (the media volume's mount) the extraction root to
     ``media_root`` and the downloaded archives to ``<media_root>/.downloads``."""
     import json
@@ -39,11 +39,13 @@ def data_op(
         f.write(config_yaml)
     cfg = load_config(DataConfig, f.name, [str(o) for o in overrides])
     if run_id or run_prefix:
-        if "output" not in cfg.model_fields_set:
+        # Left at their defaults (pod-local paths), these go to shared storage instead.
+        defaults = DataConfig()
+        if cfg.output == defaults.output:
             cfg.output = storage.join(run_root(run_prefix, run_id, dataset.uri), "data")
-        if media_root and "root" not in cfg.extract.model_fields_set:
+        if media_root and not cfg.extract.root:
             cfg.extract.root = media_root
-        if media_root and "work_dir" not in cfg.model_fields_set:
+        if media_root and cfg.work_dir == defaults.work_dir:
             cfg.work_dir = storage.join(media_root, ".downloads")
     result = run(cfg)
     expose(dataset, result.outputs["data"], run_id)
