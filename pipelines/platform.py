@@ -34,7 +34,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # Label set by NVIDIA GPU feature discovery; selecting on it picks the GPU model.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
-IntOrChannel = int | PipelineChannel
+IntOrChannel = int | str | PipelineChannel  # a GPU count: a literal, or a STRING pipeline parameter
 StrOrChannel = str | PipelineChannel
 
 
