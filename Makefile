@@ -2,7 +2,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval bench-scoring compile images-smoke gpu-check mutation clean
+.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check mutation clean
 
 setup:
 	@scripts/setup.sh
@@ -34,6 +34,10 @@ gpu-check:
 # Builds the three images with podman and runs a stage in a container (minutes, several GB; not in `test`).
 images-smoke: setup
 	scripts/images-smoke.sh
+
+# The demo DAG through kfp.local.DockerRunner inside those images (podman's Docker API; not in `test`).
+images-dag-smoke: setup
+	scripts/images-dag-smoke.sh
 
 bench: bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval bench-scoring
 

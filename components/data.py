@@ -6,17 +6,31 @@ environment, mounted from a Kubernetes Secret by the pipeline).
 """
 
 from kfp import dsl
-from kfp.dsl import Artifact, Metrics, Output
+from kfp.dsl import Artifact, Dataset, Metrics, Output
 
 from components.images import SFT_IMAGE
 
 
 @dsl.component(base_image=SFT_IMAGE, install_kfp_package=False)
-def data_op(config_yaml: str, overrides: list, audit: Output[Artifact], metrics: Output[Metrics]) -> str:
-    """Run ``paravt data``; return the URI of the materialized data (a completed output prefix)."""
+def data_op(
+    config_yaml: str,
+    overrides: list,
+    audit: Output[Artifact],
+    metrics: Output[Metrics],
+    dataset: Output[Dataset],
+    run_prefix: str = "",
+    run_id: str = "",
+    media_root: str = "",
+) -> str:
+    """Run ``paravt data``; return the URI of the materialized data (a completed output prefix), also
+    the ``dataset`` artifact (no copy). In a pipeline (``run_id`` set) what the config leaves at its
+    default goes to shared storage, never into the pod: the output to ``<run root>/data`` (components/
+    locations.py), and with ``media_root`` (the media volume's mount) the extraction root to
+    ``media_root`` and the downloaded archives to ``<media_root>/.downloads``."""
     import json
     import tempfile
 
+    from components.locations import expose, run_root
     from paravt_core import storage
     from paravt_core.config import DataConfig, load_config
     from paravt_core.data.stage import run
@@ -24,7 +38,17 @@ def data_op(config_yaml: str, overrides: list, audit: Output[Artifact], metrics:
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config_yaml)
     cfg = load_config(DataConfig, f.name, [str(o) for o in overrides])
+    if run_id or run_prefix:
+        # Left at their defaults (pod-local paths), these go to shared storage instead.
+        defaults = DataConfig()
+        if cfg.output == defaults.output:
+            cfg.output = storage.join(run_root(run_prefix, run_id, dataset.uri), "data")
+        if media_root and not cfg.extract.root:
+            cfg.extract.root = media_root
+        if media_root and cfg.work_dir == defaults.work_dir:
+            cfg.work_dir = storage.join(media_root, ".downloads")
     result = run(cfg)
+    expose(dataset, result.outputs["data"], run_id)
     with open(audit.path, "wb") as out:
         out.write(storage.read_bytes(result.outputs["audit"]))
     audit.metadata["uri"] = result.outputs["audit"]

@@ -15,14 +15,16 @@ from components.images import EVAL_IMAGE
 def eval_op(
     config_yaml: str,
     overrides: list,
-    model: str,
     benchmark: str,
-    output_prefix: str,
-    gpus: int,
+    gpus: str,
     report: Output[HTML],
     metrics: Output[Metrics],
+    model: str = "",
+    output_prefix: str = "",
     night: str = "",
     run_id: str = "",
+    run_prefix: str = "",
+    train_run_id: str = "",
 ) -> str:
     """Run ``paravt eval`` on one benchmark; return the URI of its (complete) output. ``gpus``: what the
     task requested (its accelerator limit), recorded with the report. Passing it as an input also makes
@@ -30,7 +32,9 @@ def eval_op(
     of the loop's inputs when only the accelerator limit refers to it (the task then cannot start).
     Nightly layout when ``run_id`` is set: ``<output_prefix>/<night>/<benchmark>``, the night being
     ``night`` or the one this run started (inputs are pipeline parameters only: kfp.local 2.17 replaces a
-    task output passed into a ParallelFor with the loop item)."""
+    task output passed into a ParallelFor with the loop item). In the train DAG (``train_run_id`` set),
+    empty ``model`` / ``output_prefix`` are the run's RL checkpoint ``<run root>/rl/final`` and
+    ``<run root>/eval`` (components/locations.py)."""
     import json
     import tempfile
 
@@ -40,6 +44,12 @@ def eval_op(
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config_yaml)
+    if train_run_id or run_prefix:
+        from components.locations import run_root
+
+        root = run_root(run_prefix, train_run_id, report.uri)
+        model = model or storage.join(root, "rl", "final")
+        output_prefix = output_prefix or storage.join(root, "eval")
     if run_id:
         from paravt_core.report.stage import find_night, today_utc
 

@@ -72,17 +72,21 @@ def report_op(
     config_yaml: str,
     overrides: list,
     eval_outputs: list,
-    sft_output: str,
-    rl_output: str,
-    output: str,
     report: Output[HTML],
     summary: Output[Markdown],
     metrics: Output[Metrics],
+    sft_output: str = "",
+    rl_output: str = "",
+    output: str = "",
+    run_prefix: str = "",
+    run_id: str = "",
 ) -> str:
     """The train DAG's report: the eval table over every benchmark (fan-in), the SFT and RL curves
-    and metrics. Returns the URI of ``report.html``."""
+    and metrics. Returns the URI of ``report.html``. Empty ``sft_output`` / ``rl_output`` / ``output``:
+    ``<run root>/sft``, ``/rl``, ``/report`` (components/locations.py)."""
     import tempfile
 
+    from components.locations import run_root
     from paravt_core import storage
     from paravt_core.config import ReportConfig, load_config
     from paravt_core.report.stage import run
@@ -91,6 +95,11 @@ def report_op(
         f.write(config_yaml)
     cfg = load_config(ReportConfig, f.name, [str(o) for o in overrides])
     cfg.eval_outputs = [str(o) for o in eval_outputs]
+    if not (sft_output and rl_output and output):
+        root = run_root(run_prefix, run_id, report.uri)
+        sft_output = sft_output or storage.join(root, "sft")
+        rl_output = rl_output or storage.join(root, "rl")
+        output = output or storage.join(root, "report")
     cfg.sft_output, cfg.rl_output, cfg.output = sft_output, rl_output, output
     result = run(cfg)
     with open(report.path, "wb") as out:

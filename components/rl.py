@@ -8,7 +8,7 @@ resumes from the newest complete checkpoint under ``output``. Returns the URI of
 """
 
 from kfp import dsl
-from kfp.dsl import Artifact, Metrics, Output
+from kfp.dsl import Artifact, Metrics, Model, Output
 
 from components.images import RL_IMAGE
 
@@ -19,14 +19,19 @@ def rl_op(
     overrides: list,
     data: str,
     model: str,
-    output: str,
     curves: Output[Artifact],
     metrics: Output[Metrics],
+    trained: Output[Model],
+    output: str = "",
+    run_prefix: str = "",
+    run_id: str = "",
 ) -> str:
-    """Run ``paravt rl``; return the URI of the trained model (``<output>/final``)."""
+    """Run ``paravt rl``; return the URI of the trained model (``<output>/final``), also the ``trained``
+    artifact (no copy). ``output`` empty: ``<run root>/rl`` (components/locations.py)."""
     import json
     import tempfile
 
+    from components.locations import expose, run_root
     from paravt_core import storage
     from paravt_core.config import load_config
     from paravt_core.rl.config import RlConfig
@@ -35,6 +40,7 @@ def rl_op(
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config_yaml)
     cfg = load_config(RlConfig, f.name, [str(o) for o in overrides])
+    output = output or storage.join(run_root(run_prefix, run_id, trained.uri), "rl")
     cfg.data, cfg.model, cfg.output = data, model, output
     summary = launch(cfg)  # python -m torch.distributed.run --nproc-per-node N -m paravt_core.cli rl ...
     with open(curves.path, "wb") as out:
@@ -45,4 +51,5 @@ def rl_op(
             metrics.log_metric(key, value)
     final = storage.join(output, "final")
     print(json.dumps({"final": final}))
+    expose(trained, final, run_id)
     return final

@@ -6,7 +6,7 @@ resumes from its newest checkpoint in ``output``, so a KFP retry continues train
 """
 
 from kfp import dsl
-from kfp.dsl import HTML, Metrics, Output
+from kfp.dsl import HTML, Metrics, Model, Output
 
 from components.images import SFT_IMAGE
 
@@ -17,17 +17,23 @@ def sft_op(
     overrides: list,
     data_uri: str,
     model_uri: str,
-    output: str,
     curve: Output[HTML],
     metrics: Output[Metrics],
+    model: Output[Model],
+    output: str = "",
+    run_prefix: str = "",
+    run_id: str = "",
 ) -> str:
-    """Run ``paravt sft``; return the URI of the final Hugging Face checkpoint."""
+    """Run ``paravt sft``; return the URI of the final Hugging Face checkpoint, also the ``model``
+    artifact (no copy). ``output``: where the stage writes (empty: ``<run root>/sft``, components/
+    locations.py)."""
     import base64
     import json
     import subprocess
     import sys
     import tempfile
 
+    from components.locations import expose, run_root
     from paravt_core import storage
     from paravt_core.config import SftConfig, config_to_yaml, load_config
 
@@ -36,7 +42,8 @@ def sft_op(
     cfg = load_config(SftConfig, f.name, [str(o) for o in overrides])
     cfg.data.input = data_uri
     cfg.model.uri = model_uri
-    cfg.output = output
+    cfg.output = output or storage.join(run_root(run_prefix, run_id, model.uri), "sft")
+    output = cfg.output
 
     import torch
 
@@ -57,4 +64,6 @@ def sft_op(
     for key, value in summary.items():
         if isinstance(value, int | float) and not isinstance(value, bool):
             metrics.log_metric(key, value)
-    return storage.join(output, "final")
+    final = storage.join(output, "final")
+    expose(model, final, run_id)
+    return final

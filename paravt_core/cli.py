@@ -184,6 +184,7 @@ def _cmd_pipeline_submit(args: argparse.Namespace) -> int:
         params=load_parameters(args.params),
         pipeline_root=args.pipeline_root,
         service_account=args.service_account,
+        strict=args.strict,
     )
     print(url)
     return 0
@@ -208,6 +209,7 @@ def _cmd_pipeline_schedule(args: argparse.Namespace) -> int:
         pipeline_root=args.pipeline_root,
         service_account=args.service_account,
         exist_ok=args.exist_ok,
+        strict=args.strict,
     )
     print(conn.recurring_run_url(recurring_id))
     return 0
@@ -253,6 +255,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "--pipeline-root", default=None, help="artifact root, e.g. s3://bucket/kfp (default: server's)"
     )
     p.add_argument("--service-account", default=None, help="Kubernetes service account of the run's pods")
+    p.add_argument("--strict", action="store_true", help="refuse images not pinned by digest (@sha256:)")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

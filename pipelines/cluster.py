@@ -121,6 +121,34 @@ def check_parameters(package: str, params: dict[str, Any]) -> None:
         )
 
 
+def as_declared_strings(package: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Numbers given for STRING pipeline parameters, as text (``sft_gpus: 4`` in a params file):
+    KFP 2.17's driver reads a GPU count placeholder with ``GetStringValue()`` (backend/src/v2/driver/
+    resolve.go), so a number would silently request no GPU."""
+    spec = next(yaml.safe_load_all(Path(package).read_text()))
+    types = {
+        k: v.get("parameterType")
+        for k, v in spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {}).items()
+    }
+    return {
+        k: str(v)
+        if types.get(k) == "STRING" and isinstance(v, int | float) and not isinstance(v, bool)
+        else v
+        for k, v in params.items()
+    }
+
+
+def check_pinned(package: str) -> None:
+    """``--strict``: every image of the package referenced by digest."""
+    from pipelines.compile import unpinned_images
+
+    if unpinned := unpinned_images(package):
+        raise ClusterError(
+            f"images not pinned by digest: {', '.join(unpinned)}; push them and compile with "
+            "PARAVT_IMAGE_SFT/_RL/_EVAL=registry/name@sha256:... (or leave out --strict)"
+        )
+
+
 @contextlib.contextmanager
 def package_path(pipeline: str) -> Iterator[str]:
     """A compiled package for ``pipeline``: a known pipeline name (compiled now) or a YAML path."""
@@ -146,11 +174,16 @@ def submit(
     params: dict[str, Any],
     pipeline_root: str | None = None,
     service_account: str | None = None,
+    strict: bool = False,
 ) -> str:
     """Create one run of ``pipeline`` in ``experiment`` (created if missing); return the run URL. The
-    parameter names are checked against the compiled pipeline before the host is contacted."""
+    parameter names are checked against the compiled pipeline before the host is contacted.
+    ``strict``: refuse a package whose images are not pinned by digest (before any API call)."""
     with package_path(pipeline) as package:
+        if strict:
+            check_pinned(package)
         check_parameters(package, params)
+        params = as_declared_strings(package, params)
         kfp_client = client(conn)
         with _quiet_kfp():
             result = kfp_client.create_run_from_pipeline_package(
@@ -177,6 +210,7 @@ def schedule(
     pipeline_root: str | None = None,
     service_account: str | None = None,
     exist_ok: bool = False,
+    strict: bool = False,
 ) -> str:
     """Create a recurring run: one run at a time, no catch-up of missed slots; return its id.
 
@@ -185,6 +219,9 @@ def schedule(
     import json
 
     cron = check_cron(cron)
+    if strict:
+        with package_path(pipeline) as package:
+            check_pinned(package)
     kfp_client = client(conn)
     with _quiet_kfp():
         experiment_id = kfp_client.create_experiment(experiment, namespace=conn.namespace).experiment_id
@@ -201,6 +238,7 @@ def schedule(
         )
     with package_path(pipeline) as package:
         check_parameters(package, params)
+        params = as_declared_strings(package, params)
         with _quiet_kfp():
             job = kfp_client.create_recurring_run(
                 experiment_id=experiment_id,

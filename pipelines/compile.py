@@ -1,10 +1,16 @@
-"""Compile a named pipeline to KFP IR YAML."""
+"""Compile a named pipeline to KFP IR YAML, and check that its images are pinned by digest."""
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 
+import yaml
 from kfp import compiler
+
+# An image reference pinned by content: ``name@sha256:<64 hex>`` (a tag alone can be moved or re-pushed).
+_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
 def pipelines() -> dict:
@@ -20,4 +26,18 @@ def compile_pipeline(name: str, out: str) -> str:
         raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(sorted(known))}")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     compiler.Compiler().compile(known[name], package_path=out)
+    if unpinned := unpinned_images(out):
+        print(
+            f"warning: {name}: images not pinned by digest: {', '.join(unpinned)} (set PARAVT_IMAGE_SFT, "
+            "_RL, _EVAL to registry/name@sha256:...; `paravt pipeline submit --strict` refuses these)",
+            file=sys.stderr,
+        )
     return out
+
+
+def unpinned_images(package: str) -> list[str]:
+    """Images of a compiled package's executors that are not referenced by digest, sorted."""
+    spec = next(yaml.safe_load_all(Path(package).read_text()))
+    executors = spec.get("deploymentSpec", {}).get("executors", {}).values()
+    images = {e["container"]["image"] for e in executors if "container" in e}
+    return sorted(i for i in images if not _DIGEST.search(i))

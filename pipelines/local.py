@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kfp import local
 
@@ -38,6 +39,7 @@ def run_train_locally(
     benchmarks: list[str],
     stage_configs: dict[str, str] | None = None,
     stage_overrides: dict[str, list[str]] | None = None,
+    runner: Any = None,
 ) -> TrainRun:
     """Run the whole train DAG with the subprocess runner (no GPUs); ``stage_configs`` /
     ``stage_overrides``: YAML text / dotted overrides per stage (``sft``, ``rl``, ``eval``, ``report``)."""
@@ -49,16 +51,17 @@ def run_train_locally(
         args[f"{stage}_config_yaml"] = configs.get(stage, "{}")
         args[f"{stage}_overrides"] = list(overrides.get(stage, []))
     start = time.perf_counter()
-    with local_runner(pipeline_root, train_pipeline):
+    with local_runner(pipeline_root, train_pipeline, runner=runner):
         task = train_pipeline(
             run_prefix=run_prefix,
             base_model=base_model,
             benchmarks=benchmarks,
             data_config_yaml=config_to_yaml(data_cfg),
             data_overrides=list(overrides.get("data", [])),
-            sft_gpus=0,
-            rl_gpus=0,
-            eval_gpus=0,
+            sft_gpus="0",
+            rl_gpus="0",
+            eval_gpus="0",
+            media_root="",  # no media volume here: the data config's work_dir holds the extraction
             **args,
         )
     return TrainRun(task.output, run_prefix, pipeline_root, time.perf_counter() - start)
@@ -73,13 +76,14 @@ def run_data_locally(data_cfg: DataConfig, pipeline_root: str) -> str:
 
 
 @contextlib.contextmanager
-def local_runner(pipeline_root: str, pipeline=None) -> Iterator[None]:
-    """kfp.local with the subprocess runner. kfp 2.17's local orchestrator honours the tasks' retry
-    policies, backoff included; for ``pipeline`` the backoff is set to zero while inside (the compiled
-    spec is restored afterwards, so later cluster compiles keep the real backoff)."""
+def local_runner(pipeline_root: str, pipeline=None, runner: Any = None) -> Iterator[None]:
+    """kfp.local with the subprocess runner (or ``runner``). kfp 2.17's local orchestrator honours the
+    tasks' retry policies, backoff included; for ``pipeline`` the backoff is set to zero while inside
+    (the compiled spec is restored afterwards, so later cluster compiles keep the real backoff)."""
     Path(pipeline_root).mkdir(parents=True, exist_ok=True)
     local.init(
-        runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(Path(pipeline_root).resolve())
+        runner=runner or local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(Path(pipeline_root).resolve()),
     )
     if pipeline is None:
         yield
@@ -133,10 +137,12 @@ ACCURACY_NOTE = (
 )
 
 
-def demo(out_dir: str, videos: int = 8, seconds: float = 12.0) -> TrainRun:
+def demo(out_dir: str, videos: int = 8, seconds: float = 12.0, runner: Any = None) -> TrainRun:
     """``make demo``: synthetic data + tiny Qwen3-VL -> the whole train DAG (data, SFT, RL, eval on the
     synthetic split with and without the tool, report) through kfp.local, on CPU. The console gets one
-    line per step; the runner's output, resolved configs and warnings go to ``<out_dir>/demo.log``."""
+    line per step; the runner's output, resolved configs and warnings go to ``<out_dir>/demo.log``.
+    ``runner``: another kfp.local runner (``make images-dag-smoke``: DockerRunner, every task in the images;
+    everything then lives under ``out_dir``, the pipeline root, which DockerRunner mounts at the same path)."""
     from paravt_core.models import build_tiny_model
     from paravt_core.synth import synthesize
     from pipelines.demo_console import (
@@ -177,13 +183,14 @@ def demo(out_dir: str, videos: int = 8, seconds: float = 12.0) -> TrainRun:
         try:
             with TaskWatcher(log_path, finished):
                 run = run_train_locally(
-                    str(out / "kfp-local"),
+                    str(out) if runner is not None else str(out / "kfp-local"),
                     run_prefix=str(out / "run"),
                     base_model=model_dir,
                     data_cfg=demo_data_config(out),
                     benchmarks=["synthetic"],
                     stage_configs=tiny_stage_configs(),
                     stage_overrides=demo_overrides(out),
+                    runner=runner,
                 )
         except KeyboardInterrupt:
             raise
@@ -224,3 +231,26 @@ def demo_overrides(out: Path) -> dict[str, list[str]]:
         "eval": [f"work_dir={out / 'eval-work'}", f"demo_data={out / 'eval-fixtures'}"],
         "report": ["title='ParaVT demo — tiny Qwen3-VL on synthetic videos'"],
     }
+
+
+def demo_in_images(out_dir: str) -> TrainRun:
+    """The demo DAG with ``kfp.local.DockerRunner``: every task in the images named by
+    ``PARAVT_IMAGE_*`` (set before this module is imported), through a Docker-compatible API
+    (``DOCKER_HOST``; podman's service in ``make images-dag-smoke``). kfp 2.17's DockerRunner reports a
+    container it could no longer wait for as succeeded, so every stage's completed output is checked
+    here rather than trusted."""
+    from paravt_core import storage
+
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    out.chmod(0o777)  # the containers run as uid 10001 and write under the mounted pipeline root
+    runner = local.DockerRunner(network_mode="host", runtime="runc")
+    run = demo(str(out), videos=4, seconds=8.0, runner=runner)
+    missing = [
+        stage
+        for stage in ("sft", "rl", "eval/synthetic", "report")
+        if not storage.is_complete(storage.join(run.run_prefix, stage))
+    ]
+    if missing:
+        raise RuntimeError(f"DockerRunner reported success but these outputs are incomplete: {missing}")
+    return run

@@ -28,7 +28,7 @@ def nightly_pipeline(
     report_config_yaml: str = "{}",
     report_overrides: list = [],  # noqa: B006
     night: str = "",
-    eval_gpus: int = 1,
+    eval_gpus: str = "1",
     media_pvc: str = MEDIA_PVC_NAME,
 ):
     """``checkpoint_uri``: the model to evaluate; ``results_prefix``: where every night's results live

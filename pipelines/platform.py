@@ -8,6 +8,7 @@ are referenced by Secret name and key, and Kubernetes injects the values into th
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -15,19 +16,25 @@ from kfp import dsl, kubernetes
 from kfp.dsl.pipeline_channel import PipelineChannel
 
 S3_SECRET_NAME = "paravt-s3"
-# Env var -> key in the Kubernetes Secret (manifests/ holds the template). Values never enter the IR.
+# Key in the Kubernetes Secret -> env var (manifests/ holds the template). Values never enter the IR.
 S3_SECRET_KEYS = {
     "AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
-    "AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL",
 }
+# The namespace's one S3 configuration (manifests/base/kfp-launcher.yaml): the same ConfigMap feeds
+# KFP's launcher config (kustomize copies it there), so stages and KFP's artifacts use one endpoint.
+S3_CONFIG_NAME = "paravt-s3-config"
+S3_CONFIG_KEYS = {"AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION": "AWS_DEFAULT_REGION"}
+# Secrets to pull the images with (comma-separated names), read when the pipeline is compiled; the
+# manifests' overlays can instead give them to the service accounts the pods run as.
+IMAGE_PULL_SECRETS_ENV = "PARAVT_IMAGE_PULL_SECRETS"
 MEDIA_PVC_NAME = "paravt-media"
 MEDIA_MOUNT_PATH = "/mnt/media"
 GPU_RESOURCE = "nvidia.com/gpu"
 # Label set by NVIDIA GPU feature discovery; selecting on it picks the GPU model.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
-IntOrChannel = int | PipelineChannel
+IntOrChannel = int | str | PipelineChannel  # a GPU count: a literal, or a STRING pipeline parameter
 StrOrChannel = str | PipelineChannel
 
 
@@ -83,7 +90,8 @@ def set_resources(task: dsl.PipelineTask, cpu: str, memory: str) -> dsl.Pipeline
 
 
 def request_gpus(task: dsl.PipelineTask, count: IntOrChannel, product: str = "") -> dsl.PipelineTask:
-    """``count`` GPUs (a literal or a pipeline parameter), on nodes of one GPU model when ``product``
+    """``count`` GPUs (a literal or a STRING pipeline parameter: KFP 2.17's driver reads a parameter
+    placeholder in ``resourceCount`` with ``GetStringValue()``, so a number would set no limit), on nodes of one GPU model when ``product``
     is set, tolerating the usual taint on GPU nodes."""
     task.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(count)
     if product:
@@ -104,8 +112,17 @@ def add_node_selector(task: dsl.PipelineTask, labels: dict[str, str]) -> dsl.Pip
 
 
 def use_s3_secret(task: dsl.PipelineTask, secret_name: StrOrChannel = S3_SECRET_NAME) -> dsl.PipelineTask:
-    """S3 endpoint and credentials as env vars from a Kubernetes Secret (by name; no value in the IR)."""
-    return kubernetes.use_secret_as_env(task, secret_name=secret_name, secret_key_to_env=S3_SECRET_KEYS)
+    """S3 credentials as env vars from a Kubernetes Secret (by name; no value in the IR), and the
+    endpoint and region from the ConfigMap that KFP's launcher config is rendered from."""
+    kubernetes.use_secret_as_env(task, secret_name=secret_name, secret_key_to_env=S3_SECRET_KEYS)
+    return kubernetes.use_config_map_as_env(
+        task, config_map_name=S3_CONFIG_NAME, config_map_key_to_env=S3_CONFIG_KEYS
+    )
+
+
+def image_pull_secrets() -> list[str]:
+    """Names from ``$PARAVT_IMAGE_PULL_SECRETS`` (comma-separated; unset: none)."""
+    return [n.strip() for n in os.environ.get(IMAGE_PULL_SECRETS_ENV, "").split(",") if n.strip()]
 
 
 def mount_media(
@@ -124,11 +141,34 @@ def add_shared_memory(task: dsl.PipelineTask, size: str) -> dsl.PipelineTask:
     )
 
 
-def set_retries(task: dsl.PipelineTask, retries: int) -> dsl.PipelineTask:
-    """Stages are resumable, so each retry continues where the failed attempt stopped. Backoff 60 s,
-    doubling, retried for at most 6 h (long enough to ride out a node or spot-instance loss)."""
+BACKOFF_SECONDS = 60
+# Argo (v4.0.5, util/intstr/parametrizable.go) reads the backoff factor as an integer: 1.5 would fail.
+BACKOFF_FACTOR = 2
+
+
+def retry_window_seconds(retries: int, timeout_seconds: int) -> int:
+    """The retry window Argo needs so that every attempt may run its full per-attempt limit.
+
+    Argo (v4.0.5, workflow/controller/operator.go, processNodeRetries) measures ``backoff.maxDuration``
+    from the FIRST attempt's start, stops retrying once it has passed, and gives every retry's pod that
+    same instant as its deadline (workflowpod.go, getDeadline). A 6 h window would never retry a 72 h
+    stage that fails after hour 6, and would kill a retry at hour 6. So the window is all attempts at
+    their per-attempt limit (``timeout_seconds``, the pod's activeDeadlineSeconds) plus the waits."""
+    waits = sum(BACKOFF_SECONDS * BACKOFF_FACTOR**i for i in range(retries))
+    return (retries + 1) * timeout_seconds + waits
+
+
+def set_retries(task: dsl.PipelineTask, retries: int, timeout_seconds: int) -> dsl.PipelineTask:
+    """Retry a failed attempt after 60 s, doubling; the stage resumes from its newest complete
+    checkpoint. Argo retries only a *Failed* attempt (the stage's process exited non-zero): KFP 2.17's
+    compiler sets no ``retryPolicy`` (backend/src/v2/compiler/argocompiler/container.go), so Argo's
+    default ``OnFailure`` applies and an *Error* (pod deleted, node lost) is not retried: that needs
+    ``paravt pipeline retry`` (README, "Platform: what a cluster retries")."""
     return task.set_retry(
-        num_retries=retries, backoff_duration="60s", backoff_factor=2.0, backoff_max_duration="21600s"
+        num_retries=retries,
+        backoff_duration=f"{BACKOFF_SECONDS}s",
+        backoff_factor=float(BACKOFF_FACTOR),
+        backoff_max_duration=f"{retry_window_seconds(retries, timeout_seconds)}s",
     )
 
 
@@ -163,7 +203,9 @@ def configure_task(
     if spec.media:
         mount_media(task, media_pvc)
     use_s3_secret(task)
-    set_retries(task, spec.retries)
+    if pull_secrets := image_pull_secrets():
+        kubernetes.set_image_pull_secrets(task, pull_secrets)
+    set_retries(task, spec.retries, spec.timeout_seconds)
     set_timeout(task, spec.timeout_seconds)
     # Stages write to object storage: a cache hit would skip those side effects.
     task.set_caching_options(spec.cache)

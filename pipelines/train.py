@@ -1,7 +1,9 @@
 """The training DAG: data -> SFT -> RL (PARA-GRPO) -> ParallelFor(benchmarks): eval -> report.
 
-Every stage writes under ``run_prefix`` (``<run_prefix>/sft``, ``/rl``, ``/eval/<benchmark>``,
-``/report``; the data stage where its config says) and resumes from its own checkpoints, so a retried
+Every stage writes under the run's root (``<root>/data``, ``/sft``, ``/rl``, ``/eval/<benchmark>``,
+``/report``): ``run_prefix`` when given, else the run's directory under the pipeline root (object
+storage on a cluster; components/locations.py). The data and the SFT and RL checkpoints are also the
+tasks' ``Dataset`` / ``Model`` artifacts (their URIs are those directories: no copy). Each stage resumes from its own checkpoints, so a retried
 task (KFP's task retries, or ``paravt pipeline retry``) continues where it stopped. Run it on a
 cluster (``paravt pipeline submit train``) or locally with ``kfp.local.SubprocessRunner(use_venv=False)``
 (``pipelines/local.py``, ``make demo``).
@@ -15,14 +17,14 @@ from components.report import report_op
 from components.rl import rl_op
 from components.sft import sft_op
 from pipelines.nightly_eval import BENCHMARKS
-from pipelines.platform import MEDIA_PVC_NAME, configure_task
+from pipelines.platform import MEDIA_MOUNT_PATH, MEDIA_PVC_NAME, configure_task
 
 PIPELINE_NAME = "paravt-train"
 
 
 @dsl.pipeline(name=PIPELINE_NAME, description="ParaVT: data -> SFT -> PARA-GRPO -> eval -> report")
 def train_pipeline(
-    run_prefix: str = "./paravt-work/run",
+    run_prefix: str = "",
     base_model: str = "Qwen/Qwen3-VL-8B-Instruct",
     benchmarks: list = BENCHMARKS,  # noqa: B006
     data_config_yaml: str = "{}",
@@ -35,16 +37,28 @@ def train_pipeline(
     eval_overrides: list = [],  # noqa: B006
     report_config_yaml: str = "{}",
     report_overrides: list = [],  # noqa: B006
-    sft_gpus: int = 8,
-    rl_gpus: int = 8,
-    eval_gpus: int = 1,
+    sft_gpus: str = "8",
+    rl_gpus: str = "8",
+    eval_gpus: str = "1",
     media_pvc: str = MEDIA_PVC_NAME,
+    media_root: str = MEDIA_MOUNT_PATH,
 ) -> str:
-    """``run_prefix``: where this run's stage outputs go (s3://bucket/runs/<name> on a cluster);
+    """``run_prefix``: where this run's stage outputs go (``<run_prefix>/<stage>``); empty (default):
+    the run's own directory under the pipeline root, ``<pipeline root>/paravt-train/<run id>/<stage>``
+    (object storage on a cluster, the same for every retry; components/locations.py);
     ``base_model``: the model SFT starts from; each stage's config as YAML text plus dotted
-    ``key=value`` overrides (as ``paravt <stage> --config``); GPUs per stage; ``media_pvc``: the
-    PersistentVolumeClaim with the extracted media (mounted at /mnt/media). Returns the report URI."""
-    data = data_op(config_yaml=data_config_yaml, overrides=data_overrides)
+    ``key=value`` overrides (as ``paravt <stage> --config``); GPUs per stage (text: KFP 2.17's driver
+    reads the count as a string); ``media_pvc``: the PersistentVolumeClaim with the extracted media,
+    mounted at ``media_root`` (where the data stage extracts, unless its config says otherwise; empty:
+    the config decides). Returns the report URI."""
+    run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER  # passed alone: the driver resolves only exact placeholders
+    data = data_op(
+        config_yaml=data_config_yaml,
+        overrides=data_overrides,
+        run_prefix=run_prefix,
+        run_id=run_id,
+        media_root=media_root,
+    )
     configure_task(data, "data", media_pvc=media_pvc)
 
     sft = sft_op(
@@ -52,7 +66,8 @@ def train_pipeline(
         overrides=sft_overrides,
         data_uri=data.outputs["Output"],
         model_uri=base_model,
-        output=f"{run_prefix}/sft",
+        run_prefix=run_prefix,
+        run_id=run_id,
     )
     configure_task(sft, "sft", gpus=sft_gpus, media_pvc=media_pvc)
 
@@ -61,7 +76,8 @@ def train_pipeline(
         overrides=rl_overrides,
         data=data.outputs["Output"],
         model=sft.outputs["Output"],
-        output=f"{run_prefix}/rl",
+        run_prefix=run_prefix,
+        run_id=run_id,
     )
     configure_task(rl, "rl", gpus=rl_gpus, media_pvc=media_pvc)
 
@@ -69,12 +85,12 @@ def train_pipeline(
         ev = eval_op(
             config_yaml=eval_config_yaml,
             overrides=eval_overrides,
-            # The RL stage's final checkpoint (what rl_op returns), as a parameter: kfp.local 2.17
-            # replaces a task output passed into a ParallelFor with the loop item.
-            model=f"{run_prefix}/rl/final",
+            # The model is the RL stage's final checkpoint, found under the run's root (not rl's task
+            # output: kfp.local 2.17 replaces a task output passed into a ParallelFor with the loop item).
             benchmark=benchmark,
-            output_prefix=f"{run_prefix}/eval",
             gpus=eval_gpus,
+            run_prefix=run_prefix,
+            train_run_id=run_id,
         ).after(rl)
         configure_task(ev, "eval", display_name="eval", gpus=eval_gpus, media_pvc=media_pvc)
 
@@ -82,9 +98,8 @@ def train_pipeline(
         config_yaml=report_config_yaml,
         overrides=report_overrides,
         eval_outputs=dsl.Collected(ev.outputs["Output"]),
-        sft_output=f"{run_prefix}/sft",
-        rl_output=f"{run_prefix}/rl",
-        output=f"{run_prefix}/report",
+        run_prefix=run_prefix,
+        run_id=run_id,
     )
     configure_task(report, "report")
     return report.outputs["Output"]

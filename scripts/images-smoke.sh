@@ -7,7 +7,8 @@
 #     (local wheel mirror + CA bundle) bind-mounted read-only into the build: nothing of it stays in the image.
 #  3. `paravt data` in the sft image on synthetic data, outputs to the test S3 server on loopback
 #     (--network host, AWS_* env); the outputs are checked from the host, and the uid the stage ran as.
-#     Then `<image> <stage> --help` for every stage verb of the other images.
+#     Then `<image> <stage> --help` (and `<image> paravt <stage> --help`) for every stage verb.
+#  4. A one-line code edit, rebuilt: the time it takes and that the dependency layer came from cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -109,7 +110,7 @@ from components import images
 family_image = images.image(sys.argv[1])
 verbs = set()
 for path in pathlib.Path("components").glob("*.py"):
-    if path.stem in {"__init__", "images"}:
+    if path.stem in {"__init__", "images", "locations"}:
         continue
     module = importlib.import_module(f"components.{path.stem}")
     for name, op in vars(module).items():
@@ -124,9 +125,26 @@ EOF
   for verb in $verbs; do
     podman run --rm "${RUN_FLAGS[@]}" "paravt-$fam:$TAG" "$verb" --help >/dev/null \
       || { echo "paravt-$fam: 'paravt $verb --help' failed"; exit 1; }
+    podman run --rm "${RUN_FLAGS[@]}" "paravt-$fam:$TAG" paravt "$verb" --help >/dev/null \
+      || { echo "paravt-$fam: '<image> paravt $verb --help' failed"; exit 1; }
     say "paravt-$fam:$TAG: paravt $verb --help ok"
   done
 done
+
+# A code edit rebuilds only the layers after the dependency install (Dockerfiles: deps before code).
+fam=$(echo "$FAMILIES" | awk '{print $1}')
+echo "# images-smoke code edit" >> "$WORK/context/paravt_core/__init__.py"
+s=$(date +%s)
+podman build --runtime runc --network host "${MOUNTS[@]}" \
+  --build-arg BASE_IMAGE="$BASE" --build-arg VCS_REF="$(git rev-parse HEAD)" \
+  -f "$WORK/context/Dockerfile.$fam" -t "paravt-$fam:$TAG-edit" "$WORK/context" >"$WORK/rebuild-$fam.log" 2>&1 \
+  || { tail -30 "$WORK/rebuild-$fam.log"; exit 1; }
+rebuild=$(( $(date +%s) - s ))
+# podman prints "--> Using cache" for each step it did not run; the deps RUN is the 3rd step after FROM.
+grep -A1 "install.sh deps" "$WORK/rebuild-$fam.log" | grep -q "Using cache" \
+  || { echo "the dependency layer was rebuilt after a code edit"; tail -30 "$WORK/rebuild-$fam.log"; exit 1; }
+say "code edit: paravt-$fam rebuilt in ${rebuild}s, dependency layer from cache"
+podman rmi "paravt-$fam:$TAG-edit" >/dev/null
 
 say "done in $(( $(date +%s) - t0 ))s; image sizes:"
 podman images --format '{{.Repository}}:{{.Tag}}  {{.Size}}' | grep -E "paravt-(sft|rl|eval):$TAG|paravt-base"

@@ -36,6 +36,9 @@ class KfpState:
     runs: dict[str, dict] = field(default_factory=dict)
     recurring_runs: dict[str, dict] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
+    # Multi-user mode: the (resource, verb) pairs of pipelines.kubeflow.org the caller is granted;
+    # None = no authorization (single-user). See ``required_permission``.
+    grants: set[tuple[str, str]] | None = None
 
     def calls(self, method: str, path_suffix: str = "") -> list[Request]:
         return [r for r in self.requests if r.method == method and r.path.endswith(path_suffix)]
@@ -49,6 +52,28 @@ def _display_name_filter(query: dict[str, list[str]]) -> str | None:
     (predicate,) = predicates
     assert predicate["key"] == "display_name" and predicate["operation"] in (1, "EQUALS"), predicate
     return predicate["stringValue"]
+
+
+def required_permission(method: str, route: str) -> tuple[str, str] | None:
+    """What multi-user KFP 2.17.0 checks (SubjectAccessReview on pipelines.kubeflow.org) before each
+    call this server answers, read from backend/src/apiserver/server/{experiment,run,job}_server.go
+    (the Verb of each canAccess* / IsAuthorized call) and common/const.go (resource names: recurring
+    runs are ``jobs``). None: not authorized per resource (healthz)."""
+    if route == "/healthz":
+        return None
+    if route == "/experiments":
+        return ("experiments", "list" if method == "GET" else "create")
+    if route == "/runs":
+        return ("runs", "list" if method == "GET" else "create")
+    if route.startswith("/runs/"):
+        action = route.partition(":")[2]
+        return ("runs", action or "get")
+    if route == "/recurringruns":
+        return ("jobs", "list" if method == "GET" else "create")
+    if route.startswith("/recurringruns/"):
+        action = route.partition(":")[2]
+        return ("jobs", action or "get")
+    return None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -83,6 +108,10 @@ class _Handler(BaseHTTPRequestHandler):
         if not url.path.startswith(API):
             return self._error(404, 5, f"no route {url.path}")
         route = url.path[len(API) :]
+        needed = required_permission(method, route)
+        if state.grants is not None and needed is not None and needed not in state.grants:
+            resource, verb = needed
+            return self._error(403, 7, f"PermissionDenied: no {verb} on {resource}.pipelines.kubeflow.org")
         with self.server.lock:
             return self._route(method, route, query, body)
 
@@ -161,8 +190,8 @@ class _Server(ThreadingHTTPServer):
 class KfpTestServer:
     """``with KfpTestServer(token="t") as kfp: ... kfp.url ... kfp.state.requests``."""
 
-    def __init__(self, token: str | None = None) -> None:
-        self.state = KfpState(token=token)
+    def __init__(self, token: str | None = None, grants: set[tuple[str, str]] | None = None) -> None:
+        self.state = KfpState(token=token, grants=grants)
         self._server = _Server(self.state)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

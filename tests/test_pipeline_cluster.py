@@ -245,3 +245,127 @@ def test_kfp_cli_run_create_and_deprecated_submit(kfp_server, tmp_path, verb) ->
     assert run_call.body["runtime_config"]["parameters"] == {"data_overrides": ["extract.workers=4"]}
     deprecation = "Warning: 'submit' is deprecated, use 'create' instead."
     assert (deprecation in result.output) == (verb == "submit")
+
+
+def test_submit_sends_gpu_counts_as_the_strings_the_driver_reads(kfp_server, tmp_path, capsys) -> None:
+    # KFP 2.17.0 backend/src/v2/driver/resolve.go reads the accelerator count with GetStringValue():
+    # a number in the params file (YAML `4`) must reach the API as "4", not as a number.
+    params = {"sft_gpus": 4, "rl_gpus": "2"}
+    argv = ["pipeline", "submit", "train", "--experiment", "e", "--params", _params_file(tmp_path, params)]
+    assert main(argv + _conn(kfp_server)) == 0
+    _no_token_printed(capsys)
+    (run_call,) = kfp_server.state.calls("POST", "/runs")
+    assert run_call.body["runtime_config"]["parameters"] == {"sft_gpus": "4", "rl_gpus": "2"}
+
+
+def test_compile_warns_and_strict_submit_refuses_unpinned_images(kfp_server, tmp_path, capsys) -> None:
+    package = tmp_path / "train.yaml"
+    assert main(["pipeline", "compile", "train", str(package)]) == 0
+    _, err = capsys.readouterr()
+    # The default images are local tags: every one of them is named in the warning.
+    assert "not pinned by digest" in err
+    assert all(f"paravt-{f}:0.1.0" in err for f in ("sft", "rl", "eval"))
+
+    argv = ["pipeline", "submit", str(package), "--experiment", "e", "--strict"]
+    assert main(argv + _conn(kfp_server)) == 1
+    _, err = _no_token_printed(capsys)
+    assert "images not pinned by digest: paravt-eval:0.1.0, paravt-rl:0.1.0, paravt-sft:0.1.0" in err
+    assert kfp_server.state.requests == []  # refused before anything was sent
+
+    # The same package with every image by digest goes through.
+    docs = list(yaml.safe_load_all(package.read_text()))
+    for executor in docs[0]["deploymentSpec"]["executors"].values():
+        name = executor["container"]["image"].split(":")[0]
+        executor["container"]["image"] = f"registry.example/{name}@sha256:{'c' * 64}"
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text(yaml.safe_dump_all(docs))
+    argv = ["pipeline", "submit", str(pinned), "--experiment", "e", "--strict"]
+    assert main(argv + _conn(kfp_server)) == 0
+    _no_token_printed(capsys)
+    (run_call,) = kfp_server.state.calls("POST", "/runs")
+    images = {
+        e["container"]["image"]
+        for e in run_call.body["pipeline_spec"]["pipeline_spec"]["deploymentSpec"]["executors"].values()
+    }
+    assert all("@sha256:" in i for i in images)
+
+
+def test_strict_schedule_refuses_unpinned_images(kfp_server, tmp_path, capsys) -> None:
+    argv = ["pipeline", "schedule", "create", "nightly", "--name", "n", "--strict"]
+    assert main(argv + _conn(kfp_server)) == 1
+    _, err = _no_token_printed(capsys)
+    assert "not pinned by digest" in err and kfp_server.state.requests == []
+
+
+def _role_grants(name: str, overlay: str = "prod") -> set[tuple[str, str]]:
+    from tests.test_platform_manifests import _grants, by_kind, render
+
+    (role,) = [r for r in by_kind(render(overlay), "Role") if r["metadata"]["name"] == name]
+    return _grants(role["rules"])
+
+
+def test_scheduler_role_is_enough_for_the_scheduler_job_and_the_old_one_was_not(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """The test server authorizes every call as multi-user KFP 2.17 does (tests/kfp_test_server.py,
+    required_permission); the scheduler Job's command with the rendered paravt-scheduler Role's grants."""
+    monkeypatch.setenv("KFP_TOKEN", TOKEN)
+    params = _params_file(tmp_path, {"checkpoint_uri": "s3://m/x", "results_prefix": "s3://r/n"})
+    argv = [
+        "pipeline",
+        "schedule",
+        "create",
+        "nightly",
+        "--name",
+        "nightly",
+        "--params",
+        params,
+        "--exist-ok",
+    ]
+    with KfpTestServer(token=TOKEN, grants=_role_grants("paravt-scheduler")) as server:
+        assert main(argv + _conn(server)) == 0
+        assert len(server.state.recurring_runs) == 1
+        assert main(argv + _conn(server)) == 0  # re-applied Job: found by name, nothing created
+        assert len(server.state.recurring_runs) == 1
+    _no_token_printed(capsys)
+    # The Role as it was (recurring runs as `recurringruns`): KFP refuses the list of recurring runs.
+    old = {("experiments", v) for v in ("get", "list", "create")} | {
+        ("recurringruns", v) for v in ("get", "list", "create")
+    }
+    with KfpTestServer(token=TOKEN, grants=old) as server:
+        assert main(argv + _conn(server)) == 1
+        assert server.state.recurring_runs == {}
+    _, err = _no_token_printed(capsys)
+    assert "403" in err and "jobs" in err
+
+
+def test_operator_role_covers_submit_status_retry_and_schedule_toggles(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("KFP_TOKEN", TOKEN)
+    with KfpTestServer(token=TOKEN, grants=_role_grants("paravt-operator")) as server:
+        assert main(["pipeline", "submit", "train", "--experiment", "e"] + _conn(server)) == 0
+        (run_id,) = server.state.runs
+        assert main(["pipeline", "status", run_id] + _conn(server)) == 0
+        server.state.runs[run_id]["state"] = "FAILED"
+        assert main(["pipeline", "retry", run_id] + _conn(server)) == 0
+        params = _params_file(tmp_path, {"checkpoint_uri": "s3://m/x", "results_prefix": "s3://r/n"})
+        argv = ["pipeline", "schedule", "create", "nightly", "--name", "n", "--params", params]
+        assert main(argv + _conn(server)) == 0
+        (job_id,) = server.state.recurring_runs
+        for verb in ("disable", "enable"):
+            assert main(["pipeline", "schedule", verb, job_id] + _conn(server)) == 0
+        # The permissions these commands exercised (each granted, else a command above would have failed).
+        from tests.kfp_test_server import API, required_permission
+
+        used = {required_permission(r.method, r.path[len(API) :]) for r in server.state.requests} - {None}
+        assert used == {
+            ("experiments", "list"),
+            ("experiments", "create"),
+            ("runs", "create"),
+            ("runs", "get"),
+            ("runs", "retry"),
+            ("jobs", "list"),
+            ("jobs", "create"),
+            ("jobs", "enable"),
+            ("jobs", "disable"),
+        }
+    _no_token_printed(capsys)

@@ -39,8 +39,12 @@ def test_train_pipeline_ir(tmp_path, monkeypatch) -> None:
     assert executor["resources"]["resourceMemoryLimit"] == "16G"
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-data-op"]
     envs = {e["envVar"] for e in k8s["secretAsEnv"][0]["keyToEnv"]}
-    assert envs == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"}
+    assert envs == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
     assert k8s["secretAsEnv"][0]["secretName"] == "paravt-s3"
+    # Endpoint and region: the ConfigMap that KFP's launcher config is rendered from (manifests/).
+    (config,) = k8s["configMapAsEnv"]
+    assert config["configMapName"] == "paravt-s3-config"
+    assert {e["envVar"] for e in config["keyToEnv"]} == {"AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"}
     assert k8s["activeDeadlineSeconds"] == "86400"
     # The data stage extracts media onto the media volume (a pipeline parameter names the claim).
     assert k8s["pvcMount"][0]["mountPath"] == "/mnt/media"
@@ -98,10 +102,24 @@ def test_train_dag_wiring_images_and_resources(tmp_path, monkeypatch) -> None:
         "producerTask": "for-loop-1",
         "outputParameterKey": "pipelinechannel--eval-op-Output",
     }
-    # Outputs under run_prefix (f-strings of the pipeline parameter, resolved at run time).
-    assert tasks["sft-op"]["inputs"]["parameters"]["output"]["runtimeValue"]["constant"] == (
-        "{{$.inputs.parameters['pipelinechannel--run_prefix']}}/sft"
-    )
+    # Outputs under the run's root: run_prefix (default empty) and the run id, resolved by the driver.
+    for name in ("data-op", "sft-op", "rl-op", "report-op"):
+        inputs = tasks[name]["inputs"]["parameters"]
+        assert inputs["run_prefix"] == {"componentInputParameter": "run_prefix"}, name
+        assert inputs["run_id"] == {"runtimeValue": {"constant": "{{$.pipeline_job_uuid}}"}}, name
+    assert spec["root"]["inputDefinitions"]["parameters"]["run_prefix"]["defaultValue"] == ""
+    # The data and checkpoints are typed artifacts (their URIs: the stage directories, set at run time).
+    outputs = {
+        name: {
+            k: v["artifactType"]["schemaTitle"]
+            for k, v in c["outputDefinitions"].get("artifacts", {}).items()
+        }
+        for name, c in spec["components"].items()
+        if name in ("comp-data-op", "comp-sft-op", "comp-rl-op")
+    }
+    assert outputs["comp-data-op"]["dataset"] == "system.Dataset"
+    assert outputs["comp-sft-op"]["model"] == "system.Model"
+    assert outputs["comp-rl-op"]["trained"] == "system.Model"
     executors = spec["deploymentSpec"]["executors"]
     images = {name: e["container"]["image"].split(":")[0] for name, e in executors.items()}
     assert images == {

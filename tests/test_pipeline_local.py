@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import yaml
 
 from paravt_core import storage
 from paravt_core.config import DataConfig
@@ -108,3 +109,37 @@ def test_data_component_to_s3(synth_dataset: SynthResult, tmp_path: Path, s3_env
     _check_materialized(synth_dataset, output, media)
     config_text = storage.read_bytes(storage.join(output, "config.yaml")).decode()
     assert s3_env.secret_key not in config_text
+
+
+def test_data_component_in_a_pipeline_writes_to_the_run_and_extracts_on_the_media_volume(
+    synth_dataset: SynthResult, tmp_path: Path
+) -> None:
+    """As the train DAG calls it: a config that leaves output, work_dir and the extraction root at
+    their defaults. The output goes to ``<run_prefix>/data`` (shared storage, not the pod), the media are extracted on the
+    media volume (``media_root``), downloads go beside them (``<media_root>/.downloads``); the ``dataset`` artifact
+    points at the output (kfp.local's URIs carry no run id, so through its metadata)."""
+    from kfp import local
+
+    from components.data import data_op
+    from paravt_core.config import config_to_yaml
+
+    cfg = DataConfig.model_validate(
+        {
+            "download": {
+                "media_source": str(synth_dataset.source_dir),
+                "parquet_source": str(synth_dataset.parquet_dir),
+            }
+        }
+    )
+    yaml_text = config_to_yaml(cfg)  # output, work_dir and extract.root at their defaults
+    run_prefix, media = str(tmp_path / "bucket" / "run-1"), tmp_path / "media-volume"
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "kfp-root"))
+    task = data_op(
+        config_yaml=yaml_text, overrides=[], run_prefix=run_prefix, run_id="run-1", media_root=str(media)
+    )
+    data_uri = task.outputs["Output"]
+    assert data_uri == f"{run_prefix}/data" and storage.is_complete(data_uri)
+    assert task.outputs["dataset"].metadata["uri"] == data_uri
+    _check_materialized(synth_dataset, data_uri, str(media))
+    saved = yaml.safe_load(storage.read_bytes(storage.join(data_uri, "config.yaml")))
+    assert saved["work_dir"] == str(media / ".downloads") and saved["extract"]["root"] == str(media)

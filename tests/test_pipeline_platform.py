@@ -28,19 +28,20 @@ def _compile(pipeline_func, tmp_path, monkeypatch) -> tuple[str, dict, dict]:
 
 def test_training_stage_settings(tmp_path, monkeypatch) -> None:
     @dsl.pipeline(name="probe")
-    def probe(gpus: int = 8, media_pvc: str = "paravt-media"):
+    def probe(gpus: str = "8", media_pvc: str = "paravt-media"):
         configure = platform.configure_task
         configure(probe_op(x="a"), "sft", gpus=gpus, media_pvc=media_pvc)
 
     _, spec, k8s = _compile(probe, tmp_path, monkeypatch)
     task = spec["root"]["dag"]["tasks"]["probe-op"]
     assert task["taskInfo"]["name"] == "sft"
-    # Retry with backoff: 60 s, x2 each time, for at most 6 h (21600 s).
+    # Retry with backoff: 60 s, x2 each time, within a window of 4 attempts of 48 h plus the waits
+    # (60 + 120 + 240 s): 4 * 172800 + 420 = 691620 s.
     assert task["retryPolicy"] == {
         "maxRetryCount": 3,
         "backoffDuration": "60s",
         "backoffFactor": 2.0,
-        "backoffMaxDuration": "21600s",
+        "backoffMaxDuration": "691620s",
     }
     assert task["cachingOptions"] == {}  # enableCache false is omitted from the IR
     resources = spec["deploymentSpec"]["executors"]["exec-probe-op"]["container"]["resources"]
@@ -65,7 +66,12 @@ def test_training_stage_settings(tmp_path, monkeypatch) -> None:
     assert {(k["secretKey"], k["envVar"]) for k in secret["keyToEnv"]} == {
         ("AWS_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID"),
         ("AWS_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY"),
+    }
+    (config,) = exe["configMapAsEnv"]
+    assert config["configMapName"] == "paravt-s3-config"
+    assert {(k["configMapKey"], k["envVar"]) for k in config["keyToEnv"]} == {
         ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL"),
+        ("AWS_DEFAULT_REGION", "AWS_DEFAULT_REGION"),
     }
     assert exe["activeDeadlineSeconds"] == str(48 * 3600)  # 172800
 
@@ -80,7 +86,7 @@ def test_cpu_stage_has_no_gpu_shm_or_media(tmp_path, monkeypatch) -> None:
     assert "accelerator" not in resources
     assert resources["resourceCpuLimit"] == "1" and resources["resourceMemoryLimit"] == "2G"
     exe = k8s["exec-probe-op"]
-    assert set(exe) == {"secretAsEnv", "activeDeadlineSeconds"}
+    assert set(exe) == {"secretAsEnv", "configMapAsEnv", "activeDeadlineSeconds"}
     assert exe["activeDeadlineSeconds"] == "3600"
 
 
@@ -126,3 +132,17 @@ def test_every_stage_has_a_platform_and_training_stages_get_shared_memory() -> N
     for name in ("sft", "rl"):
         assert platform.STAGES[name].gpus > 0 and platform.STAGES[name].shm
     assert all(s.retries >= 1 and not s.cache for s in platform.STAGES.values())
+
+
+def test_image_pull_secrets_from_the_compiling_environment(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PARAVT_IMAGE_PULL_SECRETS", "paravt-registry, mirror-creds")
+
+    @dsl.pipeline(name="probe")
+    def probe():
+        platform.configure_task(probe_op(x="a"), "report")
+
+    _, _, k8s = _compile(probe, tmp_path, monkeypatch)
+    assert [s["secretName"] for s in k8s["exec-probe-op"]["imagePullSecret"]] == [
+        "paravt-registry",
+        "mirror-creds",
+    ]

@@ -1,5 +1,5 @@
-"""The three Dockerfiles: pinned base, Python 3.11 venv on PATH, paravt installed once with the lock as
-constraints, OCI labels with the code version, non-root numeric USER, ``ENTRYPOINT ["paravt"]``, no
+"""The three Dockerfiles: pinned base, Python 3.11 venv on PATH, dependencies before code with the lock as
+constraints, OCI labels with the code version, non-root numeric USER, an entrypoint script (images/entrypoint.sh), no
 secrets; and every stage command the components' images serve runs in the project venv.
 
 Real builds are `make images-smoke` (podman, minutes, several GB): out of the test suite.
@@ -70,19 +70,36 @@ def test_dockerfile_structure(family: str) -> None:
     (env,) = _one(instrs, "ENV")
     assert "PATH=/opt/paravt/bin:$PATH" in env.split()
 
-    # paravt installed once, by the shared script (which uses the lock as constraints).
+    # Dependencies before code: the deps layer's inputs are pyproject.toml and images/ requirement
+    # files only, so a code edit changes no input of that layer and rebuilds only what follows it.
     runs = _one(instrs, "RUN")
-    assert len(runs) == 1 and runs[0].startswith("sh /src/images/install.sh")
+    assert len(runs) == 2 and runs[1] == "sh /src/images/install.sh code"
+    assert runs[0].startswith("sh /src/images/install.sh deps")
     assert ("-r /src/images/rl-requirements.txt" in runs[0]) == (family == "rl")
     assert ("--lock-override /src/images/rl-lock-overrides.txt" in runs[0]) == (family == "rl")
+    deps_at = next(i for i, (w, a) in enumerate(instrs) if w == "RUN" and a == runs[0])
+    code_at = next(i for i, (w, a) in enumerate(instrs) if w == "RUN" and a == runs[1])
+    before = [a.split()[:-1] for w, a in instrs[:deps_at] if w == "COPY"]
+    sources_before = {src for srcs in before for src in srcs}
+    assert sources_before == {
+        "pyproject.toml",
+        "images/install.sh",
+        "images/requirements.lock",
+        "images/rl-requirements.txt",
+        "images/rl-lock-overrides.txt",
+    }
+    after = {src for w, a in instrs[deps_at:code_at] if w == "COPY" for src in a.split()[:-1]}
+    # Everything the build context allows (.dockerignore) is copied; the code only after the deps.
+    assert {"paravt_core", "components", "pipelines", "configs", "README.md", "images/entrypoint.sh"} <= after
+    assert all(w != "COPY" for w, _ in instrs[code_at:])
 
     # Runs as a fixed non-root numeric uid, set after the (root) install; entrypoint in exec form.
     (user,) = _one(instrs, "USER")
     uid, _, gid = user.partition(":")
     assert int(uid) > 0 and int(gid) > 0
-    assert words.index("USER") > words.index("RUN")
+    assert words.index("USER") > code_at
     (entrypoint,) = _one(instrs, "ENTRYPOINT")
-    assert json.loads(entrypoint) == ["paravt"]
+    assert json.loads(entrypoint) == ["/opt/paravt/bin/paravt-entrypoint"]
 
     # No secret-looking build args or env, no secret baked in.
     declared = [a.split("=")[0] for a in _one(instrs, "ARG")] + re.findall(r"(\w+)=", env)
@@ -90,15 +107,19 @@ def test_dockerfile_structure(family: str) -> None:
     assert "AWS_SECRET_ACCESS_KEY" not in (ROOT / f"Dockerfile.{family}").read_text()
 
 
-def test_install_script_uses_the_lock_python311_and_creates_the_user() -> None:
+def test_install_script_phases() -> None:
     script = (ROOT / "images" / "install.sh").read_text()
-    assert "python3.11 -m venv /opt/paravt" in script
-    pip_line = next(line for line in script.splitlines() if "pip install" in line)
-    assert '-c "$constraints" /src' in pip_line
-    # The constraints are the lock, or (--lock-override) the lock with some pins replaced.
-    assert "constraints=/src/images/requirements.lock\n" in script
-    assert "useradd --uid 10001" in script  # the uid the Dockerfiles' USER names
-    assert "rm -rf /src" in script  # the source tree does not stay in the image
+    deps, _, code = script.partition('elif [ "$phase" = code ]')
+    assert "python3.11 -m venv /opt/paravt" in deps
+    # The deps phase installs pyproject's dependencies and build backend with the lock as constraints.
+    assert 'project["build-system"]["requires"] + project["project"]["dependencies"]' in deps
+    assert '$PIP install -c "$constraints" -r /tmp/requirements.txt "$@"' in deps
+    assert "constraints=/src/images/requirements.lock\n" in deps
+    assert "useradd --uid 10001" in deps  # the uid the Dockerfiles' USER names
+    # The code phase resolves nothing (no network, seconds): paravt alone, on the deps layer's backend.
+    assert "$PIP install --no-deps --no-build-isolation /src" in code
+    assert "rm -rf /src" in code  # the source tree does not stay in the image
+    assert "/opt/paravt/bin/paravt-entrypoint" in code
 
 
 def test_rl_extra_is_sglang_pinned() -> None:
@@ -151,7 +172,7 @@ def _component_stages() -> dict[str, str]:
     """Stage verb -> image of every component module in components/ (module name = stage verb)."""
     stages = {}
     for path in sorted((ROOT / "components").glob("*.py")):
-        if path.stem in {"__init__", "images"}:
+        if path.stem in {"__init__", "images", "locations"}:
             continue
         module = importlib.import_module(f"components.{path.stem}")
         ops = [v for k, v in vars(module).items() if k.endswith("_op") and hasattr(v, "component_spec")]

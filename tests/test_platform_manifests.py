@@ -59,8 +59,17 @@ def test_overlay_validates_strictly(rendered) -> None:
     overlay, docs, report = rendered
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
-        ["Namespace", "ServiceAccount", "ServiceAccount", "Role", "Role", "RoleBinding", "RoleBinding"]
-        + ["ConfigMap", "ConfigMap", "PersistentVolumeClaim", "Job"]
+        [
+            "Namespace",
+            "ServiceAccount",
+            "ServiceAccount",
+            "Role",
+            "Role",
+            "Role",
+            "RoleBinding",
+            "RoleBinding",
+        ]
+        + ["ConfigMap", "ConfigMap", "ConfigMap", "PersistentVolumeClaim", "Job"]
     )
     # kubernetes-validate reports one "passed" line per resource.
     assert report.count("passed for resource") == len(docs)
@@ -94,6 +103,34 @@ def test_media_pvc_is_the_one_the_stages_mount(rendered) -> None:
     assert pvc["metadata"]["name"] == platform.MEDIA_PVC_NAME
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
     assert pvc["spec"]["resources"]["requests"]["storage"] == {"dev": "50Gi", "prod": "4Ti"}[overlay]
+    # A named ReadWriteMany class (no reliance on a cluster default): the base's, or the overlay's.
+    assert pvc["spec"]["storageClassName"] == {"dev": "nfs-csi", "prod": "efs-sc"}[overlay]
+
+
+def test_one_s3_configuration_feeds_kfp_launcher_and_the_stages(rendered) -> None:
+    """KFP 2.17.0 backend/src/v2/config/s3.go: the launcher reads ``providers.s3.default`` (endpoint,
+    region, forcePathStyle, credentials.secretRef); backend/src/v2/objectstore/object_store.go uses an
+    endpoint that starts with http:// or https:// as given. The stages read paravt-s3-config's keys as
+    env vars (pipelines/platform.py). Both must name the same endpoint and region."""
+    overlay, docs, _ = rendered
+    maps = {d["metadata"]["name"]: d for d in by_kind(docs, "ConfigMap")}
+    config = maps[platform.S3_CONFIG_NAME]["data"]
+    assert set(config) == set(platform.S3_CONFIG_KEYS)
+    s3 = yaml.safe_load(maps["kfp-launcher"]["data"]["providers"])["s3"]["default"]
+    assert s3["endpoint"] == config["AWS_ENDPOINT_URL"] and s3["region"] == config["AWS_DEFAULT_REGION"]
+    assert s3["endpoint"].startswith(("http://", "https://"))
+    assert s3["forcePathStyle"] is True  # paravt_core.storage always addresses path-style
+    want = {
+        "dev": ("http://minio.paravt-dev.svc.cluster.local:9000", "us-east-1"),
+        "prod": ("https://s3.eu-west-1.amazonaws.com", "eu-west-1"),
+    }
+    assert (s3["endpoint"], s3["region"]) == want[overlay]
+
+
+def test_image_pull_secret_on_the_service_accounts(rendered) -> None:
+    overlay, docs, _ = rendered
+    for sa in by_kind(docs, "ServiceAccount"):
+        assert sa.get("imagePullSecrets", []) == ([{"name": "paravt-registry"}] if overlay == "prod" else [])
 
 
 def test_rbac_is_least_privilege(rendered) -> None:
@@ -124,7 +161,8 @@ def test_nightly_schedule_job(rendered) -> None:
     assert "--service-account paravt-pipeline-runner" in script
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert check_cron(env["CRON"]) == "0 0 2 * * *"
-    assert ("PARAVT_IMAGE_EVAL" in env) == (overlay == "prod")
+    # The nightly pipeline is compiled with the Job's own (final) image: same tag or digest.
+    assert env["PARAVT_IMAGE_EVAL"] == container["image"]
     # The token comes from a projected, audience-bound file, never from a literal in the manifest.
     token = next(v for v in pod["volumes"] if v["name"] == "kfp-token")
     assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "pipelines.kubeflow.org"
@@ -138,3 +176,55 @@ def test_secret_template_has_the_keys_and_no_values(tmp_path) -> None:
     assert set(secret["stringData"]) == set(platform.S3_SECRET_KEYS.values())
     assert set(secret["stringData"].values()) == {""}
     validate(path)
+
+
+KFP_ROLES = ROOT / "tests" / "fixtures" / "kfp-2.17.0" / "aggregate-to-kubeflow-pipelines-roles.yaml"
+# What each of our KFP API calls is authorized as, read from KFP 2.17.0's API server
+# (backend/src/apiserver/server/{experiment,run,job}_server.go: the Verb of each canAccess* call;
+# resource names from backend/src/apiserver/common/const.go, RbacResourceType*).
+NEEDED = {
+    "paravt-scheduler": {  # schedule create --exist-ok
+        ("experiments", "list"),  # kfp.Client.create_experiment looks the name up first
+        ("experiments", "create"),
+        ("jobs", "list"),  # a recurring run of that name already there?
+        ("jobs", "create"),
+    },
+    "paravt-operator": {
+        ("experiments", "list"),
+        ("experiments", "create"),
+        ("runs", "create"),  # submit
+        ("runs", "get"),  # status, retry
+        ("runs", "retry"),
+        ("jobs", "create"),
+        ("jobs", "enable"),
+        ("jobs", "disable"),
+    },
+}
+
+
+def _grants(rules: list[dict], group: str = "pipelines.kubeflow.org") -> set[tuple[str, str]]:
+    return {
+        (res, verb)
+        for r in rules
+        if group in r.get("apiGroups", [])
+        for res in r["resources"]
+        for verb in r["verbs"]
+    }
+
+
+def test_kfp_api_roles_use_only_what_kfp_authorizes(rendered) -> None:
+    """Multi-user KFP authorizes API calls with SubjectAccessReviews on pipelines.kubeflow.org; its own
+    aggregate edit/view ClusterRoles (KFP 2.17.0, manifests/kustomize/base/installs/multi-user/
+    view-edit-cluster-roles.yaml, vendored) list every (resource, verb) it checks. Each one we grant
+    must be one of those (``recurringruns`` is not: recurring runs are ``jobs``), and each call we make
+    must be granted."""
+    _, docs, _ = rendered
+    kfp = set()
+    for role in yaml.safe_load_all(KFP_ROLES.read_text()):
+        kfp |= _grants(role["rules"])
+    assert ("jobs", "create") in kfp and not any(res == "recurringruns" for res, _ in kfp)
+    roles = {r["metadata"]["name"]: r for r in by_kind(docs, "Role")}
+    for name, needed in NEEDED.items():
+        granted = _grants(roles[name]["rules"])
+        assert granted <= kfp, (name, granted - kfp)
+        assert needed <= granted, (name, needed - granted)
