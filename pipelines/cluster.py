@@ -149,6 +149,13 @@ def check_pinned(package: str) -> None:
         )
 
 
+def warn_unpinned(pipeline: str, package: str) -> None:
+    """The compile warning about images not pinned by digest, given once the parameters are known good."""
+    from pipelines.compile import warn_unpinned as warn
+
+    warn(Path(pipeline).stem, package)
+
+
 @contextlib.contextmanager
 def package_path(pipeline: str) -> Iterator[str]:
     """A compiled package for ``pipeline``: a known pipeline name (compiled now) or a YAML path."""
@@ -156,7 +163,7 @@ def package_path(pipeline: str) -> Iterator[str]:
 
     if pipeline in pipelines():
         with tempfile.TemporaryDirectory() as tmp:
-            yield compile_pipeline(pipeline, str(Path(tmp) / f"{pipeline}.yaml"))
+            yield compile_pipeline(pipeline, str(Path(tmp) / f"{pipeline}.yaml"), warn=False)
     elif Path(pipeline).is_file():
         yield pipeline
     else:
@@ -183,6 +190,8 @@ def submit(
         if strict:
             check_pinned(package)
         check_parameters(package, params)
+        if not strict:
+            warn_unpinned(pipeline, package)
         params = as_declared_strings(package, params)
         kfp_client = client(conn)
         with _quiet_kfp():
@@ -238,6 +247,8 @@ def schedule(
         )
     with package_path(pipeline) as package:
         check_parameters(package, params)
+        if not strict:
+            warn_unpinned(pipeline, package)
         params = as_declared_strings(package, params)
         with _quiet_kfp():
             job = kfp_client.create_recurring_run(

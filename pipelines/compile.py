@@ -20,19 +20,26 @@ def pipelines() -> dict:
     return {"train": train_pipeline, "nightly": nightly_pipeline}
 
 
-def compile_pipeline(name: str, out: str) -> str:
+def compile_pipeline(name: str, out: str, warn: bool = True) -> str:
+    """Compile pipeline ``name`` to ``out``; ``warn``: say on stderr which images are not pinned by digest
+    (submit and schedule say it themselves, after the parameters are checked, so a mistake stays one line)."""
     known = pipelines()
     if name not in known:
         raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(sorted(known))}")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     compiler.Compiler().compile(known[name], package_path=out)
-    if unpinned := unpinned_images(out):
+    if warn:
+        warn_unpinned(name, out)
+    return out
+
+
+def warn_unpinned(name: str, package: str) -> None:
+    if unpinned := unpinned_images(package):
         print(
             f"warning: {name}: images not pinned by digest: {', '.join(unpinned)} (set PARAVT_IMAGE_SFT, "
             "_RL, _EVAL to registry/name@sha256:...; `paravt pipeline submit --strict` refuses these)",
             file=sys.stderr,
         )
-    return out
 
 
 def unpinned_images(package: str) -> list[str]:

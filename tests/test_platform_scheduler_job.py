@@ -17,12 +17,15 @@ from tests.kfp_test_server import KfpTestServer
 from tests.test_platform_manifests import by_kind, render
 
 ROOT = Path(__file__).resolve().parents[1]
-# The Job's command, with what it reports about itself: torch imported? peak RSS (ru_maxrss, KiB on Linux).
+# The Job's command, with what it reports about itself: torch imported? peak RSS (VmHWM).
 PROBE = """
-import json, resource, sys
+import json, sys
 from paravt_core.cli import main
 rc = main(sys.argv[1:])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM: this process image's own peak. ru_maxrss would not do: Linux carries it across execve, so a
+# probe started by a big pytest process would report pytest's peak.
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+peak = int(hwm.split()[1]) * 1024
 print(json.dumps({"rc": rc, "torch": "torch" in sys.modules, "peak_bytes": peak}), file=sys.stderr)
 """
 

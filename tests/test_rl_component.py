@@ -16,8 +16,8 @@ def test_rl_component_ir(tmp_path, monkeypatch):
     spec = yaml.safe_load(text)
     component = spec["components"]["comp-rl-op"]
     params = component["inputDefinitions"]["parameters"]
-    assert set(params) == {"config_yaml", "overrides", "data", "model", "output"}
-    assert set(component["outputDefinitions"]["artifacts"]) == {"curves", "metrics"}
+    assert set(params) == {"config_yaml", "overrides", "data", "model", "output", "run_prefix", "run_id"}
+    assert set(component["outputDefinitions"]["artifacts"]) == {"curves", "metrics", "trained"}
     assert component["outputDefinitions"]["parameters"]["Output"]["parameterType"] == "STRING"
     executor = spec["deploymentSpec"]["executors"]["exec-rl-op"]["container"]
     assert executor["image"].startswith("paravt-rl")
