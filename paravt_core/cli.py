@@ -374,7 +374,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="config.json path or hub id (default: shipped Qwen3-VL-8B)")
     p.add_argument("--pack-length", type=_int_at_least(64), default=None, help="tokens per packed pass")
     p.add_argument("--group-size", type=_int_at_least(2), default=None, help="RL rollouts per prompt")
-    p.add_argument("--mem-fraction-static", type=float, default=0.8, help="SGLang's (default: %(default)s)")
+    p.add_argument(
+        "--mem-fraction-static",
+        type=float,
+        default=None,
+        help="SGLang's (default: the recipe's engine setting)",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("overrides", nargs="*", help="dotted config overrides, key=value")
     p.set_defaults(fn=_cmd_plan)

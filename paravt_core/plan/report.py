@@ -32,7 +32,6 @@ GPUS = {
 
 MFU = 0.40  # assumed model-FLOPs utilisation of the learners (bf16, FSDP2, sdpa)
 ROLLOUT_TOKENS_PER_S = 2500.0  # assumed decode throughput of one SGLang server (8B, bf16, ~56 sequences)
-MEM_FRACTION_STATIC = 0.80  # assumed SGLang --mem-fraction-static when the recipe does not set one
 PUBLISHED_HOURS = {"sft": 36.0, "rl": 50.0}  # SPEC §5, on 8 GPUs
 
 
@@ -130,7 +129,7 @@ def plan_rl(
     gpus: int,
     gpu: Gpu,
     pack_length: int | None = None,
-    mem_fraction_static: float = MEM_FRACTION_STATIC,
+    mem_fraction_static: float | None = None,
 ) -> dict[str, Any]:
     from . import steps
     from .memory import measure
@@ -142,26 +141,36 @@ def plan_rl(
     out = _stage(mem, gpu)
     parts = param_parts(model_config)
     weights = parts["total"] * 2  # bf16 on the server
+    fraction_source = "--mem-fraction-static" if mem_fraction_static is not None else "the recipe's engine"
+    if mem_fraction_static is None:
+        mem_fraction_static = cfg.engine.mem_fraction_static  # what rl/launch.py starts the server with
     static = mem_fraction_static * gpu.memory_bytes
     t = model_config.text_config
     kv_per_token = 2 * t.num_hidden_layers * t.num_key_value_heads * t.head_dim * 2
     kv_budget = static - weights
     free_beside = gpu.memory_bytes * gpu.usable_fraction - static
     episodes = cfg.prompts_per_step * cfg.group_size
+    if (
+        cfg.engine.weight_sync == "distributed"
+    ):  # rl/weight_sync.py: one request per bucket of engine.bucket_mb
+        bucket = min(cfg.engine.bucket_mb * 2**20, weights)
+        push_note = f"NCCL push in buckets of engine.bucket_mb={cfg.engine.bucket_mb} MiB, one request each"
+    else:  # SGLang reads the staged safetensors itself; counted as the whole model, the cautious bound
+        bucket = weights
+        push_note = "disk push: the whole model counted as received at once (upper bound)"
     out["server"] = {
         "gpus": servers,
         "mem_fraction_static": mem_fraction_static,
-        "mem_fraction_static_source": "assumed (the recipe does not set one; pass --mem-fraction-static)",
+        "mem_fraction_static_source": fraction_source,
         "weights_gib": weights / GIB,
         "kv_budget_gib": kv_budget / GIB,
         "kv_bytes_per_token": kv_per_token,
         "kv_tokens": int(max(kv_budget, 0) // kv_per_token),
         "kv_tokens_needed": episodes * cfg.agent.max_context_tokens,
-        "weight_push_bucket_gib": weights / GIB,
-        "weight_push_note": "NcclSync announces every tensor in one /update_weights_from_distributed request: the "
-        "bucket is the whole model, received beside the static pool",
+        "weight_push_bucket_gib": bucket / GIB,
+        "weight_push_note": push_note,
         "free_beside_static_gib": free_beside / GIB,
-        "push_fits": free_beside >= weights,
+        "push_fits": free_beside >= bucket,
     }
     n_flops = flops_per_token(model_config, length)
     learner_tokens = episodes * length
@@ -202,7 +211,7 @@ def plan(
     model: str | None = None,
     pack_length: int | None = None,
     group_size: int | None = None,
-    mem_fraction_static: float = MEM_FRACTION_STATIC,
+    mem_fraction_static: float | None = None,
     overrides: list[str] | None = None,
 ) -> dict[str, Any]:
     """The plan of the recipe at ``config_path`` (an SFT or an RL config) on ``gpus`` GPUs."""
