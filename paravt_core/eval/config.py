@@ -87,5 +87,10 @@ class EvalConfig(StrictModel):
     judge: EvalJudgeConfig = Field(default_factory=EvalJudgeConfig)
     shard: str = ""  # "i/n": evaluate shard i of n (records under shards/i-of-n/); merge=true combines them
     merge: bool = False
+    expected_shards: int = Field(
+        default=0,
+        ge=0,
+        description="With merge=true: the shard count n to merge (0: read it off the shards/ directory).",
+    )
     # Fail the stage (after writing everything) when errors / samples exceeds this share.
     max_error_share: float = Field(default=0.05, ge=0.0, le=1.0)

@@ -13,9 +13,12 @@ Outputs under ``cfg.output`` (a local directory or an ``s3://`` prefix)::
     report.html  plots/*.png                 table (+ published numbers), accuracy / tool-call / IoU plots
     _COMPLETE                                written last, only when the error share is within the limit
 
-Sharded runs (``shard=i/n``) write ``shards/<i>-of-<n>/samples/...`` and their own ``_COMPLETE``; a run with
-``merge=true`` (same config, no shard) checks that all ``n`` shards are complete and together hold every
-sample exactly once, then writes the files above. A rerun skips the samples already recorded.
+Sharded runs (``shard=i/n``) evaluate the samples whose id hashes to shard ``i`` (``records.shard_of``: stable
+by id, whatever the rows' order) and write ``shards/<i>-of-<n>/samples/...`` and their own ``_COMPLETE``; a run
+with ``merge=true`` (same config, no shard; ``expected_shards=n``, or ``n`` read off ``shards/``) checks that
+all ``n`` shards are complete and together hold every sample exactly once, then writes the files above. The
+results, metrics and report depend only on the set of records (taken in id order), so a merged run reports
+exactly what one unsharded run on the same inputs reports. A rerun skips the samples already recorded.
 
 With an ``s3://`` output the records are appended to files in ``work_dir`` and uploaded every
 ``runner.upload_every_s`` and at the end; a rerun on a fresh machine starts from the uploaded records.
@@ -288,6 +291,7 @@ def build_results(
 def write_outputs(
     cfg: EvalConfig, output: str, records: dict[str, dict[str, list[dict]]], elapsed: float
 ) -> dict:
+    records = canonical(records)
     results = build_results(cfg, records, elapsed)
     storage.write_bytes(storage.join(output, "results.json"), json.dumps(results, indent=2).encode())
     metrics = report.kfp_metrics(results)
@@ -332,16 +336,34 @@ def _samples_by_bench(cfg: EvalConfig, work: str) -> dict[str, list[registry.Sam
     return out
 
 
+def select_shard(
+    samples: dict[str, list[registry.Sample]], shard: tuple[int, int]
+) -> dict[str, list[registry.Sample]]:
+    """The samples of shard ``(i, n)``: those whose id hashes to ``i`` (not a slice by position, so the rows'
+    order, or rows added elsewhere in the list, never move a sample to another shard)."""
+    i, n = shard
+    return {b: [s for s in items if shard_of(s.id, n) == i] for b, items in samples.items()}
+
+
+def canonical(records: dict[str, dict[str, list[dict]]]) -> dict[str, dict[str, list[dict]]]:
+    """Records in id order: what the results are computed from, so they depend on the set of records, not
+    on the order samples finished in or on how they were sharded (a float sum depends on its order)."""
+    return {p: {b: sorted(recs, key=lambda r: str(r["id"])) for b, recs in benches.items()}
+            for p, benches in records.items()}  # fmt: skip
+
+
 def merge_shards(cfg: EvalConfig, output: str, work: str, samples: dict[str, list[registry.Sample]]) -> dict:
-    """Combine the records of all shards ``i/n``; refuses when a shard is missing or incomplete, or when the
-    shards together do not hold every sample exactly once."""
-    n = _shard_count(output)
+    """Combine the records of all shards ``i/n`` (``n``: ``cfg.expected_shards``, else read off ``shards/``);
+    refuses when a shard is missing or incomplete, or when the shards together do not hold every sample
+    exactly once."""
+    n = cfg.expected_shards or _shard_count(output)
     missing = [
         f"{i}/{n}" for i in range(n) if not storage.is_complete(storage.join(output, "shards", f"{i}-of-{n}"))
     ]
     if missing:
         raise EvalError(
-            f"cannot merge: shard(s) {', '.join(missing)} of {n} are missing or incomplete; run them first"
+            f"cannot merge: shard(s) {', '.join(missing)} of {n} are missing or incomplete; run them first "
+            f"(under {storage.join(output, 'shards')})"
         )
     for i in range(n):  # every shard evaluated the same model and episode config as this merge
         check_records_fingerprint(storage.join(output, "shards", f"{i}-of-{n}"), cfg)
@@ -373,6 +395,7 @@ def merge_shards(cfg: EvalConfig, output: str, work: str, samples: dict[str, lis
         raise EvalError(
             "cannot merge: the shards do not hold every sample exactly once (" + "; ".join(problems) + ")"
         )
+    merged = canonical(merged)
     for protocol, benches in merged.items():
         for bench, recs in benches.items():
             body = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in recs)
@@ -387,7 +410,8 @@ def _shard_count(output: str) -> int:
     counts = {int(n.split("-of-")[1]) for n in names if "-of-" in n}
     if len(counts) != 1:
         raise EvalError(
-            f"cannot merge: expected shards of one count under {output}/shards, found {sorted(counts)}"
+            f"cannot merge: expected shards of one count under {output}/shards, found {sorted(counts)}; "
+            "set expected_shards"
         )
     return counts.pop()
 
@@ -440,6 +464,8 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
     work = os.path.abspath(cfg.work_dir)
     if cfg.merge and cfg.shard:
         raise EvalError("merge=true combines all shards; leave shard empty")
+    if cfg.expected_shards and not cfg.merge:
+        raise EvalError("expected_shards is the shard count of merge=true; set merge=true or leave it 0")
     shard = parse_shard(cfg.shard) if cfg.shard else None
     run_root = storage.join(output, "shards", f"{shard[0]}-of-{shard[1]}") if shard else output
     announce_config(STAGE, cfg, run_root)
@@ -451,9 +477,7 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
     else:
         check_records_fingerprint(run_root, cfg)
         if shard:
-            samples = {
-                b: [s for s in items if shard_of(s.id, shard[1]) == shard[0]] for b, items in samples.items()
-            }
+            samples = select_shard(samples, shard)
         records = _evaluate(cfg, samples, run_root, work, engine, processor, judge)
         if shard:
             total = sum(len(r) for b in records.values() for r in b.values())
