@@ -110,9 +110,10 @@ def run_nightly_locally(
     night: str = "",
     eval_config_yaml: str = "{}",
     eval_overrides: list[str] | None = None,
+    eval_shards: int = 1,
 ) -> None:
     """Run the nightly eval pipeline with the subprocess runner (raises if the run fails; the report,
-    an exit handler, has run either way)."""
+    an exit handler, has run either way). ``eval_shards``: eval tasks per benchmark (then merged)."""
     from pipelines.nightly_eval import nightly_pipeline
 
     with local_runner(pipeline_root, nightly_pipeline):
@@ -123,6 +124,7 @@ def run_nightly_locally(
             eval_config_yaml=eval_config_yaml,
             eval_overrides=list(eval_overrides or []),
             night=night,
+            eval_shards=eval_shards,
         )
 
 

@@ -1,6 +1,7 @@
 """The nightly eval pipeline: one checkpoint, every benchmark in parallel, then the trend report.
 
-    night_start ─► ParallelFor(benchmarks): eval ─► (exit handler, runs even on failure) report
+    night_start ─► ParallelFor(benchmark x shard): eval ─► ParallelFor(benchmarks): merge
+                                 ─► (exit handler, runs even on failure) report
 
 Results live in object storage under ``results_prefix``: ``<night>/<benchmark>/`` (eval outputs),
 ``nights/<night>.json`` (each night's state and headline scores, read back by later nights'
@@ -10,8 +11,8 @@ reports) and ``<night>/report/`` (the trend report). Schedule it with
 
 from kfp import dsl
 
-from components.eval import eval_op
 from components.report import night_start_op, nightly_report_op
+from pipelines.eval_step import eval_step
 from pipelines.platform import MEDIA_PVC_NAME, configure_task
 
 PIPELINE_NAME = "paravt-nightly-eval"
@@ -29,11 +30,13 @@ def nightly_pipeline(
     report_overrides: list = [],  # noqa: B006
     night: str = "",
     eval_gpus: str = "1",
+    eval_shards: int = 1,
     media_pvc: str = MEDIA_PVC_NAME,
 ):
     """``checkpoint_uri``: the model to evaluate; ``results_prefix``: where every night's results live
     (s3://...); ``night``: YYYY-MM-DD (default: the day the run starts, UTC); ``eval_gpus``: GPUs per
-    benchmark task; configs as YAML text plus dotted overrides, as for the stages."""
+    eval task; ``eval_shards``: eval tasks per benchmark (disjoint slices of its samples by id, merged);
+    configs as YAML text plus dotted overrides, as for the stages."""
     run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
     report = nightly_report_op(
         config_yaml=report_config_yaml,
@@ -50,15 +53,6 @@ def nightly_pipeline(
             results_prefix=results_prefix, night=night, run_id=run_id, checkpoint=checkpoint_uri
         )
         configure_task(start, "report", display_name="start night")
-        with dsl.ParallelFor(benchmarks, name="benchmarks") as benchmark:
-            ev = eval_op(
-                config_yaml=eval_config_yaml,
-                overrides=eval_overrides,
-                model=checkpoint_uri,
-                benchmark=benchmark,
-                output_prefix=results_prefix,
-                gpus=eval_gpus,
-                night=night,
-                run_id=run_id,
-            ).after(start)
-            configure_task(ev, "eval", display_name="eval", gpus=eval_gpus, media_pvc=media_pvc)
+        eval_step(benchmarks=benchmarks, shards=eval_shards, gpus=eval_gpus, media_pvc=media_pvc, after=(start,),
+                  config_yaml=eval_config_yaml, overrides=eval_overrides, model=checkpoint_uri,
+                  output_prefix=results_prefix, night=night, run_id=run_id)  # fmt: skip

@@ -1,4 +1,4 @@
-"""The training DAG: data -> SFT -> RL (PARA-GRPO) -> ParallelFor(benchmarks): eval -> report.
+"""The training DAG: data -> SFT -> RL (PARA-GRPO) -> eval (ParallelFor(benchmark x shard), merge) -> report.
 
 Every stage writes under the run's root (``<root>/data``, ``/sft``, ``/rl``, ``/eval/<benchmark>``,
 ``/report``): ``run_prefix`` when given, else the run's directory under the pipeline root (object
@@ -12,10 +12,10 @@ cluster (``paravt pipeline submit train``) or locally with ``kfp.local.Subproces
 from kfp import dsl
 
 from components.data import data_op
-from components.eval import eval_op
 from components.report import report_op
 from components.rl import rl_op
 from components.sft import sft_op
+from pipelines.eval_step import eval_step
 from pipelines.nightly_eval import BENCHMARKS
 from pipelines.platform import MEDIA_MOUNT_PATH, MEDIA_PVC_NAME, configure_task
 
@@ -40,6 +40,7 @@ def train_pipeline(
     sft_gpus: str = "8",
     rl_gpus: str = "8",
     eval_gpus: str = "1",
+    eval_shards: int = 1,
     media_pvc: str = MEDIA_PVC_NAME,
     media_root: str = MEDIA_MOUNT_PATH,
 ) -> str:
@@ -48,8 +49,9 @@ def train_pipeline(
     (object storage on a cluster, the same for every retry; components/locations.py);
     ``base_model``: the model SFT starts from; each stage's config as YAML text plus dotted
     ``key=value`` overrides (as ``paravt <stage> --config``); GPUs per stage (text: KFP 2.17's driver
-    reads the count as a string); ``media_pvc``: the PersistentVolumeClaim with the extracted media,
-    mounted at ``media_root`` (where the data stage extracts, unless its config says otherwise; empty:
+    reads the count as a string); ``eval_shards``: eval tasks per benchmark, each on a disjoint
+    slice of its samples by id, merged into one result (1: one task per benchmark); ``media_pvc``:
+    the PersistentVolumeClaim with the extracted media, mounted at ``media_root`` (where the data stage extracts, unless its config says otherwise; empty:
     the config decides). Returns the report URI."""
     run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER  # passed alone: the driver resolves only exact placeholders
     data = data_op(
@@ -81,23 +83,16 @@ def train_pipeline(
     )
     configure_task(rl, "rl", gpus=rl_gpus, media_pvc=media_pvc)
 
-    with dsl.ParallelFor(benchmarks, name="benchmarks") as benchmark:
-        ev = eval_op(
-            config_yaml=eval_config_yaml,
-            overrides=eval_overrides,
-            # The model is the RL stage's final checkpoint, found under the run's root (not rl's task
-            # output: kfp.local 2.17 replaces a task output passed into a ParallelFor with the loop item).
-            benchmark=benchmark,
-            gpus=eval_gpus,
-            run_prefix=run_prefix,
-            train_run_id=run_id,
-        ).after(rl)
-        configure_task(ev, "eval", display_name="eval", gpus=eval_gpus, media_pvc=media_pvc)
+    # The model is the RL stage's final checkpoint, found under the run's root (not rl's task output:
+    # kfp.local 2.17 replaces a task output passed into a ParallelFor with the loop item).
+    merged = eval_step(benchmarks=benchmarks, shards=eval_shards, gpus=eval_gpus, media_pvc=media_pvc, after=(rl,),
+                       config_yaml=eval_config_yaml, overrides=eval_overrides, run_prefix=run_prefix,
+                       train_run_id=run_id)  # fmt: skip
 
     report = report_op(
         config_yaml=report_config_yaml,
         overrides=report_overrides,
-        eval_outputs=dsl.Collected(ev.outputs["Output"]),
+        eval_outputs=dsl.Collected(merged.outputs["Output"]),
         run_prefix=run_prefix,
         run_id=run_id,
     )

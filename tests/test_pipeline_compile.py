@@ -25,8 +25,11 @@ def test_train_pipeline_ir(tmp_path, monkeypatch) -> None:
         "comp-data-op",
         "comp-sft-op",
         "comp-rl-op",
+        "comp-eval-shards-op",
         "comp-for-loop-1",
         "comp-eval-op",
+        "comp-for-loop-2",
+        "comp-eval-merge-op",
         "comp-report-op",
     }
     task = spec["root"]["dag"]["tasks"]["data-op"]
@@ -87,20 +90,22 @@ def test_train_dag_wiring_images_and_resources(tmp_path, monkeypatch) -> None:
     text, docs = _compile(tmp_path, monkeypatch)
     spec, platform = docs[0], docs[1]
     tasks = spec["root"]["dag"]["tasks"]
-    # data -> sft -> rl -> ParallelFor(benchmarks) eval -> report (fan-in).
+    # data -> sft -> rl -> ParallelFor(benchmark x shard) eval -> ParallelFor(benchmarks) merge -> report
+    # (fan-in); tests/test_pipeline_eval_shards.py checks the eval step itself.
     assert tasks["sft-op"]["dependentTasks"] == ["data-op"]
     assert sorted(tasks["rl-op"]["dependentTasks"]) == ["data-op", "sft-op"]
     assert tasks["rl-op"]["inputs"]["parameters"]["model"]["taskOutputParameter"]["producerTask"] == "sft-op"
     loop = tasks["for-loop-1"]
-    assert loop["parameterIterator"]["items"]["inputParameter"] == "pipelinechannel--benchmarks"
-    assert loop["dependentTasks"] == ["rl-op"]
+    assert loop["parameterIterator"]["items"]["inputParameter"] == "pipelinechannel--eval-shards-op-Output"
+    assert sorted(loop["dependentTasks"]) == ["eval-shards-op", "rl-op"]
+    assert tasks["for-loop-2"]["dependentTasks"] == ["for-loop-1"]
     # The GPU count reaches the eval tasks inside the loop (kfp 2.17 drops it unless passed as an input).
     loop_inputs = spec["components"]["comp-for-loop-1"]["inputDefinitions"]["parameters"]
     assert "pipelinechannel--eval_gpus" in loop_inputs
     collected = tasks["report-op"]["inputs"]["parameters"]["eval_outputs"]["taskOutputParameter"]
     assert collected == {
-        "producerTask": "for-loop-1",
-        "outputParameterKey": "pipelinechannel--eval-op-Output",
+        "producerTask": "for-loop-2",
+        "outputParameterKey": "pipelinechannel--eval-merge-op-Output",
     }
     # Outputs under the run's root: run_prefix (default empty) and the run id, resolved by the driver.
     for name in ("data-op", "sft-op", "rl-op", "report-op"):
@@ -127,12 +132,15 @@ def test_train_dag_wiring_images_and_resources(tmp_path, monkeypatch) -> None:
         "exec-sft-op": "paravt-sft",
         "exec-rl-op": "paravt-rl",
         "exec-eval-op": "paravt-eval",
+        "exec-eval-shards-op": "paravt-eval",
+        "exec-eval-merge-op": "paravt-eval",
         "exec-report-op": "paravt-eval",
     }
     for stage in ("sft", "rl", "eval"):
         accel = executors[f"exec-{stage}-op"]["container"]["resources"]["accelerator"]
         assert accel["resourceCount"] == f"{{{{$.inputs.parameters['pipelinechannel--{stage}_gpus']}}}}"
-    assert "accelerator" not in executors["exec-report-op"]["container"]["resources"]
+    for name in ("exec-report-op", "exec-eval-shards-op", "exec-eval-merge-op"):
+        assert "accelerator" not in executors[name]["container"]["resources"], name
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     assert {name for name, e in k8s.items() if "emptyDirMounts" in e} == {
         "exec-sft-op",
@@ -144,8 +152,11 @@ def test_train_dag_wiring_images_and_resources(tmp_path, monkeypatch) -> None:
         "exec-sft-op",
         "exec-rl-op",
         "exec-eval-op",
+        "exec-eval-merge-op",
     }
     assert all(e["secretAsEnv"][0]["secretName"] == "paravt-s3" for e in k8s.values())
     eval_task = spec["components"]["comp-for-loop-1"]["dag"]["tasks"]["eval-op"]
-    for task in [*(tasks[t] for t in ("data-op", "sft-op", "rl-op", "report-op")), eval_task]:
+    merge_task = spec["components"]["comp-for-loop-2"]["dag"]["tasks"]["eval-merge-op"]
+    steps = ("data-op", "sft-op", "rl-op", "eval-shards-op", "report-op")
+    for task in [*(tasks[t] for t in steps), eval_task, merge_task]:
         assert task["retryPolicy"]["maxRetryCount"] == 3 and task["cachingOptions"] == {}

@@ -42,10 +42,17 @@ def test_nightly_ir_structure(compiled) -> None:
     assert report["inputs"]["parameters"]["status"]["taskFinalStatus"]["producerTask"] == "exit-handler-1"
     assert report["dependentTasks"] == ["exit-handler-1"]
     handler = spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
-    assert set(handler) == {"night-start-op", "for-loop-2"}
-    loop = handler["for-loop-2"]
-    assert loop["parameterIterator"]["items"]["inputParameter"] == "pipelinechannel--benchmarks"
-    assert loop["dependentTasks"] == ["night-start-op"]  # evals write under the started night
+    assert set(handler) == {"night-start-op", "eval-shards-op", "for-loop-2", "for-loop-3"}
+    loop = handler["for-loop-2"]  # over (benchmark, shard) pairs; tests/test_pipeline_eval_shards.py
+    assert loop["parameterIterator"]["items"]["inputParameter"] == "pipelinechannel--eval-shards-op-Output"
+    assert sorted(loop["dependentTasks"]) == ["eval-shards-op", "night-start-op"]  # under the started night
+    merges = handler["for-loop-3"]
+    assert merges["parameterIterator"]["items"]["inputParameter"] == "pipelinechannel--benchmarks"
+    assert merges["dependentTasks"] == ["for-loop-2"]
+    (merge_task,) = spec["components"]["comp-for-loop-3"]["dag"]["tasks"].values()
+    assert merge_task["inputs"]["parameters"]["output_prefix"] == {
+        "componentInputParameter": "pipelinechannel--results_prefix"
+    }
     loop_inputs = spec["components"]["comp-for-loop-2"]["inputDefinitions"]["parameters"]
     assert "pipelinechannel--eval_gpus" in loop_inputs  # the GPU count reaches the eval tasks
     (eval_task,) = spec["components"]["comp-for-loop-2"]["dag"]["tasks"].values()
@@ -55,7 +62,7 @@ def test_nightly_ir_structure(compiled) -> None:
     assert params["output_prefix"] == {"componentInputParameter": "pipelinechannel--results_prefix"}
     assert params["run_id"]["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
     # Every task retries with backoff and does not cache.
-    for task in (report, handler["night-start-op"], eval_task):
+    for task in (report, handler["night-start-op"], handler["eval-shards-op"], eval_task, merge_task):
         assert task["retryPolicy"]["maxRetryCount"] == 3 and task["retryPolicy"]["backoffDuration"] == "60s"
         assert task["cachingOptions"] == {}
     params = root["inputDefinitions"]["parameters"]
