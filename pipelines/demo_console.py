@@ -60,6 +60,10 @@ def _pct(value: Any) -> str:
 
 def stage_summary(task: str, run_prefix: Path, data_dir: Path) -> str:
     """Key numbers of the stage behind a task of the train pipeline, from its ``metrics.json``."""
+    if task == "eval-shards-op":  # the eval step's plan and merges (pipelines/eval_step.py)
+        return "one eval task per benchmark and shard"
+    if task == "eval-merge-op":
+        return "each benchmark's results complete (shards merged)"
     stage = task.removesuffix("-op").split("-")[0]
     if stage == "data":
         m = _metrics(data_dir)

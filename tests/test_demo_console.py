@@ -66,6 +66,7 @@ def test_stage_lines_carry_the_stages_own_numbers(tmp_path: Path) -> None:
         == "3 PARA-GRPO steps over 24 RL prompts, mean reward 0.062 -> 0.056"
     )
     assert stage_summary("eval-op", run, data) == "synthetic: agentic 25%, direct 0% (16 answers, 1 errors)"
+    assert stage_summary("eval-shards-op", run, data) == "one eval task per benchmark and shard"
 
 
 def test_subprocess_output_goes_to_the_log_and_the_console_stays_plain(tmp_path: Path) -> None:

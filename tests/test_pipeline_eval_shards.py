@@ -132,6 +132,8 @@ def test_nightly_with_three_shards_through_kfp_local(tiny_model_dir: str, tmp_pa
             f"work_dir={tmp_path / 'eval-work'}",
             f"demo_data={tmp_path / 'fixtures'}",
             "protocols=[direct]",
+            "agent.max_new_tokens=4",
+            "agent.overview_frames=2",
         ],  # fmt: skip
         eval_shards=3,
     )
