@@ -147,6 +147,8 @@ def test_merge_names_the_missing_shards_and_ignores_another_count(tiny_model, ev
     message = str(err.value)
     assert message.startswith("cannot merge: shard(s) 0/3, 1/3, 2/3 of 3 are missing or incomplete")
     assert "\n" not in message and f"{tmp_path / 'eval' / 'shards'}" in message
+    with pytest.raises(EvalError, match=r"^cannot merge: no shards under .*; run them first \(shard=i/n\)$"):
+        run(cfg(merge=True), engine=engine, processor=tiny_model.processor)  # and no count given
     # an earlier attempt with 2 shards left its directories: the merge of 3 looks only at shards of 3
     run(cfg(shard="0/2"), engine=engine, processor=tiny_model.processor)
     run(cfg(shard="1/3"), engine=engine, processor=tiny_model.processor)

@@ -408,6 +408,8 @@ def _shard_count(output: str) -> int:
         u.split("/shards/", 1)[1].split("/", 1)[0] for u in storage.list_uris(storage.join(output, "shards"))
     }
     counts = {int(n.split("-of-")[1]) for n in names if "-of-" in n}
+    if not counts:
+        raise EvalError(f"cannot merge: no shards under {output}/shards; run them first (shard=i/n)")
     if len(counts) != 1:
         raise EvalError(
             f"cannot merge: expected shards of one count under {output}/shards, found {sorted(counts)}; "
