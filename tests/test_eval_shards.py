@@ -111,27 +111,30 @@ def test_three_shards_merged_report_equals_the_unsharded_report(tiny_model, eval
     assert storage.is_complete(str(a)) and storage.is_complete(str(b))
 
 
-def test_a_shard_is_a_slice_by_id_not_by_position(tiny_model, eval_fixtures, tmp_path):
+def test_a_shard_is_a_slice_by_id_not_by_position(eval_fixtures, tmp_path):
+    import dataclasses
+
     cfg = tiny_eval_config(tmp_path, "tiny", eval_fixtures)
     samples = _samples_by_bench(cfg, str(tmp_path / "work"))
+
+    def shard_ids(by_bench: dict, i: int) -> dict[str, list[str]]:
+        return {b: sorted(s.id for s in items) for b, items in select_shard(by_bench, (i, SHARDS)).items()}
+
     reordered = {b: list(reversed(items)) for b, items in samples.items()}
-    grown = {b: items[:1] + items for b, items in samples.items()}  # an extra row in front (same id reused)
+    # a new row in front of every benchmark: the others keep their shard
+    grown = {b: [dataclasses.replace(items[0], id=f"new-{b}")] + items for b, items in samples.items()}
     for i in range(SHARDS):
-        mine = {b: sorted(s.id for s in items) for b, items in select_shard(samples, (i, SHARDS)).items()}
-        assert mine == {
-            b: sorted(s.id for s in items) for b, items in select_shard(reordered, (i, SHARDS)).items()
-        }
-        assert {
-            b: sorted(set(s.id for s in items)) for b, items in select_shard(grown, (i, SHARDS)).items()
-        } == mine
-        # worked out independently: the shard is the ids whose hash lands on i
+        mine = shard_ids(samples, i)
+        # worked out independently: the ids whose hash lands on i
         assert mine == {
             b: sorted(s.id for s in items if shard_of(s.id, SHARDS) == i) for b, items in samples.items()
         }
-    together = sorted(
-        s.id for i in range(SHARDS) for items in select_shard(samples, (i, SHARDS)).values() for s in items
-    )
-    assert together == sorted(s.id for items in samples.values() for s in items)  # disjoint, covering
+        assert shard_ids(reordered, i) == mine
+        assert {
+            b: [x for x in ids if not x.startswith("new-")] for b, ids in shard_ids(grown, i).items()
+        } == mine
+    together = sorted((b, x) for i in range(SHARDS) for b, ids in shard_ids(samples, i).items() for x in ids)
+    assert together == sorted((b, s.id) for b, items in samples.items() for s in items)  # disjoint, covering
 
 
 def test_merge_names_the_missing_shards_and_ignores_another_count(tiny_model, eval_fixtures, tmp_path):
