@@ -18,7 +18,7 @@ cfg = load_config(SftConfig, g.SFT_8B, g.OVERRIDES)
 
 def norm_only(root, max_norm):
     ps = [p for p in root.parameters() if p.grad is not None]
-    tn = torch.nn.utils.get_total_norm([p.grad for p in ps])
+    torch.nn.utils.get_total_norm([p.grad for p in ps])
     return 0.0
 
 
