@@ -206,6 +206,33 @@ def test_fake_step_matches_two_real_ranks_at_medium_shapes(tiny_model_dir, tmp_p
         assert growth == per_layer, (acts, per_layer)
 
 
+def test_rl_reference_is_counted_once_and_activations_do_not_depend_on_world(tiny_model_dir):
+    """The RL learner's reference shards: in their own component, once. Before they were registered with the
+    tracker, it met them through a view in the reference's forward and counted them as activations too
+    (activations then grew by exactly the reference shard: +0.307 MiB on 2 ranks, +0.153 MiB on 4)."""
+    from transformers import AutoConfig
+
+    from paravt_core.rl.config import RlConfig
+
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    cfg = load_config(
+        RlConfig, "configs/rl/paragrpo_8b.yaml", ["agent.overview_frames=4", "agent.max_pixels=4096"]
+    )
+    measured = {w: memory.measure(steps.prepare_rl, w, config, cfg, 1024) for w in (2, 4)}
+    # by hand: bf16 reference, FSDP2 shards dim 0 padded to the world size (rank 0 holds ceil(rows / world)
+    # rows), buffers whole
+    with torch.device("meta"):
+        model = steps.build_model(config, torch.bfloat16)
+    for world, m in measured.items():
+        shard = sum(
+            -(-p.shape[0] // world) * (p.numel() // p.shape[0]) * p.element_size() for p in model.parameters()
+        )
+        buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+        assert m.components["reference_params"] == shard + buffers, (world, m.components)
+    assert measured[2].components["activations"] == measured[4].components["activations"] > 0
+    assert measured[2].peak_bytes == sum(measured[2].components.values())
+
+
 def test_published_sft_recipe_fits_8_h100():
     cfg = load_config(SftConfig, SFT_8B)
     out = report.plan_sft(report.load_model_config(), cfg, 8, report.GPUS["h100-80g"])
@@ -216,6 +243,10 @@ def test_published_sft_recipe_fits_8_h100():
     assert comps["params"] == pytest.approx(8.767e9 * 4 / 8 / 2**30, rel=0.01)
     assert comps["optimizer"] == pytest.approx(2 * 4 * (8.767e9 - 0.576e9) / 8 / 2**30, rel=0.01)
     assert out["pack_length"] == cfg.packing.length == 8192
+    # activation checkpointing keeps each decoder layer's bf16 input [8192, 4096] until the backward:
+    # 36 * 8192 * 4096 * 2 B = 2.25 GiB, which does not depend on the world size (the fake-mode excess of the
+    # earlier plan, a float32 copy of the unsharded gradients, showed here as 30.5 GiB)
+    assert comps["activations"] == pytest.approx(36 * 8192 * 4096 * 2 / 2**30, rel=0.01)
     assert out["time"]["wall_h"] > 0
 
 
