@@ -13,6 +13,15 @@ are on a GPU and the memory tracker counts them like any other tensor); integer 
 states) stay fake. Reading a number out of a fake tensor (``.item()``) returns 0: only logging and
 statistics read them, never anything that decides a shape. A fake tensor indexed with a real boolean mask
 is indexed with the mask's real positions instead (the same selection).
+
+DTensor works out an op's output shape by running the op on placeholders of the *global* (unsharded) shapes
+in a fake mode (``ShardingPropagator._propagate_tensor_meta_non_cached``): on a real run that is a fresh
+``FakeTensorMode`` of its own, which ``FSDPMemTracker`` recognises and skips (torch 2.14.1,
+``fsdp2_mem_tracker.py``: it only counts ops whose active fake mode is the one it was entered under). Under
+this module's fake mode DTensor finds *ours* (``detect_fake_mode``) and the tracker counts its placeholders:
+the first ``clip_grad_norm_`` of a run (``_foreach_norm`` over every DTensor gradient) then showed a whole
+unsharded float32 copy of the gradients as "Activation" (0.78 GiB per 8B decoder layer). ``fake_world`` runs
+that propagation with no modes active, so it gets its own fake mode, as on a GPU.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
 aten = torch.ops.aten
@@ -92,6 +101,25 @@ def _index_factory(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
 
 
 @contextlib.contextmanager
+def own_mode_for_sharding_propagation() -> Iterator[None]:
+    """DTensor's output-shape propagation in a fake mode of its own (see the module docstring): the same
+    function, called with the dispatch modes (ours, the memory tracker) set aside for its duration."""
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    original = ShardingPropagator._propagate_tensor_meta_non_cached
+
+    def propagate(self: Any, op_schema: Any) -> Any:
+        with _disable_current_modes():
+            return original(self, op_schema)
+
+    ShardingPropagator._propagate_tensor_meta_non_cached = propagate  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ShardingPropagator._propagate_tensor_meta_non_cached = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
 def fake_world(world: int) -> Iterator[FakeTensorMode]:
     """Rank 0 of a fake process group of ``world`` ranks (collectives are no-ops that keep shapes: PyTorch's
     ``fake`` backend), with fake tensors and real index computations active."""
@@ -109,7 +137,11 @@ def fake_world(world: int) -> Iterator[FakeTensorMode]:
 
     dist.all_gather_object = fake_gather_object
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True) as mode, RealIndices():
+        with (
+            own_mode_for_sharding_propagation(),
+            FakeTensorMode(allow_non_fake_inputs=True) as mode,
+            RealIndices(),
+        ):
             yield mode
     finally:
         dist.all_gather_object = gather_object

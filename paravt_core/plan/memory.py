@@ -32,6 +32,7 @@ COMPONENTS = {
     "All Gather": "temporaries",
     "Reduce Scatter": "temporaries",
     "Inputs": "activations",
+    "Reference Param": "reference_params",
 }
 ORDER = (
     "params",
@@ -47,7 +48,7 @@ ORDER = (
 @dataclass
 class StepMemory:
     peak_bytes: int
-    components: dict[str, int]  # ORDER keys (and any outside_bytes key), bytes at the peak
+    components: dict[str, int]  # ORDER keys, bytes at the peak
     tracker: dict[str, int]  # the tracker's own categories at the peak
     notes: list[str] = field(default_factory=list)
     tokens: int = 0
@@ -61,12 +62,41 @@ class StepMemory:
 
 def _peak_tracker_class() -> type:
     from copy import deepcopy
+    from enum import Enum
 
-    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker, _FSDPRefType
+    from torch.distributed._tools.mem_tracker import _RefType
+
+    # The tracker's categories plus one for the reference. Members are str-valued and hash by name, so the
+    # tracker's own ``_FSDPRefType`` members index a snapshot keyed by these (how its snapshots are built:
+    # ``dict.fromkeys(self._ref_class, 0)``, torch 2.14.1 mem_tracker.py ``_update_snap``).
+    plan_ref = Enum(  # type: ignore[misc]
+        "PlanRefType",
+        {**{m.name: m.value for m in _FSDPRefType}, "REFERENCE": "Reference Param"},
+        type=_RefType,
+    )
 
     class PeakTracker(FSDPMemTracker):
         """``FSDPMemTracker`` keeping only the global peak: the per-module peaks walk every tracked module
-        on every op (about a third of the run time on the 8B model) and the plan does not use them."""
+        on every op (about a third of the run time on the 8B model) and the plan does not use them. Tensors
+        held outside the root are given to ``track_reference`` before entering."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._ref_class = plan_ref
+            self._reference: list[torch.Tensor] = []
+
+        def track_reference(self, tensors: list[torch.Tensor]) -> None:
+            self._reference = tensors
+
+        def __enter__(self) -> Any:
+            out = super().__enter__()
+            for t in self._reference:  # FSDPMemTracker.track_external is a no-op: register them directly
+                self._update_and_maybe_create_winfos(t, plan_ref.REFERENCE)
+            # the peak starts from the state on entry, the reference included
+            self._peak_mem_snap = self.get_tracker_snapshot()
+            self._peak_mem = {dev: snap["Total"] for dev, snap in self._peak_mem_snap.items()}
+            return out
 
         def _update_peak_stats(self, peak_state: Any) -> None:
             for dev, snap in self._curr_mem_snap.items():
@@ -85,6 +115,7 @@ def measure(prepare: Callable[..., Any], world: int, *args: Any) -> StepMemory:
         prepared = prepare(*args, world=world)
         prepared.warmup()
         tracker = _PeakTracker(prepared.root, prepared.optimizer)
+        tracker.track_reference(prepared.reference)
         with tracker:
             # The step may run the root several times (micro-batches, no-grad log-prob passes); the tracker's
             # per-module statistics allow one root forward, its global peak does not care: reset the former.
@@ -98,8 +129,6 @@ def measure(prepare: Callable[..., Any], world: int, *args: Any) -> StepMemory:
     for name, value in snapshot.items():
         if name != "Total":
             components[COMPONENTS[name]] += value
-    for name, value in prepared.outside_bytes.items():
-        components[name] = components.get(name, 0) + value
     return StepMemory(
         peak_bytes=sum(components.values()),
         components=components,

@@ -39,7 +39,9 @@ class PreparedStep:
     optimizer: torch.optim.Optimizer
     warmup: Callable[[], None]  # one short step: creates the optimizer states, as step 1 of a run does
     step: Callable[[], None]  # the step that is measured
-    outside_bytes: dict[str, int] = field(default_factory=dict)  # per rank, held outside the root (constant)
+    # this rank's tensors held through the step outside the root (the RL reference's shards): the tracker is
+    # told about them, or it would meet them only through a view in their first use and call them activations
+    reference: list[torch.Tensor] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     tokens: int = 0  # tokens of the measured pass
     trained_tokens: int = 0
@@ -342,10 +344,10 @@ def prepare_rl(config: Any, cfg: Any, pack_length: int, *, world: int) -> Prepar
         logprob_chunk=cfg.train.logprob_chunk,
     )
     # the reference's shards (and buffers) live on the rank through the step, outside the policy's root
-    ref_bytes = sum(
-        t.to_local().numel() * t.element_size() if hasattr(t, "to_local") else t.numel() * t.element_size()
+    reference = [
+        t.to_local() if hasattr(t, "to_local") else t
         for t in [*learner.reference.parameters(), *learner.reference.buffers()]
-    )
+    ]
     # One sequence: rank 0 owns it (sequence i goes to rank i mod world); the other ranks' passes are
     # padding passes of the same shapes.
     big = [_episode(config, cfg, pack_length, 0)]
@@ -366,7 +368,7 @@ def prepare_rl(config: Any, cfg: Any, pack_length: int, *, world: int) -> Prepar
         optimizer=learner.optimizer,
         warmup=lambda: _warm(learner.optimizer, True),
         step=lambda: _second_pack(learner, big),
-        outside_bytes={"reference_params": ref_bytes},
+        reference=reference,
         notes=notes,
         tokens=seq_tokens,
         trained_tokens=trained,
