@@ -71,6 +71,13 @@ case "$BASE_KIND" in
       rm -rf "$WORK/rootfs"
       debootstrap --variant=minbase --components="$components" "$suite" "$WORK/rootfs" "$mirror" \
         >"$WORK/debootstrap.log"
+      if [ "$suite" = jammy ]; then
+        # The pockets the ubuntu:22.04 image (under the CUDA base) lists: python3.11 is only in
+        # jammy-updates/universe, not in the release pocket debootstrap configures.
+        for pocket in jammy jammy-updates jammy-security; do
+          echo "deb $mirror $pocket main universe"
+        done >"$WORK/rootfs/etc/apt/sources.list"
+      fi
       tar -C "$WORK/rootfs" -c . | podman import - "$BASE" >/dev/null
       rm -rf "$WORK/rootfs"
     fi ;;
