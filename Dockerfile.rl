@@ -2,7 +2,7 @@
 #   docker build -f Dockerfile.rl --build-arg VCS_REF=$(git rev-parse HEAD) -t paravt-rl:0.1.0 .
 # BASE_IMAGE (build arg): a CUDA runtime image pinned by digest (any Debian/Ubuntu base with python3.11 works,
 # e.g. a local debootstrap bookworm for CPU smoke builds). Stage recipes: /opt/paravt/share/configs.
-ARG BASE_IMAGE=nvidia/cuda:13.0.0-runtime-ubuntu22.04@sha256:3e7f34f5e9dd5315b67ab30d71a92e578c5911236e14370647df020bdee2ca8a
+ARG BASE_IMAGE=docker.io/nvidia/cuda:13.0.0-runtime-ubuntu22.04@sha256:3e7f34f5e9dd5315b67ab30d71a92e578c5911236e14370647df020bdee2ca8a
 FROM ${BASE_IMAGE}
 
 # The venv first on PATH: `paravt` and the `python3` that KFP's lightweight components call.

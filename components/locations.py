@@ -45,6 +45,14 @@ def run_root(run_prefix: str, run_id: str, artifact_uri: str) -> str:
     return root
 
 
+def location(artifact: Any) -> str:
+    """The directory an input ``Dataset`` / ``Model`` stands for: ``metadata["uri"]`` as ``expose`` set
+    it upstream (KFP 2.17 keeps an output's metadata as MLMD custom properties and hands them to the
+    consumer: backend/src/v2/metadata/converter.go, toMLMDArtifact; driver/resolve.go), else its URI
+    (an importer's artifact)."""
+    return str(artifact.metadata.get("uri") or artifact.uri)
+
+
 def expose(artifact: Any, location: str, run_id: str) -> str:
     """Make ``artifact`` (a KFP output artifact) point at ``location`` without copying: its URI when
     KFP's launcher accepts that (under the run's pipeline root), else ``metadata["uri"]``. Returns how

@@ -8,7 +8,7 @@ resumes from the newest complete checkpoint under ``output``. Returns the URI of
 """
 
 from kfp import dsl
-from kfp.dsl import Artifact, Metrics, Model, Output
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
 from components.images import RL_IMAGE
 
@@ -17,8 +17,8 @@ from components.images import RL_IMAGE
 def rl_op(
     config_yaml: str,
     overrides: list,
-    data: str,
-    model: str,
+    data: Input[Dataset],
+    model: Input[Model],
     curves: Output[Artifact],
     metrics: Output[Metrics],
     trained: Output[Model],
@@ -26,12 +26,14 @@ def rl_op(
     run_prefix: str = "",
     run_id: str = "",
 ) -> str:
-    """Run ``paravt rl``; return the URI of the trained model (``<output>/final``), also the ``trained``
-    artifact (no copy). ``output`` empty: ``<run root>/rl`` (components/locations.py)."""
+    """Run ``paravt rl`` on ``data`` (the data step's ``Dataset``) from ``model`` (the SFT step's
+    ``Model``; KFP records both as this step's inputs); return the URI of the trained model
+    (``<output>/final``), also the ``trained`` artifact (no copy). ``output`` empty: ``<run root>/rl``
+    (components/locations.py)."""
     import json
     import tempfile
 
-    from components.locations import expose, run_root
+    from components.locations import expose, location, run_root
     from paravt_core import storage
     from paravt_core.config import load_config
     from paravt_core.rl.config import RlConfig
@@ -41,7 +43,7 @@ def rl_op(
         f.write(config_yaml)
     cfg = load_config(RlConfig, f.name, [str(o) for o in overrides])
     output = output or storage.join(run_root(run_prefix, run_id, trained.uri), "rl")
-    cfg.data, cfg.model, cfg.output = data, model, output
+    cfg.data, cfg.model, cfg.output = location(data), location(model), output  # S3 directories
     summary = launch(cfg)  # python -m torch.distributed.run --nproc-per-node N -m paravt_core.cli rl ...
     with open(curves.path, "wb") as out:
         out.write(storage.read_bytes(storage.join(output, "curves.png")))

@@ -6,7 +6,7 @@ resumes from its newest checkpoint in ``output``, so a KFP retry continues train
 """
 
 from kfp import dsl
-from kfp.dsl import HTML, Metrics, Model, Output
+from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output
 
 from components.images import SFT_IMAGE
 
@@ -15,7 +15,7 @@ from components.images import SFT_IMAGE
 def sft_op(
     config_yaml: str,
     overrides: list,
-    data_uri: str,
+    data: Input[Dataset],
     model_uri: str,
     curve: Output[HTML],
     metrics: Output[Metrics],
@@ -24,23 +24,23 @@ def sft_op(
     run_prefix: str = "",
     run_id: str = "",
 ) -> str:
-    """Run ``paravt sft``; return the URI of the final Hugging Face checkpoint, also the ``model``
-    artifact (no copy). ``output``: where the stage writes (empty: ``<run root>/sft``, components/
-    locations.py)."""
+    """Run ``paravt sft`` on ``data`` (the data step's ``Dataset``, or an importer's: KFP records the
+    lineage); return the URI of the final Hugging Face checkpoint, also the ``model`` artifact (no
+    copy). ``output``: where the stage writes (empty: ``<run root>/sft``, components/locations.py)."""
     import base64
     import json
     import subprocess
     import sys
     import tempfile
 
-    from components.locations import expose, run_root
+    from components.locations import expose, location, run_root
     from paravt_core import storage
     from paravt_core.config import SftConfig, config_to_yaml, load_config
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config_yaml)
     cfg = load_config(SftConfig, f.name, [str(o) for o in overrides])
-    cfg.data.input = data_uri
+    cfg.data.input = location(data)  # the S3 directory the artifact stands for, read by the stage
     cfg.model.uri = model_uri
     cfg.output = output or storage.join(run_root(run_prefix, run_id, model.uri), "sft")
     output = cfg.output

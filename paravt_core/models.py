@@ -224,6 +224,10 @@ def _build_tiny_model(out: Path, seed: int) -> str:
     (out / TINY_MARKER).unlink(missing_ok=True)  # absent while rewriting: an interrupted build is not "ours"
     model.save_pretrained(out)
     _tiny_processor(tokenizer).save_pretrained(out)
+    # safetensors writes the weights through a temporary file (mode 0600): make every file readable by
+    # others like the rest, so containers running as another uid read it (make images-dag-smoke).
+    for f in out.iterdir():
+        f.chmod(f.stat().st_mode | 0o444)
     (out / TINY_MARKER).write_text(json.dumps({"seed": seed}) + "\n")
     return str(out)
 

@@ -246,7 +246,12 @@ def demo_in_images(out_dir: str) -> TrainRun:
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     out.chmod(0o777)  # the containers run as uid 10001 and write under the mounted pipeline root
-    runner = local.DockerRunner(network_mode="host", runtime="runc")
+    from docker.types import Ulimit  # the Docker SDK DockerRunner drives (images-dag-smoke.sh installs it)
+
+    # Explicit limits: without them runc asks for the daemon's defaults, which a rootful podman inside an
+    # unprivileged container may not raise ("error setting rlimit type 7: operation not permitted").
+    limits = [Ulimit(name="nofile", soft=20000, hard=20000), Ulimit(name="nproc", soft=32768, hard=32768)]
+    runner = local.DockerRunner(network_mode="host", runtime="runc", ulimits=limits)
     run = demo(str(out), videos=4, seconds=8.0, runner=runner)
     missing = [
         stage

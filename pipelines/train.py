@@ -3,7 +3,12 @@
 Every stage writes under the run's root (``<root>/data``, ``/sft``, ``/rl``, ``/eval/<benchmark>``,
 ``/report``): ``run_prefix`` when given, else the run's directory under the pipeline root (object
 storage on a cluster; components/locations.py). The data and the SFT and RL checkpoints are also the
-tasks' ``Dataset`` / ``Model`` artifacts (their URIs are those directories: no copy). Each stage resumes from its own checkpoints, so a retried
+tasks' ``Dataset`` / ``Model`` artifacts (their URIs are those directories: no copy), and SFT and RL take
+them as ``Input[Dataset]`` / ``Input[Model]``, so ML Metadata links data -> SFT -> RL (lineage in the UI).
+On a cluster KFP 2.17's launcher downloads every input artifact's prefix into the pod before the step
+runs (backend/src/v2/component/launcher_v2.go, downloadArtifacts): the data directory (rows and audit,
+no media) and, for RL, the SFT checkpoint; the stages themselves read the S3 locations.
+Each stage resumes from its own checkpoints, so a retried
 task (KFP's task retries, or ``paravt pipeline retry``) continues where it stopped. Run it on a
 cluster (``paravt pipeline submit train``) or locally with ``kfp.local.SubprocessRunner(use_venv=False)``
 (``pipelines/local.py``, ``make demo``).
@@ -66,7 +71,7 @@ def train_pipeline(
     sft = sft_op(
         config_yaml=sft_config_yaml,
         overrides=sft_overrides,
-        data_uri=data.outputs["Output"],
+        data=data.outputs["dataset"],
         model_uri=base_model,
         run_prefix=run_prefix,
         run_id=run_id,
@@ -76,8 +81,8 @@ def train_pipeline(
     rl = rl_op(
         config_yaml=rl_config_yaml,
         overrides=rl_overrides,
-        data=data.outputs["Output"],
-        model=sft.outputs["Output"],
+        data=data.outputs["dataset"],
+        model=sft.outputs["model"],
         run_prefix=run_prefix,
         run_id=run_id,
     )

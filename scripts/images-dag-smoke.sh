@@ -16,8 +16,9 @@ done
 rl=paravt-rl:$TAG
 podman image exists "$rl" || rl=paravt-sft:$TAG
 
-# The Docker SDK kfp's DockerRunner drives, in a side site (not in the project venv).
-.venv/bin/pip install --quiet --target .venv-bench/docker-sdk --no-deps docker==7.1.0
+# The Docker SDK kfp's DockerRunner drives, in its own side site (not in the project venv).
+SDK=.venv-docker-sdk
+[ -d "$SDK/docker" ] || .venv/bin/pip install --quiet --target "$SDK" --no-deps docker==7.1.0
 rm -rf "$WORK" && mkdir -p "$WORK"
 sock=$WORK/podman.sock
 # runc: crun fails on this host's hybrid cgroups (as in images-smoke.sh).
@@ -26,7 +27,9 @@ svc=$!
 trap 'kill "$svc" 2>/dev/null || true' EXIT
 for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.2; done
 umask 000  # the containers run as uid 10001 and write into directories kfp.local creates here
-DOCKER_HOST="unix://$sock" PYTHONPATH=".venv-bench/docker-sdk:$ROOT" OMP_NUM_THREADS=1 \
+t0=$(date +%s)
+DOCKER_HOST="unix://$sock" PYTHONPATH="$SDK:$ROOT" OMP_NUM_THREADS=1 \
 PARAVT_IMAGE_SFT="localhost/paravt-sft:$TAG" PARAVT_IMAGE_EVAL="localhost/paravt-eval:$TAG" \
 PARAVT_IMAGE_RL="localhost/$rl" \
   .venv/bin/python -c "from pipelines.local import demo_in_images; print(demo_in_images('$WORK/demo').report_uri)"
+echo "images-dag-smoke: the demo DAG ran in the images in $(( $(date +%s) - t0 ))s (log: $WORK/demo/demo.log)"

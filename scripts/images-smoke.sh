@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# `make images-smoke`: build the three images with podman (no Docker engine, no registry) and run a
-# stage in a container, docker-run style. Minutes and several GB: not part of `make test`.
-#  1. Debian's podman/buildah/debootstrap/runc; a base made with debootstrap (minbase bookworm) and
-#     `podman import`, passed as BASE_IMAGE (production builds use the CUDA base pinned by digest).
+# `make images-smoke`: build the three images with podman (no Docker engine) and run a stage in a
+# container, docker-run style. Minutes and several GB: not part of `make test`.
+#   scripts/images-smoke.sh [--cuda-base | --cpu-base[=bookworm|jammy]]   (or IMAGES_SMOKE_BASE=...)
+#   --cuda-base (default): the production base, the Dockerfiles' BASE_IMAGE default (CUDA runtime pinned
+#       by digest), pulled from its registry; stops with the pull's error where the registry is unreachable.
+#   --cpu-base: no registry needed: a base made with debootstrap (minbase) from the distribution's own
+#       mirror and `podman import`: Debian bookworm (default), or Ubuntu jammy (main + universe), the
+#       distribution the CUDA base is built on, which checks install.sh's apt step on it, CUDA aside.
+#  1. Debian's podman/buildah/debootstrap/runc; the base (above), passed as BASE_IMAGE.
 #  2. podman build --runtime runc (crun fails on this host's hybrid cgroups), the machine's pip setup
 #     (local wheel mirror + CA bundle) bind-mounted read-only into the build: nothing of it stays in the image.
 #  3. `paravt data` in the sft image on synthetic data, outputs to the test S3 server on loopback
@@ -15,6 +20,16 @@ ROOT=$PWD
 WORK=${IMAGES_SMOKE_DIR:-$ROOT/build/images-smoke}
 TAG=${IMAGES_SMOKE_TAG:-smoke}
 FAMILIES=${IMAGES_SMOKE_FAMILIES:-"sft eval rl"}
+BASE_KIND=${IMAGES_SMOKE_BASE:-cuda}
+for arg in "$@"; do
+  case "$arg" in
+    --cuda-base) BASE_KIND=cuda ;;
+    --cpu-base) BASE_KIND=cpu=bookworm ;;
+    --cpu-base=*) BASE_KIND=cpu=${arg#--cpu-base=} ;;
+    *) echo "usage: $0 [--cuda-base | --cpu-base[=bookworm|jammy]]"; exit 2 ;;
+  esac
+done
+[ "$BASE_KIND" = cpu ] && BASE_KIND=cpu=bookworm
 PY=.venv/bin/python
 RUN_FLAGS=(--runtime runc --ulimit nofile=20000:20000 --ulimit nproc=32768:32768)
 mkdir -p "$WORK"
@@ -30,14 +45,45 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-BASE=localhost/paravt-base:bookworm
-if ! podman image exists "$BASE"; then
-  say "debootstrap minbase bookworm -> $BASE"
-  rm -rf "$WORK/rootfs"
-  debootstrap --variant=minbase bookworm "$WORK/rootfs" http://deb.debian.org/debian >"$WORK/debootstrap.log"
-  tar -C "$WORK/rootfs" -c . | podman import - "$BASE" >/dev/null
-  rm -rf "$WORK/rootfs"
-fi
+case "$BASE_KIND" in
+  cuda)
+    # The default of the Dockerfiles' BASE_IMAGE argument (the same in all three: a test checks it).
+    BASE=$(sed -n 's/^ARG BASE_IMAGE=//p' Dockerfile.sft)
+    if ! podman image exists "$BASE"; then
+      say "pulling the CUDA base $BASE"
+      podman pull -q "$BASE" >"$WORK/pull.log" 2>&1 || {
+        cat "$WORK/pull.log"
+        echo "images-smoke: cannot pull the CUDA base (above); --cpu-base builds on a debootstrap base instead"
+        exit 1
+      }
+    fi ;;
+  cpu=bookworm|cpu=jammy)
+    suite=${BASE_KIND#cpu=}
+    BASE=localhost/paravt-base:$suite
+    if [ "$suite" = jammy ]; then
+      # universe: python3.11 on jammy (the CUDA base's ubuntu22.04 image lists it; minbase does not)
+      mirror=http://archive.ubuntu.com/ubuntu components=main,universe
+    else
+      mirror=http://deb.debian.org/debian components=main
+    fi
+    if ! podman image exists "$BASE"; then
+      say "debootstrap minbase $suite -> $BASE"
+      rm -rf "$WORK/rootfs"
+      debootstrap --variant=minbase --components="$components" "$suite" "$WORK/rootfs" "$mirror" \
+        >"$WORK/debootstrap.log"
+      if [ "$suite" = jammy ]; then
+        # The pockets the ubuntu:22.04 image (under the CUDA base) lists: python3.11 is only in
+        # jammy-updates/universe, not in the release pocket debootstrap configures.
+        for pocket in jammy jammy-updates jammy-security; do
+          echo "deb $mirror $pocket main universe"
+        done >"$WORK/rootfs/etc/apt/sources.list"
+      fi
+      tar -C "$WORK/rootfs" -c . | podman import - "$BASE" >/dev/null
+      rm -rf "$WORK/rootfs"
+    fi ;;
+  *) echo "images-smoke: unknown base '$BASE_KIND' (--cuda-base, --cpu-base[=bookworm|jammy])"; exit 2 ;;
+esac
+say "base image: $BASE"
 
 # pip inside the build: this machine's mirror and CA bundle, mounted read-only for the RUN only.
 mkdir -p "$WORK/pip"
@@ -147,4 +193,4 @@ say "code edit: paravt-$fam rebuilt in ${rebuild}s, dependency layer from cache"
 podman rmi "paravt-$fam:$TAG-edit" >/dev/null
 
 say "done in $(( $(date +%s) - t0 ))s; image sizes:"
-podman images --format '{{.Repository}}:{{.Tag}}  {{.Size}}' | grep -E "paravt-(sft|rl|eval):$TAG|paravt-base"
+podman images --format '{{.Repository}}:{{.Tag}}  {{.Size}}' | grep -E "paravt-(sft|rl|eval):$TAG|paravt-base|nvidia/cuda"

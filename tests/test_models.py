@@ -97,6 +97,8 @@ def test_build_is_deterministic_per_seed(tmp_path: Path, tiny_model_dir: str) ->
     again = Path(build_tiny_model(str(tmp_path / "again"), seed=0))
     for name in SAVED_FILES:
         assert (again / name).read_bytes() == (Path(tiny_model_dir) / name).read_bytes(), name
+    # Readable by any uid (the images run as 10001; safetensors alone leaves the weights 0600).
+    assert all((again / name).stat().st_mode & 0o444 == 0o444 for name in SAVED_FILES)
     other = Path(build_tiny_model(str(tmp_path / "other"), seed=1))
     assert (other / "model.safetensors").read_bytes() != (again / "model.safetensors").read_bytes()
     assert (other / "tokenizer.json").read_bytes() == (again / "tokenizer.json").read_bytes()

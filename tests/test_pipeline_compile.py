@@ -94,7 +94,26 @@ def test_train_dag_wiring_images_and_resources(tmp_path, monkeypatch) -> None:
     # (fan-in); tests/test_pipeline_eval_shards.py checks the eval step itself.
     assert tasks["sft-op"]["dependentTasks"] == ["data-op"]
     assert sorted(tasks["rl-op"]["dependentTasks"]) == ["data-op", "sft-op"]
-    assert tasks["rl-op"]["inputs"]["parameters"]["model"]["taskOutputParameter"]["producerTask"] == "sft-op"
+    # Lineage: SFT and RL take the upstream Dataset / Model artifacts (not their URIs as text), so the
+    # driver resolves them from ML Metadata and records them as the tasks' inputs.
+    assert tasks["sft-op"]["inputs"]["artifacts"] == {
+        "data": {"taskOutputArtifact": {"producerTask": "data-op", "outputArtifactKey": "dataset"}}
+    }
+    assert tasks["rl-op"]["inputs"]["artifacts"] == {
+        "data": {"taskOutputArtifact": {"producerTask": "data-op", "outputArtifactKey": "dataset"}},
+        "model": {"taskOutputArtifact": {"producerTask": "sft-op", "outputArtifactKey": "model"}},
+    }
+    for task in ("sft-op", "rl-op"):
+        assert not {"data", "data_uri", "model"} & set(tasks[task]["inputs"]["parameters"]), task
+    inputs = {
+        name: {k: v["artifactType"]["schemaTitle"] for k, v in c["inputDefinitions"]["artifacts"].items()}
+        for name, c in spec["components"].items()
+        if name in ("comp-sft-op", "comp-rl-op")
+    }
+    assert inputs == {
+        "comp-sft-op": {"data": "system.Dataset"},
+        "comp-rl-op": {"data": "system.Dataset", "model": "system.Model"},
+    }
     loop = tasks["for-loop-1"]
     assert loop["parameterIterator"]["items"]["inputParameter"] == "pipelinechannel--eval-shards-op-Output"
     assert sorted(loop["dependentTasks"]) == ["eval-shards-op", "rl-op"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from kfp.dsl import Dataset, Model
 
-from components.locations import expose, kfp_run_root, run_root
+from components.locations import expose, kfp_run_root, location, run_root
 
 RUN = "7f3c2a10-5b1e-4c3d-9a8b-0e1f2a3b4c5d"
 ROOT = f"s3://paravt-artifacts/kfp/paravt-train/{RUN}"
@@ -52,3 +52,18 @@ def test_expose_sets_the_uri_only_under_the_runs_root() -> None:
     # A sibling directory whose name merely starts with the run root is not under it.
     sibling = Model(name="model", uri=f"{ROOT}/sft-op/a1/model")
     assert expose(sibling, f"{ROOT}-old/sft/final", RUN) == "metadata"
+
+
+def test_a_consumer_reads_the_directory_the_artifact_stands_for() -> None:
+    """What SFT and RL read from their Dataset / Model inputs: the location ``expose`` recorded upstream
+    (metadata survives into the consumer: KFP 2.17.0 backend/src/v2/metadata/converter.go toMLMDArtifact
+    stores it as custom properties, driver/resolve.go hands them back), whether or not the URI itself
+    could be set; an importer's artifact (no such metadata) stands for its URI."""
+    under_root = Dataset(name="dataset", uri=DATA_URI)
+    expose(under_root, f"{ROOT}/data", RUN)
+    assert location(under_root) == f"{ROOT}/data"
+    elsewhere = Model(name="model", uri=f"{ROOT}/sft-op/a1/model")
+    expose(elsewhere, "s3://other-bucket/runs/r7/sft/final", RUN)
+    assert location(elsewhere) == "s3://other-bucket/runs/r7/sft/final"  # not KFP's empty URI
+    imported = Dataset(name="artifact", uri="s3://datasets/paravt/v3")
+    assert location(imported) == "s3://datasets/paravt/v3"

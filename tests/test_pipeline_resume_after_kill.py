@@ -29,19 +29,25 @@ STEPS = 30  # the tiny recipe checkpoints every 10 steps
 DRIVER = textwrap.dedent(
     """
     import sys
-    from kfp import local
+    from kfp import dsl, local
     from components.sft import sft_op
 
     pipeline_root, config, data, model, output, work = sys.argv[1:7]
+
+    @dsl.pipeline
+    def sft_alone() -> str:
+        # The data stage's output brought in as a Dataset (what the train DAG's data task hands over).
+        dataset = dsl.importer(artifact_uri=data, artifact_class=dsl.Dataset)
+        return sft_op(
+            config_yaml=open(config).read(),
+            overrides=[f"work_dir={work}", f"trainer.steps={STEPS}"],
+            data=dataset.output,
+            model_uri=model,
+            output=output,
+        ).outputs["Output"]
+
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=pipeline_root)
-    task = sft_op(
-        config_yaml=open(config).read(),
-        overrides=[f"work_dir={work}", f"trainer.steps={STEPS}"],
-        data_uri=data,
-        model_uri=model,
-        output=output,
-    )
-    print("FINAL", task.outputs["Output"])
+    print("FINAL", sft_alone().output)
     """
 ).replace("{STEPS}", str(STEPS))
 

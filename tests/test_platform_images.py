@@ -54,7 +54,11 @@ def test_dockerfile_structure(family: str) -> None:
     assert words[:2] == ["ARG", "FROM"]
     name, _, default = instrs[0][1].partition("=")
     assert name == "BASE_IMAGE"
-    assert re.fullmatch(r"nvidia/cuda:[\w.-]*runtime[\w.-]*@sha256:[0-9a-f]{64}", default), default
+    # Fully qualified (registry host first): podman/buildah resolve a short name such as `nvidia/cuda`
+    # only through `unqualified-search-registries` in /etc/containers/registries.conf, which Debian's
+    # podman ships empty ("short-name ... did not resolve to an alias and no unqualified-search
+    # registries are defined", seen with podman 4.3 here); Docker alone implies docker.io.
+    assert re.fullmatch(r"docker\.io/nvidia/cuda:[\w.-]*runtime[\w.-]*@sha256:[0-9a-f]{64}", default), default
     assert instrs[1][1] == "${BASE_IMAGE}"
     assert words.count("FROM") == 1
 

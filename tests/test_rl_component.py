@@ -16,7 +16,13 @@ def test_rl_component_ir(tmp_path, monkeypatch):
     spec = yaml.safe_load(text)
     component = spec["components"]["comp-rl-op"]
     params = component["inputDefinitions"]["parameters"]
-    assert set(params) == {"config_yaml", "overrides", "data", "model", "output", "run_prefix", "run_id"}
+    assert set(params) == {"config_yaml", "overrides", "output", "run_prefix", "run_id"}
+    # The data and the starting model arrive as typed artifacts (KFP records them as the step's inputs).
+    artifacts = component["inputDefinitions"]["artifacts"]
+    assert {k: v["artifactType"]["schemaTitle"] for k, v in artifacts.items()} == {
+        "data": "system.Dataset",
+        "model": "system.Model",
+    }
     assert set(component["outputDefinitions"]["artifacts"]) == {"curves", "metrics", "trained"}
     assert component["outputDefinitions"]["parameters"]["Output"]["parameterType"] == "STRING"
     executor = spec["deploymentSpec"]["executors"]["exec-rl-op"]["container"]
