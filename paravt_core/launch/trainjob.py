@@ -428,6 +428,26 @@ class Launcher:
                 return
 
 
+def rank0_address(api: str, name: str) -> str:
+    """The DNS name of the job's rank-0 pod inside the namespace: JobSet gives each pod the hostname
+    ``<jobset>-<replicated job>-<job index>-<pod index>`` under a headless Service named after the job
+    set; the training operator makes a Service per replica, ``<job>-master-0``."""
+    return f"{name}-node-0-0.{name}" if api == "trainjob" else f"{name}-master-0"
+
+
+def check_rl_multinode(engine_kind: str, base_url: str) -> None:
+    """A multi-node RL job runs the learner only (torchrun on every node): the rollout server must be
+    reachable at ``engine.base_url`` (a server or a router in front of a fleet), or the engine in-process.
+    The one-node topology (an SGLang server on ``engine.gpus`` of the same pod) has no multi-node form."""
+    from paravt_core.config_base import ConfigError
+
+    if engine_kind == "sglang" and not base_url:
+        raise ConfigError(
+            "launch.nodes > 1 with engine.kind=sglang needs engine.base_url (the rollout server or router the "
+            "learner nodes talk to); the server-on-engine.gpus topology is one node only"
+        )
+
+
 def in_cluster_namespace(default: str = "default") -> str:
     """The namespace this pod runs in (its service account's), else ``default``."""
     path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
