@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
 import threading
 import time
@@ -46,7 +47,7 @@ PYTORCHJOB_RANK0_SELECTOR = (
 )
 CONTAINER = {"trainjob": "node", "pytorchjob": "pytorch"}  # the training container of each kind
 CONFIG_ENV = "PARAVT_STAGE_CONFIG"
-CONFIG_FILE = "/tmp/paravt-stage.yaml"
+CONFIG_FILE = "${TMPDIR:-/tmp}/paravt-stage.yaml"  # expanded by the node's shell
 MANAGER = "paravt.io/launcher"  # owner of our runtimePatches entry
 FINISHED = {"Complete", "Failed"}
 
@@ -465,7 +466,8 @@ def api_client() -> Any:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        # $KUBECONFIG read now: the client reads it once, when first imported.
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
     return client.ApiClient()
 
 
