@@ -74,7 +74,9 @@ def test_trainjob_validates_against_the_crd_schema_and_says_what_each_node_runs(
     assert (t["numNodes"], t["numProcPerNode"]) == (2, 8)
     assert t["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 8
     assert t["command"][:2] == ["/bin/sh", "-c"]
-    assert "exec torchrun -m paravt_core.cli sft --config ${TMPDIR:-/tmp}/paravt-stage.yaml" in t["command"][2]
+    assert (
+        "exec torchrun -m paravt_core.cli sft --config ${TMPDIR:-/tmp}/paravt-stage.yaml" in t["command"][2]
+    )
     env = {e["name"]: e for e in t["env"]}
     assert env[CONFIG_ENV]["value"] == CONFIG
     # Secrets by reference only: no value anywhere in the object.
