@@ -50,6 +50,7 @@ class Emulator:
         self.logs: dict[tuple[str, str], str] = {}
         self.requests: list[tuple[str, str]] = []  # (verb, resource) as RBAC names them
         self.created = threading.Event()
+        self.failures: list[int] = []  # status codes to answer the next custom-object GETs with
         emulator = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -137,6 +138,9 @@ class Emulator:
                 self.objects[(plural, ns, name)] = obj
                 self.created.set()
                 return 201, obj
+            if method == "GET" and name and self.failures:
+                code = self.failures.pop(0)
+                return code, _status(code, "InternalError", "etcdserver: request timed out")
             if name is None:
                 items = [o for (p, n, _), o in self.objects.items() if p == plural and n == ns]
                 return 200, {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}

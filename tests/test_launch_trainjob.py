@@ -466,3 +466,37 @@ def test_rbac_grants_exactly_the_calls_the_launcher_made():
         d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "paravt-trainjob-launcher"
     )
     assert binding["subjects"][0]["name"] == "paravt-pipeline-runner"
+
+
+def test_a_flaky_api_server_is_retried_but_a_forbidden_read_fails_at_once():
+    from kubernetes.client.exceptions import ApiException
+
+    name = job_name(RUN, "sft")
+    log: list[str] = []
+    with Emulator() as emu:
+        done = {
+            "conditions": [
+                {
+                    "type": "Complete",
+                    "status": "True",
+                    "reason": "x",
+                    "message": "",
+                    "lastTransitionTime": "2026-11-25T09:00:00Z",
+                }
+            ]
+        }
+        emu.failures = [503]  # the first read (does the job exist?) fails once
+
+        def flaky() -> None:
+            emu.failures.extend([500, 429])
+            time.sleep(0.5)
+            emu.set_status("trainjobs", NS, name, done)
+
+        _controller(emu, name, [flaky])
+        _launch(emu, log)
+        assert emu.count("create", "trainjobs") == 1 and not emu.failures
+        assert sum("API read failed (HTTP" in line for line in log) == 3
+        emu.failures = [403]
+        with pytest.raises(ApiException) as err:
+            Launcher(emu.client(), NS, poll_s=0.01, log=log.append).get(name)
+        assert err.value.status == 403

@@ -296,17 +296,31 @@ class Launcher:
         self.group, self.version, self.plural, self.kind = KINDS[api]
 
     # --- API calls -------------------------------------------------------------------------------
-    def get(self, name: str) -> dict[str, Any] | None:
+    def get(self, name: str, attempts: int = 6) -> dict[str, Any] | None:
+        """The job object, None when it does not exist. A flaky API server (5xx, 429, a dropped
+        connection) is retried with backoff: a 36 h job must not fail on one bad read."""
+        import urllib3
         from kubernetes.client.exceptions import ApiException
 
-        try:
-            return self.custom.get_namespaced_custom_object(
-                self.group, self.version, self.namespace, self.plural, name
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        for attempt in range(attempts):
+            try:
+                return self.custom.get_namespaced_custom_object(
+                    self.group, self.version, self.namespace, self.plural, name
+                )
+            except ApiException as err:
+                if err.status == 404:
+                    return None
+                if (err.status or 0) < 500 and err.status != 429 or attempt == attempts - 1:
+                    raise
+                problem = f"HTTP {err.status}"
+            except urllib3.exceptions.HTTPError as err:
+                if attempt == attempts - 1:
+                    raise
+                problem = type(err).__name__
+            wait = min(self.poll_s * 2**attempt, 60.0)
+            self.log(f"{self.kind} {name}: API read failed ({problem}); retrying in {wait:.1f}s")
+            time.sleep(wait)
+        raise AssertionError("unreachable")
 
     def delete(self, name: str) -> None:
         from kubernetes.client.exceptions import ApiException
