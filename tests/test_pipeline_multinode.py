@@ -107,3 +107,24 @@ def test_no_secret_value_in_the_ir(tmp_path, monkeypatch):
     compile_pipeline("train", str(out), warn=False, sft_config=SFT2, rl_config=RL4)
     text = out.read_text()
     assert "do-not-leak" not in text and "paravt-s3" in text
+
+
+@pytest.mark.parametrize("stage", ["sft", "rl"])
+def test_a_one_node_step_refuses_a_multinode_config(stage, tmp_path):
+    """A run whose config asks for nodes the compiled DAG does not have fails at once, saying how to
+    compile it, instead of training on one node."""
+    from kfp.dsl import HTML, Artifact, Metrics, Model
+
+    from components.rl import rl_op
+    from components.sft import sft_op
+
+    common = dict(config_yaml="launch:\n  nodes: 2\n", overrides=[], metrics=Metrics(name="m"), run_id="r")
+    with pytest.raises(ValueError, match=f"launch.nodes=2: compile with --{stage}-config"):
+        if stage == "sft":
+            sft_op.python_func(
+                data_uri="d", model_uri="m", curve=HTML(name="c"), model=Model(name="o"), **common
+            )
+        else:
+            rl_op.python_func(
+                data="d", model="m", curves=Artifact(name="c"), trained=Model(name="t"), **common
+            )
