@@ -31,14 +31,15 @@ from tests.k8s_emulator import Emulator
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "tests/fixtures/k8s/trainer.kubeflow.org_trainjobs.v2.3.0.yaml"
+PYTORCHJOB_CRD = ROOT / "tests/fixtures/k8s/kubeflow.org_pytorchjobs.v1.9.0.yaml"
 NS = "paravt"
 RUN = "4b1c7e2a-0f0e-4d6e-9a55-1f3d2b8c9e01"
 CONFIG = "output: s3://bucket/runs/x/sft\nlaunch:\n  nodes: 2\n"
 
 
 @functools.cache
-def crd() -> dict:
-    return next(d for d in yaml.load_all(CRD.read_text(), Loader=yaml.CSafeLoader) if d)
+def crd(path: Path = CRD) -> dict:
+    return next(d for d in yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader) if d)
 
 
 def spec() -> NodeSpec:
@@ -383,6 +384,7 @@ def test_pytorchjob_master_and_workers_and_its_success():
     m = pytorchjob_manifest(
         name, NS, "sft", spec(), nodes=4, gpus_per_node=8, config_yaml=CONFIG, job_labels=labels(RUN, "sft")
     )
+    jsonschema.validate(m, crd(PYTORCHJOB_CRD)["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
     reps = m["spec"]["pytorchReplicaSpecs"]
     assert (reps["Master"]["replicas"], reps["Worker"]["replicas"]) == (1, 3)
     c = reps["Worker"]["template"]["spec"]["containers"][0]
@@ -393,6 +395,7 @@ def test_pytorchjob_master_and_workers_and_its_success():
     )
     log: list[str] = []
     with Emulator() as emu:
+        emu.register_crd(crd(PYTORCHJOB_CRD))
         cond = lambda t: {"type": t, "status": "True", "reason": t, "message": f"job {t.lower()}"}  # noqa: E731
 
         def running() -> None:
