@@ -209,9 +209,9 @@ def test_created_running_complete_streams_rank0_logs_and_deletes_the_job():
 
         def more_log() -> None:
             emu.append_log(NS, state["pod"], "step 2 loss 2.1\n")
-            time.sleep(0.3)  # the streamer reads it before the job completes
 
         def complete() -> None:
+            emu.append_log(NS, state["pod"], "saved final\n")  # written as the job ends: still streamed
             emu.set_status(
                 "trainjobs",
                 NS,
@@ -239,10 +239,8 @@ def test_created_running_complete_streams_rank0_logs_and_deletes_the_job():
     ]
     assert states == [f"created in {NS}", "Created", "Running", "Complete (done)", "deleted after completion"]
     streamed = [line for line in log if line.startswith("[")]
-    assert streamed == [
-        f"[{name}-node-0-0-abcde] step 1 loss 2.5",
-        f"[{name}-node-0-0-abcde] step 2 loss 2.1",
-    ]
+    pod = f"[{name}-node-0-0-abcde]"
+    assert streamed == [f"{pod} step 1 loss 2.5", f"{pod} step 2 loss 2.1", f"{pod} saved final"]
 
 
 def test_a_failed_job_fails_the_step_with_its_reason_and_is_kept():

@@ -408,13 +408,15 @@ class Launcher:
         )
         pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
         started = [p for p in pods if p.status and p.status.phase in {"Running", "Succeeded", "Failed"}]
-        return started[-1].metadata.name if started else None
+        started.sort(key=lambda p: (p.metadata.creation_timestamp is not None, p.metadata.creation_timestamp))
+        return started[-1].metadata.name if started else None  # the newest (a restarted node has two)
 
     def _stream_rank0(self, name: str, stop: threading.Event) -> None:
         """Print the rank-0 pod's log as it grows. A follow stream ends when the container stops (or, in
         the emulator, at once); it is reopened and the lines already printed are skipped."""
         printed: dict[str, int] = {}  # pod -> lines printed
         while True:
+            last_round = stop.is_set()  # the job has finished: one more read for the log's last lines
             try:
                 pod = self._rank0_pod(name)
                 if pod is not None:
@@ -425,22 +427,24 @@ class Launcher:
                         follow=True,
                         _preload_content=False,
                     )
-                    seen = 0
+                    seen, rest = 0, ""
                     try:
-                        for raw in resp.stream(decode_content=True):
-                            for line in raw.decode(errors="replace").splitlines():
+                        for raw in resp.stream(decode_content=True):  # chunks, not lines
+                            *lines, rest = (rest + raw.decode(errors="replace")).split("\n")
+                            for line in lines:
                                 seen += 1
                                 if seen > printed.get(pod, 0):
                                     self.log(f"[{pod}] {line}")
                                     printed[pod] = seen
-                            if stop.is_set():
-                                break
+                        if rest and last_round:  # a last line without its newline
+                            self.log(f"[{pod}] {rest}")
                     finally:
                         resp.release_conn()
             except Exception as err:  # logs are best effort: the job's status decides the step
                 self.log(f"(rank-0 log unavailable: {type(err).__name__}: {err})")
-            if stop.wait(self.poll_s):
+            if last_round:
                 return
+            stop.wait(self.poll_s)
 
 
 def rank0_address(api: str, name: str) -> str:
