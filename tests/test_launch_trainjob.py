@@ -6,6 +6,7 @@ with the job's reason, re-attach on retry, a deleted job, and the RBAC those cal
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import time
 from pathlib import Path
@@ -113,6 +114,18 @@ def test_job_name_is_one_per_run_and_stage():
         assert all(c.islower() or c.isdigit() or c == "-" for c in n)
     with pytest.raises(ValueError):
         job_name("", "sft")
+    # The CRD's own CEL rules on the name (RFC 1035 label, <= 63): the pattern is read from the CRD.
+    rules = {
+        r["message"]: r["rule"]
+        for r in crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
+    }
+    pattern = re.search(
+        r"matches\('(.+)'\)", rules["metadata.name must match RFC 1035 DNS label format"]
+    ).group(1)
+    assert "size(self.metadata.name) <= 63" in rules.values()
+    for n in (a, b):
+        assert re.fullmatch(pattern, n) and len(n) <= 63
+    assert not re.fullmatch(pattern, "1-starts-with-a-digit")
 
 
 def test_job_state_reads_trainjob_and_pytorchjob_statuses():
