@@ -42,6 +42,8 @@ def rl_op(
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config_yaml)
     cfg = load_config(RlConfig, f.name, [str(o) for o in overrides])
+    if cfg.launch.nodes > 1:  # the DAG was compiled for one node: say how to get the multi-node step
+        raise ValueError(f"launch.nodes={cfg.launch.nodes}: compile with --rl-config <this config>")
     output = output or storage.join(run_root(run_prefix, run_id, trained.uri), "rl")
     cfg.data, cfg.model, cfg.output = location(data), location(model), output  # S3 directories
     summary = launch(cfg)  # python -m torch.distributed.run --nproc-per-node N -m paravt_core.cli rl ...

@@ -40,6 +40,8 @@ def sft_op(
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config_yaml)
     cfg = load_config(SftConfig, f.name, [str(o) for o in overrides])
+    if cfg.launch.nodes > 1:  # the DAG was compiled for one node: say how to get the multi-node step
+        raise ValueError(f"launch.nodes={cfg.launch.nodes}: compile with --sft-config <this config>")
     cfg.data.input = location(data)  # the S3 directory the artifact stands for, read by the stage
     cfg.model.uri = model_uri
     cfg.output = output or storage.join(run_root(run_prefix, run_id, model.uri), "sft")

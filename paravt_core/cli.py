@@ -159,7 +159,7 @@ def _cmd_pipeline_compile(args: argparse.Namespace) -> int:
     name, out = args.name_and_out if len(args.name_and_out) == 2 else ("train", args.name_and_out[0])
     if name not in pipelines():
         raise UsageError(f"unknown pipeline {name!r}; known: {', '.join(sorted(pipelines()))}")
-    print(compile_pipeline(name, out))
+    print(compile_pipeline(name, out, sft_config=args.sft_config, rl_config=args.rl_config))
     return 0
 
 
@@ -419,6 +419,12 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument(
         "name_and_out", nargs="+", metavar="[NAME] OUT", help="pipeline name (default: train), output"
     )
+    for stage in ("sft", "rl"):
+        pc.add_argument(
+            f"--{stage}-config",
+            metavar="YAML",
+            help=f"{stage} config whose launch section shapes the DAG (launch.nodes > 1: a TrainJob step)",
+        )
     pc.set_defaults(fn=_cmd_pipeline_compile)
 
     ps = psub.add_parser("submit", help="start one run on a KFP server and print its URL")

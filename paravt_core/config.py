@@ -240,6 +240,24 @@ class TrainConfig(StrictModel):
     )
 
 
+class LaunchConfig(StrictModel):
+    """How the pipeline runs a training stage: one node (in-pod ``torchrun``) or a multi-node job."""
+
+    nodes: int = Field(
+        default=1, ge=1, description="nodes; >1: a Kubeflow Trainer job, one torchrun per node"
+    )
+    gpus_per_node: int = Field(
+        default=8, ge=1, description="GPUs (torchrun processes) per node of a multi-node job"
+    )
+    api: Literal["trainjob", "pytorchjob"] = Field(
+        default="trainjob", description="trainjob: trainer.kubeflow.org/v1alpha1; pytorchjob: kubeflow.org/v1"
+    )
+    runtime: str = Field(
+        default="torch-distributed", description="ClusterTrainingRuntime the TrainJob refers to"
+    )
+    poll_s: float = Field(default=15.0, gt=0, description="seconds between status reads of the job")
+
+
 class SftModelConfig(StrictModel):
     # Checkpoint to start from: local dir, s3:// prefix or hub id (paravt_core.models.load).
     uri: str = "Qwen/Qwen3-VL-8B-Instruct"
@@ -308,6 +326,7 @@ class SftConfig(StrictModel):
     trainer: SftTrainerConfig = Field(default_factory=SftTrainerConfig)
     checkpoint: SftCheckpointConfig = Field(default_factory=SftCheckpointConfig)
     train: TrainConfig = Field(default_factory=TrainConfig, description="shared training core options")
+    launch: LaunchConfig = Field(default_factory=LaunchConfig, description="one node or a multi-node job")
 
     # Overrides ``model=URI`` / ``data=URI`` set only these keys (the section's other YAML keys stay).
     SHORTHANDS: ClassVar[dict[str, str]] = {"model": "model.uri", "data": "data.input"}

@@ -20,14 +20,30 @@ def pipelines() -> dict:
     return {"train": train_pipeline, "nightly": nightly_pipeline}
 
 
-def compile_pipeline(name: str, out: str, warn: bool = True) -> str:
+def compile_pipeline(
+    name: str, out: str, warn: bool = True, sft_config: str | None = None, rl_config: str | None = None
+) -> str:
     """Compile pipeline ``name`` to ``out``; ``warn``: say on stderr which images are not pinned by digest
-    (submit and schedule say it themselves, after the parameters are checked, so a mistake stays one line)."""
+    (submit and schedule say it themselves, after the parameters are checked, so a mistake stays one line).
+    ``sft_config`` / ``rl_config``: stage config files whose ``launch`` section shapes the train DAG
+    (``launch.nodes > 1``: that stage becomes a step that creates a multi-node Kubeflow Trainer job)."""
     known = pipelines()
     if name not in known:
         raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(sorted(known))}")
+    pipeline = known[name]
+    if sft_config or rl_config:
+        if name != "train":
+            raise ValueError("--sft-config / --rl-config shape the train pipeline only")
+        from paravt_core.config import SftConfig, load_config
+        from paravt_core.rl.config import RlConfig
+        from pipelines.train import build_train_pipeline
+
+        pipeline = build_train_pipeline(
+            load_config(SftConfig, sft_config).launch if sft_config else None,
+            load_config(RlConfig, rl_config).launch if rl_config else None,
+        )
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(known[name], package_path=out)
+    compiler.Compiler().compile(pipeline, package_path=out)
     if warn:
         warn_unpinned(name, out)
     return out

@@ -210,3 +210,38 @@ def configure_task(
     # Stages write to object storage: a cache hit would skip those side effects.
     task.set_caching_options(spec.cache)
     return task
+
+
+def node_spec(stage: str, image: str) -> dict:
+    """What every node of a multi-node ``stage`` job gets (``paravt_core.launch.trainjob.NodeSpec`` as a
+    dict, a compile-time input of the step): the stage's CPU, memory, GPU model, tolerations, /dev/shm and
+    deadline, the S3 credentials by Secret reference (no value) and endpoint by ConfigMap, the pull
+    secrets; the media claim is added by the step (a pipeline parameter)."""
+    spec = STAGES[stage]
+    return {
+        "image": image,
+        "cpu": spec.cpu,
+        "memory": spec.memory,
+        "gpu_resource": GPU_RESOURCE,
+        "node_selector": {GPU_PRODUCT_LABEL: spec.gpu_product, **spec.node_selector}
+        if spec.gpu_product
+        else dict(spec.node_selector),
+        "tolerations": [
+            {k: v for k, v in vars(t).items() if v is not None} for t in (GPU_TOLERATION, *spec.tolerations)
+        ],
+        "secret_env": {env: [S3_SECRET_NAME, key] for env, key in S3_SECRET_KEYS.items()},
+        "config_map_env": {env: [S3_CONFIG_NAME, key] for env, key in S3_CONFIG_KEYS.items()},
+        "pvc_mount": MEDIA_MOUNT_PATH,
+        "shm": spec.shm,
+        "image_pull_secrets": image_pull_secrets(),
+        "active_deadline_s": spec.timeout_seconds,
+    }
+
+
+def launcher_platform(stage: str) -> StagePlatform:
+    """The multi-node step's own pod: no GPU, no media; the stage's deadline and retries (a retry
+    re-attaches to the job, so it needs the whole window)."""
+    spec = STAGES[stage]
+    return StagePlatform(
+        cpu="1", memory="2G", media=False, timeout_seconds=spec.timeout_seconds, retries=spec.retries
+    )

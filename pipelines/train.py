@@ -17,89 +17,146 @@ cluster (``paravt pipeline submit train``) or locally with ``kfp.local.Subproces
 from kfp import dsl
 
 from components.data import data_op
+from components.images import RL_IMAGE, SFT_IMAGE
+from components.multinode import rl_trainjob_op, sft_trainjob_op
 from components.report import report_op
 from components.rl import rl_op
 from components.sft import sft_op
+from paravt_core.config import LaunchConfig
 from pipelines.eval_step import eval_step
 from pipelines.nightly_eval import BENCHMARKS
-from pipelines.platform import MEDIA_MOUNT_PATH, MEDIA_PVC_NAME, configure_task
+from pipelines.platform import MEDIA_MOUNT_PATH, MEDIA_PVC_NAME, configure_task, launcher_platform, node_spec
 
 PIPELINE_NAME = "paravt-train"
 
 
-@dsl.pipeline(name=PIPELINE_NAME, description="ParaVT: data -> SFT -> PARA-GRPO -> eval -> report")
-def train_pipeline(
-    run_prefix: str = "",
-    base_model: str = "Qwen/Qwen3-VL-8B-Instruct",
-    benchmarks: list = BENCHMARKS,  # noqa: B006
-    data_config_yaml: str = "{}",
-    data_overrides: list = [],  # noqa: B006
-    sft_config_yaml: str = "{}",
-    sft_overrides: list = [],  # noqa: B006
-    rl_config_yaml: str = "{}",
-    rl_overrides: list = [],  # noqa: B006
-    eval_config_yaml: str = "{}",
-    eval_overrides: list = [],  # noqa: B006
-    report_config_yaml: str = "{}",
-    report_overrides: list = [],  # noqa: B006
-    sft_gpus: str = "8",
-    rl_gpus: str = "8",
-    eval_gpus: str = "1",
-    eval_shards: int = 1,
-    media_pvc: str = MEDIA_PVC_NAME,
-    media_root: str = MEDIA_MOUNT_PATH,
-) -> str:
-    """``run_prefix``: where this run's stage outputs go (``<run_prefix>/<stage>``); empty (default):
-    the run's own directory under the pipeline root, ``<pipeline root>/paravt-train/<run id>/<stage>``
-    (object storage on a cluster, the same for every retry; components/locations.py);
-    ``base_model``: the model SFT starts from; each stage's config as YAML text plus dotted
-    ``key=value`` overrides (as ``paravt <stage> --config``); GPUs per stage (text: KFP 2.17's driver
-    reads the count as a string); ``eval_shards``: eval tasks per benchmark, each on a disjoint
-    slice of its samples by id, merged into one result (1: one task per benchmark); ``media_pvc``:
-    the PersistentVolumeClaim with the extracted media, mounted at ``media_root`` (where the data stage extracts, unless its config says otherwise; empty:
-    the config decides). Returns the report URI."""
-    run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER  # passed alone: the driver resolves only exact placeholders
-    data = data_op(
-        config_yaml=data_config_yaml,
-        overrides=data_overrides,
-        run_prefix=run_prefix,
-        run_id=run_id,
-        media_root=media_root,
+def _multinode_inputs(launch: LaunchConfig, stage: str, image: str) -> dict:
+    return dict(
+        nodes=launch.nodes,
+        gpus_per_node=launch.gpus_per_node,
+        api=launch.api,
+        runtime=launch.runtime,
+        poll_s=launch.poll_s,
+        node_spec=node_spec(stage, image),
     )
-    configure_task(data, "data", media_pvc=media_pvc)
 
-    sft = sft_op(
-        config_yaml=sft_config_yaml,
-        overrides=sft_overrides,
-        data=data.outputs["dataset"],
-        model_uri=base_model,
-        run_prefix=run_prefix,
-        run_id=run_id,
-    )
-    configure_task(sft, "sft", gpus=sft_gpus, media_pvc=media_pvc)
 
-    rl = rl_op(
-        config_yaml=rl_config_yaml,
-        overrides=rl_overrides,
-        data=data.outputs["dataset"],
-        model=sft.outputs["model"],
-        run_prefix=run_prefix,
-        run_id=run_id,
-    )
-    configure_task(rl, "rl", gpus=rl_gpus, media_pvc=media_pvc)
+def _multinode_name(stage: str, launch: LaunchConfig) -> str:
+    kind = "TrainJob" if launch.api == "trainjob" else "PyTorchJob"
+    return f"{stage} ({kind}, {launch.nodes}x{launch.gpus_per_node} GPUs)"
 
-    # The model is the RL stage's final checkpoint, found under the run's root (not rl's task output:
-    # kfp.local 2.17 replaces a task output passed into a ParallelFor with the loop item).
-    merged = eval_step(benchmarks=benchmarks, shards=eval_shards, gpus=eval_gpus, media_pvc=media_pvc, after=(rl,),
-                       config_yaml=eval_config_yaml, overrides=eval_overrides, run_prefix=run_prefix,
-                       train_run_id=run_id)  # fmt: skip
 
-    report = report_op(
-        config_yaml=report_config_yaml,
-        overrides=report_overrides,
-        eval_outputs=dsl.Collected(merged.outputs["Output"]),
-        run_prefix=run_prefix,
-        run_id=run_id,
-    )
-    configure_task(report, "report")
-    return report.outputs["Output"]
+def build_train_pipeline(sft_launch: LaunchConfig | None = None, rl_launch: LaunchConfig | None = None):
+    """The train DAG for the given ``launch`` sections of the SFT and RL configs (known when compiling:
+    a multi-node stage is a different step, a small pod that creates and follows a Kubeflow Trainer job,
+    ``components/multinode.py``). ``None`` or one node: the stage trains in its own GPU pod."""
+    sft_launch, rl_launch = sft_launch or LaunchConfig(), rl_launch or LaunchConfig()
+
+    @dsl.pipeline(name=PIPELINE_NAME, description="ParaVT: data -> SFT -> PARA-GRPO -> eval -> report")
+    def train_pipeline(
+        run_prefix: str = "",
+        base_model: str = "Qwen/Qwen3-VL-8B-Instruct",
+        benchmarks: list = BENCHMARKS,  # noqa: B006
+        data_config_yaml: str = "{}",
+        data_overrides: list = [],  # noqa: B006
+        sft_config_yaml: str = "{}",
+        sft_overrides: list = [],  # noqa: B006
+        rl_config_yaml: str = "{}",
+        rl_overrides: list = [],  # noqa: B006
+        eval_config_yaml: str = "{}",
+        eval_overrides: list = [],  # noqa: B006
+        report_config_yaml: str = "{}",
+        report_overrides: list = [],  # noqa: B006
+        sft_gpus: str = "8",
+        rl_gpus: str = "8",
+        eval_gpus: str = "1",
+        eval_shards: int = 1,
+        media_pvc: str = MEDIA_PVC_NAME,
+        media_root: str = MEDIA_MOUNT_PATH,
+    ) -> str:
+        """``run_prefix``: where this run's stage outputs go (``<run_prefix>/<stage>``); empty (default):
+        the run's own directory under the pipeline root, ``<pipeline root>/paravt-train/<run id>/<stage>``
+        (object storage on a cluster, the same for every retry; components/locations.py);
+        ``base_model``: the model SFT starts from; each stage's config as YAML text plus dotted
+        ``key=value`` overrides (as ``paravt <stage> --config``); GPUs per stage (text: KFP 2.17's driver
+        reads the count as a string); ``eval_shards``: eval tasks per benchmark, each on a disjoint
+        slice of its samples by id, merged into one result (1: one task per benchmark); ``media_pvc``: the
+        PersistentVolumeClaim with the extracted media, mounted at ``media_root`` (where the data stage extracts, unless its config says otherwise; empty:
+        the config decides). Returns the report URI."""
+        run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER  # passed alone: the driver resolves only exact placeholders
+        data = data_op(
+            config_yaml=data_config_yaml,
+            overrides=data_overrides,
+            run_prefix=run_prefix,
+            run_id=run_id,
+            media_root=media_root,
+        )
+        configure_task(data, "data", media_pvc=media_pvc)
+
+        common = dict(run_prefix=run_prefix, run_id=run_id)
+        if sft_launch.nodes > 1:
+            sft = sft_trainjob_op(
+                config_yaml=sft_config_yaml,
+                overrides=sft_overrides,
+                data_uri=data.outputs["Output"],
+                model_uri=base_model,
+                media_pvc=media_pvc,
+                **_multinode_inputs(sft_launch, "sft", SFT_IMAGE),
+                **common,
+            )
+            configure_task(
+                sft, "sft", display_name=_multinode_name("sft", sft_launch), platform=launcher_platform("sft")
+            )
+        else:
+            sft = sft_op(
+                config_yaml=sft_config_yaml,
+                overrides=sft_overrides,
+                data=data.outputs["dataset"],
+                model_uri=base_model,
+                **common,
+            )
+            configure_task(sft, "sft", gpus=sft_gpus, media_pvc=media_pvc)
+
+        if rl_launch.nodes > 1:
+            rl = rl_trainjob_op(
+                config_yaml=rl_config_yaml,
+                overrides=rl_overrides,
+                data=data.outputs["Output"],
+                model=sft.outputs["Output"],
+                media_pvc=media_pvc,
+                **_multinode_inputs(rl_launch, "rl", RL_IMAGE),
+                **common,
+            )
+            configure_task(
+                rl, "rl", display_name=_multinode_name("rl", rl_launch), platform=launcher_platform("rl")
+            )
+        else:
+            rl = rl_op(
+                config_yaml=rl_config_yaml,
+                overrides=rl_overrides,
+                data=data.outputs["dataset"],
+                model=sft.outputs["model"],
+                **common,
+            )
+            configure_task(rl, "rl", gpus=rl_gpus, media_pvc=media_pvc)
+
+        # The model is the RL stage's final checkpoint, found under the run's root (not rl's task output:
+        # kfp.local 2.17 replaces a task output passed into a ParallelFor with the loop item).
+        merged = eval_step(benchmarks=benchmarks, shards=eval_shards, gpus=eval_gpus, media_pvc=media_pvc,
+                           after=(rl,), config_yaml=eval_config_yaml, overrides=eval_overrides,
+                           run_prefix=run_prefix, train_run_id=run_id)  # fmt: skip
+
+        report = report_op(
+            config_yaml=report_config_yaml,
+            overrides=report_overrides,
+            eval_outputs=dsl.Collected(merged.outputs["Output"]),
+            run_prefix=run_prefix,
+            run_id=run_id,
+        )
+        configure_task(report, "report")
+        return report.outputs["Output"]
+
+    return train_pipeline
+
+
+train_pipeline = build_train_pipeline()

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from paravt_core.agent.config import AgentConfig
-from paravt_core.config import AdvantageConfig, ParavtRecipe, PolicyLossConfig, TrainConfig
+from paravt_core.config import AdvantageConfig, LaunchConfig, ParavtRecipe, PolicyLossConfig, TrainConfig
 from paravt_core.config_base import StrictModel
 
 
@@ -90,3 +90,4 @@ class RlConfig(StrictModel):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     checkpoint: RlCheckpointConfig = Field(default_factory=RlCheckpointConfig)
     train: TrainConfig = Field(default_factory=TrainConfig, description="shared training core options")
+    launch: LaunchConfig = Field(default_factory=LaunchConfig, description="one node or a multi-node job")

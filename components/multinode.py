@@ -1,0 +1,149 @@
+"""KFP components: the SFT and RL stages on several nodes (``launch.nodes > 1``).
+
+The step's own pod is small (no GPU): it resolves the stage config like ``components/sft.py`` and
+``components/rl.py`` do, then ``paravt_core.launch.trainjob.launch_stage`` creates the run's Kubeflow
+Trainer ``TrainJob`` (or ``PyTorchJob``) whose every node runs ``torchrun -m paravt_core.cli sft|rl`` on
+the stage's image, and follows it to its end (status, rank-0 log, failure reason; a retried step
+re-attaches to a job still running). The outputs are those of the one-node components, read from the
+stage's output URI once the job completed, so the DAG downstream is the same.
+``node_spec``: the node pods' settings from ``pipelines/platform.py`` (``node_spec``), fixed at compile time.
+"""
+
+from kfp import dsl
+from kfp.dsl import HTML, Artifact, Metrics, Model, Output
+
+from components.images import RL_IMAGE, SFT_IMAGE
+
+
+@dsl.component(base_image=SFT_IMAGE, install_kfp_package=False)
+def sft_trainjob_op(
+    config_yaml: str,
+    overrides: list,
+    data_uri: str,
+    model_uri: str,
+    nodes: int,
+    gpus_per_node: int,
+    api: str,
+    runtime: str,
+    poll_s: float,
+    node_spec: dict,
+    media_pvc: str,
+    curve: Output[HTML],
+    metrics: Output[Metrics],
+    model: Output[Model],
+    output: str = "",
+    run_prefix: str = "",
+    run_id: str = "",
+) -> str:
+    """``paravt sft`` on ``nodes`` x ``gpus_per_node`` GPUs as one multi-node job; returns the URI of the
+    final checkpoint, also the ``model`` artifact."""
+    import base64
+    import json
+    import tempfile
+
+    from components.locations import expose, run_root
+    from paravt_core import storage
+    from paravt_core.config import SftConfig, config_to_yaml, load_config
+    from paravt_core.launch.trainjob import NodeSpec, launch_stage
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(config_yaml)
+    cfg = load_config(SftConfig, f.name, [str(o) for o in overrides])
+    cfg.data.input = data_uri
+    cfg.model.uri = model_uri
+    cfg.output = output or storage.join(run_root(run_prefix, run_id, model.uri), "sft")
+    cfg.launch.nodes, cfg.launch.gpus_per_node, cfg.launch.api = nodes, gpus_per_node, api
+    output = cfg.output
+    launch_stage(
+        "sft",
+        config_to_yaml(cfg),
+        run_id=run_id,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        api=api,
+        runtime=runtime,
+        poll_s=poll_s,
+        spec=NodeSpec(**{**node_spec, "pvc": media_pvc}),
+    )
+    summary = json.loads(storage.read_bytes(storage.join(output, "metrics.json")))
+    png = storage.read_bytes(storage.join(output, "loss_curve.png"))
+    with open(curve.path, "w") as out:
+        out.write(f'<img alt="SFT loss" src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+    for key, value in summary.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            metrics.log_metric(key, value)
+    final = storage.join(output, "final")
+    expose(model, final, run_id)
+    return final
+
+
+@dsl.component(base_image=RL_IMAGE, install_kfp_package=False)
+def rl_trainjob_op(
+    config_yaml: str,
+    overrides: list,
+    data: str,
+    model: str,
+    nodes: int,
+    gpus_per_node: int,
+    api: str,
+    runtime: str,
+    poll_s: float,
+    node_spec: dict,
+    media_pvc: str,
+    curves: Output[Artifact],
+    metrics: Output[Metrics],
+    trained: Output[Model],
+    output: str = "",
+    run_prefix: str = "",
+    run_id: str = "",
+) -> str:
+    """``paravt rl`` on ``nodes`` x ``gpus_per_node`` learner GPUs as one multi-node job, rolling out on
+    the server(s) at ``engine.base_url``; returns the URI of the trained model, also ``trained``."""
+    import json
+    import tempfile
+
+    from components.locations import expose, run_root
+    from paravt_core import storage
+    from paravt_core.config import config_to_yaml, load_config
+    from paravt_core.launch.trainjob import (
+        NodeSpec,
+        check_rl_multinode,
+        job_name,
+        launch_stage,
+        rank0_address,
+    )
+    from paravt_core.rl.config import RlConfig
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(config_yaml)
+    cfg = load_config(RlConfig, f.name, [str(o) for o in overrides])
+    output = output or storage.join(run_root(run_prefix, run_id, trained.uri), "rl")
+    cfg.data, cfg.model, cfg.output = data, model, output
+    cfg.launch.nodes, cfg.launch.gpus_per_node, cfg.launch.api = nodes, gpus_per_node, api
+    check_rl_multinode(cfg.engine.kind, cfg.engine.base_url)
+    if cfg.engine.weight_sync == "distributed" and cfg.engine.nccl_address in ("", "127.0.0.1"):
+        cfg.engine.nccl_address = rank0_address(
+            api, job_name(run_id, "rl")
+        )  # where the server joins the push
+    launch_stage(
+        "rl",
+        config_to_yaml(cfg),
+        run_id=run_id,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        api=api,
+        runtime=runtime,
+        poll_s=poll_s,
+        spec=NodeSpec(**{**node_spec, "pvc": media_pvc}),
+    )
+    summary = json.loads(storage.read_bytes(storage.join(output, "metrics.json")))
+    with open(curves.path, "wb") as out:
+        out.write(storage.read_bytes(storage.join(output, "curves.png")))
+    curves.metadata["uri"] = storage.join(output, "curves.png")
+    for key, value in summary.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            metrics.log_metric(key, value)
+    final = storage.join(output, "final")
+    print(json.dumps({"final": final}))
+    expose(trained, final, run_id)
+    return final

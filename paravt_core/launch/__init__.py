@@ -1,0 +1,1 @@
+"""Launching a training stage beyond one pod: multi-node jobs on Kubernetes (``trainjob``)."""

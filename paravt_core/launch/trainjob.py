@@ -1,0 +1,524 @@
+"""A training stage on several nodes: a Kubeflow Trainer ``TrainJob`` (or a training-operator
+``PyTorchJob``) that runs ``torchrun -m paravt_core.cli sft|rl`` on every node, followed to its end.
+
+What the pipeline's multi-node step does (``components/multinode.py``):
+
+1. ``job_name(run_id, stage)``: one name per run and stage, so a retried step finds the job of its
+   first attempt. A job of that name that is still going is re-attached to (never a second create); a
+   finished one is deleted and created again (a failed one: the stage resumes from its checkpoints).
+2. The manifest (pure functions, validated in the tests against the vendored TrainJob CRD schema):
+   the stage's image, ``nodes`` x ``gpus_per_node``, the resolved stage config in an env var (written
+   to a file by the node's shell, then ``torchrun``), secrets as ``secretKeyRef`` (names and keys,
+   never values), the media volume and ``/dev/shm``.
+3. ``follow``: reads the job every ``poll_s``, prints each status change, streams the rank-0 pod's log,
+   raises ``JobFailed`` with the job's condition message when it fails, ``JobGone`` when it is deleted
+   under us, and deletes it once it completed.
+
+Why the ``kubernetes`` client's ``CustomObjectsApi`` and not the Kubeflow SDK's ``TrainerClient``
+(``kubeflow==0.5.0``): its ``train()`` first reads the cluster-scoped ``ClusterTrainingRuntime``
+(``get_runtime``), which needs a ClusterRole where a namespaced Role is enough for us; it does not
+cover ``PyTorchJob``; and it would add ``kubeflow-trainer-api`` and ``kubeflow-katib-api`` to every
+image. One client for both kinds keeps one code path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+TRAINJOB = ("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
+PYTORCHJOB = ("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
+KINDS = {"trainjob": TRAINJOB, "pytorchjob": PYTORCHJOB}
+# The torch-distributed runtime's replicated job and container are named "node" (trainer v2.3.0,
+# pkg/constants/constants.go, Node); JobSet labels its pods with the job set (= TrainJob) name.
+TRAINJOB_RANK0_SELECTOR = (
+    "jobset.sigs.k8s.io/jobset-name={name},jobset.sigs.k8s.io/replicatedjob-name=node,"
+    "batch.kubernetes.io/job-completion-index=0"
+)
+PYTORCHJOB_RANK0_SELECTOR = (
+    "training.kubeflow.org/job-name={name},training.kubeflow.org/replica-type=master,"
+    "training.kubeflow.org/replica-index=0"
+)
+CONTAINER = {"trainjob": "node", "pytorchjob": "pytorch"}  # the training container of each kind
+CONFIG_ENV = "PARAVT_STAGE_CONFIG"
+CONFIG_FILE = "${TMPDIR:-/tmp}/paravt-stage.yaml"  # expanded by the node's shell
+MANAGER = "paravt.io/launcher"  # owner of our runtimePatches entry
+FINISHED = {"Complete", "Failed"}
+
+
+class JobFailed(RuntimeError):
+    """The job ended in failure; the message carries its reason."""
+
+
+class JobGone(RuntimeError):
+    """The job disappeared (deleted by someone) before it finished."""
+
+
+@dataclasses.dataclass
+class NodeSpec:
+    """What every node's pod gets besides the command: the pipeline's settings for the stage."""
+
+    image: str
+    cpu: str = "32"
+    memory: str = "512G"
+    gpu_resource: str = "nvidia.com/gpu"
+    node_selector: dict[str, str] = dataclasses.field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    env: dict[str, str] = dataclasses.field(default_factory=dict)  # plain values (no secrets)
+    secret_env: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)  # ENV -> (Secret, key)
+    config_map_env: dict[str, tuple[str, str]] = dataclasses.field(
+        default_factory=dict
+    )  # ENV -> (ConfigMap, key)
+    pvc: str = ""  # claim mounted at pvc_mount ("" = none)
+    pvc_mount: str = "/mnt/media"
+    shm: str = ""  # size of a memory-backed /dev/shm ("" = none)
+    image_pull_secrets: list[str] = dataclasses.field(default_factory=list)
+    active_deadline_s: int = 0  # 0 = none
+
+
+def job_name(run_id: str, stage: str) -> str:
+    """``paravt-<stage>-<12 hex of the run id>``: the same for every attempt of the run's step, a valid
+    DNS-1035 label well under JobSet's name limit (its pods and services append suffixes)."""
+    if not run_id:
+        raise ValueError("a run id is needed to name the job (a retry must find it again)")
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:12]
+    return f"paravt-{re.sub(r'[^a-z0-9]', '', stage.lower())}-{digest}"
+
+
+def labels(run_id: str, stage: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/managed-by": "paravt",
+        "paravt.io/stage": stage,
+        "paravt.io/run": hashlib.sha256(run_id.encode()).hexdigest()[:12],
+    }
+
+
+def node_command(stage: str, api: str, nodes: int, gpus_per_node: int) -> list[str]:
+    """The node's command: write the config from its env var, then ``torchrun``. The Trainer's torch
+    plugin sets ``PET_NNODES``/``PET_NPROC_PER_NODE``/``PET_NODE_RANK``/``PET_MASTER_ADDR``/``_PORT``, which
+    torchrun reads itself; the training operator sets ``MASTER_ADDR``/``MASTER_PORT`` and the pod's
+    ``RANK`` (its replica index), given to torchrun explicitly."""
+    if stage not in {"sft", "rl"}:
+        raise ValueError(f"unknown stage {stage!r}; expected sft or rl")
+    run = "torchrun"
+    if api == "pytorchjob":
+        run += (
+            f" --nnodes={nodes} --nproc-per-node={gpus_per_node} --node-rank=$RANK"
+            " --master-addr=$MASTER_ADDR --master-port=$MASTER_PORT"
+        )
+    script = f'printf "%s" "${CONFIG_ENV}" > {CONFIG_FILE} && exec {run} -m paravt_core.cli {stage} --config {CONFIG_FILE}'
+    return ["/bin/sh", "-c", script]
+
+
+def _env(spec: NodeSpec, config_yaml: str) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in spec.env.items()]
+    env.append({"name": CONFIG_ENV, "value": config_yaml})
+    for name, (secret, key) in spec.secret_env.items():
+        env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    for name, (cm, key) in spec.config_map_env.items():
+        env.append({"name": name, "valueFrom": {"configMapKeyRef": {"name": cm, "key": key}}})
+    return env
+
+
+def _volumes(spec: NodeSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes, mounts = [], []
+    if spec.pvc:
+        volumes.append({"name": "media", "persistentVolumeClaim": {"claimName": spec.pvc}})
+        mounts.append({"name": "media", "mountPath": spec.pvc_mount})
+    if spec.shm:
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    return volumes, mounts
+
+
+def _resources(spec: NodeSpec, gpus: int) -> dict[str, Any]:
+    amounts = {"cpu": spec.cpu, "memory": spec.memory, spec.gpu_resource: gpus}
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def trainjob_manifest(
+    name: str,
+    namespace: str,
+    stage: str,
+    spec: NodeSpec,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    config_yaml: str,
+    job_labels: dict[str, str],
+    runtime: str = "torch-distributed",
+) -> dict[str, Any]:
+    """A ``trainer.kubeflow.org/v1alpha1`` TrainJob (schema of trainer v2.3.0): the trainer section
+    carries image, command, env (secrets by ``secretKeyRef``), nodes, processes and resources; what it
+    has no field for (volumes, node selection, pull secrets) goes through ``runtimePatches`` onto the
+    "node" pods."""
+    volumes, mounts = _volumes(spec)
+    pod: dict[str, Any] = {}
+    if mounts:
+        pod["containers"] = [{"name": CONTAINER["trainjob"], "volumeMounts": mounts}]
+        pod["volumes"] = volumes
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = list(spec.tolerations)
+    if spec.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
+    patch = {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": pod}}}}]}
+    job_spec: dict[str, Any] = {
+        "runtimeRef": {"name": runtime, "apiGroup": TRAINJOB[0], "kind": "ClusterTrainingRuntime"},
+        "trainer": {
+            "image": spec.image,
+            "command": node_command(stage, "trainjob", nodes, gpus_per_node),
+            "env": _env(spec, config_yaml),
+            "numNodes": nodes,
+            "numProcPerNode": gpus_per_node,
+            "resourcesPerNode": _resources(spec, gpus_per_node),
+        },
+    }
+    if pod:
+        job_spec["runtimePatches"] = [
+            {"manager": MANAGER, "trainingRuntimeSpec": {"template": {"spec": patch}}}
+        ]
+    if spec.active_deadline_s:
+        job_spec["activeDeadlineSeconds"] = spec.active_deadline_s
+    return {
+        "apiVersion": f"{TRAINJOB[0]}/{TRAINJOB[1]}",
+        "kind": TRAINJOB[3],
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(job_labels)},
+        "spec": job_spec,
+    }
+
+
+def pytorchjob_manifest(
+    name: str,
+    namespace: str,
+    stage: str,
+    spec: NodeSpec,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    config_yaml: str,
+    job_labels: dict[str, str],
+) -> dict[str, Any]:
+    """A ``kubeflow.org/v1`` PyTorchJob: one Master and ``nodes - 1`` Workers, same pod template."""
+    volumes, mounts = _volumes(spec)
+    container: dict[str, Any] = {
+        "name": CONTAINER["pytorchjob"],
+        "image": spec.image,
+        "command": node_command(stage, "pytorchjob", nodes, gpus_per_node),
+        "env": _env(spec, config_yaml),
+        "resources": _resources(spec, gpus_per_node),
+    }
+    if mounts:
+        container["volumeMounts"] = mounts
+    pod: dict[str, Any] = {"containers": [container]}
+    if volumes:
+        pod["volumes"] = volumes
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = list(spec.tolerations)
+    if spec.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
+
+    def replica(count: int) -> dict[str, Any]:
+        return {"replicas": count, "restartPolicy": "Never", "template": {"spec": pod}}
+
+    replicas = {"Master": replica(1)}
+    if nodes > 1:
+        replicas["Worker"] = replica(nodes - 1)
+    job_spec: dict[str, Any] = {"pytorchReplicaSpecs": replicas, "runPolicy": {"backoffLimit": 0}}
+    if spec.active_deadline_s:
+        job_spec["runPolicy"]["activeDeadlineSeconds"] = spec.active_deadline_s
+    return {
+        "apiVersion": f"{PYTORCHJOB[0]}/{PYTORCHJOB[1]}",
+        "kind": PYTORCHJOB[3],
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(job_labels)},
+        "spec": job_spec,
+    }
+
+
+def _true(conditions: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    return next((c for c in conditions if c.get("type") == kind and c.get("status") == "True"), None)
+
+
+def job_state(api: str, obj: dict[str, Any]) -> tuple[str, str]:
+    """(state, reason) of a job object: Created, Running, Suspended, Complete or Failed.
+
+    TrainJob (v2.3.0) has only Complete/Failed/Suspended conditions; Running is read off
+    ``status.jobsStatus`` (active or ready jobs), as the Kubeflow SDK does from the pods. PyTorchJob has
+    Created/Running/Restarting/Succeeded/Failed conditions."""
+    status = obj.get("status") or {}
+    conditions = status.get("conditions") or []
+    failed = _true(conditions, "Failed")
+    if failed:
+        return "Failed", ": ".join(x for x in (failed.get("reason"), failed.get("message")) if x)
+    done = _true(conditions, "Complete" if api == "trainjob" else "Succeeded")
+    if done:
+        return "Complete", done.get("message", "")
+    if _true(conditions, "Suspended"):
+        return "Suspended", _true(conditions, "Suspended").get("message", "")
+    if api == "trainjob":
+        jobs = status.get("jobsStatus") or []
+        running = any((j.get("active") or 0) + (j.get("ready") or 0) > 0 for j in jobs)
+        return ("Running" if running else "Created"), ""
+    if _true(conditions, "Running") or _true(conditions, "Restarting"):
+        return "Running", ""
+    return "Created", ""
+
+
+class Launcher:
+    """Create or re-attach to one job and follow it to its end, through ``CustomObjectsApi`` and
+    ``CoreV1Api`` (pods and their logs) of the official ``kubernetes`` client."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        namespace: str,
+        api: str = "trainjob",
+        *,
+        poll_s: float = 15.0,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        from kubernetes import client
+
+        if api not in KINDS:
+            raise ValueError(f"launch.api {api!r}: expected one of {sorted(KINDS)}")
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.namespace, self.api, self.poll_s, self.log = namespace, api, poll_s, log
+        self.group, self.version, self.plural, self.kind = KINDS[api]
+
+    # --- API calls -------------------------------------------------------------------------------
+    def get(self, name: str, attempts: int = 6) -> dict[str, Any] | None:
+        """The job object, None when it does not exist. A flaky API server (5xx, 429, a dropped
+        connection) is retried with backoff: a 36 h job must not fail on one bad read."""
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        for attempt in range(attempts):
+            try:
+                return self.custom.get_namespaced_custom_object(
+                    self.group, self.version, self.namespace, self.plural, name
+                )
+            except ApiException as err:
+                if err.status == 404:
+                    return None
+                if (err.status or 0) < 500 and err.status != 429 or attempt == attempts - 1:
+                    raise
+                problem = f"HTTP {err.status}"
+            except urllib3.exceptions.HTTPError as err:
+                if attempt == attempts - 1:
+                    raise
+                problem = type(err).__name__
+            wait = min(self.poll_s * 2**attempt, 60.0)
+            self.log(f"{self.kind} {name}: API read failed ({problem}); retrying in {wait:.1f}s")
+            time.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def delete(self, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.custom.delete_namespaced_custom_object(
+                self.group, self.version, self.namespace, self.plural, name, propagation_policy="Foreground"
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def _wait_gone(self, name: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.get(name) is not None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.kind} {name} still exists {timeout_s:.0f}s after its deletion")
+            time.sleep(min(self.poll_s, 2.0))
+
+    # --- the step --------------------------------------------------------------------------------
+    def start(self, manifest: dict[str, Any]) -> str:
+        """Create the job, or re-attach to the run's job when it is still going; returns what happened:
+        "created", "re-attached" or "recreated" (the previous attempt's job had finished)."""
+        name = manifest["metadata"]["name"]
+        existing = self.get(name)
+        how = "created"
+        if existing is not None:
+            state, reason = job_state(self.api, existing)
+            if state not in FINISHED:
+                self.log(f"{self.kind} {name}: re-attaching to the job of an earlier attempt ({state})")
+                return "re-attached"
+            self.log(
+                f"{self.kind} {name}: the earlier attempt's job ended {state}; deleting it to start again"
+            )
+            self.delete(name)
+            self._wait_gone(name, timeout_s=600.0)
+            how = "recreated"
+        self.custom.create_namespaced_custom_object(
+            self.group, self.version, self.namespace, self.plural, manifest
+        )
+        self.log(f"{self.kind} {name}: created in {self.namespace}")
+        return how
+
+    def follow(self, name: str, timeout_s: float | None = None) -> dict[str, Any]:
+        """Follow the job until it finishes; delete it on success and return its last object."""
+        stop = threading.Event()
+        streamer = threading.Thread(target=self._stream_rank0, args=(name, stop), daemon=True)
+        streamer.start()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        last = None
+        try:
+            while True:
+                obj = self.get(name)
+                if obj is None:
+                    raise JobGone(
+                        f"{self.kind} {self.namespace}/{name} was deleted before it finished (last state: {last})"
+                    )
+                state, reason = job_state(self.api, obj)
+                if state != last:
+                    self.log(f"{self.kind} {name}: {state}" + (f" ({reason})" if reason else ""))
+                    last = state
+                if state in FINISHED:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{self.kind} {name} did not finish in {timeout_s:.0f}s (state {state})"
+                    )
+                time.sleep(self.poll_s)
+        finally:
+            stop.set()
+            streamer.join(timeout=max(5.0, 2 * self.poll_s))
+        if state == "Failed":
+            raise JobFailed(f"{self.kind} {self.namespace}/{name} failed: {reason or 'no reason given'}")
+        self.delete(name)
+        self.log(f"{self.kind} {name}: deleted after completion")
+        return obj
+
+    def run(self, manifest: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
+        self.start(manifest)
+        return self.follow(manifest["metadata"]["name"], timeout_s=timeout_s)
+
+    def _rank0_pod(self, name: str) -> str | None:
+        selector = (TRAINJOB_RANK0_SELECTOR if self.api == "trainjob" else PYTORCHJOB_RANK0_SELECTOR).format(
+            name=name
+        )
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+        started = [p for p in pods if p.status and p.status.phase in {"Running", "Succeeded", "Failed"}]
+        started.sort(key=lambda p: (p.metadata.creation_timestamp is not None, p.metadata.creation_timestamp))
+        return started[-1].metadata.name if started else None  # the newest (a restarted node has two)
+
+    def _stream_rank0(self, name: str, stop: threading.Event) -> None:
+        """Print the rank-0 pod's log as it grows. A follow stream ends when the container stops (or, in
+        the emulator, at once); it is reopened and the lines already printed are skipped."""
+        printed: dict[str, int] = {}  # pod -> lines printed
+        while True:
+            last_round = stop.is_set()  # the job has finished: one more read for the log's last lines
+            try:
+                pod = self._rank0_pod(name)
+                if pod is not None:
+                    resp = self.core.read_namespaced_pod_log(
+                        pod,
+                        self.namespace,
+                        container=CONTAINER[self.api],
+                        follow=True,
+                        _preload_content=False,
+                    )
+                    seen, rest = 0, ""
+                    try:
+                        for raw in resp.stream(decode_content=True):  # chunks, not lines
+                            *lines, rest = (rest + raw.decode(errors="replace")).split("\n")
+                            for line in lines:
+                                seen += 1
+                                if seen > printed.get(pod, 0):
+                                    self.log(f"[{pod}] {line}")
+                                    printed[pod] = seen
+                        if rest and last_round:  # a last line without its newline
+                            self.log(f"[{pod}] {rest}")
+                    finally:
+                        resp.release_conn()
+            except Exception as err:  # logs are best effort: the job's status decides the step
+                self.log(f"(rank-0 log unavailable: {type(err).__name__}: {err})")
+            if last_round:
+                return
+            stop.wait(self.poll_s)
+
+
+def rank0_address(api: str, name: str) -> str:
+    """The DNS name of the job's rank-0 pod inside the namespace: JobSet gives each pod the hostname
+    ``<jobset>-<replicated job>-<job index>-<pod index>`` under a headless Service named after the job
+    set; the training operator makes a Service per replica, ``<job>-master-0``."""
+    return f"{name}-node-0-0.{name}" if api == "trainjob" else f"{name}-master-0"
+
+
+def check_rl_multinode(engine_kind: str, base_url: str) -> None:
+    """A multi-node RL job runs the learner only (torchrun on every node): the rollout server must be
+    reachable at ``engine.base_url`` (a server or a router in front of a fleet), or the engine in-process.
+    The one-node topology (an SGLang server on ``engine.gpus`` of the same pod) has no multi-node form."""
+    from paravt_core.config_base import ConfigError
+
+    if engine_kind == "sglang" and not base_url:
+        raise ConfigError(
+            "launch.nodes > 1 with engine.kind=sglang needs engine.base_url (the rollout server or router the "
+            "learner nodes talk to); the server-on-engine.gpus topology is one node only"
+        )
+
+
+def in_cluster_namespace(default: str = "default") -> str:
+    """The namespace this pod runs in (its service account's), else ``default``."""
+    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    try:
+        with open(path) as f:
+            return f.read().strip() or default
+    except OSError:
+        return default
+
+
+def api_client() -> Any:
+    """A client for the cluster this pod runs in (its service account), else ``~/.kube/config``."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        # $KUBECONFIG read now: the client reads it once, when first imported.
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+    return client.ApiClient()
+
+
+def launch_stage(
+    stage: str,
+    config_yaml: str,
+    *,
+    run_id: str,
+    nodes: int,
+    gpus_per_node: int,
+    api: str,
+    spec: NodeSpec,
+    runtime: str = "torch-distributed",
+    namespace: str = "",
+    poll_s: float = 15.0,
+    client: Any = None,
+    log: Callable[[str], None] = print,
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
+    """Run ``stage`` (its resolved config as YAML text) on ``nodes`` nodes and wait for it; returns the
+    finished job object. Raises ``JobFailed`` / ``JobGone`` (the step fails with that message)."""
+    if nodes < 2:
+        raise ValueError("launch_stage is the multi-node path; one node runs torchrun in the pod")
+    namespace = namespace or in_cluster_namespace()
+    name = job_name(run_id, stage)
+    common = dict(
+        nodes=nodes, gpus_per_node=gpus_per_node, config_yaml=config_yaml, job_labels=labels(run_id, stage)
+    )
+    if api == "trainjob":
+        manifest = trainjob_manifest(name, namespace, stage, spec, runtime=runtime, **common)
+    else:
+        manifest = pytorchjob_manifest(name, namespace, stage, spec, **common)
+    launcher = Launcher(
+        client if client is not None else api_client(), namespace, api, poll_s=poll_s, log=log
+    )
+    return launcher.run(manifest, timeout_s=timeout_s)

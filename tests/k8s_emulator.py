@@ -1,0 +1,207 @@
+"""A Kubernetes API emulator on loopback, for the few endpoints the multi-node launcher calls.
+
+No cluster can run here, so the launcher's real ``kubernetes`` client talks HTTP to this server instead:
+custom objects (create / get / list / delete, namespaced), pods listed by an equality label selector, and
+a pod's log. Like the API server, a create is validated against the CRD's ``openAPIV3Schema`` when one is
+registered (HTTP 422 with the validator's message), a second create of a name answers 409, and unknown
+objects 404. The test plays the controller: it sets statuses, adds pods and appends to their logs.
+Every request is recorded as (verb, resource) so tests can check RBAC against what was really called.
+
+Written by hand (rather than ``kmock``) to keep the emulator synchronous and tiny: the launcher's
+client is the official synchronous one, and the endpoints are five.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import jsonschema
+
+_CUSTOM = re.compile(
+    r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?$"
+)
+_PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+
+
+class Emulator:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, ns, name) -> object
+        self.schemas: dict[str, dict[str, Any]] = {}  # plural -> openAPIV3Schema
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.logs: dict[tuple[str, str], str] = {}
+        self.requests: list[tuple[str, str]] = []  # (verb, resource) as RBAC names them
+        self.created = threading.Event()
+        self.failures: list[int] = []  # status codes to answer the next custom-object GETs with
+        emulator = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self) -> Any:
+                n = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(n) or b"{}")
+
+            def do_GET(self) -> None:
+                self._send(*emulator.handle("GET", self.path, None))
+
+            def do_POST(self) -> None:
+                self._send(*emulator.handle("POST", self.path, self._body()))
+
+            def do_DELETE(self) -> None:
+                self._body()
+                self._send(*emulator.handle("DELETE", self.path, None))
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    @property
+    def host(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> Emulator:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def client(self) -> Any:
+        """An ``ApiClient`` of the official client pointed at this emulator."""
+        from kubernetes import client
+
+        cfg = client.Configuration()
+        cfg.host = self.host
+        return client.ApiClient(cfg)
+
+    def register_crd(self, crd: dict[str, Any]) -> None:
+        version = crd["spec"]["versions"][0]
+        self.schemas[crd["spec"]["names"]["plural"]] = version["schema"]["openAPIV3Schema"]
+
+    # --- HTTP -----------------------------------------------------------------------------------
+    def handle(self, method: str, path: str, body: Any) -> tuple[int, Any] | tuple[int, Any, str]:
+        url = urlparse(path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        if m := _CUSTOM.match(url.path):
+            return self._custom(method, m["plural"], m["ns"], m["name"], body)
+        if m := _PODS.match(url.path):
+            return self._pods(method, m["ns"], m["name"], bool(m["log"]), query)
+        return 404, _status(404, "NotFound", f"no route {url.path}")
+
+    def _custom(self, method: str, plural: str, ns: str, name: str | None, body: Any) -> tuple[int, Any]:
+        verb = {"GET": "get" if name else "list", "POST": "create", "DELETE": "delete"}[method]
+        with self.lock:
+            self.requests.append((verb, plural))
+            if method == "POST":
+                name = body.get("metadata", {}).get("name", "")
+                if plural in self.schemas:
+                    try:
+                        jsonschema.validate(body, self.schemas[plural])
+                    except jsonschema.ValidationError as err:
+                        where = "/".join(map(str, err.absolute_path))
+                        return 422, _status(
+                            422, "Invalid", f"{plural} {name!r} is invalid: {where}: {err.message}"
+                        )
+                if (plural, ns, name) in self.objects:
+                    return 409, _status(409, "AlreadyExists", f'{plural} "{name}" already exists')
+                obj = copy.deepcopy(body)
+                obj["metadata"].update(uid=str(uuid.uuid4()), namespace=ns, resourceVersion="1")
+                self.objects[(plural, ns, name)] = obj
+                self.created.set()
+                return 201, obj
+            if method == "GET" and name and self.failures:
+                code = self.failures.pop(0)
+                return code, _status(code, "InternalError", "etcdserver: request timed out")
+            if name is None:
+                items = [o for (p, n, _), o in self.objects.items() if p == plural and n == ns]
+                return 200, {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}
+            obj = self.objects.get((plural, ns, name))
+            if obj is None:
+                return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
+            if method == "DELETE":
+                self.objects.pop((plural, ns, name))
+                return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+            return 200, obj
+
+    def _pods(self, method: str, ns: str, name: str | None, log: bool, query: dict[str, str]) -> tuple:
+        with self.lock:
+            if log:
+                self.requests.append(("get", "pods/log"))
+                if (ns, name) not in self.pods:
+                    return 404, _status(404, "NotFound", f'pods "{name}" not found')
+                return 200, self.logs.get((ns, name), "").encode(), "text/plain"
+            self.requests.append(("get" if name else "list", "pods"))
+            wanted = dict(kv.split("=", 1) for kv in query.get("labelSelector", "").split(",") if kv)
+            items = [
+                p
+                for (n, _), p in self.pods.items()
+                if n == ns and all(p["metadata"]["labels"].get(k) == v for k, v in wanted.items())
+            ]
+            return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items}
+
+    # --- the controller's side (called by tests) -----------------------------------------------
+    def get(self, plural: str, ns: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            return copy.deepcopy(self.objects.get((plural, ns, name)))
+
+    def put(self, plural: str, ns: str, obj: dict[str, Any]) -> None:
+        with self.lock:
+            self.objects[(plural, ns, obj["metadata"]["name"])] = copy.deepcopy(obj)
+
+    def set_status(self, plural: str, ns: str, name: str, status: dict[str, Any]) -> None:
+        with self.lock:
+            self.objects[(plural, ns, name)]["status"] = copy.deepcopy(status)
+
+    def remove(self, plural: str, ns: str, name: str) -> None:
+        with self.lock:
+            self.objects.pop((plural, ns, name), None)
+
+    def add_pod(
+        self, ns: str, name: str, labels: dict[str, str], phase: str = "Running", container: str = "node"
+    ) -> None:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"containers": [{"name": container, "image": "img"}]},
+            "status": {"phase": phase},
+        }
+        with self.lock:
+            self.pods[(ns, name)] = pod
+
+    def append_log(self, ns: str, pod: str, text: str) -> None:
+        with self.lock:
+            self.logs[(ns, pod)] = self.logs.get((ns, pod), "") + text
+
+    def count(self, verb: str, resource: str) -> int:
+        with self.lock:
+            return sum(1 for r in self.requests if r == (verb, resource))

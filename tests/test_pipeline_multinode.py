@@ -1,0 +1,130 @@
+"""The train pipeline compiled with ``launch.nodes > 1``: SFT and RL become steps that create a Kubeflow
+Trainer job (components/multinode.py) in a small pod, with the node settings fixed in the IR; one node
+stays the GPU pod of components/sft.py / rl.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from paravt_core.config_base import ConfigError
+from paravt_core.launch.trainjob import check_rl_multinode, rank0_address
+from pipelines.compile import compile_pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+SFT2 = str(ROOT / "configs/sft/qwen3vl_8b_2node.yaml")
+RL4 = str(ROOT / "configs/rl/paragrpo_8b_4node.yaml")
+
+
+@pytest.fixture(scope="module")
+def ir(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("ir") / "train.yaml"
+    compile_pipeline("train", str(out), warn=False, sft_config=SFT2, rl_config=RL4)
+    docs = list(yaml.safe_load_all(out.read_text()))
+    return {"spec": docs[0], "platform": docs[1], "text": out.read_text()}
+
+
+def test_multinode_stages_are_trainjob_creating_steps(ir):
+    spec = ir["spec"]
+    comps = set(spec["components"])
+    assert {"comp-sft-trainjob-op", "comp-rl-trainjob-op"} <= comps
+    assert not {"comp-sft-op", "comp-rl-op"} & comps
+    for stage, image in (("sft", "paravt-sft"), ("rl", "paravt-rl")):
+        container = spec["deploymentSpec"]["executors"][f"exec-{stage}-trainjob-op"]["container"]
+        assert container["image"].startswith(image)  # the step's pod runs the stage's image
+        body = container["command"][-1]
+        assert "from paravt_core.launch.trainjob import" in body and "launch_stage(" in body
+        assert f'"{stage}",' in body
+        # The launcher pod asks for no GPU: the job's nodes do.
+        assert "accelerator" not in container.get("resources", {})
+        assert container["resources"]["cpuLimit"] == 1.0
+
+
+def test_the_ir_fixes_nodes_gpus_api_and_the_node_spec(ir):
+    tasks = ir["spec"]["root"]["dag"]["tasks"]
+    sft, rl = tasks["sft-trainjob-op"], tasks["rl-trainjob-op"]
+    const = lambda t, k: t["inputs"]["parameters"][k]["runtimeValue"]["constant"]  # noqa: E731
+    assert (const(sft, "nodes"), const(sft, "gpus_per_node"), const(sft, "api")) == (2, 8, "trainjob")
+    assert (const(rl, "nodes"), const(rl, "gpus_per_node"), const(rl, "runtime")) == (
+        4,
+        8,
+        "torch-distributed",
+    )
+    assert sft["taskInfo"]["name"] == "sft (TrainJob, 2x8 GPUs)"
+    assert rl["taskInfo"]["name"] == "rl (TrainJob, 4x8 GPUs)"
+    node = const(sft, "node_spec")
+    assert node["image"].startswith("paravt-sft") and node["shm"] == "64Gi" and node["memory"] == "512G"
+    assert node["node_selector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert node["secret_env"]["AWS_SECRET_ACCESS_KEY"] == ["paravt-s3", "AWS_SECRET_ACCESS_KEY"]
+    assert node["active_deadline_s"] == 48 * 3600
+    assert const(rl, "node_spec")["active_deadline_s"] == 72 * 3600
+    # RL still starts from SFT's checkpoint; the media claim is the pipeline parameter.
+    assert rl["inputs"]["parameters"]["model"]["taskOutputParameter"]["producerTask"] == "sft-trainjob-op"
+    assert sft["inputs"]["parameters"]["media_pvc"]["componentInputParameter"] == "media_pvc"
+
+
+def test_the_launcher_pod_gets_s3_but_no_media_volume_or_gpu_toleration(ir):
+    execs = ir["platform"]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    launcher = execs["exec-sft-trainjob-op"]
+    assert launcher["secretAsEnv"][0]["secretName"] == "paravt-s3"
+    assert "pvcMount" not in launcher and "tolerations" not in launcher
+    assert "pvcMount" in execs["exec-data-op"]  # the other stages are unchanged
+
+
+def test_one_node_configs_compile_to_the_gpu_pod_steps(tmp_path):
+    out = tmp_path / "train.yaml"
+    compile_pipeline("train", str(out), warn=False, sft_config=str(ROOT / "configs/sft/qwen3vl_8b.yaml"))
+    comps = set(next(yaml.safe_load_all(out.read_text()))["components"])
+    assert {"comp-sft-op", "comp-rl-op"} <= comps and not any("trainjob" in c for c in comps)
+
+
+def test_cli_compile_takes_the_stage_configs(tmp_path, capsys):
+    from paravt_core.cli import main
+
+    out = tmp_path / "t.yaml"
+    assert main(["pipeline", "compile", "train", str(out), "--sft-config", SFT2]) == 0
+    comps = set(next(yaml.safe_load_all(out.read_text()))["components"])
+    assert "comp-sft-trainjob-op" in comps and "comp-rl-op" in comps
+
+
+def test_multinode_rl_needs_a_reachable_rollout_server():
+    with pytest.raises(ConfigError, match="needs engine.base_url"):
+        check_rl_multinode("sglang", "")
+    check_rl_multinode("sglang", "http://paravt-rollout:30000")
+    check_rl_multinode("transformers", "")
+    assert rank0_address("trainjob", "paravt-rl-abc") == "paravt-rl-abc-node-0-0.paravt-rl-abc"
+    assert rank0_address("pytorchjob", "paravt-rl-abc") == "paravt-rl-abc-master-0"
+
+
+def test_no_secret_value_in_the_ir(tmp_path, monkeypatch):
+    """Credentials in the compiling machine's environment never reach the IR: the nodes get them by
+    Secret reference, built at run time from the names in node_spec."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "do-not-leak-3f9a")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "do-not-leak-key-id")
+    out = tmp_path / "train.yaml"
+    compile_pipeline("train", str(out), warn=False, sft_config=SFT2, rl_config=RL4)
+    text = out.read_text()
+    assert "do-not-leak" not in text and "paravt-s3" in text
+
+
+@pytest.mark.parametrize("stage", ["sft", "rl"])
+def test_a_one_node_step_refuses_a_multinode_config(stage, tmp_path):
+    """A run whose config asks for nodes the compiled DAG does not have fails at once, saying how to
+    compile it, instead of training on one node."""
+    from kfp.dsl import HTML, Artifact, Metrics, Model
+
+    from components.rl import rl_op
+    from components.sft import sft_op
+
+    common = dict(config_yaml="launch:\n  nodes: 2\n", overrides=[], metrics=Metrics(name="m"), run_id="r")
+    with pytest.raises(ValueError, match=f"launch.nodes=2: compile with --{stage}-config"):
+        if stage == "sft":
+            sft_op.python_func(
+                data_uri="d", model_uri="m", curve=HTML(name="c"), model=Model(name="o"), **common
+            )
+        else:
+            rl_op.python_func(
+                data="d", model="m", curves=Artifact(name="c"), trained=Model(name="t"), **common
+            )
