@@ -113,7 +113,7 @@ def test_no_secret_value_in_the_ir(tmp_path, monkeypatch):
 def test_a_one_node_step_refuses_a_multinode_config(stage, tmp_path):
     """A run whose config asks for nodes the compiled DAG does not have fails at once, saying how to
     compile it, instead of training on one node."""
-    from kfp.dsl import HTML, Artifact, Metrics, Model
+    from kfp.dsl import HTML, Artifact, Dataset, Metrics, Model
 
     from components.rl import rl_op
     from components.sft import sft_op
@@ -122,9 +122,17 @@ def test_a_one_node_step_refuses_a_multinode_config(stage, tmp_path):
     with pytest.raises(ValueError, match=f"launch.nodes=2: compile with --{stage}-config"):
         if stage == "sft":
             sft_op.python_func(
-                data_uri="d", model_uri="m", curve=HTML(name="c"), model=Model(name="o"), **common
+                data=Dataset(name="d", uri="s3://b/d"),
+                model_uri="m",
+                curve=HTML(name="c"),
+                model=Model(name="o"),
+                **common,
             )
         else:
             rl_op.python_func(
-                data="d", model="m", curves=Artifact(name="c"), trained=Model(name="t"), **common
+                data=Dataset(name="d", uri="s3://b/d"),
+                model=Model(name="m", uri="s3://b/m"),
+                curves=Artifact(name="c"),
+                trained=Model(name="t"),
+                **common,
             )

@@ -176,8 +176,9 @@ def _component_stages() -> dict[str, str]:
     """Stage verb -> image of every component module in components/ (module name = stage verb)."""
     stages = {}
     for path in sorted((ROOT / "components").glob("*.py")):
-        # multinode: the sft/rl steps as Kubeflow Trainer jobs; their nodes run `paravt sft|rl`, covered here
-        if path.stem in {"__init__", "images", "locations", "multinode"}:
+        # multinode: the sft/rl steps as Kubeflow Trainer jobs; their nodes run `paravt sft|rl`, covered here;
+        # eval_task: helpers shared by eval.py's components, no component of its own
+        if path.stem in {"__init__", "images", "locations", "multinode", "eval_task"}:
             continue
         module = importlib.import_module(f"components.{path.stem}")
         ops = [v for k, v in vars(module).items() if k.endswith("_op") and hasattr(v, "component_spec")]
