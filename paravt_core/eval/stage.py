@@ -39,7 +39,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from paravt_core import storage
 from paravt_core.agent import prompts
 from paravt_core.config import config_to_dict
-from paravt_core.stage import StageResult, announce_config, console
+from paravt_core.stage import StageResult, announce_config, check_output, console
 
 from . import benchmarks as registry
 from . import report
@@ -435,6 +435,7 @@ def check_records_fingerprint(root: str, cfg: EvalConfig) -> None:
 def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: Any = None) -> StageResult:
     """Run the eval stage (see the module docstring). ``engine``/``processor``/``judge`` replace the configured
     ones (fault injection in tests, a shared engine in benchmarks)."""
+    check_output(STAGE, cfg.output)
     started = time.perf_counter()
     output = cfg.output if storage.is_s3(cfg.output) else os.path.abspath(cfg.output)
     work = os.path.abspath(cfg.work_dir)

@@ -26,7 +26,7 @@ from paravt_core import run_metrics, storage
 from paravt_core.config import SftConfig
 from paravt_core.sft import metrics
 from paravt_core.sft.trainer import SftError, train
-from paravt_core.stage import StageResult, announce_config, console
+from paravt_core.stage import StageResult, announce_config, check_output, console
 
 STAGE = "sft"
 
@@ -42,6 +42,7 @@ def _outputs(cfg: SftConfig) -> dict[str, str]:
 
 
 def run(cfg: SftConfig) -> StageResult:
+    check_output(STAGE, cfg.output)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if storage.is_complete(cfg.output):
         summary = json.loads(storage.read_bytes(storage.join(cfg.output, "metrics.json")))
