@@ -97,7 +97,7 @@ class EvalConfig(StrictModel):
     )
     demo_data: str = Field(
         default="",
-        description="tiny runs: write the synthetic split and fixture copies of every benchmark here and use them",
+        description="tiny runs: a directory of benchmark fixtures (paravt synth DIR --eval-fixtures) standing in",
     )
     benchmarks: list[EvalBenchmarkConfig] = Field(
         default_factory=list, description="benchmarks to evaluate (name, source, media_root, ...)"

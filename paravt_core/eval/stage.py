@@ -68,9 +68,10 @@ def resolve_benchmarks(cfg: EvalConfig) -> list[EvalBenchmarkConfig]:
         if not cfg.benchmarks:
             raise EvalError("no benchmarks configured (benchmarks: [{name: videomme, ...}] or demo_data)")
         return list(cfg.benchmarks)
-    from .fixtures import write_fixtures
-
-    fixtures = {e["name"]: e for e in write_fixtures(cfg.demo_data)}
+    try:
+        fixtures = {e["name"]: e for e in registry.demo_entries(cfg.demo_data)}
+    except FileNotFoundError as err:
+        raise EvalError(str(err)) from None
     if not cfg.benchmarks:
         return [EvalBenchmarkConfig(**e) for e in fixtures.values()]
     out = []
