@@ -115,6 +115,17 @@ def _cmd_config_show(args: argparse.Namespace) -> int:
 def _cmd_synth(args: argparse.Namespace) -> int:
     from paravt_core.synth import synthesize
 
+    if args.eval_fixtures:
+        from paravt_core.synth.eval_fixtures import MARKER, write_fixtures
+
+        taken = os.path.isdir(args.out_dir) and os.listdir(args.out_dir)
+        if taken and not os.path.exists(os.path.join(args.out_dir, MARKER)) and not args.force:
+            raise UsageError(
+                f"{args.out_dir} is not empty and holds no eval fixtures; use --force to write there"
+            )
+        write_fixtures(args.out_dir)
+        print(f"eval fixtures of every benchmark in {args.out_dir}: use demo_data={args.out_dir}")
+        return 0
     result = synthesize(
         args.out_dir, videos=args.videos, seconds=args.seconds, seed=args.seed, force=args.force
     )
@@ -363,6 +374,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=_seconds_at_least(MIN_SYNTH_SECONDS), default=12.0, help=seconds_help)
     p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="write into a non-empty directory that is not ours")
+    p.add_argument(
+        "--eval-fixtures",
+        action="store_true",
+        help="write fixture copies of every eval benchmark instead (the eval stage's demo_data directory)",
+    )
     p.set_defaults(fn=_cmd_synth)
 
     p = sub.add_parser(

@@ -228,4 +228,5 @@ def preflight(stage: str, cfg: Any) -> None:
     output = getattr(cfg, "output", "")
     check_device(cfg)
     check_writable(output)
+    # Early here (before the stage's heavy imports); every stage's run checks again for components and tests.
     check_output_owner(stage, output)

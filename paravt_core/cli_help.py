@@ -1,19 +1,14 @@
 """Help that teaches: every config field with its type, default, allowed values and one-line description;
 each verb's own example; the benchmark list; ``paravt config show STAGE``.
 
-A field's description is its pydantic ``Field(description=...)``. Fields that do not carry one yet are
-described by the comment written beside (or right above) them in the config class's source: the same
-sentence, read where it already is, so help and code cannot drift apart while descriptions are moved
-into ``Field``. Nothing here imports torch.
+A field's description is its pydantic ``Field(description=...)``; every config field has one
+(``tests/test_config_descriptions.py``). Nothing here imports torch.
 """
 
 from __future__ import annotations
 
-import inspect
-import re
 import types
 import typing
-from functools import cache
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
@@ -33,42 +28,11 @@ EXAMPLES: dict[str, str] = {
     "report": "paravt report --config configs/report/tiny.yaml title='my run'",
 }
 
-_FIELD = re.compile(r"^\s+(\w+)\s*:\s*[^=]+(?:=.*)?$")
-_COMMENT_LINE = re.compile(r"^\s*#\s?(.*)$")
-
-
-@cache
-def _source_comments(cls: type) -> dict[str, str]:
-    """Field name -> the comment beside its declaration, or the comment block right above it."""
-    try:
-        lines, _ = inspect.getsourcelines(cls)
-    except (OSError, TypeError):
-        return {}
-    found: dict[str, str] = {}
-    above: list[str] = []
-    for line in lines[1:]:
-        comment = _COMMENT_LINE.match(line)
-        if comment:
-            above.append(comment.group(1).strip())
-            continue
-        code, _, trailing = line.partition("  # ")
-        m = _FIELD.match(code.rstrip())
-        if m and not code.strip().startswith(("def ", "@", "return", "class ")):
-            text = trailing.strip() or " ".join(above)
-            if text:
-                found.setdefault(m.group(1), text)
-        above = []
-    return found
-
 
 def field_description(model: type[BaseModel], name: str) -> str:
-    info = model.model_fields[name]
-    if info.description:
-        return info.description
-    for cls in model.__mro__:
-        if isinstance(cls, type) and issubclass(cls, BaseModel) and name in _source_comments(cls):
-            return _source_comments(cls)[name]
-    return ""
+    """The field's one-line ``Field(description=...)`` (tests/test_config_descriptions.py keeps every field
+    carrying one)."""
+    return model.model_fields[name].description or ""
 
 
 def type_text(annotation: Any) -> tuple[str, list[Any]]:

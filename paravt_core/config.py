@@ -34,51 +34,81 @@ class DownloadConfig(StrictModel):
     An empty ``media_source`` downloads no archives: ``extract.root`` must then already hold the media.
     """
 
-    media_source: str = "hf://ParaVT/ParaVT-Source"
-    parquet_source: str = "hf://ParaVT/ParaVT-Parquet"
-    media_include: list[str] = Field(default_factory=lambda: ["*.zip"])
-    parquet_include: list[str] = Field(default_factory=lambda: ["*.parquet"])
-    revision: str | None = None
-    max_workers: int = Field(default=4, ge=1)
+    media_source: str = Field(
+        default="hf://ParaVT/ParaVT-Source",
+        description="media archives: hf://repo, owner/name, local dir or s3:// prefix; empty: no download",
+    )
+    parquet_source: str = Field(
+        default="hf://ParaVT/ParaVT-Parquet",
+        description="training parquets: hf://repo, owner/name, local dir or s3:// prefix",
+    )
+    media_include: list[str] = Field(
+        default_factory=lambda: ["*.zip"], description="fnmatch patterns of the media archives to fetch"
+    )
+    parquet_include: list[str] = Field(
+        default_factory=lambda: ["*.parquet"], description="fnmatch patterns of the parquets to fetch"
+    )
+    revision: str | None = Field(default=None, description="hub revision (branch, tag, commit); null: main")
+    max_workers: int = Field(default=4, ge=1, description="parallel file downloads")
 
 
 class ExtractConfig(StrictModel):
-    # Extraction root (one tree for every archive). Empty: <work_dir>/media.
-    root: str = ""
-    workers: int = Field(default=2, ge=1)
+    root: str = Field(
+        default="", description="extraction root (one tree for every archive); empty: <work_dir>/media"
+    )
+    workers: int = Field(default=2, ge=1, description="archives extracted in parallel")
     # Zip-bomb bounds per archive, checked on the central directory before anything is written: total
     # uncompressed bytes, and uncompressed / archive size (media barely compresses; ParaVT zips are < 10 GB).
-    max_archive_bytes: int = Field(default=64 << 30, ge=1)
-    max_compression_ratio: float = Field(default=100.0, gt=0)
+    max_archive_bytes: int = Field(
+        default=64 << 30, ge=1, description="zip-bomb guard: most uncompressed bytes one archive may hold"
+    )
+    max_compression_ratio: float = Field(
+        default=100.0, gt=0, description="zip-bomb guard: most uncompressed / compressed size of one archive"
+    )
 
 
 class MaterializeConfig(StrictModel):
-    # Where sentinel paths point after materialization. Empty: the local extraction root.
-    # An s3:// prefix makes every media reference an s3:// URI under it.
-    media_prefix: str = ""
-    # With an s3:// media_prefix, upload the extracted media there (skipped when already uploaded).
-    upload_media: bool = True
-    batch_rows: int = Field(default=16384, ge=1)
-    threads: int = Field(default=2, ge=1)  # batches processed concurrently per file
+    media_prefix: str = Field(
+        default="",
+        description="where sentinel paths point: empty = the local extraction root; s3:// = URIs under it",
+    )
+    upload_media: bool = Field(
+        default=True, description="with an s3:// media_prefix, upload the extracted media there (once)"
+    )
+    batch_rows: int = Field(default=16384, ge=1, description="parquet rows rewritten per batch")
+    threads: int = Field(default=2, ge=1, description="batches processed concurrently per file")
 
 
 class ValidateConfig(StrictModel):
-    check_files_exist: bool = True
-    # Decode-and-shape checks of `messages` / `extra_info`; off = trust the structure, check paths only.
-    check_structure: bool = True
-    # Fail the stage when (missing + invalid rows) / rows exceeds this share.
-    max_bad_fraction: float = Field(default=0.005, ge=0.0, le=1.0)
+    check_files_exist: bool = Field(default=True, description="check that every referenced media file exists")
+    check_structure: bool = Field(
+        default=True, description="decode and shape-check messages / extra_info (off: check paths only)"
+    )
+    max_bad_fraction: float = Field(
+        default=0.005,
+        ge=0.0,
+        le=1.0,
+        description="fail the stage when (missing + invalid rows) / rows exceeds this",
+    )
 
 
 class DataConfig(StrictModel):
     """``paravt data``: download -> extract -> materialize -> validate -> audit."""
 
-    work_dir: str = "./paravt-work"  # local scratch: downloads and the extracted media root
-    output: str = "./paravt-work/data"  # URI of the materialized parquets + audit
-    download: DownloadConfig = Field(default_factory=DownloadConfig)
-    extract: ExtractConfig = Field(default_factory=ExtractConfig)
-    materialize: MaterializeConfig = Field(default_factory=MaterializeConfig)
-    validate_: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")
+    work_dir: str = Field(
+        default="./paravt-work", description="local scratch: downloads and the extracted media root"
+    )
+    output: str = Field(default="./paravt-work/data", description="URI of the materialized parquets + audit")
+    download: DownloadConfig = Field(
+        default_factory=DownloadConfig, description="where media archives and parquets come from"
+    )
+    extract: ExtractConfig = Field(default_factory=ExtractConfig, description="unpacking the media archives")
+    materialize: MaterializeConfig = Field(
+        default_factory=MaterializeConfig, description="rewriting media references in the parquets"
+    )
+    validate_: ValidateConfig = Field(
+        default_factory=ValidateConfig, alias="validate", description="row checks and the bad-row gate"
+    )
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
@@ -91,15 +121,23 @@ RecipeName = Literal["para_grpo", "vanilla_grpo"]
 
 
 class ConstrainedConfig(StrictModel):
-    think_prefix: bool = True  # force "<think>\n" at the start of every main-agent turn
-    answer_suffix: bool = True  # answer-closure weights in the format reward's base part
+    think_prefix: bool = Field(
+        default=True, description='force "<think>\\n" at the start of every main-agent turn'
+    )
+    answer_suffix: bool = Field(
+        default=True, description="answer-closure weights in the format reward's base part"
+    )
 
 
 class GatingConfig(StrictModel):
-    nframes_gating: bool = True  # K ~ Uniform(choices) per prompt, shared by its group
-    choices: list[int] = Field(default_factory=lambda: [4, 8, 16, 32, 64], min_length=1)
-    default_frames: int = Field(default=64, ge=1)  # K when gating is off
-    seed: int = 0  # with the row id, decides every K (stable across processes)
+    nframes_gating: bool = Field(
+        default=True, description="K ~ Uniform(choices) overview frames per prompt, shared by its group"
+    )
+    choices: list[int] = Field(
+        default_factory=lambda: [4, 8, 16, 32, 64], min_length=1, description="frame counts K is drawn from"
+    )
+    default_frames: int = Field(default=64, ge=1, description="K when gating is off")
+    seed: int = Field(default=0, description="with the row id, decides every K (stable across processes)")
 
     @field_validator("choices")
     @classmethod
@@ -110,25 +148,37 @@ class GatingConfig(StrictModel):
 
 
 class AnchoringConfig(StrictModel):
-    weight: float = 0.5  # lambda_anchor
+    weight: float = Field(
+        default=0.5, description="lambda_anchor: weight of the format reward's anchor part (structural tags)"
+    )
 
 
 class JudgeConfig(StrictModel):
     """LLM judge knobs; the endpoint, key and model come from LLM_JUDGE_* environment variables."""
 
-    timeout_s: float = Field(default=10.0, gt=0.0)  # per HTTP attempt
-    max_retries: int = Field(default=2, ge=0)
-    backoff_s: float = Field(default=0.5, ge=0.0)
-    deadline_s: float = Field(default=30.0, gt=0.0)  # whole verdict, retries included
+    timeout_s: float = Field(default=10.0, gt=0.0, description="seconds per HTTP attempt")
+    max_retries: int = Field(default=2, ge=0, description="retries after a failed attempt")
+    backoff_s: float = Field(default=0.5, ge=0.0, description="first retry delay in seconds")
+    deadline_s: float = Field(
+        default=30.0, gt=0.0, description="seconds for a whole verdict, retries included"
+    )
 
 
 class RewardConfig(StrictModel):
-    mode: Literal["f1", "exact", "llm"] = "f1"  # open-ended answers: token F1, 0, or the LLM judge
-    format_weight: float = 1.0
-    timeout_s: float = Field(default=60.0, gt=0.0)  # one sample's reward; beyond: 0, counted
-    degenerate_im_starts: int = Field(default=5, ge=1)  # guard: >= this many <|im_start|> ...
-    degenerate_max_chars: int = Field(default=300, ge=0)  # ... in fewer characters than this -> 0
-    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    mode: Literal["f1", "exact", "llm"] = Field(
+        default="f1", description="open-ended answers: token F1, exact match (else 0), or the LLM judge"
+    )
+    format_weight: float = Field(default=1.0, description="weight of the format reward")
+    timeout_s: float = Field(
+        default=60.0, gt=0.0, description="seconds for one sample's reward; beyond: 0, counted"
+    )
+    degenerate_im_starts: int = Field(
+        default=5, ge=1, description="degeneration guard: this many <|im_start|> ... (reward 0)"
+    )
+    degenerate_max_chars: int = Field(
+        default=300, ge=0, description="... within fewer characters than this (reward 0)"
+    )
+    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="the LLM judge (mode=llm)")
 
     @model_validator(mode="after")
     def _judge_inside_reward_timeout(self) -> RewardConfig:
@@ -171,11 +221,18 @@ class ParavtRecipe(StrictModel):
     """The ``paravt:`` block: ``preset`` fills SPEC §5's column, every knob stays overridable
     (``paravt.preset=vanilla_grpo paravt.anchoring.weight=0.2``)."""
 
-    preset: RecipeName = "para_grpo"
-    constrained: ConstrainedConfig = Field(default_factory=ConstrainedConfig)
-    gating: GatingConfig = Field(default_factory=GatingConfig)
-    anchoring: AnchoringConfig = Field(default_factory=AnchoringConfig)
-    reward: RewardConfig = Field(default_factory=RewardConfig)
+    preset: RecipeName = Field(
+        default="para_grpo",
+        description="fills the knobs below (explicit keys win): PARA-GRPO or vanilla GRPO",
+    )
+    constrained: ConstrainedConfig = Field(
+        default_factory=ConstrainedConfig, description="constrained generation: think prefix, answer suffix"
+    )
+    gating: GatingConfig = Field(default_factory=GatingConfig, description="nFrames gating of the overview")
+    anchoring: AnchoringConfig = Field(
+        default_factory=AnchoringConfig, description="format-reward anchoring on the structural tags"
+    )
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="how a rollout is scored")
 
     @model_validator(mode="before")
     @classmethod
@@ -200,21 +257,31 @@ class AdvantageConfig(StrictModel):
     """SPEC §5 advantages: R' = clip((R + bias) * scale, +-clip), group-normalized, per-token KL reward,
     reward-to-go (gamma = lambda = 1), token-weighted batch normalization."""
 
-    reward_bias: float = -0.2
-    reward_scale: float = 10.0
-    reward_clip: float = Field(default=20.0, gt=0.0)
-    group_eps: float = Field(default=1e-5, gt=0.0)
-    kl_ctl: float = Field(default=0.01, ge=0.0)
-    kl_clamp: float = Field(default=10.0, gt=0.0)
-    batch_norm: bool = True
-    batch_eps: float = Field(default=1e-5, gt=0.0)
+    reward_bias: float = Field(default=-0.2, description="added to every reward before scaling")
+    reward_scale: float = Field(default=10.0, description="multiplies the biased reward")
+    reward_clip: float = Field(default=20.0, gt=0.0, description="shaped reward clipped to +-this")
+    group_eps: float = Field(default=1e-5, gt=0.0, description="added to a group's std when normalizing")
+    kl_ctl: float = Field(
+        default=0.01, ge=0.0, description="per-token KL penalty coefficient (vs the reference)"
+    )
+    kl_clamp: float = Field(
+        default=10.0, gt=0.0, description="per-token log-ratio clamped to +-this before the penalty"
+    )
+    batch_norm: bool = Field(
+        default=True, description="token-weighted normalization of advantages over the batch"
+    )
+    batch_eps: float = Field(default=1e-5, gt=0.0, description="added to the batch std when normalizing")
 
 
 class PolicyLossConfig(StrictModel):
     """SPEC §5 decoupled PPO loss."""
 
-    clip_eps: float = Field(default=0.2, gt=0.0, lt=1.0)
-    behav_weight_cap: float | None = Field(default=5.0, gt=1.0)  # None: keep every token
+    clip_eps: float = Field(default=0.2, gt=0.0, lt=1.0, description="PPO ratio clipped to 1 +- this")
+    behav_weight_cap: float | None = Field(
+        default=5.0,
+        gt=1.0,
+        description="tokens whose proximal/behaviour weight exceeds this are dropped; null: keep all",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,72 +326,110 @@ class LaunchConfig(StrictModel):
 
 
 class SftModelConfig(StrictModel):
-    # Checkpoint to start from: local dir, s3:// prefix or hub id (paravt_core.models.load).
-    uri: str = "Qwen/Qwen3-VL-8B-Instruct"
-    # "sdpa" (CPU and GPU) or "flash_attention_2" (GPU, if installed); both keep packed samples apart.
-    attn_implementation: str = "sdpa"
-    gradient_checkpointing: bool = True
-    # bf16 compute with float32 master weights and gradient reduction (GPU only; CPU runs float32).
-    bf16: bool = True
+    uri: str = Field(
+        default="Qwen/Qwen3-VL-8B-Instruct",
+        description="checkpoint to start from: local dir, s3:// prefix or hub id",
+    )
+    attn_implementation: str = Field(
+        default="sdpa",
+        description='"sdpa" (CPU and GPU) or "flash_attention_2" (GPU, if installed); both keep packed samples apart',
+    )
+    gradient_checkpointing: bool = Field(
+        default=True, description="recompute activations in the backward pass"
+    )
+    bf16: bool = Field(
+        default=True,
+        description="bf16 compute, float32 master weights and gradient reduction (GPU; CPU: float32)",
+    )
 
 
 class SftDataConfig(StrictModel):
-    # Output URI of `paravt data` (needs its _COMPLETE marker); the rows are <input>/sft/*.parquet.
-    input: str = "./paravt-work/data"
-    include: list[str] = Field(default_factory=lambda: ["*.parquet"])  # fnmatch on file names
-    seed: int = 0  # row order: a fresh permutation per epoch from (seed, epoch)
-    num_workers: int = Field(default=4, ge=0)  # processes turning rows into model inputs (0: in-process)
-    prefetch_factor: int = Field(default=4, ge=1)  # samples in flight per worker
-    # Fail the stage when dropped rows (any reason) / rows seen exceeds this share ...
-    max_bad_fraction: float = Field(default=0.05, ge=0.0, le=1.0)
-    # ... once at least this many rows were seen (and always at the end).
-    bad_gate_min_rows: int = Field(default=200, ge=1)
+    input: str = Field(
+        default="./paravt-work/data",
+        description="output URI of `paravt data` (with its _COMPLETE marker); rows are <input>/sft/*.parquet",
+    )
+    include: list[str] = Field(
+        default_factory=lambda: ["*.parquet"], description="fnmatch patterns on the parquet file names"
+    )
+    seed: int = Field(default=0, description="row order: a fresh permutation per epoch from (seed, epoch)")
+    num_workers: int = Field(
+        default=4, ge=0, description="processes turning rows into model inputs (0: in-process)"
+    )
+    prefetch_factor: int = Field(default=4, ge=1, description="samples in flight per worker")
+    max_bad_fraction: float = Field(
+        default=0.05, ge=0.0, le=1.0, description="fail the stage when dropped rows / rows seen exceeds this"
+    )
+    bad_gate_min_rows: int = Field(
+        default=200, ge=1, description="... checked once this many rows were seen (and always at the end)"
+    )
 
 
 class SftMediaConfig(StrictModel):
-    video_fps: float = Field(default=1.0, gt=0)
-    video_min_frames: int = Field(default=4, ge=1)
-    video_max_frames: int = Field(default=64, ge=1)
-    video_min_pixels: int = Field(default=784, ge=1)  # per frame
-    video_max_pixels: int = Field(default=50176, ge=1)  # per frame (224 x 224)
-    image_min_pixels: int = Field(default=784, ge=1)
-    image_max_pixels: int = Field(default=50176, ge=1)
+    video_fps: float = Field(default=1.0, gt=0, description="frames sampled per second of video")
+    video_min_frames: int = Field(default=4, ge=1, description="fewest frames per video")
+    video_max_frames: int = Field(default=64, ge=1, description="most frames per video")
+    video_min_pixels: int = Field(default=784, ge=1, description="smallest video frame, in pixels")
+    video_max_pixels: int = Field(default=50176, ge=1, description="pixel budget per video frame (224 x 224)")
+    image_min_pixels: int = Field(default=784, ge=1, description="smallest image, in pixels")
+    image_max_pixels: int = Field(default=50176, ge=1, description="pixel budget per image")
 
 
 class SftPackingConfig(StrictModel):
-    length: int = Field(default=8192, ge=16)  # tokens per packed sequence; longer rows are dropped
-    max_open: int = Field(default=4, ge=1)  # open sequences of the first-fit packer (1 = next-fit)
-    close_slack: int = Field(default=64, ge=0)  # a sequence this close to full is emitted at once
+    length: int = Field(
+        default=8192, ge=16, description="tokens per packed sequence; longer rows are dropped"
+    )
+    max_open: int = Field(
+        default=4, ge=1, description="open sequences of the first-fit packer (1 = next-fit)"
+    )
+    close_slack: int = Field(default=64, ge=0, description="a sequence this close to full is emitted at once")
 
 
 class SftTrainerConfig(StrictModel):
-    steps: int = Field(default=1500, ge=1)  # optimizer steps
-    grad_accum: int = Field(default=4, ge=1)  # packed sequences per rank per optimizer step
-    lr: float = Field(default=2e-5, gt=0)
-    warmup_ratio: float = Field(default=0.05, ge=0.0, lt=1.0)  # linear warmup share, then cosine to 0
-    weight_decay: float = Field(default=0.01, ge=0.0)  # on matrices; norms and biases are not decayed
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    max_grad_norm: float = Field(default=1.0, gt=0)
-    seed: int = 0
+    steps: int = Field(default=1500, ge=1, description="optimizer steps")
+    grad_accum: int = Field(default=4, ge=1, description="packed sequences per rank per optimizer step")
+    lr: float = Field(default=2e-5, gt=0, description="peak learning rate (AdamW)")
+    warmup_ratio: float = Field(
+        default=0.05, ge=0.0, lt=1.0, description="linear warmup share of the steps, then cosine to 0"
+    )
+    weight_decay: float = Field(
+        default=0.01, ge=0.0, description="AdamW decay on matrices; norms and biases are not decayed"
+    )
+    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas")
+    eps: float = Field(default=1e-8, description="AdamW epsilon")
+    max_grad_norm: float = Field(default=1.0, gt=0, description="gradient norm clipping")
+    seed: int = Field(default=0, description="seed of the random generators (plus the rank) on every process")
 
 
 class SftCheckpointConfig(StrictModel):
-    every: int = Field(default=100, ge=1)  # steps between checkpoints (the last step always saves)
-    keep_last: int = Field(default=2, ge=1)  # complete checkpoints kept; older ones are deleted
+    every: int = Field(
+        default=100, ge=1, description="steps between checkpoints (the last step always saves)"
+    )
+    keep_last: int = Field(default=2, ge=1, description="complete checkpoints kept; older ones are deleted")
 
 
 class SftConfig(StrictModel):
     """``paravt sft``: packed SFT of Qwen3-VL on the data stage's SFT rows (SPEC §6)."""
 
-    output: str = "./paravt-work/sft"  # URI: checkpoints/, final/ (HF checkpoint), metrics, plot
-    work_dir: str = "./paravt-work/sft-tmp"  # local scratch (staging of s3 checkpoints)
-    model: SftModelConfig = Field(default_factory=SftModelConfig)
-    data: SftDataConfig = Field(default_factory=SftDataConfig)
-    media: SftMediaConfig = Field(default_factory=SftMediaConfig)
-    packing: SftPackingConfig = Field(default_factory=SftPackingConfig)
-    trainer: SftTrainerConfig = Field(default_factory=SftTrainerConfig)
-    checkpoint: SftCheckpointConfig = Field(default_factory=SftCheckpointConfig)
+    output: str = Field(
+        default="./paravt-work/sft", description="URI: checkpoints/, final/ (HF checkpoint), metrics, plot"
+    )
+    work_dir: str = Field(
+        default="./paravt-work/sft-tmp", description="local scratch (staging of s3 checkpoints)"
+    )
+    model: SftModelConfig = Field(
+        default_factory=SftModelConfig, description="the starting checkpoint (model=URI sets model.uri)"
+    )
+    data: SftDataConfig = Field(
+        default_factory=SftDataConfig, description="the SFT rows (data=URI sets data.input)"
+    )
+    media: SftMediaConfig = Field(
+        default_factory=SftMediaConfig, description="frame sampling and pixel budgets"
+    )
+    packing: SftPackingConfig = Field(default_factory=SftPackingConfig, description="sequence packing")
+    trainer: SftTrainerConfig = Field(default_factory=SftTrainerConfig, description="optimizer and schedule")
+    checkpoint: SftCheckpointConfig = Field(
+        default_factory=SftCheckpointConfig, description="checkpoint cadence and retention"
+    )
     train: TrainConfig = Field(default_factory=TrainConfig, description="shared training core options")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="one node or a multi-node job")
 
@@ -361,28 +466,41 @@ class TrendConfig(StrictModel):
     """Nightly eval trend. This night's eval outputs are ``<results_prefix>/<night>/<benchmark>/``; every
     night's summary is ``<results_prefix>/nights/<night>.json``. Empty ``results_prefix``: no trend."""
 
-    results_prefix: str = ""
-    # YYYY-MM-DD; empty: the night that run ``run_id`` started (nights/*.json), else today (UTC).
-    night: str = ""
-    run_id: str = ""  # the KFP run of this night
-    checkpoint: str = ""  # the model URI evaluated this night (shown in the report)
-    benchmarks: list[str] = Field(default_factory=list)  # what this night should have evaluated
-    # The run's final state as KFP reports it (SUCCEEDED, FAILED, CANCELED); empty: from the benchmarks.
-    state: str = ""
-    error: str = ""
-    max_nights: int = Field(default=30, ge=2)  # nights shown in the plot and the table
+    results_prefix: str = Field(
+        default="", description="URI holding <night>/<benchmark>/ eval outputs and nights/; empty: no trend"
+    )
+    night: str = Field(
+        default="",
+        description="YYYY-MM-DD; empty: the night run_id started (nights/*.json), else today (UTC)",
+    )
+    run_id: str = Field(default="", description="the KFP run of this night")
+    checkpoint: str = Field(
+        default="", description="the model URI evaluated this night (shown in the report)"
+    )
+    benchmarks: list[str] = Field(default_factory=list, description="what this night should have evaluated")
+    state: str = Field(
+        default="",
+        description="the run's final state as KFP reports it (SUCCEEDED, FAILED, CANCELED); empty: from the benchmarks",
+    )
+    error: str = Field(default="", description="the run's error message, if it failed (shown in the report)")
+    max_nights: int = Field(default=30, ge=2, description="nights shown in the plot and the table")
 
 
 class ReportConfig(StrictModel):
     """``paravt report``: the eval table of a run and, for nightly evals, the trend over earlier nights."""
 
-    output: str = "./paravt-work/report"  # URI of report.html, report.md, trend.png, metrics.json
-    title: str = "ParaVT report"
-    eval_outputs: list[str] = Field(default_factory=list)  # eval stage outputs (URIs) to tabulate
-    # Training stage outputs (URIs) whose metrics.json and top-level plots (*.png) the report shows.
-    sft_output: str = ""
-    rl_output: str = ""
-    trend: TrendConfig = Field(default_factory=TrendConfig)
+    output: str = Field(
+        default="./paravt-work/report", description="URI of report.html, report.md, trend.png, metrics.json"
+    )
+    title: str = Field(default="ParaVT report", description="the report's heading")
+    eval_outputs: list[str] = Field(default_factory=list, description="eval stage outputs (URIs) to tabulate")
+    sft_output: str = Field(
+        default="", description="SFT stage output (URI) whose metrics.json and plots the report shows"
+    )
+    rl_output: str = Field(
+        default="", description="RL stage output (URI) whose metrics.json and plots the report shows"
+    )
+    trend: TrendConfig = Field(default_factory=TrendConfig, description="nightly eval trend")
 
 
 _STAGE_MODULES = {"RlConfig": "paravt_core.rl.config", "EvalConfig": "paravt_core.eval.config"}

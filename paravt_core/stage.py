@@ -31,6 +31,15 @@ class StageResult:
         return json.dumps({"stage": self.stage, "outputs": self.outputs, "metrics": self.metrics}, indent=2)
 
 
+def check_output(stage: str, output: str) -> None:
+    """The first thing every stage's ``run`` does, however it was started (``paravt <stage>``, a pipeline
+    component, a test): refuse an ``output`` that holds another stage's complete result, before anything is
+    read, trained or written there. One line (``UsageError``: the CLI ends with status 2)."""
+    from paravt_core.cli_errors import check_output_owner
+
+    check_output_owner(stage, output)
+
+
 def announce_config(stage: str, cfg: BaseModel, output_uri: str) -> None:
     """Save the resolved config as ``config.yaml`` beside the stage outputs and say where, in one line; the
     whole config is printed only with ``PARAVT_SHOW_CONFIG=1`` (``paravt config show STAGE`` prints it too)."""

@@ -13,9 +13,10 @@ Conventions
   ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION`` (default us-east-1), ``AWS_MAX_ATTEMPTS`` (default 8),
   ``AWS_RETRY_MODE`` (default standard)); path-style addressing so any S3-compatible server works.
 - Retries: botocore retries throttling (SlowDown, 429), 5xx and connection errors with jittered exponential
-  backoff; every failed attempt is logged here (operation, bucket/key, cause; never credentials). Errors in the
-  middle of a response body, which botocore does not retry, are retried by ``_retry_body`` (reads) and by
-  s3transfer (file downloads).
+  backoff; every failed attempt is logged here (operation, bucket/key, cause; never credentials): a request's
+  first failure at WARNING, its later attempts at DEBUG, so the console shows one line per failing request.
+  Errors in the middle of a response body, which botocore does not retry, are retried by ``_retry_body``
+  (reads) and by s3transfer (file downloads).
 """
 
 from __future__ import annotations
@@ -258,11 +259,22 @@ def _log_failed_attempt(
     limit = max_attempts()
     path = urlsplit((request_dict or {}).get("url", "")).path  # /bucket/key (path-style); no query, no host
     name = getattr(operation, "name", "?")
+    # One console line per failing request, not one per attempt (an unreachable endpoint would print
+    # AWS_MAX_ATTEMPTS of them): the first failure says that retries follow (WARNING), the later ones are
+    # DEBUG, and giving up is INFO after that warning (the exception raised next says the rest) or WARNING
+    # when there was no retry to announce.
     if attempts >= limit:
-        log.warning("S3 %s %s failed (%s); giving up after %d attempts", name, path, cause, attempts)
+        level = logging.INFO if attempts > 1 else logging.WARNING
+        log.log(level, "S3 %s %s failed (%s); giving up after %d attempts", name, path, cause, attempts)
     else:
-        log.warning(
-            "S3 %s %s attempt %d/%d failed (%s); retrying with backoff", name, path, attempts, limit, cause
+        log.log(
+            logging.WARNING if attempts == 1 else logging.DEBUG,
+            "S3 %s %s attempt %d/%d failed (%s); retrying with backoff",
+            name,
+            path,
+            attempts,
+            limit,
+            cause,
         )
 
 
@@ -304,12 +316,14 @@ def read_bytes(uri: str | os.PathLike[str]) -> bytes:
                 raise bce.IncompleteReadError(actual_bytes=len(data), expected_bytes=expected)
             return data
         except _BODY_ERRORS as exc:
-            if attempt == BODY_READ_ATTEMPTS:
-                log.warning("GET %s: body read failed (%s); giving up after %d attempts", text, exc, attempt)
+            if attempt == BODY_READ_ATTEMPTS:  # as _log_failed_attempt: one console line per failing read
+                log.log(logging.INFO if attempt > 1 else logging.WARNING,
+                        "GET %s: body read failed (%s); giving up after %d attempts", text, exc, attempt)  # fmt: skip
                 raise
             delay = min(0.1 * 2 ** (attempt - 1), 5.0)
-            log.warning("GET %s: body read attempt %d/%d failed (%s); retrying in %.1fs", text, attempt,
-                        BODY_READ_ATTEMPTS, type(exc).__name__, delay)  # fmt: skip
+            log.log(logging.WARNING if attempt == 1 else logging.DEBUG,
+                    "GET %s: body read attempt %d/%d failed (%s); retrying in %.1fs", text, attempt,
+                    BODY_READ_ATTEMPTS, type(exc).__name__, delay)  # fmt: skip
             time.sleep(delay)
         finally:
             body.close()

@@ -147,6 +147,7 @@ def demo(out_dir: str, videos: int = 8, seconds: float = 12.0, runner: Any = Non
     everything then lives under ``out_dir``, the pipeline root, which DockerRunner mounts at the same path)."""
     from paravt_core.models import build_tiny_model
     from paravt_core.synth import synthesize
+    from paravt_core.synth.eval_fixtures import write_fixtures
     from pipelines.demo_console import (
         TaskWatcher,
         output_to_log,
@@ -169,6 +170,7 @@ def demo(out_dir: str, videos: int = 8, seconds: float = 12.0, runner: Any = Non
         )
         elapsed = timed()
         synthesize(str(out / "synth"), videos=videos, seconds=seconds, seed=0)
+        write_fixtures(out / "eval-fixtures")  # the eval stage's demo_data (it never imports synth)
         say(f"  synth   {elapsed():6.1f} s  {videos} synthetic videos of {seconds:g} s -> {out / 'synth'}")
         elapsed = timed()
         model_dir = build_tiny_model(str(out / "tiny-model"), force=True)  # the demo's own directory

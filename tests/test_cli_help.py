@@ -49,29 +49,20 @@ def test_help_shows_allowed_values_bounds_and_descriptions(capsys) -> None:
     assert "paravt.preset = para_grpo   (choice; one of para_grpo, vanilla_grpo)" in text
     assert "steps = 700   (int; >= 1)" in text
     assert "engine.kind = transformers   (choice; one of transformers, sglang)" in text
-    # the comment beside the field in RlConfig is its description until it moves into Field(description=)
     assert "group_size = 8   (int; >= 2)\n      rollouts per prompt (GRPO group n)" in text
 
 
-def test_field_description_prefers_pydantic_and_falls_back_to_the_source_comment() -> None:
+def test_field_description_is_the_pydantic_description() -> None:
     from pydantic import Field
 
     from paravt_core.config_base import StrictModel
 
     class Demo(StrictModel):
         a: int = Field(default=1, description="from pydantic")
-        b: int = 2  # beside the field
-        # above the field
-        c: int = 3
-        d: int = 4
+        b: int = 2  # a comment is not a description (tests/test_config_descriptions.py requires Field's)
 
-    assert [field_description(Demo, n) for n in "abcd"] == [
-        "from pydantic",
-        "beside the field",
-        "above the field",
-        "",
-    ]
-    assert describe_fields(Demo)[:2] == ["a = 1   (int)", "    from pydantic"]
+    assert [field_description(Demo, n) for n in "ab"] == ["from pydantic", ""]
+    assert describe_fields(Demo) == ["a = 1   (int)", "    from pydantic", "b = 2   (int)"]
 
 
 def test_version_and_benchmark_list(capsys) -> None:

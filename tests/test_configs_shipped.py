@@ -28,7 +28,7 @@ def test_every_stage_ships_a_tiny_config_and_nothing_else_lies_around() -> None:
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_shipped_config_loads_and_its_sources_resolve(path: Path, tmp_path: Path) -> None:
+def test_shipped_config_loads_and_its_sources_resolve(path: Path, eval_fixtures_dir: Path) -> None:
     stage = path.parent.name
     cfg = load_config(stage_config(stage), path)
     if stage == "data":
@@ -40,7 +40,7 @@ def test_shipped_config_loads_and_its_sources_resolve(path: Path, tmp_path: Path
                 assert src.kind == "local"
     if stage == "eval":
         if cfg.demo_data:  # tiny: the fixtures stand in for every benchmark (written locally, no network)
-            cfg.demo_data = str(tmp_path / "fixtures")
+            cfg.demo_data = str(eval_fixtures_dir)
         resolved = resolve_benchmarks(cfg)
         assert resolved
         for b in resolved:

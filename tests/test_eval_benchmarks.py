@@ -1,4 +1,4 @@
-"""Benchmark loaders on fixture copies in each benchmark's real schema (paravt_core/eval/fixtures.py).
+"""Benchmark loaders on fixture copies in each benchmark's real schema (paravt_core/synth/eval_fixtures.py).
 
 Every expected value below is read off the fixture rows and the datasets' published conventions, not computed
 by the code under test: e.g. LongVideoBench ``correct_choice: 4`` -> letter E (0-based index into A-E)."""

@@ -132,7 +132,7 @@ def test_nightly_local_failed_eval_shows_failed_night(tmp_path: Path) -> None:
 @pytest.mark.skipif(
     importlib.util.find_spec("paravt_core.eval") is None, reason="eval stage not in this checkout"
 )
-def test_nightly_local_success(tiny_model_dir: str, tmp_path: Path) -> None:
+def test_nightly_local_success(tiny_model_dir: str, tmp_path: Path, eval_fixtures_dir: Path) -> None:
     from pipelines.local import tiny_stage_configs
 
     prefix = str(tmp_path / "results")
@@ -145,7 +145,7 @@ def test_nightly_local_success(tiny_model_dir: str, tmp_path: Path) -> None:
         str(tmp_path / "kfp"),
         night="2026-11-23",
         eval_config_yaml=tiny_stage_configs()["eval"],
-        eval_overrides=[f"work_dir={tmp_path / 'eval-work'}", f"demo_data={tmp_path / 'fixtures'}"],
+        eval_overrides=[f"work_dir={tmp_path / 'eval-work'}", f"demo_data={eval_fixtures_dir}"],
     )
     night = json.loads(storage.read_bytes(night_uri(prefix, "2026-11-23")))
     assert night["state"] == "SUCCEEDED" and night["checkpoint"] == tiny_model_dir

@@ -27,7 +27,7 @@ def _synth_copy(synth: SynthResult, out: Path) -> None:
     (out / "synth").symlink_to(Path(synth.source_dir).parent)
 
 
-def _run(synth: SynthResult, model: str, out: Path):
+def _run(synth: SynthResult, model: str, out: Path, fixtures: Path):
     out.mkdir(parents=True)
     _synth_copy(synth, out)
     return run_train_locally(
@@ -40,7 +40,7 @@ def _run(synth: SynthResult, model: str, out: Path):
         stage_overrides={
             "sft": [f"work_dir={out / 'sft-tmp'}", "trainer.steps=20"],
             "rl": ["steps=2"],
-            "eval": [f"work_dir={out / 'eval-work'}", f"demo_data={out / 'eval-fixtures'}"],
+            "eval": [f"work_dir={out / 'eval-work'}", f"demo_data={fixtures}"],
         },
     )
 
@@ -60,8 +60,10 @@ def _jsonl(uri: str) -> list[dict]:
     return [{k: v for k, v in r.items() if not (k.endswith("_s") or k.startswith("peak_mem"))} for r in rows]
 
 
-def test_train_dag_locally_and_a_retry_resumes(synth_dataset, tiny_model_dir, tmp_path, monkeypatch) -> None:
-    clean = _run(synth_dataset, tiny_model_dir, tmp_path / "clean")
+def test_train_dag_locally_and_a_retry_resumes(
+    synth_dataset, tiny_model_dir, tmp_path, monkeypatch, eval_fixtures_dir
+) -> None:
+    clean = _run(synth_dataset, tiny_model_dir, tmp_path / "clean", eval_fixtures_dir)
     prefix = Path(clean.run_prefix)
     for stage in ("sft", "rl", "report"):
         assert storage.is_complete(str(prefix / stage)), stage
@@ -76,7 +78,7 @@ def test_train_dag_locally_and_a_retry_resumes(synth_dataset, tiny_model_dir, tm
     once = tmp_path / "fault-fired"
     monkeypatch.setenv("PARAVT_FAULT", "sft:10")
     monkeypatch.setenv("PARAVT_FAULT_ONCE", str(once))
-    faulted = _run(synth_dataset, tiny_model_dir, tmp_path / "faulted")
+    faulted = _run(synth_dataset, tiny_model_dir, tmp_path / "faulted", eval_fixtures_dir)
     assert once.read_text() == "sft:10\n"  # the first attempt did fail there
     fprefix = Path(faulted.run_prefix)
     sft_summary = json.loads((fprefix / "sft" / "metrics.json").read_text())

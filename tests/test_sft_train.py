@@ -245,9 +245,26 @@ def test_bad_rows_are_counted_and_gate_the_run(tiny_model_dir: str, tmp_path: Pa
             "data.bad_gate_min_rows=1",
         ),
     )
-    with pytest.raises(SftError, match=r"rows dropped \(.*> data.max_bad_fraction=10.0%\)"):
+    # Three of the six rows are known bad before the model is loaded: the gate fails there.
+    with pytest.raises(SftError, match=r"rows dropped before training \(.*> data.max_bad_fraction=10.0%\)"):
         run(strict)
     assert not storage.is_complete(str(tmp_path / "strict"))
+
+    # A row that only turns out bad when tokenized (too long) is gated while training, after
+    # bad_gate_min_rows rows; the failed run's metrics.json says why.
+    long_only = _bad_rows_output(tmp_path / "long", [good, BAD[4][1], good, good])
+    out = tmp_path / "long-strict"
+    cfg = load_config(
+        SftConfig,
+        TINY,
+        _overrides(tiny_model_dir, long_only, out, *base, "trainer.steps=4", "data.max_bad_fraction=0.1")
+        + ["data.bad_gate_min_rows=1"],
+    )
+    with pytest.raises(SftError, match=r"rows dropped \(.*too_long=1$"):
+        run(cfg)
+    summary = json.loads((out / "metrics.json").read_text())
+    assert summary["status"] == "failed" and summary["gate"] == "bad_rows"
+    assert summary["rows_dropped"] == {"too_long": 1} and not storage.is_complete(str(out))
 
 
 def test_incomplete_checkpoints_are_ignored(tmp_path: Path) -> None:

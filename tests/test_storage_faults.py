@@ -187,8 +187,12 @@ def blob(n: int, seed: int) -> bytes:
 
 
 def retry_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Every failed-attempt record of the storage layer, whatever its level: a request's first failure is a
+    WARNING, its later attempts DEBUG and giving up after a retry INFO (one console line per failing request)."""
     return [
-        r.getMessage() for r in caplog.records if r.name == storage.log.name and r.levelno == logging.WARNING
+        r.getMessage()
+        for r in caplog.records
+        if r.name == storage.log.name and r.getMessage().startswith(("S3 ", "GET "))
     ]
 
 
@@ -229,7 +233,7 @@ def test_every_third_request_fails_and_everything_still_arrives(
     fault: str, s3_bucket: str, s3_env: S3Endpoint, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
-    caplog.set_level(logging.WARNING, logger=storage.log.name)
+    caplog.set_level(logging.DEBUG, logger=storage.log.name)
     small = {f"obj-{i}.bin": blob(1000 + i, i) for i in range(5)}
     big = blob(11 * MiB, 99)  # 3 parts of 5 MiB, uploaded in parallel
     (tmp_path / "big.bin").write_bytes(big)
@@ -267,7 +271,7 @@ def test_every_third_request_fails_and_everything_still_arrives(
 
 
 def test_throttling_is_retried(s3_bucket: str, s3_env: S3Endpoint, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger=storage.log.name)
+    caplog.set_level(logging.DEBUG, logger=storage.log.name)
     with fault_proxy(s3_env.endpoint_url, every_third("slowdown")) as proxy:
         for i in range(3):
             storage.write_bytes(f"{s3_bucket}/t{i}", blob(500, i))
@@ -282,7 +286,7 @@ def test_connection_reset_mid_body_is_retried(
     s3_bucket: str, s3_env: S3Endpoint, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
-    caplog.set_level(logging.WARNING, logger=storage.log.name)
+    caplog.set_level(logging.DEBUG, logger=storage.log.name)
     data = {f"{s3_bucket}/v{i}.bin": blob(200_000 + i, i) for i in range(4)}
     for uri, payload in data.items():
         storage.write_bytes(uri, payload)
@@ -313,7 +317,7 @@ def test_connection_reset_mid_body_is_retried(
 def test_failed_single_put_leaves_no_object(
     s3_bucket: str, s3_env: S3Endpoint, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger=storage.log.name)
+    caplog.set_level(logging.DEBUG, logger=storage.log.name)
     uri = f"{s3_bucket}/doomed.bin"
     rule: Rule = lambda n, method, path: "reset" if method == "PUT" and path.endswith("/doomed.bin") else None  # noqa: E731
     with (

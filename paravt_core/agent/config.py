@@ -20,36 +20,56 @@ DEFAULT_MIN_PIXELS = 28 * 28
 
 
 class SubagentConfig(StrictModel):
-    # Pass the main agent's question to the sub-agent (off reproduces the release).
-    see_question: bool = False
-    # Train on sub-agent tokens (loss mask 1 on their generations); off as released.
-    train: bool = False
+    see_question: bool = Field(
+        default=False,
+        description="pass the main agent's question to the sub-agent (off reproduces the release)",
+    )
+    train: bool = Field(
+        default=False,
+        description="train on sub-agent tokens (loss mask 1 on their generations); off as released",
+    )
     # SPEC §4.4.5: 0.7 in RL, 0 (greedy) in eval. None follows the main agent's temperature, so the eval
-    # protocol's temperature 0 (and ``paravt agent run --temperature 0``) makes the sub-agents greedy too.
-    temperature: float | None = Field(default=None, ge=0.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_new_tokens: int = Field(default=1024, ge=1)
-    max_report_tokens: int = Field(default=512, ge=1)  # SPEC §4.4.5: then the set's truncation mark
+    # protocol's temperature 0 (and ``paravt agent run temperature=0``) makes the sub-agents greedy too.
+    temperature: float | None = Field(
+        default=None, ge=0.0, description="sub-agent sampling temperature; null: the main agent's"
+    )
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="sub-agent nucleus sampling threshold")
+    max_new_tokens: int = Field(default=1024, ge=1, description="tokens per sub-agent generation")
+    max_report_tokens: int = Field(
+        default=512, ge=1, description="a report longer than this is cut and gets the set's truncation mark"
+    )
 
 
 class CropConfig(StrictModel):
-    fps: float = Field(default=1.0, gt=0.0)
-    min_frames: int = Field(default=2, ge=1)
-    max_frames: int = Field(default=16, ge=1)
-    workers: int = Field(default=4, ge=1)
+    fps: float = Field(default=1.0, gt=0.0, description="frames per second sampled from a cropped span")
+    min_frames: int = Field(default=2, ge=1, description="fewest frames per crop")
+    max_frames: int = Field(default=16, ge=1, description="most frames per crop")
+    workers: int = Field(default=4, ge=1, description="threads decoding crops")
 
 
 class AgentConfig(StrictModel):
-    # The prompt set: a packaged name or a YAML file path / URI (see ``prompts.load_prompt_set``).
-    prompt_set: str = prompts.DEFAULT_PROMPT_SET
-    # Checksum of the set's texts. Left empty it is filled in when the set is loaded (so every run's
-    # recorded config names the exact texts); set it to pin a set: a different file is then an error.
-    prompt_set_checksum: str | None = None
-    prompt_mode: prompts.PromptMode = "agentic_general"
-    question_suffix: bool = True  # append " The video path for this video is: <basename>"
-    overview_frames: int = Field(default=64, ge=1)  # K (nFrames gating overrides it per row)
-    max_pixels: int = Field(default=DEFAULT_MAX_PIXELS, ge=1024)
-    min_pixels: int = Field(default=DEFAULT_MIN_PIXELS, ge=1)
+    prompt_set: str = Field(
+        default=prompts.DEFAULT_PROMPT_SET,
+        description="the prompt set: a packaged name or a YAML file path / URI",
+    )
+    # Left empty it is filled in when the set is loaded (so every run's recorded config names the exact texts).
+    prompt_set_checksum: str | None = Field(
+        default=None,
+        description="pin the prompt set's texts: a different checksum is an error; null: record it",
+    )
+    prompt_mode: prompts.PromptMode = Field(
+        default="agentic_general", description="which system prompt of the set"
+    )
+    question_suffix: bool = Field(
+        default=True, description='append " The video path for this video is: <basename>" to the question'
+    )
+    overview_frames: int = Field(
+        default=64,
+        ge=1,
+        description="K: overview frames of the whole video (nFrames gating overrides it per row)",
+    )
+    max_pixels: int = Field(default=DEFAULT_MAX_PIXELS, ge=1024, description="pixel budget per frame")
+    min_pixels: int = Field(default=DEFAULT_MIN_PIXELS, ge=1, description="smallest frame, in pixels")
     overview_max_pixels: int | None = Field(
         default=None, ge=1024, description="Pixel budget per overview frame (None: max_pixels)."
     )
@@ -62,26 +82,42 @@ class AgentConfig(StrictModel):
     overview_labels: bool = Field(
         default=True, description="Put a '<t seconds>' label before each overview frame (off: frames only)."
     )
-    max_turns: int = Field(default=3, ge=0)  # tool rounds; the generation after the last one must answer
-    max_parallel: int = Field(default=5, ge=1)  # calls executed per turn; extras get an error response
-    max_new_tokens: int = Field(default=2048, ge=1)  # per main-agent generation
-    max_context_tokens: int = Field(default=32768, ge=256)
-    temperature: float = Field(default=0.7, ge=0.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = None
-    think_prefix: bool = False  # PARA-GRPO constrained.think_prefix
-    # Eval only: after the last tool round, ask for the answer in this format (and cap its tokens).
-    forced_answer: prompts.ForcedAnswer | None = None
-    # "subagent": each call is answered by a sub-agent report; "crop_frames": the crop frames go straight
-    # to the main model (eval parity with the released driver).
-    tool_mode: Literal["subagent", "crop_frames"] = "subagent"
-    # "batched": all crops of a turn decoded together and all its sub-agents in one engine call;
-    # "sequential": one call at a time (crop, then its sub-agent) - the reference the benchmark compares to.
-    dispatch: Literal["batched", "sequential"] = "batched"
-    # Seconds before a generation call is abandoned (None: wait).
-    engine_timeout_s: float | None = Field(default=None, gt=0.0)
-    subagent: SubagentConfig = Field(default_factory=SubagentConfig)
-    crop: CropConfig = Field(default_factory=CropConfig)
+    max_turns: int = Field(
+        default=3, ge=0, description="tool rounds; the generation after the last one must answer"
+    )
+    max_parallel: int = Field(
+        default=5, ge=1, description="tool calls executed per turn; extras get an error response"
+    )
+    max_new_tokens: int = Field(default=2048, ge=1, description="tokens per main-agent generation")
+    max_context_tokens: int = Field(
+        default=32768, ge=256, description="the episode's context limit (prompt, frames and turns)"
+    )
+    temperature: float = Field(default=0.7, ge=0.0, description="main-agent sampling temperature (0: greedy)")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="main-agent nucleus sampling threshold")
+    seed: int | None = Field(default=None, description="sampling seed; null: unseeded")
+    think_prefix: bool = Field(
+        default=False,
+        description='start every main-agent turn with "<think>\\n" (PARA-GRPO constrained.think_prefix)',
+    )
+    forced_answer: prompts.ForcedAnswer | None = Field(
+        default=None,
+        description="eval only: after the last tool round, ask for the answer in this format (and cap its tokens)",
+    )
+    tool_mode: Literal["subagent", "crop_frames"] = Field(
+        default="subagent",
+        description="subagent: a sub-agent report answers each call; crop_frames: the crops go to the main model",
+    )
+    dispatch: Literal["batched", "sequential"] = Field(
+        default="batched",
+        description="batched: a turn's crops and sub-agents in one engine call; sequential: one call at a time",
+    )
+    engine_timeout_s: float | None = Field(
+        default=None, gt=0.0, description="seconds before a generation call is abandoned (null: wait)"
+    )
+    subagent: SubagentConfig = Field(
+        default_factory=SubagentConfig, description="the sub-agents answering tool calls"
+    )
+    crop: CropConfig = Field(default_factory=CropConfig, description="frame sampling of crop_video calls")
 
     @property
     def overview_pixels(self) -> tuple[int, int]:

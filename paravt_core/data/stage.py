@@ -43,7 +43,7 @@ from paravt_core.data.materialize import (
     open_parquet,
 )
 from paravt_core.data.validate import DataError, FileChecker
-from paravt_core.stage import StageResult, announce_config, console
+from paravt_core.stage import StageResult, announce_config, check_output, console
 
 STAGE = "data"
 # Bump when the meaning of the outputs changes, so complete outputs of older code are redone.
@@ -233,6 +233,7 @@ def _outputs(output: str, root: str, prefix: str) -> dict[str, str]:
 
 def run(cfg: DataConfig) -> StageResult:
     """Run the data stage (see the module docstring). Raises ``DataError`` with a clear message on bad input."""
+    check_output(STAGE, cfg.output)
     started = time.perf_counter()
     seconds: dict[str, float] = {}
     output = cfg.output if storage.is_s3(cfg.output) else os.path.abspath(cfg.output)

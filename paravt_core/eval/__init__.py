@@ -8,6 +8,7 @@
   items; ``metrics``: accuracy with its breakdowns, MLVU micro/macro, Charades mIoU and R@k (pure);
 - ``records`` (exactly-once JSONL, shard merge),
   ``runner`` (concurrent samples, retries, error accounting), ``report`` (results.json, KFP metrics, HTML);
-- ``fixtures``: a few rows of every benchmark in its real schema pointing at synthetic videos;
+- ``demo_data``: a directory of fixture copies of every benchmark (``paravt_core/synth/eval_fixtures.py`` writes
+  it; ``benchmarks.demo_entries`` reads its manifest, so nothing here imports ``paravt_core.synth``);
 - ``stage``: ``run(cfg) -> StageResult``.
 """

@@ -32,6 +32,7 @@ as an error, never run, never dropped.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
@@ -350,6 +351,25 @@ def get(name: str) -> Benchmark:
         return REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(REGISTRY)}") from None
+
+
+# A ``demo_data`` directory: fixture copies of the benchmarks plus this manifest, the ``benchmarks`` config
+# entries that evaluate them with paths relative to the directory (written by paravt_core/synth/eval_fixtures.py).
+DEMO_MANIFEST = "benchmarks.json"
+
+
+def demo_entries(root: str) -> list[dict[str, Any]]:
+    """The ``benchmarks`` entries of the ``demo_data`` directory ``root`` (local), paths made absolute."""
+    path = os.path.join(root, DEMO_MANIFEST)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"demo_data {root} holds no benchmark fixtures ({DEMO_MANIFEST}); write them with "
+            f"`paravt synth {root} --eval-fixtures` (`paravt demo` does) or leave demo_data empty"
+        )
+    with open(path) as f:
+        listed = json.load(f)
+    base = os.path.abspath(root)
+    return [{k: v if k == "name" else os.path.join(base, v) for k, v in e.items()} for e in listed]
 
 
 def flatten_lvbench(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -23,74 +23,114 @@ class EvalBenchmarkConfig(StrictModel):
     ``<media_root>/subtitle``).
     """
 
-    name: str
-    source: str = ""
-    split: str = ""  # default: the registry's split
-    media_root: str = ""
-    subtitles: str = ""
-    limit: int | None = Field(default=None, ge=1)  # first N rows only
+    name: str = Field(description="registry name (paravt eval --list-benchmarks)")
+    source: str = Field(
+        default="",
+        description="the rows: local file/dir, s3:// prefix or hf://<dataset id>; empty: the registry's",
+    )
+    split: str = Field(default="", description="dataset split; empty: the registry's")
+    media_root: str = Field(
+        default="", description="where the videos are (local or s3://), as the benchmark lays them out"
+    )
+    subtitles: str = Field(
+        default="", description="subtitle directory (videomme_wsub); empty: <media_root>/subtitle"
+    )
+    limit: int | None = Field(default=None, ge=1, description="evaluate the first N rows only; null: all")
 
 
 class EvalEngineConfig(StrictModel):
-    # "transformers": in-process (CPU/GPU) with cross-sample batching; "openai": an OpenAI-compatible server
-    # (vLLM, SGLang) at base_url, the processor loaded from `model`.
-    kind: Literal["transformers", "openai"] = "transformers"
-    base_url: str = ""
-    served_model: str = ""  # model name on the server (default: `model`)
-    device: str = "cpu"
-    dtype: str | None = None
-    # Merge the generation calls of the samples in flight into one batch (in-process engine; the shared
-    # paravt_core.engines.coalesce.CoalescingEngine: a batch leaves once every sample in flight waits on it).
-    coalesce: bool = True
-    max_batch: int = Field(default=32, ge=1)  # requests per generate of the in-process engine
+    kind: Literal["transformers", "openai"] = Field(
+        default="transformers",
+        description="transformers: in-process (CPU/GPU), batched; openai: an OpenAI-compatible server at base_url",
+    )
+    base_url: str = Field(default="", description="openai engine: the server (http://host:port/v1)")
+    served_model: str = Field(
+        default="", description="openai engine: model name on the server; empty: `model`"
+    )
+    device: str = Field(default="cpu", description="transformers engine: torch device (cpu, cuda, cuda:1)")
+    dtype: str | None = Field(
+        default=None, description="transformers engine: weight dtype; null: the checkpoint's"
+    )
+    coalesce: bool = Field(
+        default=True,
+        description="merge the generation calls of the samples in flight into one batch (in-process engine)",
+    )
+    max_batch: int = Field(default=32, ge=1, description="requests per generate of the in-process engine")
 
 
 class EvalRunnerConfig(StrictModel):
-    concurrency: int = Field(default=8, ge=1)  # samples in flight
-    retries: int = Field(default=3, ge=0)  # per sample, for engine errors and timeouts
-    backoff_s: float = Field(default=1.0, ge=0.0)  # first retry delay; doubles, with jitter
-    upload_every_s: float = Field(default=60.0, gt=0.0)  # s3:// output: how often records are uploaded
+    concurrency: int = Field(default=8, ge=1, description="samples in flight")
+    retries: int = Field(default=3, ge=0, description="retries per sample, for engine errors and timeouts")
+    backoff_s: float = Field(
+        default=1.0, ge=0.0, description="first retry delay in seconds; doubles, with jitter"
+    )
+    upload_every_s: float = Field(
+        default=60.0, gt=0.0, description="s3:// output: seconds between uploads of the records"
+    )
 
 
 class EvalJudgeConfig(StrictModel):
-    # Open-ended items (MMVU) go to the LLM judge (endpoint, key and model from LLM_JUDGE_BASE_URL,
-    # LLM_JUDGE_API_KEY, LLM_JUDGE_MODEL); off, or no endpoint set: scored by token F1 (the results say so).
-    enabled: bool = True
+    # Endpoint, key and model from LLM_JUDGE_BASE_URL, LLM_JUDGE_API_KEY, LLM_JUDGE_MODEL.
+    enabled: bool = Field(
+        default=True,
+        description="open-ended items go to the LLM judge (LLM_JUDGE_* env); off or no endpoint: token F1",
+    )
 
 
 class EvalConfig(StrictModel):
     """``paravt eval``: benchmarks x protocols on one model; exactly-once records, metrics, report."""
 
-    model: str = ""  # model URI (local dir, s3:// prefix, hub id); openai engine: only its processor
-    # Published checkpoint whose SPEC §7 numbers the report shows beside ours: ParaVT-8B, Qwen3-VL-8B,
-    # LongVT-RFT-7B; "auto" guesses from `model`; "" = none.
-    published_model: str = "auto"
-    output: str = "./paravt-work/eval"  # URI of records, results.json, metrics.json, report.html
-    work_dir: str = "./paravt-work/eval-work"  # local scratch (downloads, record files of an s3 output)
-    # Tiny/demo runs: write the synthetic eval split and fixture copies of every benchmark here first, and
-    # evaluate those (benchmarks without a source/media_root use them).
-    demo_data: str = ""
-    benchmarks: list[EvalBenchmarkConfig] = Field(default_factory=list)
-    # agentic (with the tool), direct and reasoning (without); every benchmark runs under each.
-    protocols: list[Literal["agentic", "direct", "reasoning"]] = Field(default_factory=lambda: ["agentic"])
+    model: str = Field(
+        default="",
+        description="model URI (local dir, s3:// prefix, hub id); openai engine: only its processor",
+    )
+    published_model: str = Field(
+        default="auto",
+        description='published numbers shown beside ours: ParaVT-8B, Qwen3-VL-8B, LongVT-RFT-7B; "auto": from model; "": none',
+    )
+    output: str = Field(
+        default="./paravt-work/eval", description="URI of records, results.json, metrics.json, report.html"
+    )
+    work_dir: str = Field(
+        default="./paravt-work/eval-work",
+        description="local scratch (downloads, record files of an s3 output)",
+    )
+    demo_data: str = Field(
+        default="",
+        description="tiny runs: a directory of benchmark fixtures (paravt synth DIR --eval-fixtures) standing in",
+    )
+    benchmarks: list[EvalBenchmarkConfig] = Field(
+        default_factory=list, description="benchmarks to evaluate (name, source, media_root, ...)"
+    )
+    protocols: list[Literal["agentic", "direct", "reasoning"]] = Field(
+        default_factory=lambda: ["agentic"],
+        description="agentic (with the tool), direct and reasoning (without); every benchmark runs under each",
+    )
     preset: Literal["paravt", "release"] = Field(
         default="paravt",
         description="Episode preset: paravt (ours) or release (the released driver that made the published numbers).",
     )
-    # The episode (SPEC §4.4); eval defaults: greedy main agent and sub-agents, otherwise AgentConfig's
-    # (64 overview frames, 2048 tokens, 3 tool rounds x 5 calls). The protocol sets prompt and forced answer.
+    # Eval defaults: greedy main agent and sub-agents, otherwise AgentConfig's (64 overview frames, 2048 tokens,
+    # 3 tool rounds x 5 calls). The protocol sets prompt and forced answer.
     agent: AgentConfig = Field(
-        default_factory=lambda: AgentConfig(temperature=0.0, subagent={"temperature": 0.0})
+        default_factory=lambda: AgentConfig(temperature=0.0, subagent={"temperature": 0.0}),
+        description="the episode (greedy by default); the protocol sets the prompt and forced answer",
     )
-    engine: EvalEngineConfig = Field(default_factory=EvalEngineConfig)
-    runner: EvalRunnerConfig = Field(default_factory=EvalRunnerConfig)
-    judge: EvalJudgeConfig = Field(default_factory=EvalJudgeConfig)
-    shard: str = ""  # "i/n": evaluate shard i of n (records under shards/i-of-n/); merge=true combines them
-    merge: bool = False
+    engine: EvalEngineConfig = Field(default_factory=EvalEngineConfig, description="the generation engine")
+    runner: EvalRunnerConfig = Field(default_factory=EvalRunnerConfig, description="concurrency and retries")
+    judge: EvalJudgeConfig = Field(
+        default_factory=EvalJudgeConfig, description="the LLM judge of open-ended items"
+    )
+    shard: str = Field(default="", description='"i/n": evaluate shard i of n (records under shards/i-of-n/)')
+    merge: bool = Field(default=False, description="combine the shards' records into one result")
     expected_shards: int = Field(
         default=0,
         ge=0,
-        description="With merge=true: the shard count n to merge (0: read it off the shards/ directory).",
+        description="with merge=true: the shard count n to merge (0: read it off the shards/ directory)",
     )
-    # Fail the stage (after writing everything) when errors / samples exceeds this share.
-    max_error_share: float = Field(default=0.05, ge=0.0, le=1.0)
+    max_error_share: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="fail the stage (after writing everything) when errors / samples exceeds this",
+    )

@@ -42,7 +42,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from paravt_core import storage
 from paravt_core.agent import prompts
 from paravt_core.config import config_to_dict
-from paravt_core.stage import StageResult, announce_config, console
+from paravt_core.stage import StageResult, announce_config, check_output, console
 
 from . import benchmarks as registry
 from . import report
@@ -71,9 +71,10 @@ def resolve_benchmarks(cfg: EvalConfig) -> list[EvalBenchmarkConfig]:
         if not cfg.benchmarks:
             raise EvalError("no benchmarks configured (benchmarks: [{name: videomme, ...}] or demo_data)")
         return list(cfg.benchmarks)
-    from .fixtures import write_fixtures
-
-    fixtures = {e["name"]: e for e in write_fixtures(cfg.demo_data)}
+    try:
+        fixtures = {e["name"]: e for e in registry.demo_entries(cfg.demo_data)}
+    except FileNotFoundError as err:
+        raise EvalError(str(err)) from None
     if not cfg.benchmarks:
         return [EvalBenchmarkConfig(**e) for e in fixtures.values()]
     out = []
@@ -461,6 +462,7 @@ def check_records_fingerprint(root: str, cfg: EvalConfig) -> None:
 def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: Any = None) -> StageResult:
     """Run the eval stage (see the module docstring). ``engine``/``processor``/``judge`` replace the configured
     ones (fault injection in tests, a shared engine in benchmarks)."""
+    check_output(STAGE, cfg.output)
     started = time.perf_counter()
     output = cfg.output if storage.is_s3(cfg.output) else os.path.abspath(cfg.output)
     work = os.path.abspath(cfg.work_dir)

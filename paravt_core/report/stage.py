@@ -31,7 +31,7 @@ from paravt_core.report.trend import (
     night_state,
     trend_table,
 )
-from paravt_core.stage import StageResult, announce_config, console
+from paravt_core.stage import StageResult, announce_config, check_output, console
 
 STAGE = "report"
 NIGHTS_DIR = "nights"
@@ -132,6 +132,7 @@ def training_section(name: str, output: str) -> dict:
 
 
 def run(cfg: ReportConfig) -> StageResult:
+    check_output(STAGE, cfg.output)
     announce_config(STAGE, cfg, cfg.output)
     storage.clear_complete(cfg.output)
     table = eval_table(cfg.eval_outputs)

@@ -14,31 +14,47 @@ from paravt_core.config_base import StrictModel
 
 
 class OptimConfig(StrictModel):
-    lr: float = Field(default=2e-6, gt=0.0)  # constant (SPEC §5)
-    weight_decay: float = Field(default=0.01, ge=0.0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float = Field(default=1.0, gt=0.0)
+    lr: float = Field(default=2e-6, gt=0.0, description="constant learning rate of AdamW (SPEC §5)")
+    weight_decay: float = Field(default=0.01, ge=0.0, description="AdamW weight decay")
+    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas")
+    grad_clip: float = Field(default=1.0, gt=0.0, description="gradient norm clipping")
 
 
 class RlCheckpointConfig(StrictModel):
-    every: int = Field(default=5, ge=1)  # steps between checkpoints (and at the last step)
-    keep_last: int = Field(default=2, ge=1)
+    every: int = Field(default=5, ge=1, description="steps between checkpoints (the last step always saves)")
+    keep_last: int = Field(default=2, ge=1, description="complete checkpoints kept; older ones are deleted")
 
 
 class RolloutEngineConfig(StrictModel):
     """Where rollouts are generated and how the new weights get there after each step."""
 
-    kind: Literal["transformers", "sglang"] = "transformers"  # in-process generate, or an SGLang server
-    base_url: str = ""  # sglang: a running server (http://host:port); empty: launch one for `model` (GPU)
-    port: int = Field(default=30000, ge=1, le=65535)  # sglang launch: the server's port
-    deterministic_inference: bool = False  # sglang: the server runs --enable-deterministic-inference
-    # sglang weight push: "disk" writes the gathered HF weights to staging_dir for /update_weights_from_disk;
-    # "distributed" broadcasts them over NCCL (/update_weights_from_distributed, GPU only)
-    weight_sync: Literal["disk", "distributed"] = "disk"
-    staging_dir: str = ""  # disk: a local directory the server can read; empty: <output>-weights
-    nccl_address: str = "127.0.0.1"  # distributed: address of the learner's rank 0 as the server sees it
-    nccl_port: int = Field(default=29600, ge=1, le=65535)
-    server_ranks: int = Field(default=1, ge=1)  # distributed: GPUs of the server (tp x dp)
+    kind: Literal["transformers", "sglang"] = Field(
+        default="transformers", description="in-process generate, or an SGLang server"
+    )
+    base_url: str = Field(
+        default="",
+        description="sglang: a running server (http://host:port); empty: launch one for `model` (GPU)",
+    )
+    port: int = Field(default=30000, ge=1, le=65535, description="sglang launch: the server's port")
+    deterministic_inference: bool = Field(
+        default=False, description="sglang: the server runs --enable-deterministic-inference"
+    )
+    # "disk" writes the gathered HF weights to staging_dir for /update_weights_from_disk; "distributed"
+    # broadcasts them over NCCL (/update_weights_from_distributed, GPU only).
+    weight_sync: Literal["disk", "distributed"] = Field(
+        default="disk", description="sglang weight push: via files in staging_dir, or an NCCL broadcast (GPU)"
+    )
+    staging_dir: str = Field(
+        default="", description="disk push: a local directory the server can read; empty: <output>-weights"
+    )
+    nccl_address: str = Field(
+        default="127.0.0.1",
+        description="distributed push: address of the learner's rank 0 as the server sees it",
+    )
+    nccl_port: int = Field(
+        default=29600, ge=1, le=65535, description="distributed push: the NCCL group's port"
+    )
+    server_ranks: int = Field(default=1, ge=1, description="distributed push: GPUs of the server (tp x dp)")
     bucket_mb: int = Field(
         default=1024,
         ge=1,
@@ -65,29 +81,54 @@ class RolloutEngineConfig(StrictModel):
 class RlConfig(StrictModel):
     """``paravt rl``: PARA-GRPO on the data stage's RL parquets, starting from the SFT checkpoint."""
 
-    data: str = "./paravt-work/data"  # the data stage's output: reads <data>/rl/*.parquet
-    model: str = "./paravt-work/sft/final"  # policy to start from (SFT checkpoint URI)
-    reference_model: str = ""  # frozen KL reference; empty: the same checkpoint as `model`
-    output: str = "./paravt-work/rl"  # checkpoints, final HF model, metrics, trajectories
-    seed: int = 0  # data order and sampling seeds
-    steps: int = Field(default=700, ge=1)
-    prompts_per_step: int = Field(default=7, ge=1)
-    group_size: int = Field(default=8, ge=2)  # rollouts per prompt (GRPO group n)
-    # Policy versions a trained sample may lag behind the learner; 0 = synchronous (the CPU default).
-    max_staleness: int = Field(default=0, ge=0)
-    device: str = "cpu"
-    dtype: str = "float32"  # learner and engine weights (bfloat16 on GPUs)
-    engine: RolloutEngineConfig = Field(default_factory=RolloutEngineConfig)
-    engine_batch_size: int = Field(default=64, ge=1)  # requests per generate call of the in-process engine
-    pack_tokens: int = Field(default=8192, ge=256)  # learner: sequences packed per forward pass (like SFT)
-    trajectories_per_step: int = Field(default=2, ge=0)  # sampled episodes written to trajectories.jsonl
-    paravt: ParavtRecipe = Field(default_factory=ParavtRecipe)
-    # The episode: the published RL sampling (temperature 0.7, 2048 new tokens); think_prefix comes from
-    # paravt.constrained.think_prefix.
-    agent: AgentConfig = Field(default_factory=AgentConfig)
-    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
-    loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig)
-    optim: OptimConfig = Field(default_factory=OptimConfig)
-    checkpoint: RlCheckpointConfig = Field(default_factory=RlCheckpointConfig)
+    data: str = Field(
+        default="./paravt-work/data", description="the data stage's output: reads <data>/rl/*.parquet"
+    )
+    model: str = Field(
+        default="./paravt-work/sft/final", description="policy to start from (SFT checkpoint URI)"
+    )
+    reference_model: str = Field(
+        default="", description="frozen KL reference; empty: the same checkpoint as `model`"
+    )
+    output: str = Field(
+        default="./paravt-work/rl", description="URI: checkpoints, final HF model, metrics, trajectories"
+    )
+    seed: int = Field(default=0, description="data order and sampling seeds")
+    steps: int = Field(default=700, ge=1, description="policy updates")
+    prompts_per_step: int = Field(default=7, ge=1, description="prompts sampled per step")
+    group_size: int = Field(default=8, ge=2, description="rollouts per prompt (GRPO group n)")
+    max_staleness: int = Field(
+        default=0,
+        ge=0,
+        description="policy versions a trained sample may lag behind the learner; 0: synchronous",
+    )
+    device: str = Field(default="cpu", description="learner device (cpu, cuda)")
+    dtype: str = Field(default="float32", description="learner and engine weights (bfloat16 on GPUs)")
+    engine: RolloutEngineConfig = Field(
+        default_factory=RolloutEngineConfig, description="where rollouts are generated, how weights get there"
+    )
+    engine_batch_size: int = Field(
+        default=64, ge=1, description="requests per generate call of the in-process engine"
+    )
+    pack_tokens: int = Field(
+        default=8192, ge=256, description="learner: tokens packed per forward pass (like SFT)"
+    )
+    trajectories_per_step: int = Field(
+        default=2, ge=0, description="sampled episodes written to trajectories.jsonl per step"
+    )
+    paravt: ParavtRecipe = Field(default_factory=ParavtRecipe, description="the PARA-GRPO recipe (SPEC §5)")
+    # think_prefix comes from paravt.constrained.think_prefix.
+    agent: AgentConfig = Field(
+        default_factory=AgentConfig,
+        description="the episode: the published RL sampling (temperature 0.7, 2048 tokens)",
+    )
+    advantage: AdvantageConfig = Field(
+        default_factory=AdvantageConfig, description="reward shaping and advantages"
+    )
+    loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig, description="the decoupled PPO loss")
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="the optimizer")
+    checkpoint: RlCheckpointConfig = Field(
+        default_factory=RlCheckpointConfig, description="checkpoint cadence and retention"
+    )
     train: TrainConfig = Field(default_factory=TrainConfig, description="shared training core options")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="one node or a multi-node job")

@@ -46,7 +46,7 @@ from paravt_core.engines.coalesce import CoalescingEngine
 from paravt_core.engines.independent import IndependentEngine
 from paravt_core.rl.config import RlConfig
 from paravt_core.run_metrics import write_jsonl
-from paravt_core.stage import StageResult, announce_config, console
+from paravt_core.stage import StageResult, announce_config, check_output, console
 from paravt_core.train.dist import Dist, LeadHandoff, setup_distributed
 from paravt_core.train.fsdp import CoreOptions
 
@@ -151,6 +151,7 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
 
 
 def run(cfg: RlConfig) -> StageResult:
+    check_output("rl", cfg.output)
     import torch
 
     d = setup_distributed(cfg.train.dist_timeout_s)

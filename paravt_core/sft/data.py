@@ -31,7 +31,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from paravt_core import storage
-from paravt_core.sft.inputs import BadRow, MediaSpec, encode_row
+from paravt_core.sft.inputs import BadRow, MediaSpec, encode_row, media_parts, parse_messages
 from paravt_core.sft.packing import Sample
 
 
@@ -78,6 +78,25 @@ def read_rows(files: list[str]) -> tuple[pa.ChunkedArray, list[str]]:
     if not ids:
         raise SftDataError(f"the SFT parquets hold no rows: {files}")
     return pa.chunked_array(columns, type=columns[0].type), ids
+
+
+def scan_rows(messages: pa.ChunkedArray, row_ids: list[str]) -> list[Dropped]:
+    """The rows that can be known bad before a model is loaded: ``messages`` that do not parse (the same
+    :func:`parse_messages` the training feed uses) and local media that does not exist. Decoding, token
+    lengths and ``s3://`` media are left to the feed (they need the processor, or a request per file)."""
+    bad: list[Dropped] = []
+    for row, row_id in enumerate(row_ids):
+        try:
+            parsed = parse_messages(messages[row].as_py())
+        except BadRow as err:
+            bad.append(Dropped(row, row_id, err.reason, err.detail))
+            continue
+        for kind, url in media_parts(parsed):
+            path = url.removeprefix("file://")
+            if "://" not in path and not os.path.isfile(path):
+                bad.append(Dropped(row, row_id, "missing_media", f"{kind} {url} does not exist"))
+                break
+    return bad
 
 
 # ------------------------------------------------------------------------------------------ order

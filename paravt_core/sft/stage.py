@@ -8,7 +8,8 @@ Outputs under ``cfg.output`` (local directory or ``s3://`` prefix)::
     metrics.jsonl        one line per optimizer step: loss, lr, grad_norm, tokens, tokens_per_s,
                          padding_share, rows_used, rows_dropped, step_time_s
     metrics.json         summary: first/last loss, tokens/s, rows used, rows dropped by reason (counted per
-                         visit: a row trained or dropped in two epochs counts twice)
+                         visit: a row trained or dropped in two epochs counts twice); a run stopped by the
+                         bad-row gate writes {"status": "failed", "error": ..., "gate": ..., counts} instead
     loss_curve.png       loss and learning rate per step
     _COMPLETE            written last
 
@@ -24,8 +25,8 @@ import os
 from paravt_core import run_metrics, storage
 from paravt_core.config import SftConfig
 from paravt_core.sft import metrics
-from paravt_core.sft.trainer import train
-from paravt_core.stage import StageResult, announce_config, console
+from paravt_core.sft.trainer import SftError, train
+from paravt_core.stage import StageResult, announce_config, check_output, console
 
 STAGE = "sft"
 
@@ -41,6 +42,7 @@ def _outputs(cfg: SftConfig) -> dict[str, str]:
 
 
 def run(cfg: SftConfig) -> StageResult:
+    check_output(STAGE, cfg.output)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if storage.is_complete(cfg.output):
         summary = json.loads(storage.read_bytes(storage.join(cfg.output, "metrics.json")))
@@ -49,7 +51,14 @@ def run(cfg: SftConfig) -> StageResult:
         return StageResult(STAGE, _outputs(cfg), {**summary, "reused_output": True})
     if rank0:
         announce_config(STAGE, cfg, cfg.output)
-    result = train(cfg, log=console.print)
+    try:
+        result = train(cfg, log=console.print)
+    except SftError as err:
+        # A failed gate leaves its reason and counts where a finished run leaves its summary (no _COMPLETE).
+        if rank0:
+            failed = {"status": "failed", "error": str(err), **err.metrics}
+            storage.write_bytes(_outputs(cfg)["metrics"], json.dumps(failed, indent=2).encode())
+        raise
     summary = metrics.summary(result.records, result.rows_used, result.dropped)
     summary["world_size"] = result.world
     summary["resumed_from"] = result.resumed_from

@@ -37,6 +37,7 @@ from paravt_core.sft.data import (
     StreamPosition,
     read_rows,
     sample_stream,
+    scan_rows,
     sft_files,
 )
 from paravt_core.sft.inputs import REASONS, MediaSpec
@@ -46,7 +47,12 @@ from paravt_core.train.fsdp import CoreOptions, build, grad_norm_and_clip, make_
 
 
 class SftError(RuntimeError):
-    """The run cannot go on (too many bad rows, an incompatible checkpoint); the message says why."""
+    """The run cannot go on (too many bad rows, an incompatible checkpoint); the message says why.
+    ``metrics``: what the stage records in ``metrics.json`` for a failed run (the gate's counts)."""
+
+    def __init__(self, message: str, metrics: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.metrics = metrics or {}
 
 
 def make_optimizer(model: torch.nn.Module, cfg: SftConfig) -> torch.optim.AdamW:
@@ -142,8 +148,32 @@ def _check_bad_rows(cfg: SftConfig, rows_used: int, dropped: Counter, final: boo
         reasons = ", ".join(f"{k}={v}" for k, v in sorted(dropped.items()))
         raise SftError(
             f"{sum(dropped.values())} of {seen} rows dropped ({share:.1%} > data.max_bad_fraction="
-            f"{cfg.data.max_bad_fraction:.1%}): {reasons}"
+            f"{cfg.data.max_bad_fraction:.1%}): {reasons}",
+            {"gate": "bad_rows", "rows_seen": seen, "rows_used": rows_used, "rows_dropped": dict(dropped)},
         )
+
+
+def preflight_gate(cfg: SftConfig, messages: Any, row_ids: list[str]) -> None:
+    """The bad-row gate on what is known before a model is loaded (:func:`scan_rows`): a run whose rows
+    are mostly unusable fails in seconds, naming the reasons and a few rows, instead of after training."""
+    bad = scan_rows(messages, row_ids)
+    share = len(bad) / len(row_ids)
+    if share <= cfg.data.max_bad_fraction:
+        return
+    counts = Counter(b.reason for b in bad)
+    reasons = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+    examples = "; ".join(f"row {b.row_id}: {b.reason}: {b.detail[:100]}" for b in bad[:3])
+    raise SftError(
+        f"{len(bad)} of {len(row_ids)} rows dropped before training ({share:.1%} > data.max_bad_fraction="
+        f"{cfg.data.max_bad_fraction:.1%}): {reasons} (e.g. {examples}); fix the data or data.input",
+        {
+            "gate": "preflight",
+            "rows_seen": len(row_ids),
+            "rows_used": 0,
+            "rows_dropped": dict(counts),
+            "bad_rows": [{"row_id": b.row_id, "reason": b.reason, "detail": b.detail} for b in bad[:20]],
+        },
+    )
 
 
 def train(cfg: SftConfig, log: Any = print) -> TrainResult:
@@ -154,6 +184,8 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
     seed_everything(cfg.trainer.seed + d.rank)
 
     files = sft_files(cfg.data.input, cfg.data.include)  # the data gate before the model is loaded
+    messages, row_ids = read_rows(files)
+    preflight_gate(cfg, messages, row_ids)
     bf16 = cfg.model.bf16 and d.device.type == "cuda"
     opts = CoreOptions(
         freeze_vision=cfg.train.freeze_vision,
@@ -174,7 +206,6 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, cfg)
 
-    messages, row_ids = read_rows(files)
     spec = MediaSpec(**cfg.media.model_dump())
     rows = SftRows(messages, row_ids, loaded.processor, loaded.config, spec, cfg.data.seed)
 

@@ -11,9 +11,13 @@ pointing at synthetic videos whose events make the gold answers true.
     mmvu/               validation.json (hub URLs for videos), videos/<Subject>/<file>.mp4
     charades/           data/test-00000-of-00001.parquet (timestamp as float16 pairs), Charades_v1_480/<video>
 
-and returns the ``benchmarks`` config entries that evaluate them. Column names, option layout, answer encoding,
-duration and timestamp formats follow the datasets' cards and their public loaders (see ``benchmarks``); the
-questions are ours, about the coloured shapes of two schedules (``VIDEO_A``, ``VIDEO_B``).
+and ``benchmarks.json`` (the eval stage's ``DEMO_MANIFEST``: the ``benchmarks`` config entries that evaluate
+them, paths relative to ``root``), and returns those entries with absolute paths. The eval stage's ``demo_data``
+reads only that manifest: production code never imports ``paravt_core.synth``, so the fixtures are written by
+whoever runs the tiny eval (``paravt synth DIR --eval-fixtures``, ``paravt demo``, the tests). Column names,
+option layout, answer encoding, duration and timestamp formats follow the datasets' cards and their public
+loaders (see ``paravt_core.eval.benchmarks``); the questions are ours, about the coloured shapes of two
+schedules (``VIDEO_A``, ``VIDEO_B``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from paravt_core.synth import Event, synthesize, write_video
+from paravt_core.eval.benchmarks import DEMO_MANIFEST
+from paravt_core.synth.dataset import synthesize
+from paravt_core.synth.scenes import Event, write_video
 
 SECONDS, FPS, SIZE = 8.0, 4.0, (128, 96)
 # A: red circle [1, 3) s, then blue square [4.5, 6.5) s.  B: green triangle [0.5, 2.5) s, yellow circle [5, 7) s.
@@ -179,7 +185,8 @@ def _half(value: float):
 
 
 def entries(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """``benchmarks`` config entries for the fixtures under ``root`` (every registry benchmark)."""
+    """``benchmarks`` config entries for the fixtures under ``root`` (every registry benchmark); with
+    ``root="."`` the paths are relative (as the manifest stores them)."""
     r = Path(root)
     return [
         {"name": "synthetic", "source": str(r / "synthetic/eval"), "media_root": str(r / "synthetic/media")},
@@ -223,5 +230,6 @@ def write_fixtures(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
         for archive in result.archives:  # archives we wrote ourselves: plain extraction
             with zipfile.ZipFile(archive) as zf:
                 zf.extractall(r / "synthetic/media")
+        (r / DEMO_MANIFEST).write_text(json.dumps(entries("."), indent=1) + "\n")  # relative paths
         (r / MARKER).write_text("ok\n")
     return entries(r)
