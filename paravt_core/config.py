@@ -111,6 +111,9 @@ class GatingConfig(StrictModel):
 
 class AnchoringConfig(StrictModel):
     weight: float = 0.5  # lambda_anchor
+    unclosed_penalty: bool = Field(
+        default=True, description="anchor's -0.3 x lambda for a think block never closed (off: ablation)"
+    )
 
 
 class JudgeConfig(StrictModel):
@@ -125,6 +128,9 @@ class JudgeConfig(StrictModel):
 class RewardConfig(StrictModel):
     mode: Literal["f1", "exact", "llm"] = "f1"  # open-ended answers: token F1, 0, or the LLM judge
     format_weight: float = 1.0
+    tool_weight: float = Field(
+        default=1.0, ge=0.0, description="multiplies R_tool in the total (0: no R_tool)"
+    )
     timeout_s: float = Field(default=60.0, gt=0.0)  # one sample's reward; beyond: 0, counted
     degenerate_im_starts: int = Field(default=5, ge=1)  # guard: >= this many <|im_start|> ...
     degenerate_max_chars: int = Field(default=300, ge=0)  # ... in fewer characters than this -> 0

@@ -81,6 +81,9 @@ class RlConfig(StrictModel):
     engine_batch_size: int = Field(default=64, ge=1)  # requests per generate call of the in-process engine
     pack_tokens: int = Field(default=8192, ge=256)  # learner: sequences packed per forward pass (like SFT)
     trajectories_per_step: int = Field(default=2, ge=0)  # sampled episodes written to trajectories.jsonl
+    final_steps: int = Field(
+        default=10, ge=1, description="last steps averaged into metrics.json's f_tau_final and kappa_final"
+    )
     paravt: ParavtRecipe = Field(default_factory=ParavtRecipe)
     # The episode: the published RL sampling (temperature 0.7, 2048 new tokens); think_prefix comes from
     # paravt.constrained.think_prefix.
