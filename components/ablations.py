@@ -22,16 +22,19 @@ def ablation_rl_op(
     variant: str,
     config_yaml: str,
     overrides: list,
+    gpus: str,
     curves: Output[Artifact],
     metrics: Output[Metrics],
     trained: Output[Model],
     run_prefix: str = "",
     run_id: str = "",
 ) -> str:
-    """RL of one variant from the run's shared SFT checkpoint (``<root>/sft/final``) on its data
-    (``<root>/data``): the base config, the pipeline's overrides, then the variant's; output
+    """RL of one variant from the run's shared SFT checkpoint (``<root>/sft/final``) on the data that SFT
+    trained on (``paravt_core.ablation.shared_data``): the base config, the pipeline's overrides, then the variant's; output
     ``<root>/ablations/<variant>/rl``. A variant with ``rl: false`` trains nothing and returns the SFT
-    checkpoint. Returns the URI of the model the variant's evals read."""
+    checkpoint. Returns the URI of the model the variant's evals read. ``gpus``: the task's accelerator
+    limit, recorded on the model artifact; as an input it also makes the variant loop declare the GPU-count
+    parameter, which kfp 2.17's compiler leaves out of a loop's inputs when only the limit refers to it."""
     import json
     import tempfile
 
@@ -45,6 +48,7 @@ def ablation_rl_op(
     spec = study.variant(variant)
     root = run_root(run_prefix, run_id, trained.uri)
     model = ablation.variant_model(root, spec)
+    trained.metadata["gpus"] = gpus
     if not spec.rl:
         with open(curves.path, "w") as out:
             out.write(f"{variant}: no RL (evaluates the SFT checkpoint)\n")
@@ -55,7 +59,7 @@ def ablation_rl_op(
         f.write(config_yaml)
     cfg = load_config(RlConfig, f.name, ablation.rl_overrides(study, variant, [str(o) for o in overrides]))
     output = ablation.rl_output(root, variant)
-    cfg.data, cfg.model, cfg.output = storage.join(root, "data"), storage.join(root, "sft", "final"), output
+    cfg.data, cfg.model, cfg.output = ablation.shared_data(root), ablation.sft_final(root), output
     summary = launch(cfg)
     with open(curves.path, "wb") as out:
         out.write(storage.read_bytes(storage.join(output, "curves.png")))

@@ -120,11 +120,22 @@ def report_output(run_root: str) -> str:
     return storage.join(run_root, "ablations", "report")
 
 
+def sft_final(run_root: str) -> str:
+    return storage.join(run_root, "sft", "final")
+
+
+def shared_data(run_root: str) -> str:
+    """The data stage's output the shared SFT trained on, as its resolved ``config.yaml`` records it
+    (``data.input``): the data stage writes wherever its config says, not always ``<root>/data``."""
+    recorded = yaml.safe_load(storage.read_bytes(storage.join(run_root, "sft", "config.yaml")))
+    return str(recorded["data"]["input"])
+
+
 def variant_model(run_root: str, variant: AblationVariant) -> str:
     """The checkpoint a variant's evals read: its RL stage's final model, or the SFT one (``rl: false``)."""
     if variant.rl:
         return storage.join(rl_output(run_root, variant.name), "final")
-    return storage.join(run_root, "sft", "final")
+    return sft_final(run_root)
 
 
 def rl_overrides(study: AblationStudy, name: str, pipeline_overrides: list[str]) -> list[str]:

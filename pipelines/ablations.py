@@ -94,6 +94,7 @@ def ablations_pipeline(
             variant=variant,
             config_yaml=rl_config_yaml,
             overrides=rl_overrides,
+            gpus=rl_gpus,
             run_prefix=run_prefix,
             run_id=run_id,
         ).after(sft)
