@@ -179,6 +179,9 @@ def curves_png(rows: list[Row]) -> bytes:
             ax.plot(
                 [p[0] for p in r.curve], [p[1] for p in r.curve], marker="o", markersize=3, label=r.variant
             )
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("RL step")
     ax.set_ylabel("f_τ (format compliance)")
     ax.set_ylim(-0.02, 1.02)
@@ -186,6 +189,11 @@ def curves_png(rows: list[Row]) -> bytes:
     if any(r.curve for r in rows):
         ax.legend(fontsize=8, loc="best")
     return figure_png(fig, dpi=110)
+
+
+# Beside the report's stylesheet: text columns left-aligned, the checksum in a fixed-width font (in full in
+# its tooltip, report.md and comparison.json).
+_EXTRA_CSS = "td.text{text-align:left;max-width:40em}.mono{font-family:monospace}"
 
 
 def _html_cell(row: Row, column: str) -> str:
@@ -200,7 +208,7 @@ def page(study: AblationStudy, rows: list[Row], png: bytes) -> str:
     cols = columns(study)
     esc = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(study.title)}</title>"]
-    parts.append(f"<style>{_CSS}</style></head><body><h1>{esc(study.title)}</h1>")
+    parts.append(f"<style>{_CSS}{_EXTRA_CSS}</style></head><body><h1>{esc(study.title)}</h1>")
     parts.append(
         "<p>Each cell: ours / paper (ours − paper). f_τ: format compliance averaged over the final RL steps; "
         "κ: tool calls per rollout; benchmarks: accuracy % under the protocol named in the row.</p>"
@@ -212,7 +220,15 @@ def page(study: AblationStudy, rows: list[Row], png: bytes) -> str:
         flag = "" if r.paper_protocol else " <em>(not the paper's protocol)</em>"
         parts.append(f"<tr><td title='{esc(r.description)}'>{esc(r.variant)}</td>")
         parts.append("".join(_html_cell(r, c) for c in cols))
-        parts.append(f"<td>{esc(r.protocol or '—')}{flag}</td><td>{esc(r.checksum or '—')}</td></tr>")
+        short = (
+            ", ".join(c[:19] + "…" if len(c) > 20 else c for c in r.checksum.split(", "))
+            if r.checksum
+            else "—"
+        )
+        parts.append(
+            f"<td class='text'>{esc(r.protocol or '—')}{flag}</td>"
+            f"<td class='text mono' title='{esc(r.checksum)}'>{esc(short)}</td></tr>"
+        )
     parts.append("</table>")
     missing = [f"{r.variant}: {', '.join(r.missing)}" for r in rows if r.missing]
     if missing:
@@ -220,7 +236,9 @@ def page(study: AblationStudy, rows: list[Row], png: bytes) -> str:
     parts.append("<h2>Format compliance f_τ per RL step</h2>")
     parts.append(_img(png, "f_tau curves"))
     parts.append("<h2>Variants</h2><table><tr><th>variant</th><th>what it changes</th></tr>")
-    parts.extend(f"<tr><td>{esc(r.variant)}</td><td>{esc(r.description)}</td></tr>" for r in rows)
+    parts.extend(
+        f"<tr><td>{esc(r.variant)}</td><td class='text'>{esc(r.description)}</td></tr>" for r in rows
+    )
     parts.append("</table>")
     if study.source:
         parts.append(f"<p>Paper numbers: {esc(study.source)}</p>")
