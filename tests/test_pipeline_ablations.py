@@ -8,11 +8,13 @@ import json
 from pathlib import Path
 
 import yaml
+from kfp import local
 
 from paravt_core import ablation, storage
 from pipelines.ablations_local import run_ablations_locally
 from pipelines.compile import compile_pipeline
 from pipelines.local import demo_data_config, tiny_stage_configs
+from tests.kfp_nested_support import nested_pipeline
 
 
 def _spec(tmp_path: Path) -> dict:
@@ -141,3 +143,16 @@ def test_submit_ablations_sends_the_study_rows_as_parameters(tmp_path, monkeypat
         assert main([*argv, "--host", server.url]) != 0
         assert not server.state.calls("POST", "/runs")
     assert "unknown pipeline parameter(s) variant" in capsys.readouterr().err
+
+
+# --- why the DAG has two flat loops -------------------------------------------------------------------------
+
+
+def test_kfp_local_misbinds_a_nested_loop(tmp_path):
+    """Observed with kfp 2.17.0's local runner: inside a loop nested in another, both an outer task's output
+    and the outer loop item arrive as the inner loop's item. The right answer would be
+    [["model-of-v1|v1|b1"], ["model-of-v2|v2|b1"]]; this is why pipelines/ablations.py runs its evals in a
+    flat loop over variant::benchmark items. When this test fails, kfp.local binds them right: the
+    benchmark loop can move back inside the variant loop."""
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path))
+    assert nested_pipeline().output == [["b1|b1|b1"], ["b1|b1|b1"]]
