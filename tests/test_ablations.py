@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from paravt_core import ablation, storage
-from paravt_core.config import EvalConfig, load_config
+from paravt_core.config import ConfigError, EvalConfig, load_config
 from paravt_core.report.ablation import cell_text, collect, markdown, write_report
 from paravt_core.rewards.compose import RewardBreakdown, compose
 from paravt_core.rewards.format import format_reward
@@ -67,7 +67,7 @@ def test_tool_weight_and_unclosed_penalty_through_the_override_grammar():
 
 
 def test_tool_weight_must_not_be_negative():
-    with pytest.raises(Exception, match="tool_weight"):
+    with pytest.raises(ConfigError, match="tool_weight: Input should be greater than or equal to 0"):
         _recipe("paravt.reward.tool_weight=-1")
 
 
