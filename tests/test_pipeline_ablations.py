@@ -4,16 +4,16 @@ data and SFT once, each variant's RL with its own knobs, its eval, and the compa
 
 from __future__ import annotations
 
+import builtins
 import json
 from pathlib import Path
 
 import yaml
-from kfp import local
 
 from paravt_core import ablation, storage
 from pipelines.ablations_local import run_ablations_locally
 from pipelines.compile import compile_pipeline
-from pipelines.local import demo_data_config, tiny_stage_configs
+from pipelines.local import demo_data_config, local_runner, tiny_stage_configs
 from tests.kfp_nested_support import nested_pipeline
 
 
@@ -154,5 +154,7 @@ def test_kfp_local_misbinds_a_nested_loop(tmp_path):
     [["model-of-v1|v1|b1"], ["model-of-v2|v2|b1"]]; this is why pipelines/ablations.py runs its evals in a
     flat loop over variant::benchmark items. When this test fails, kfp.local binds them right: the
     benchmark loop can move back inside the variant loop."""
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path))
-    assert nested_pipeline().output == [["b1|b1|b1"], ["b1|b1|b1"]]
+    before = builtins.print
+    with local_runner(str(tmp_path)):
+        assert nested_pipeline().output == [["b1|b1|b1"], ["b1|b1|b1"]]
+    assert builtins.print is before  # local_runner undoes kfp.local's per-task print swaps (parallel tasks)
