@@ -172,7 +172,9 @@ def _component_stages() -> dict[str, str]:
     """Stage verb -> image of every component module in components/ (module name = stage verb)."""
     stages = {}
     for path in sorted((ROOT / "components").glob("*.py")):
-        if path.stem in {"__init__", "images", "locations"}:
+        # ablations.py: the ablation DAG's ops run paravt_core.rl.launch and paravt_core.report.ablation (the
+        # RL and report stages' code), no `paravt ablations` verb of their own
+        if path.stem in {"__init__", "images", "locations", "ablations"}:
             continue
         module = importlib.import_module(f"components.{path.stem}")
         ops = [v for k, v in vars(module).items() if k.endswith("_op") and hasattr(v, "component_spec")]
