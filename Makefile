@@ -2,7 +2,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check mutation clean
+.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check mutation clean ablations-demo
 
 setup:
 	@scripts/setup.sh
@@ -21,9 +21,15 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# The paper's ablation study through kfp.local on the tiny model: data and SFT once, four rows (vanilla_grpo,
+# para_grpo, no_tool_reward, sequential_tools) x 2 RL steps, eval, comparison report (minutes; not in `test`).
+ablations-demo: setup
+	OMP_NUM_THREADS=1 $(VENV)/bin/python -m pipelines.ablations_local --out-dir ablations-demo-out
+
 compile: setup
 	$(VENV)/bin/paravt pipeline compile train build/train.yaml
 	$(VENV)/bin/paravt pipeline compile nightly build/nightly.yaml
+	$(VENV)/bin/paravt pipeline compile ablations build/ablations.yaml
 
 # For a machine with 2 GPUs and the RL image's Python (sglang 0.5.23): SGLang launch, prompt-token and greedy
 # parity, disk and NCCL pushes, one FSDP2 SFT step, one RL step; report in build/gpu-check/gpu-check.md.
@@ -75,4 +81,4 @@ bench-scoring: setup
 	PYTHONPATH=. $(VENV)/bin/python benchmarks/scoring.py
 
 clean:
-	rm -rf demo-out build .pytest_cache mutants
+	rm -rf demo-out ablations-demo-out build .pytest_cache mutants

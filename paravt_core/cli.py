@@ -259,7 +259,9 @@ def _add_connection(p: argparse.ArgumentParser) -> None:
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("pipeline", help="pipeline name (train, nightly) compiled on the fly, or a compiled YAML")
+    p.add_argument(
+        "pipeline", help="pipeline name (train, nightly, ablations) compiled on the fly, or a compiled YAML"
+    )
     p.add_argument("--experiment", default="paravt", help="experiment, created if missing (default: paravt)")
     p.add_argument("--params", default=None, help="YAML mapping of pipeline parameter -> value")
     p.add_argument(
@@ -430,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pipeline", help="Kubeflow pipelines")
     psub = p.add_subparsers(dest="pipeline_command", required=True)
     pc = psub.add_parser(
-        "compile", help="compile a pipeline to KFP IR YAML: compile [train|nightly] OUT.yaml"
+        "compile", help="compile a pipeline to KFP IR YAML: compile [train|nightly|ablations] OUT.yaml"
     )
     pc.add_argument(
         "name_and_out", nargs="+", metavar="[NAME] OUT", help="pipeline name (default: train), output"

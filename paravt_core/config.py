@@ -151,6 +151,9 @@ class AnchoringConfig(StrictModel):
     weight: float = Field(
         default=0.5, description="lambda_anchor: weight of the format reward's anchor part (structural tags)"
     )
+    unclosed_penalty: bool = Field(
+        default=True, description="anchor's -0.3 x lambda for a think block never closed (off: ablation)"
+    )
 
 
 class JudgeConfig(StrictModel):
@@ -169,6 +172,9 @@ class RewardConfig(StrictModel):
         default="f1", description="open-ended answers: token F1, exact match (else 0), or the LLM judge"
     )
     format_weight: float = Field(default=1.0, description="weight of the format reward")
+    tool_weight: float = Field(
+        default=1.0, ge=0.0, description="multiplies R_tool in the total (0: no R_tool)"
+    )
     timeout_s: float = Field(
         default=60.0, gt=0.0, description="seconds for one sample's reward; beyond: 0, counted"
     )

@@ -14,10 +14,11 @@ _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
 def pipelines() -> dict:
+    from pipelines.ablations import ablations_pipeline
     from pipelines.nightly_eval import nightly_pipeline
     from pipelines.train import train_pipeline
 
-    return {"train": train_pipeline, "nightly": nightly_pipeline}
+    return {"train": train_pipeline, "nightly": nightly_pipeline, "ablations": ablations_pipeline}
 
 
 def compile_pipeline(

@@ -8,6 +8,7 @@ policies are honoured (kfp 2.17's local orchestrator retries), without the backo
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import time
 from collections.abc import Iterator
@@ -85,8 +86,15 @@ def local_runner(pipeline_root: str, pipeline=None, runner: Any = None) -> Itera
         runner=runner or local.SubprocessRunner(use_venv=False),
         pipeline_root=str(Path(pipeline_root).resolve()),
     )
+    # kfp 2.17's local orchestrator indents output by swapping builtins.print per task (logging_utils.
+    # indented_print); tasks of a ParallelFor run in threads and can restore each other's swap, leaving every
+    # later print of this process indented. Put the real one back afterwards.
+    real_print = builtins.print
     if pipeline is None:
-        yield
+        try:
+            yield
+        finally:
+            builtins.print = real_print
         return
     saved = type(pipeline.pipeline_spec)()
     saved.CopyFrom(pipeline.pipeline_spec)
@@ -99,6 +107,7 @@ def local_runner(pipeline_root: str, pipeline=None, runner: Any = None) -> Itera
         yield
     finally:
         pipeline.pipeline_spec.CopyFrom(saved)
+        builtins.print = real_print
 
 
 def run_nightly_locally(

@@ -34,7 +34,7 @@ def run_main(argv: list[str], capsys) -> tuple[int, str]:
         (["tiny-model", "{out}", "--seed", "x"], ["paravt tiny-model: error:", "--seed"]),
         (
             ["pipeline", "compile", "bogus", "{out}/p.yaml"],
-            ["unknown pipeline 'bogus'; known: nightly, train"],
+            ["unknown pipeline 'bogus'; known: ablations, nightly, train"],
         ),
         (["pipeline"], ["required: pipeline_command"]),
         (["data", "--config", "{out}/missing.yaml"], ["config file not found", "missing.yaml"]),

@@ -17,7 +17,9 @@ from paravt_core.eval import benchmarks as registry
 from paravt_core.eval.stage import resolve_benchmarks, source_spec
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = sorted((REPO / "configs").rglob("*.yaml"))
+# configs/ablations/ holds study files (paravt_core.ablation), not a stage's config: checked below.
+CONFIGS = sorted(p for p in (REPO / "configs").rglob("*.yaml") if p.parent.name != "ablations")
+STUDIES = sorted((REPO / "configs" / "ablations").glob("*.yaml"))
 STAGES = {"data", "sft", "rl", "eval", "report"}
 
 
@@ -52,6 +54,21 @@ def test_shipped_config_loads_and_its_sources_resolve(path: Path, eval_fixtures_
                 assert spec == f"hf://{registry.get(b.name).hub_id}", b.name
             else:
                 assert Path(spec).exists(), spec
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.name)
+def test_shipped_study_rows_load_on_the_rl_and_eval_configs(path: Path) -> None:
+    from paravt_core.ablation import eval_overrides, load_study_file, rl_overrides
+
+    study = load_study_file(path)
+    assert all(registry.get(b) for b in study.benchmarks)
+    for name in study.names():
+        load_config(
+            stage_config("rl"), REPO / "configs" / "rl" / "paragrpo_8b.yaml", rl_overrides(study, name, [])
+        )
+        load_config(
+            stage_config("eval"), REPO / "configs" / "eval" / "release.yaml", eval_overrides(study, name, [])
+        )
 
 
 def _tiny(stage: str):

@@ -82,7 +82,7 @@ def test_unknown_pipeline_name(tmp_path) -> None:
 
     from pipelines.compile import compile_pipeline
 
-    with pytest.raises(ValueError, match="known: nightly, train"):
+    with pytest.raises(ValueError, match="known: ablations, nightly, train"):
         compile_pipeline("nightly-typo", str(tmp_path / "x.yaml"))
 
 

@@ -67,7 +67,7 @@ def test_round_trip_through_yaml_keeps_the_values(tmp_path):
         ("reward.mode=judge", "mode"),
         ("gating.choices=[0, 8]", ">= 1"),
         ("reward.judge.deadline_s=90", "below reward.timeout_s"),
-        ("anchoring.lambda=0.5", "valid keys here: weight"),
+        ("anchoring.lambda=0.5", "valid keys here: unclosed_penalty, weight"),
     ],
 )
 def test_bad_values_are_clear_errors(override, message):

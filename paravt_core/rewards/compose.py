@@ -1,4 +1,5 @@
-"""The episode reward R = R_acc + format_weight * R_fmt + R_tool, with every part kept (SPEC §5).
+"""The episode reward R = R_acc + format_weight * R_fmt + tool_weight * R_tool, with every part kept (SPEC §5;
+``reward.tool_weight`` is 1 but in the ablation without R_tool).
 
 ``compose`` (sync) and ``acompose`` (async: awaits the judge, bounded by ``reward.timeout_s``) take the main
 agent's text (forced prefix + every turn), its call records, the gold answer and the ``paravt:`` recipe.
@@ -70,14 +71,17 @@ def _assemble(
     text: str, calls: Sequence[CallLike], acc: AccuracyResult, recipe: ParavtRecipe
 ) -> RewardBreakdown:
     fmt: FormatResult = format_reward(
-        text, answer_suffix=recipe.constrained.answer_suffix, anchor_weight=recipe.anchoring.weight
+        text,
+        answer_suffix=recipe.constrained.answer_suffix,
+        anchor_weight=recipe.anchoring.weight,
+        unclosed_penalty=recipe.anchoring.unclosed_penalty,
     )
     tool: ToolResult = tool_reward(calls, acc.score)
     weight = recipe.reward.format_weight
     degenerate = is_degenerate(
         text, im_starts=recipe.reward.degenerate_im_starts, max_chars=recipe.reward.degenerate_max_chars
     )
-    total = 0.0 if degenerate else acc.score + weight * fmt.score + tool.score
+    total = 0.0 if degenerate else acc.score + weight * fmt.score + recipe.reward.tool_weight * tool.score
     return RewardBreakdown(
         total=total,
         accuracy=acc.score,

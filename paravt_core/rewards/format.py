@@ -92,15 +92,20 @@ def _think_body(text: str, block: _Block) -> str:
     return text[block.body_start : stop.start() if stop else len(text)]
 
 
-def format_reward(text: str, *, answer_suffix: bool, anchor_weight: float) -> FormatResult:
-    """R_fmt of the main agent's text (forced prefix + every generated turn). Never raises."""
+def format_reward(
+    text: str, *, answer_suffix: bool, anchor_weight: float, unclosed_penalty: bool = True
+) -> FormatResult:
+    """R_fmt of the main agent's text (forced prefix + every generated turn). Never raises.
+    ``unclosed_penalty`` off drops the anchor's penalty for a think block left open (an ablation)."""
     try:
-        return _format_reward(str(text), answer_suffix, float(anchor_weight))
+        return _format_reward(str(text), answer_suffix, float(anchor_weight), bool(unclosed_penalty))
     except Exception:  # pure string work; kept total for the "a reward never raises" contract
         return FormatResult(0.0, {"error": 0.0})
 
 
-def _format_reward(text: str, answer_suffix: bool, anchor_weight: float) -> FormatResult:
+def _format_reward(
+    text: str, answer_suffix: bool, anchor_weight: float, unclosed_penalty: bool
+) -> FormatResult:
     blocks, balanced = _blocks(text)
     thinks = [b for b in blocks if b.tag == "think"]
     closed_thinks = [b for b in thinks if b.end is not None]
@@ -129,7 +134,7 @@ def _format_reward(text: str, answer_suffix: bool, anchor_weight: float) -> Form
     parts["anchor_close"] = anchor_weight * ANCHOR_CLOSE if closed_thinks else 0.0
     parts["anchor_flow"] = anchor_weight * ANCHOR_FLOW if flow else 0.0
     unclosed = len(closed_thinks) < len(thinks)
-    parts["anchor_unclosed"] = anchor_weight * ANCHOR_UNCLOSED if unclosed else 0.0
+    parts["anchor_unclosed"] = anchor_weight * ANCHOR_UNCLOSED if unclosed and unclosed_penalty else 0.0
 
     first_call = calls[0].start if calls else None
     think_first = first_call is not None and any(

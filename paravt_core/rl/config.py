@@ -116,6 +116,9 @@ class RlConfig(StrictModel):
     trajectories_per_step: int = Field(
         default=2, ge=0, description="sampled episodes written to trajectories.jsonl per step"
     )
+    final_steps: int = Field(
+        default=10, ge=1, description="last steps averaged into metrics.json's f_tau_final and kappa_final"
+    )
     paravt: ParavtRecipe = Field(default_factory=ParavtRecipe, description="the PARA-GRPO recipe (SPEC §5)")
     # think_prefix comes from paravt.constrained.think_prefix.
     agent: AgentConfig = Field(

@@ -1,8 +1,12 @@
 """Per-step RL metrics from the step's samples and the learner's statistics, plus curves and trajectories.
 
 ``step_metrics`` flattens everything into one JSON-able dict per step (one line of ``metrics.jsonl``):
-reward and each part, format compliance, tool-call rate, calls per turn, finish reasons, the K histogram
-and the mean reward by K, response length, KL, clip and dropped-token fractions, staleness, timings.
+reward and each part, format compliance, tool-call rate, calls per turn and per rollout, finish reasons,
+the K histogram and the mean reward by K, response length, KL, clip and dropped-token fractions, staleness,
+timings. ``final_summary`` condenses the history into what the paper's ablation table reports: f_tau (format
+compliance, the share of rollouts with the whole think -> answer flow and balanced tags; the paper's "format
+compliance 0.13 -> 0.64") and kappa (tool calls per rollout) averaged over the final steps, plus the per-step
+f_tau curve (the paper's vanilla-GRPO format collapse is a curve, not a number).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ def step_metrics(step: int, samples: Sequence[Sample], learner: dict[str, float]
         "reward_failures": sum(r.failure is not None for r in rewards),
         "tool_call_rate": _mean([float(bool(e.calls)) for e in episodes]),
         "calls_per_turn": calls / turns if turns else 0.0,
+        "calls_per_rollout": calls / len(episodes) if episodes else 0.0,  # kappa
         "calls_succeeded": sum(c.ok for e in episodes for c in e.calls),
         "finish_reasons": dict(Counter(e.finish_reason for e in episodes)),
         "acc_reasons": dict(Counter(r.reason for r in rewards if r.reason)),
@@ -77,3 +82,17 @@ def curves_png(history: Sequence[dict[str, Any]]) -> bytes:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     return figure_png(fig, dpi=80)
+
+
+def final_summary(history: Sequence[dict[str, Any]], final_steps: int) -> dict[str, Any]:
+    """f_tau and kappa averaged over the last ``final_steps`` steps (fewer when the run is shorter), and the
+    per-step f_tau / R_fmt series as ``[step, value]`` pairs (steps counted from 1, as the console does)."""
+    tail = list(history)[-final_steps:] if final_steps > 0 else []
+    return {
+        "final_steps": len(tail),
+        "f_tau_final": _mean([float(m.get("format_compliance", 0.0)) for m in tail]),
+        "kappa_final": _mean([float(m.get("calls_per_rollout", 0.0)) for m in tail]),
+        "format_reward_final": _mean([float(m.get("format_mean", 0.0)) for m in tail]),
+        "f_tau_curve": [[m["step"] + 1, float(m.get("format_compliance", 0.0))] for m in history],
+        "format_reward_curve": [[m["step"] + 1, float(m.get("format_mean", 0.0))] for m in history],
+    }

@@ -53,7 +53,7 @@ from paravt_core.train.fsdp import CoreOptions
 from .data import RlPrompt, load_prompts
 from .handoff import compact, restore
 from .learner import Learner, state_checksum
-from .metrics import curves_png, step_metrics, trajectory_lines
+from .metrics import curves_png, final_summary, step_metrics, trajectory_lines
 from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
 from .weight_sync import DiskSync, InProcessSync, NcclSync
 
@@ -379,6 +379,7 @@ def run(cfg: RlConfig) -> StageResult:
         "policy_version": sync.version,
         "counts": dict(totals),
         "last_step": history[-1] if history else None,
+        **final_summary(history, cfg.final_steps),  # f_tau / kappa of the ablation table, f_tau curve
     }
     storage.write_bytes(storage.join(out, "metrics.json"), json.dumps(summary, indent=2).encode())
     storage.mark_complete(out, {"stage": "rl", "steps": len(history)})
@@ -389,5 +390,7 @@ def run(cfg: RlConfig) -> StageResult:
             "metrics": storage.join(out, "metrics.jsonl"),
             "checkpoints": storage.join(out, checkpoint.CHECKPOINTS),
         },
-        metrics={k: v for k, v in summary.items() if k != "last_step"},
+        metrics={
+            k: v for k, v in summary.items() if k not in ("last_step", "f_tau_curve", "format_reward_curve")
+        },
     )
