@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from .base import Completion, Engine, EngineError, GenerationRequest
+from .base import Completion, Engine, EngineError, GenerationRequest, generate_with_retries
 
 _EPISODE: contextvars.ContextVar[int | None] = contextvars.ContextVar("paravt_rl_episode", default=None)
 
@@ -121,14 +121,12 @@ class CoalescingEngine(Engine):
             self._maybe_dispatch()
 
     async def _generate_with_retries(self, requests: list[GenerationRequest]) -> list[Completion]:
-        for attempt in range(self.max_retries + 1):
-            try:
-                return await self.inner.generate(requests)
-            except EngineError:
-                if attempt == self.max_retries:
-                    raise
-                self.retries += 1
-        raise AssertionError("unreachable")
+        return await generate_with_retries(
+            self.inner, requests, max_retries=self.max_retries, on_retry=self._count_retry
+        )
+
+    def _count_retry(self, _err: EngineError) -> None:
+        self.retries += 1
 
     async def aclose(self) -> None:
         await self.inner.aclose()

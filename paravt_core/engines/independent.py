@@ -23,7 +23,7 @@ import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from .base import Completion, Engine, EngineError, GenerationRequest
+from .base import Completion, Engine, EngineError, GenerationRequest, generate_with_retries
 
 _EPISODE: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
     "paravt_independent", default=None
@@ -98,16 +98,14 @@ class IndependentEngine(Engine):
             self.batches += 1
             self.requests += len(requests)
             try:
-                for attempt in range(self.max_retries + 1):
-                    try:
-                        return await self.inner.generate(requests)
-                    except EngineError:
-                        if attempt == self.max_retries:
-                            raise
-                        self.retries += 1
-                raise AssertionError("unreachable")
+                return await generate_with_retries(
+                    self.inner, requests, max_retries=self.max_retries, on_retry=self._count_retry
+                )
             finally:
                 self._in_flight -= 1
+
+    def _count_retry(self, _err: EngineError) -> None:
+        self.retries += 1
 
     async def aclose(self) -> None:
         await self.inner.aclose()
