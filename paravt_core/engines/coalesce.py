@@ -64,8 +64,11 @@ class CoalescingEngine(Engine):
         self._active += n
 
     @contextlib.asynccontextmanager
-    async def track(self, key: int, *, reserved: bool = False) -> AsyncIterator[None]:
-        """Run one episode inside this block; ``key`` orders its requests within a batch."""
+    async def track(
+        self, key: int, *, reserved: bool = False, affinity: str | None = None
+    ) -> AsyncIterator[None]:
+        """Run one episode inside this block; ``key`` orders its requests within a batch (``affinity``, a
+        router's routing key, means nothing to one in-process engine)."""
         token = _EPISODE.set(key)
         if not reserved:
             self._active += 1

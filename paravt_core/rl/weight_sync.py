@@ -83,6 +83,15 @@ class DiskSync:
         if self._served is not None and self._served != path:
             shutil.rmtree(self._served, ignore_errors=True)  # the server reads the new one now
         self._served, self.version = path, version
+        self.verify()
+
+    def verify(self) -> None:
+        """A rollout fleet (``engines.fleet``): every live server answers the pushed version (its
+        ``/model_info``), else ``FleetVersionError``. Run after each push and before each step's rollouts;
+        nothing to check before the first push or for one server."""
+        check = getattr(self.engine, "check_versions", None)
+        if check is not None and self._served is not None:
+            asyncio.run(_closing(self.engine, check(str(self.version))))
 
 
 def buckets(

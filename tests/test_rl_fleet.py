@@ -1,0 +1,227 @@
+"""The rollout fleet (``engines/fleet.py``) against the REAL ``sglang-router`` 0.3.2 on loopback, in front of
+three loopback SGLang contract servers serving the tiny model (``tests/fleet_support.py``). Every body the
+servers received through the router is checked by SGLang 0.5.23's own schema gate / ``io_struct`` classes
+(``tests/sglang_side.py``), and every router command by the router's own argument parser."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+import pytest
+import torch
+
+from paravt_core.engines.fleet import FleetEngine, FleetVersionError, counter_delta, router_command
+from paravt_core.engines.transformers_engine import TransformersEngine
+from paravt_core.models import load
+from paravt_core.rl.learner import state_checksum
+from paravt_core.rl.weight_sync import DiskSync
+from tests.agent_support import MAX_PIXELS, MIN_PIXELS, image_request, random_frames
+from tests.fleet_support import LoopbackFleet, parse_router_argv, router_site
+from tests.test_sglang_contract import ROUTE_CLASSES
+
+N = 3  # servers
+DELAY_S = 0.5  # every /generate waits this long on its server: requests are in flight when one is killed
+
+
+@pytest.fixture(scope="module")
+def fleet(tiny_model_dir, tmp_path_factory):
+    f = LoopbackFleet(
+        tiny_model_dir,
+        tmp_path_factory.mktemp("fleet"),
+        n=N,
+        pixels=(MAX_PIXELS, MIN_PIXELS),
+        delay_s=DELAY_S,
+    )
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def _engine(fleet: LoopbackFleet, processor) -> FleetEngine:
+    return FleetEngine(
+        fleet.url, worker_urls=fleet.urls, metrics_url=fleet.metrics_url, processor=processor, backoff_s=0.2
+    )
+
+
+def _group_requests(processor, first_group: int, groups: int, size: int, tag: str):
+    """``groups`` GRPO groups of ``size`` greedy requests; a group's requests are one prompt (2 frames) with
+    the group's routing key, as ``IndependentEngine.track(affinity=...)`` sets it."""
+    out = []
+    for g in range(first_group, first_group + groups):
+        request = image_request(
+            processor, random_frames(g, 2, 64, 64), f"question of group {g}", max_new_tokens=6
+        )
+        out += [
+            dataclasses.replace(request, routing_key=f"{tag}-g{g}", request_id=f"{tag}-{g}-{i}")
+            for i in range(size)
+        ]
+    return out
+
+
+def _generate_calls(fleet: LoopbackFleet, servers: list[int] | None = None) -> list[int]:
+    return [len(fleet.generate_bodies(i)) for i in (range(len(fleet.urls)) if servers is None else servers)]
+
+
+def test_router_commands_pass_the_routers_own_parser():
+    site = router_site()
+    urls = ["http://127.0.0.1:30001", "http://127.0.0.1:30002"]
+    args = parse_router_argv(site, router_command(urls, port=30000, metrics_port=30090, max_retries=3)[3:])
+    assert args["worker_urls"] == urls and (args["host"], args["port"]) == ("127.0.0.1", 30000)
+    assert (args["policy"], args["assignment_mode"]) == ("manual", "min_group")
+    assert args["retry_max_retries"] == 4  # the router counts attempts: 3 retries = 4 attempts
+    assert (args["prometheus_host"], args["prometheus_port"]) == ("127.0.0.1", 30090)
+    assert args["service_discovery"] is False
+    # the Kubernetes path: no worker list, the router watches pods with these labels
+    cmd = router_command(
+        [],
+        policy="cache_aware",
+        selector=["app=paravt-rollout", "run=r1"],
+        namespace="ml",
+        discovery_port=30000,
+    )
+    args = parse_router_argv(site, cmd[3:])
+    assert args["service_discovery"] is True and args["worker_urls"] == []
+    assert args["selector"] == {"app": "paravt-rollout", "run": "r1"}
+    assert (args["service_discovery_namespace"], args["service_discovery_port"]) == ("ml", 30000)
+    assert args["policy"] == "cache_aware"
+
+
+def test_counter_delta_by_hand():
+    before = {"served": {"a": 2.0, "b": 1.0}, "retries": 3.0, "engine_retries": 1, "servers_down": []}
+    after = {
+        "served": {"a": 5.0, "b": 1.0, "c": 2.0},
+        "retries": 7.0,
+        "engine_retries": 1,
+        "servers_down": ["b"],
+    }
+    assert counter_delta(before, after) == {
+        "served": {"a": 3.0, "b": 0.0, "c": 2.0},
+        "retries": 4.0,
+        "engine_retries": 0,
+        "servers_down": ["b"],
+    }
+
+
+def test_groups_spread_over_the_servers_and_stay_together(fleet, tiny_model, sglang_checker):
+    engine = _engine(fleet, tiny_model.processor)
+    requests = _group_requests(tiny_model.processor, 0, N, 2, "spread")
+    before = _generate_calls(fleet)
+
+    async def run():
+        try:
+            return await asyncio.gather(*(engine.generate([r]) for r in requests))
+        finally:
+            await engine.aclose()
+
+    completions = [c for (c,) in asyncio.run(run())]
+    # one group per server (min_group assignment of 3 new keys over 3 servers holding equal numbers of keys)
+    new = [b for i in range(N) for b in fleet.generate_bodies(i)[before[i] :]]
+    by_server = [fleet.generate_bodies(i)[before[i] :] for i in range(N)]
+    assert [len(b) for b in by_server] == [2, 2, 2], by_server
+    groups = [{b["rid"].rsplit("-", 1)[0] for b in bodies} for bodies in by_server]
+    assert sorted(len(g) for g in groups) == [1, 1, 1] and set.union(*groups) == {
+        f"spread-{g}" for g in range(N)
+    }
+    # what the router forwarded is what SGLang 0.5.23 accepts: its own /generate schema gate
+    assert len(new) == 6 and [sglang_checker.generate_error(b) for b in new] == [None] * 6
+    # and the answers are the tiny model's own greedy continuations (the in-process engine on the same request)
+    local = asyncio.run(TransformersEngine(tiny_model.model, tiny_model.processor).generate(requests))
+    assert [c.token_ids for c in completions] == [c.token_ids for c in local]
+
+
+def test_weight_push_reaches_every_server_and_versions_agree(fleet, tiny_model_dir, tmp_path, sglang_checker):
+    policy = load(tiny_model_dir)
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            p.add_(0.01)
+    weights = policy.model.state_dict()
+    engine = _engine(fleet, policy.processor)
+    sync = DiskSync(engine, policy.model, str(tmp_path / "staging"))
+    sync.push(
+        weights, 1
+    )  # pause, reload from disk, continue: on every server; then each one's version checked
+    served = asyncio.run(engine.served_versions())
+    assert served == {u: "1" for u in fleet.urls}
+    # every server serves exactly the learner's weights
+    assert [fleet.state(i)["served_checksums"][-1] for i in range(N)] == [state_checksum(weights)] * N
+    for i in range(N):  # the control bodies each server got, by SGLang 0.5.23's io_struct classes
+        calls = [c for c in fleet.state(i)["calls"] if c["path"] != "/generate"]
+        assert [c["path"] for c in calls][-3:] == [
+            "/pause_generation",
+            "/update_weights_from_disk",
+            "/continue_generation",
+        ]
+        for c in calls:
+            verdict = sglang_checker.io_struct(ROUTE_CLASSES[c["path"]], c["body"])
+            assert verdict["error"] is None and verdict["unknown"] == [], (c, verdict)
+
+
+def test_version_check_refuses_to_roll_out_when_a_server_lags(fleet, tiny_model_dir, tmp_path):
+    policy = load(tiny_model_dir)
+    engine = _engine(fleet, policy.processor)
+    sync = DiskSync(engine, policy.model, str(tmp_path / "staging"))
+    sync.push(policy.model.state_dict(), 2)
+    assert sync.version == 2
+    lagging = fleet.urls[2]
+
+    async def roll_back_one():  # a server that missed the push (e.g. restarted from the old checkpoint)
+        try:
+            await engine.member(lagging).update_weights_from_disk(
+                str(tmp_path / "staging" / "v00000002"), weight_version="1"
+            )
+        finally:
+            await engine.member(lagging).aclose()
+
+    asyncio.run(roll_back_one())
+    with pytest.raises(FleetVersionError, match="1 of 3 rollout server") as err:
+        sync.verify()  # what the stage runs before a step's rollouts
+    assert err.value.lagging == {lagging: "1"} and err.value.expected == "2"
+
+
+def test_a_server_killed_mid_step_is_retried_elsewhere_and_counted(
+    fleet, tiny_model, tiny_model_dir, tmp_path
+):
+    """Last in this module: it leaves the fleet one server short."""
+    engine = _engine(fleet, tiny_model.processor)
+    requests = _group_requests(tiny_model.processor, 10, N, 2, "kill")
+    before = _generate_calls(fleet)
+    counters_before = asyncio.run(engine.counters())
+    victim = None
+
+    async def run():
+        nonlocal victim
+        tasks = [asyncio.ensure_future(engine.generate([r])) for r in requests]
+        deadline = time.monotonic() + 60
+        while victim is None and time.monotonic() < deadline:  # the first server holding a request: kill it
+            await asyncio.sleep(0.02)
+            now = await asyncio.to_thread(_generate_calls, fleet)
+            victim = next((i for i in range(N) if now[i] > before[i]), None)
+        assert victim is not None
+        fleet.kill(victim)
+        try:
+            return await asyncio.gather(*tasks)
+        finally:
+            await engine.aclose()
+
+    completions = [c for (c,) in asyncio.run(run())]
+    local = asyncio.run(TransformersEngine(tiny_model.model, tiny_model.processor).generate(requests))
+    assert [c.token_ids for c in completions] == [c.token_ids for c in local]  # the step completes, correctly
+    survivors = [i for i in range(N) if i != victim]
+    # the victim answered nothing (each /generate waits DELAY_S first): its group was served by the others
+    after = dict(zip(survivors, _generate_calls(fleet, survivors), strict=True))
+    assert sum(after[i] - before[i] for i in survivors) == len(requests)
+    counters = counter_delta(counters_before, asyncio.run(engine.counters()))
+    print("fleet counters over the step:", counters)
+    assert counters["retries"] + counters["engine_retries"] >= 1  # counted: by the router, by us, or both
+    assert counters["failed"].get(fleet.urls[victim], 0) >= 1
+    # the next push skips the dead server (listed down) and the live ones agree on the version
+    policy = load(tiny_model_dir)
+    sync = DiskSync(engine, policy.model, str(tmp_path / "staging"))
+    sync.push(policy.model.state_dict(), 3)
+    assert engine.servers_down == [fleet.urls[victim]]
+    assert asyncio.run(engine.served_versions([fleet.urls[i] for i in survivors])) == {
+        fleet.urls[i]: "3" for i in survivors
+    }
