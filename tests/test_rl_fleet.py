@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,12 +18,15 @@ import torch
 from paravt_core.engines.fleet import FleetEngine, FleetVersionError, counter_delta, router_command
 from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.models import load
+from paravt_core.rl.launch import launch, plan
 from paravt_core.rl.learner import state_checksum
 from paravt_core.rl.weight_sync import DiskSync
 from tests.agent_support import MAX_PIXELS, MIN_PIXELS, image_request, random_frames
-from tests.fleet_support import LoopbackFleet, parse_router_argv, router_site
+from tests.fleet_support import LoopbackFleet, free_port, parse_router_argv, router_site
+from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
 from tests.test_sglang_contract import ROUTE_CLASSES
 
+ROOT = Path(__file__).resolve().parents[1]
 N = 3  # servers
 DELAY_S = 0.5  # every /generate waits this long on its server: requests are in flight when one is killed
 
@@ -225,3 +231,70 @@ def test_a_server_killed_mid_step_is_retried_elsewhere_and_counted(
     assert asyncio.run(engine.served_versions([fleet.urls[i] for i in survivors])) == {
         fleet.urls[i]: "3" for i in survivors
     }
+
+
+def _free_ports(n: int) -> int:
+    """A port p with p .. p+n-1 free (the router on p, the servers on the next ones)."""
+    import socket
+
+    for _ in range(100):
+        base = free_port()
+        try:
+            for k in range(1, n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", base + k))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no run of free ports")
+
+
+def test_rl_stage_through_the_launcher_with_two_servers_behind_the_router(
+    rl_data,  # noqa: F811
+    tiny_model_dir,
+    tmp_path,
+    monkeypatch,
+):
+    """``rl.launch`` with ``engine.servers=2`` on CPU: two loopback servers, the real router, the learner in
+    this process talking to the router; two steps, each pushed to both servers and checked."""
+    monkeypatch.setenv("PARAVT_ROUTER_SITE", str(router_site()))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    port = _free_ports(3)
+    cfg = tiny_rl_config(
+        rl_data,
+        tiny_model_dir,
+        str(tmp_path / "out"),
+        "steps=2",
+        "prompts_per_step=2",
+        "group_size=2",
+        "checkpoint.every=2",
+        "engine.kind=sglang",
+        "engine.servers=2",
+        f"engine.port={port}",
+        f"engine.router_metrics_port={free_port()}",
+        f"engine.staging_dir={tmp_path / 'weights'}",
+    )
+
+    def loopback(model_dir: str, server_port: int) -> list[str]:
+        script = str(ROOT / "tests" / "contract_server_main.py")
+        return [
+            sys.executable,
+            script,
+            model_dir,
+            str(server_port),
+            str(cfg.agent.max_pixels),
+            str(cfg.agent.min_pixels),
+        ]
+
+    p = plan(cfg, "/tmp/rl.yaml", gpus=0, model_dir=tiny_model_dir, server_command=loopback)
+    assert [url for _, _, url in p.fleet] == [f"http://127.0.0.1:{port + 1}", f"http://127.0.0.1:{port + 2}"]
+    assert p.router_command[2] == "sglang_router.launch_router" and p.in_process
+    summary = launch(cfg, gpus=0, learner_procs=1, server_command=loopback, start_timeout_s=300)
+    assert summary["steps"] == 2 and summary["policy_version"] == 2
+    history = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    for h in history:  # two groups a step, one per server (the router's own counts), none failed
+        served = h["fleet_served"]
+        assert sorted(served) == [url for _, _, url in p.fleet] and all(v >= 2 for v in served.values()), h
+        assert not any(h["fleet_failed"].values()) and h["fleet_servers_down"] == []
+    config = (tmp_path / "out" / "config.yaml").read_text()
+    assert f"base_url: http://127.0.0.1:{port}" in config  # the learner talked to the router
