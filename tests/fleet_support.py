@@ -20,7 +20,7 @@ import pytest
 
 from paravt_core.engines.fleet import router_command
 from paravt_core.engines.sglang_engine import SGLangServer
-from paravt_core.rl.launch import _wait_for_workers
+from paravt_core.rl.launch import wait_for_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUTER_VERSION = "0.3.2"
@@ -96,7 +96,7 @@ class LoopbackFleet:
                 log_path=str(workdir / "router.log"),
                 env=router_env(site),
             ).start(timeout_s=120, poll_s=0.5)
-            _wait_for_workers(self.router.base_url, n, 120)
+            wait_for_workers(self.router.base_url, n, 120)
             self.url = self.router.base_url
             self.metrics_url = f"http://127.0.0.1:{metrics}/metrics"
         except BaseException:

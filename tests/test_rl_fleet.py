@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -15,14 +16,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from paravt_core.engines.base import EngineError
 from paravt_core.engines.fleet import FleetEngine, FleetVersionError, counter_delta, router_command
+from paravt_core.engines.sglang_engine import SGLangServer
 from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.models import load
-from paravt_core.rl.launch import launch, plan
+from paravt_core.rl.launch import launch, plan, wait_for_workers
 from paravt_core.rl.learner import state_checksum
 from paravt_core.rl.weight_sync import DiskSync
 from tests.agent_support import MAX_PIXELS, MIN_PIXELS, image_request, random_frames
-from tests.fleet_support import LoopbackFleet, free_port, parse_router_argv, router_site
+from tests.fleet_support import LoopbackFleet, free_port, parse_router_argv, router_env, router_site
 from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
 from tests.test_sglang_contract import ROUTE_CLASSES
 
@@ -173,18 +176,62 @@ def test_version_check_refuses_to_roll_out_when_a_server_lags(fleet, tiny_model_
     assert sync.version == 2
     lagging = fleet.urls[2]
 
+    old = tmp_path / "old"
+    policy.model.save_pretrained(old)
+
     async def roll_back_one():  # a server that missed the push (e.g. restarted from the old checkpoint)
         try:
-            await engine.member(lagging).update_weights_from_disk(
-                str(tmp_path / "staging" / "v00000002"), weight_version="1"
-            )
+            await engine.member(lagging).update_weights_from_disk(str(old), weight_version="1")
         finally:
             await engine.member(lagging).aclose()
 
     asyncio.run(roll_back_one())
     with pytest.raises(FleetVersionError, match="1 of 3 rollout server") as err:
-        sync.verify()  # what the stage runs before a step's rollouts
+        asyncio.run(engine.check_versions("2"))
     assert err.value.lagging == {lagging: "1"} and err.value.expected == "2"
+    # what the stage runs before a step's rollouts: the lagging server gets the current weights once more
+    sync.verify()
+    assert sync.repushes == 1 and asyncio.run(engine.served_versions()) == {u: "2" for u in fleet.urls}
+    # and when it cannot catch up (the staged directory is gone), no rollouts: the step stops
+    asyncio.run(roll_back_one())
+    shutil.rmtree(tmp_path / "staging")
+    with pytest.raises(EngineError, match=f"re-push of version 2 failed on {lagging}"):
+        sync.verify()
+
+
+def test_the_cache_aware_policy_cannot_tell_our_groups_apart(fleet, tiny_model, tmp_path):
+    """Why ``manual`` is the default: the router's cache-aware tree matches token ids written as text, our
+    prompts carry one collapsed pad per image, so three groups' prompts (same template, same frame count)
+    share most of their text and follow the first one to its server (the load gap stays under 64)."""
+    site = router_site()
+    port = free_port()
+    router = SGLangServer(
+        router_command(fleet.urls, port=port, policy="cache_aware", health_interval_s=2),
+        f"http://127.0.0.1:{port}",
+        log_path=str(tmp_path / "router.log"),
+        env=router_env(site),
+    ).start(timeout_s=120, poll_s=0.5)
+    try:
+        wait_for_workers(router.base_url, N, 120)
+        engine = FleetEngine(
+            router.base_url, worker_urls=fleet.urls, processor=tiny_model.processor, routing=False
+        )
+        requests = _group_requests(tiny_model.processor, 20, N, 2, "cache")
+        before = _generate_calls(fleet)
+
+        async def run():
+            try:
+                for r in requests:  # one after another, as the episodes' first turns leave
+                    await engine.generate([r])
+            finally:
+                await engine.aclose()
+
+        asyncio.run(run())
+        new = [a - b for a, b in zip(_generate_calls(fleet), before, strict=True)]
+    finally:
+        router.stop()
+    print("cache_aware: requests per server", new)
+    assert sorted(new) == [0, 0, 2 * N]
 
 
 def test_a_server_killed_mid_step_is_retried_elsewhere_and_counted(

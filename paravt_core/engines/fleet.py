@@ -16,7 +16,8 @@
   the router's ``smg_worker_retries_total`` (read from its Prometheus endpoint) and our ``retried_posts``.
 - **Weights** go from disk to every server the router knows (``/update_weights_from_disk`` on each, in
   parallel); the router does not forward weight updates. ``check_versions`` reads each server's
-  ``/model_info`` ``weight_version`` (SGLang 0.5.23 ``entrypoints/http_server.py``) and refuses when one lags.
+  ``/model_info`` ``weight_version`` (SGLang 0.5.23 ``entrypoints/http_server.py``) and refuses when one lags
+  (``DiskSync.verify`` first pushes the current directory to a lagging server once more).
   The NCCL push is not offered for a fleet: one group would have to span every server's ranks.
 - **Servers** are in-pod processes this program starts (``rl.launch``: ``--worker-urls``), or pods the router
   finds itself through Kubernetes (``--service-discovery --selector k=v``; the router's service account then
@@ -228,6 +229,22 @@ class FleetEngine(SGLangEngine):
         )
         self.weight_version = weight_version
         return out
+
+    async def repush(self, urls: Sequence[str], model_path: str, *, weight_version: str) -> None:
+        """The weights in ``model_path`` to ``urls`` only (servers found lagging); a failure raises."""
+        results = await asyncio.gather(
+            *(
+                self.member(u).update_weights_from_disk(model_path, weight_version=weight_version)
+                for u in urls
+            ),
+            return_exceptions=True,
+        )
+        errors = {u: r for u, r in zip(urls, results, strict=True) if isinstance(r, BaseException)}
+        if errors:
+            raise EngineError(
+                f"re-push of version {weight_version} failed on "
+                + "; ".join(f"{u}: {e}" for u, e in errors.items())
+            )
 
     async def pause_generation(self, mode: str = "retract") -> None:
         await self._each("pause_generation", mode)

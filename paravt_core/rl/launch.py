@@ -247,7 +247,7 @@ def _fleet_plan(
     return Plan(learner_cmd, learner_env, None, {}, base_url, overrides, one and not rollout, fleet, router)
 
 
-def _wait_for_workers(router_url: str, n: int, timeout_s: float) -> None:
+def wait_for_workers(router_url: str, n: int, timeout_s: float) -> None:
     """Until the router lists ``n`` healthy servers (it registers them in the background)."""
     import time
 
@@ -325,7 +325,7 @@ def launch(
             started.append(
                 SGLangServer(p.router_command, p.base_url, log_path=log, env=env).start(timeout_s=120)
             )
-            _wait_for_workers(p.base_url, len(p.fleet), 120 if p.fleet else start_timeout_s)
+            wait_for_workers(p.base_url, len(p.fleet), 120 if p.fleet else start_timeout_s)
     except BaseException:
         for s in reversed(started):
             s.stop()
