@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from paravt_core.config import ConfigError, load_config
 from paravt_core.engines.base import EngineError
 from paravt_core.engines.fleet import FleetEngine, FleetVersionError, counter_delta, router_command
 from paravt_core.engines.sglang_engine import SGLangServer
 from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.models import load
+from paravt_core.rl.config import RlConfig
 from paravt_core.rl.launch import launch, plan, wait_for_workers
 from paravt_core.rl.learner import state_checksum
 from paravt_core.rl.weight_sync import DiskSync
@@ -96,6 +98,68 @@ def test_router_commands_pass_the_routers_own_parser():
     assert args["selector"] == {"app": "paravt-rollout", "run": "r1"}
     assert (args["service_discovery_namespace"], args["service_discovery_port"]) == ("ml", 30000)
     assert args["policy"] == "cache_aware"
+
+
+def test_published_node_with_two_servers(sglang_checker):
+    """The 8B recipe with ``engine.servers=2`` on GPUs 6 and 7: one server per GPU (each parsed by SGLang's own
+    ``ServerArgs``), the router in front on the recipe's port, the learner on GPUs 0-5 told where they are."""
+    cfg = load_config(
+        RlConfig,
+        ROOT / "configs" / "rl" / "paragrpo_8b.yaml",
+        ["engine.servers=2", "engine.gpus=[6,7]", "engine.weight_sync=disk"],
+    )
+    p = plan(cfg, "/tmp/rl.yaml", gpus=8, model_dir="/models/sft-final", python="python")
+    assert [(env, url) for _, env, url in p.fleet] == [
+        ({"CUDA_VISIBLE_DEVICES": "6"}, "http://127.0.0.1:30001"),
+        ({"CUDA_VISIBLE_DEVICES": "7"}, "http://127.0.0.1:30002"),
+    ]
+    for cmd, _, _ in p.fleet:
+        verdict = sglang_checker.server_args(cmd[3:])
+        assert verdict["error"] is None, verdict["error"]
+        args = verdict["args"]
+        assert (args["tp_size"], args["dp_size"], args["base_gpu_id"]) == (1, 1, 0)
+        assert args["model_path"] == "/models/sft-final"
+    assert p.router_command[p.router_command.index("--port") + 1] == "30000"
+    assert (
+        p.learner_env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5"} and "--nproc-per-node=6" in p.learner_command
+    )
+    assert p.overrides == [
+        "engine.base_url=http://127.0.0.1:30000",
+        "engine.router_metrics_url=http://127.0.0.1:30090/metrics",
+        "engine.worker_urls=[http://127.0.0.1:30001,http://127.0.0.1:30002]",
+    ]
+    learner_cfg = load_config(RlConfig, ROOT / "configs" / "rl" / "paragrpo_8b.yaml", p.overrides)
+    assert learner_cfg.engine.worker_urls == ["http://127.0.0.1:30001", "http://127.0.0.1:30002"]
+    print(p.describe())
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["engine.servers=2", "engine.gpus=[5,6,7]", "engine.weight_sync=disk"], "equal runs"),
+        (["engine.servers=2", "engine.gpus=[6,7]"], "weight pushes from disk"),
+        (
+            ["engine.servers=2", "engine.gpus=[4,5,6,7]", "engine.tp_size=3", "engine.weight_sync=disk"],
+            "divide",
+        ),
+    ],
+)
+def test_fleet_topology_errors(overrides, message):
+    cfg = load_config(RlConfig, ROOT / "configs" / "rl" / "paragrpo_8b.yaml", overrides)
+    with pytest.raises(ConfigError, match=message):
+        plan(cfg, "/tmp/rl.yaml", gpus=8, model_dir="/m")
+
+
+def test_kubernetes_discovery_starts_only_the_router():
+    cfg = load_config(
+        RlConfig,
+        ROOT / "configs" / "rl" / "paragrpo_8b.yaml",
+        ["engine.service_selector=[app=paravt-rollout]", "engine.gpus=[]", "engine.weight_sync=disk"],
+    )
+    p = plan(cfg, "/tmp/rl.yaml", gpus=8, python="python")
+    assert p.fleet == [] and "--service-discovery" in p.router_command
+    assert p.learner_env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}  # every GPU of the node learns
+    assert not any(o.startswith("engine.worker_urls") for o in p.overrides)  # the router's /workers list
 
 
 def test_counter_delta_by_hand():
