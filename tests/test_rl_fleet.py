@@ -33,7 +33,7 @@ from tests.test_sglang_contract import ROUTE_CLASSES
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 3  # servers
-DELAY_S = 0.5  # every /generate waits this long on its server: requests are in flight when one is killed
+DELAY_S = 2.0  # every /generate waits this long on its server: requests are in flight when one is killed
 
 
 @pytest.fixture(scope="module")
@@ -184,8 +184,11 @@ def test_groups_spread_over_the_servers_and_stay_together(fleet, tiny_model, sgl
     before = _generate_calls(fleet)
 
     async def run():
-        try:
-            return await asyncio.gather(*(engine.generate([r]) for r in requests))
+        try:  # each group's first request, one after another (each new key placed before the next), then
+            # the rest together
+            first = [await engine.generate([r]) for r in requests[::2]]
+            rest = await asyncio.gather(*(engine.generate([r]) for r in requests[1::2]))
+            return [c for pair in zip(first, rest, strict=True) for c in pair]
         finally:
             await engine.aclose()
 

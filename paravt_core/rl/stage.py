@@ -22,7 +22,9 @@ rank 0 and pushed to its engine. Checkpoints are collective and resume on any nu
 
 Rollout engine (``engine.kind``): the in-process transformers engine, or an SGLang server (``engine.base_url``,
 or launched for ``model`` on a GPU machine) that receives every new version from disk or over NCCL
-(``weight_sync.py``).
+(``weight_sync.py``), or a fleet of SGLang servers behind ``sglang-router`` (``engine.servers`` > 1,
+``engines/fleet.py``): every push goes to each server from disk, each one's version is checked before the
+next step's rollouts, and the router's per-server counters go into the step's metrics (``fleet_*``).
 """
 
 from __future__ import annotations
