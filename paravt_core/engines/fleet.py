@@ -3,7 +3,8 @@
 - **Generation** goes to the router, one request per body (its ``/generate`` type holds one request: a batch's
   list of ``sampling_params`` is answered 422). The router picks a server per request:
   - ``manual`` policy (default) with ``--assignment-mode min_group``: every request carries its GRPO group's
-    routing key in the ``x-smg-routing-key`` header; a new key goes to the server holding the fewest keys, later
+    routing key in the ``x-smg-routing-key`` header; a new key goes to the server with the fewest keys that
+    have requests in flight (measured: keys arriving one at a time on idle servers all land on the first), later
     requests with that key to the same server. So a group's episodes share one server's prefix cache (its
     system prompt, frames and question), and groups spread evenly over the servers.
   - ``cache_aware``: the router's own radix tree over the request text. With token-id prompts it matches on
