@@ -57,7 +57,7 @@ from .handoff import compact, restore
 from .learner import Learner, state_checksum
 from .metrics import curves_png, step_metrics, trajectory_lines
 from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
-from .weight_sync import DiskSync, InProcessSync, NcclSync
+from .weight_sync import DiskSync, InProcessSync, NcclSync, _closing
 
 
 def prompts_for_step(prompts: list[RlPrompt], step: int, per_step: int, seed: int) -> list[RlPrompt]:
@@ -178,18 +178,11 @@ def fleet_step(engine: Any, seen: dict[str, Any]) -> dict[str, Any]:
         return {}
     from paravt_core.engines.fleet import counter_delta
 
-    now = asyncio.run(_aclosing(inner, inner.counters()))
+    now = asyncio.run(_closing(inner, inner.counters()))
     delta = counter_delta(seen, now)
     seen.clear()
     seen.update(now)
     return {f"fleet_{k}": v for k, v in delta.items()}
-
-
-async def _aclosing(engine: Any, call: Any) -> Any:
-    try:
-        return await call
-    finally:
-        await engine.aclose()
 
 
 def run(cfg: RlConfig) -> StageResult:
