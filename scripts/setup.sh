@@ -7,6 +7,9 @@
 #     (tests/sglang_support.py); never on the venv's path. Its GPU kernels are not installed.
 #  4. .venv-bench/lmms-eval-site: lmms-eval 0.7.3 (+ its logger, loguru) installed --no-deps, outside the venv:
 #     its task scorers are the oracle of tests/test_eval_oracle.py and `make bench-scoring`.
+#  5. .venv-router: sglang-router 0.3.2 (the SGLang Model Gateway: a Rust router in an abi3 wheel, launched
+#     as `python -m sglang_router.launch_router`) and the modules its launcher imports, --no-deps, outside the
+#     venv: the real router of the rollout-fleet tests (tests/test_rl_fleet.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,5 +69,22 @@ if [ ! -f "$LMMS_SITE/lmms_eval-0.7.3.dist-info/METADATA" ]; then
   .venv/bin/pip install -q --disable-pip-version-check --target "$LMMS_SITE" --no-deps \
     lmms-eval==0.7.3 loguru==0.7.3 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
   test -f "$LMMS_SITE/lmms_eval/tasks/_task_utils/mcq_extract.py" # fail here, not in the oracle test
+fi
+ROUTER_SITE=.venv-router
+ROUTER_SITE_PACKAGES=(
+  sglang-router==0.3.2 setproctitle==1.3.8 orjson==3.13.0 uvicorn==0.54.0 fastapi==0.165.0 starlette==1.10.0
+  aiohttp==3.14.5 multidict==7.2.1 yarl==1.25.1 propcache==0.5.4 aiohappyeyeballs==2.7.1 aiosignal==1.4.0
+  frozenlist==1.8.0
+)
+router_stamp=$ROUTER_SITE/.paravt-installed
+router_want=$(echo "${ROUTER_SITE_PACKAGES[*]}" | sha256sum | cut -d' ' -f1)
+if [ ! -f "$router_stamp" ] || [ "$(cat "$router_stamp")" != "$router_want" ]; then
+  echo "[setup] installing sglang-router 0.3.2 (--no-deps) into $ROUTER_SITE"
+  rm -rf "$ROUTER_SITE"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps --target "$ROUTER_SITE" \
+    "${ROUTER_SITE_PACKAGES[@]}" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+  # fail here, not in the fleet tests: the launcher's imports resolve and the Rust extension loads
+  PYTHONPATH=$ROUTER_SITE .venv/bin/python -m sglang_router.launch_router --help >/dev/null
+  echo "$router_want" > "$router_stamp"
 fi
 echo "[setup] ready"

@@ -1,7 +1,8 @@
 """The loopback SGLang contract server (``tests/test_engines_sglang._ContractServer``) as a process, the way
 ``rl.launch`` starts a server: ``python tests/contract_server_main.py MODEL_DIR PORT [AGENT_MAX_PIXELS
 AGENT_MIN_PIXELS]``; serves the tiny model until SIGTERM, then writes its calls to
-``$PARAVT_CONTRACT_LOG`` (one JSON line per call) when set."""
+``$PARAVT_CONTRACT_LOG`` (one JSON line per call) when set. ``$PARAVT_CONTRACT_DELAY_S``: every ``/generate``
+waits that long first (requests stay in flight long enough to kill the server under them)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,12 @@ def main() -> None:
     )
     served = load(model_dir)
     server = _ContractServer(
-        TransformersEngine(served.model, served.processor), served.processor, mm_config=mm, port=port
+        TransformersEngine(served.model, served.processor),
+        served.processor,
+        mm_config=mm,
+        port=port,
+        model_path=str(Path(model_dir).resolve()),
+        delay_s=float(os.environ.get("PARAVT_CONTRACT_DELAY_S") or 0.0),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

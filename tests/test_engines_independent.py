@@ -112,3 +112,25 @@ def test_engine_errors_are_retried_then_raised():
     assert isinstance(out, EngineError)
     with pytest.raises(ValueError):
         IndependentEngine(_Gated(set()), max_concurrency=0)
+
+
+@pytest.mark.parametrize("wrapper", [IndependentEngine, CoalescingEngine])
+def test_both_wrappers_share_one_retry_rule(wrapper):
+    """``engines.base.generate_with_retries`` serves both: max_retries=1 -> one failure is retried and
+    counted once, two failures raise the second error after one counted retry (2 calls to the inner engine)."""
+
+    async def scenario(fails: int):
+        inner = _Gated(gated=set())
+        inner.fail_next = fails
+        engine = wrapper(inner, seed=None, max_retries=1)
+        try:
+            async with engine.track(0):
+                out = await engine.generate([_request(3)])
+        except EngineError as err:
+            out = err
+        return out, engine, inner
+
+    out, engine, inner = asyncio.run(scenario(1))
+    assert isinstance(out, list) and engine.retries == 1 and len(inner.calls) == 2
+    out, engine, inner = asyncio.run(scenario(2))
+    assert isinstance(out, EngineError) and engine.retries == 1 and len(inner.calls) == 2

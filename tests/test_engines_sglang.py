@@ -100,8 +100,14 @@ class _ContractServer:
         delay_first_s: float = 0.0,
         fail_first: int = 0,
         port: int = 0,
+        model_path: str = "",
+        delay_s: float = 0.0,
     ):
+        """``model_path``: what ``/model_info`` reports (a router loads its tokenizer from there);
+        ``delay_s``: every ``/generate`` waits this long first (requests stay in flight, e.g. for a kill)."""
         self.engine, self.processor = engine, processor
+        self.model_path, self.delay_s = model_path, delay_s
+        self.weight_version = "default"  # SGLang's --weight-version default; moved by weight updates
         self.image_kwargs = {**CHECKPOINT_IMAGE_DEFAULTS, **((mm_config or {}).get("image") or {})}
         self.control_success = control_success
         self.delay_first_s, self.fail_first = delay_first_s, fail_first
@@ -132,7 +138,17 @@ class _ContractServer:
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(data)
 
-            def do_GET(self):  # what SGLangServer.start polls
+            def do_GET(self):  # /health: what SGLangServer.start and a router poll
+                if self.path in ("/model_info", "/get_model_info"):  # http_server.model_info's fields we use
+                    with server._lock:
+                        version = server.weight_version
+                    info = {"model_path": server.model_path, "is_generation": True, "weight_version": version}
+                    return self._send(200, info)
+                if self.path == "/paravt_test/state":  # the test's view: what it was asked, what it serves
+                    with server._lock:
+                        calls = [{"path": path, "body": body} for path, body in server.calls]
+                        state = {"calls": calls, "served_checksums": server.served_checksums}
+                    return self._send(200, state)
                 self._send(200 if self.path == "/health" else 404, {})
 
             def do_POST(self):
@@ -190,6 +206,8 @@ class _ContractServer:
             return 200, {"success": False, "message": f"Failed to update weights: {err}"}
         with self._lock:
             self.weight_versions.append(body.get("weight_version"))
+            if body.get("weight_version") is not None:
+                self.weight_version = body["weight_version"]
             self.served_checksums.append(state_checksum(self.engine.model.state_dict()))
         return 200, {"success": True, "message": "Succeeded to update model weights."}
 
@@ -204,7 +222,8 @@ class _ContractServer:
             and any(isinstance(x, list) for x in images)
         ):
             return "invalid type: sequence, expected one of the MediaItem shapes"
-        for params in body.get("sampling_params") or []:
+        sampling = body.get("sampling_params") or []
+        for params in sampling if isinstance(sampling, list) else [sampling]:  # a batch's list, or one
             unknown = set(params) - SGLANG_SAMPLING_KEYS
             if unknown:
                 return f"unknown field `{sorted(unknown)[0]}`"
@@ -217,6 +236,15 @@ class _ContractServer:
         error = self.schema_error(body)
         if error:
             return 400, {"error": error}
+        ids = body.get("input_ids")
+        if isinstance(ids, list) and ids and isinstance(ids[0], int):
+            # one request, not a batch (what a router forwards): lists of one inside, one object out
+            batched = {"input_ids": [ids], "sampling_params": [body.get("sampling_params") or {}]}
+            batched["rid"] = [body["rid"]]
+            if body.get("image_data") is not None:
+                batched["image_data"] = [body["image_data"]]
+            status, payload = self.generate({**body, **batched})
+            return status, payload[0] if status == 200 else payload
         rids = body["rid"]
         with self._lock:
             busy = [r for r in rids if r in self.tracked]
@@ -228,6 +256,8 @@ class _ContractServer:
         try:
             if call <= self.fail_first:
                 return 503, {"error": "injected failure"}
+            if self.delay_s:
+                self._stop.wait(self.delay_s)
             if call == 1 and self.delay_first_s:
                 self._stop.wait(self.delay_first_s)  # the client gives up; the rids stay tracked meanwhile
                 if self._stop.is_set():

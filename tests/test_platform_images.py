@@ -126,13 +126,13 @@ def test_install_script_phases() -> None:
     assert "/opt/paravt/bin/paravt-entrypoint" in code
 
 
-def test_rl_extra_is_sglang_pinned() -> None:
+def test_rl_extra_is_sglang_and_its_router_pinned() -> None:
     lines = [
         line.strip()
         for line in (ROOT / "images" / "rl-requirements.txt").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    assert lines == ["sglang==0.5.23"]
+    assert lines == ["sglang==0.5.23", "sglang-router==0.3.2"]
 
 
 def _pins(path: Path) -> dict[str, str]:

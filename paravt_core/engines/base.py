@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,8 @@ class GenerationRequest:
     # chat engines send them as ``mm_processor_kwargs`` so the server makes the same pixels
     images_kwargs: dict[str, Any] | None = None
     tag: str = "main"  # who asks: "main" or "subagent" (logs, scripted engines)
+    # requests with one key share a prompt prefix (a GRPO group): a router keeps them on one server's cache
+    routing_key: str | None = None
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
@@ -111,3 +113,23 @@ class Engine(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections or processes."""
+
+
+async def generate_with_retries(
+    engine: Engine,
+    requests: Sequence[GenerationRequest],
+    *,
+    max_retries: int,
+    on_retry: Callable[[EngineError], None] | None = None,
+) -> list[Completion]:
+    """``engine.generate(requests)``, sent again up to ``max_retries`` times after an ``EngineError`` (the
+    last one propagates); ``on_retry(err)`` runs before each new attempt, so callers count retries their way."""
+    for attempt in range(max_retries + 1):
+        try:
+            return await engine.generate(requests)
+        except EngineError as err:
+            if attempt == max_retries:
+                raise
+            if on_retry is not None:
+                on_retry(err)
+    raise AssertionError("unreachable")

@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from .base import Completion, Engine, EngineError, GenerationRequest
+from .base import Completion, Engine, EngineError, GenerationRequest, generate_with_retries
 
 _EPISODE: contextvars.ContextVar[int | None] = contextvars.ContextVar("paravt_rl_episode", default=None)
 
@@ -64,8 +64,11 @@ class CoalescingEngine(Engine):
         self._active += n
 
     @contextlib.asynccontextmanager
-    async def track(self, key: int, *, reserved: bool = False) -> AsyncIterator[None]:
-        """Run one episode inside this block; ``key`` orders its requests within a batch."""
+    async def track(
+        self, key: int, *, reserved: bool = False, affinity: str | None = None
+    ) -> AsyncIterator[None]:
+        """Run one episode inside this block; ``key`` orders its requests within a batch (``affinity``, a
+        router's routing key, means nothing to one in-process engine)."""
         token = _EPISODE.set(key)
         if not reserved:
             self._active += 1
@@ -121,14 +124,12 @@ class CoalescingEngine(Engine):
             self._maybe_dispatch()
 
     async def _generate_with_retries(self, requests: list[GenerationRequest]) -> list[Completion]:
-        for attempt in range(self.max_retries + 1):
-            try:
-                return await self.inner.generate(requests)
-            except EngineError:
-                if attempt == self.max_retries:
-                    raise
-                self.retries += 1
-        raise AssertionError("unreachable")
+        return await generate_with_retries(
+            self.inner, requests, max_retries=self.max_retries, on_retry=self._count_retry
+        )
+
+    def _count_retry(self, _err: EngineError) -> None:
+        self.retries += 1
 
     async def aclose(self) -> None:
         await self.inner.aclose()

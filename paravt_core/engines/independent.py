@@ -23,11 +23,11 @@ import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from .base import Completion, Engine, EngineError, GenerationRequest
+from .base import Completion, Engine, EngineError, GenerationRequest, generate_with_retries
 
-_EPISODE: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+_EPISODE: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
     "paravt_independent", default=None
-)
+)  # [episode key, calls made so far, routing key or None]
 
 
 def request_seed(base: int, key: int, call: int, index: int) -> int:
@@ -65,8 +65,12 @@ class IndependentEngine(Engine):
         """Nothing to wait for: calls never wait on other episodes (kept for ``CoalescingEngine``'s interface)."""
 
     @contextlib.asynccontextmanager
-    async def track(self, key: int, *, reserved: bool = False) -> AsyncIterator[None]:
-        token = _EPISODE.set([key, 0])
+    async def track(
+        self, key: int, *, reserved: bool = False, affinity: str | None = None
+    ) -> AsyncIterator[None]:
+        """``affinity``: the routing key of every request of this episode (its GRPO group: a router keeps
+        the group on one server, whose prefix cache then holds the group's shared prompt and frames)."""
+        token = _EPISODE.set([key, 0, affinity])
         try:
             yield
         finally:
@@ -83,8 +87,10 @@ class IndependentEngine(Engine):
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         requests = list(requests)
         episode = _EPISODE.get()
+        if episode is not None and episode[2] is not None:
+            requests = [dataclasses.replace(r, routing_key=episode[2]) for r in requests]
         if episode is not None and self._seed is not None:
-            key, call = episode
+            key, call, _ = episode
             episode[1] += 1
             requests = [
                 dataclasses.replace(
@@ -98,16 +104,14 @@ class IndependentEngine(Engine):
             self.batches += 1
             self.requests += len(requests)
             try:
-                for attempt in range(self.max_retries + 1):
-                    try:
-                        return await self.inner.generate(requests)
-                    except EngineError:
-                        if attempt == self.max_retries:
-                            raise
-                        self.retries += 1
-                raise AssertionError("unreachable")
+                return await generate_with_retries(
+                    self.inner, requests, max_retries=self.max_retries, on_retry=self._count_retry
+                )
             finally:
                 self._in_flight -= 1
+
+    def _count_retry(self, _err: EngineError) -> None:
+        self.retries += 1
 
     async def aclose(self) -> None:
         await self.inner.aclose()

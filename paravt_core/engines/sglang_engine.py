@@ -123,9 +123,13 @@ def generate_payload(
     image_token_id: int | None = None,
     rids: Sequence[str] | None = None,
     seeds: bool = True,
+    single: bool = False,
 ) -> dict[str, Any]:
     """One batched ``/generate`` body (pure function). The requests all carry images or all carry none;
-    ``rids`` default to the requests' ids (retries pass new ones)."""
+    ``rids`` default to the requests' ids (retries pass new ones). ``single``: exactly one request in SGLang's
+    un-batched form (``input_ids`` a list of ints, ``sampling_params`` an object, ``rid`` a string,
+    ``image_data`` that request's list), the only form ``sglang-router`` 0.3.2 forwards: its ``/generate``
+    type holds one ``sampling_params`` object and answers 422 to a batch's list."""
     if not requests:
         raise ValueError("no requests")
     with_images = [bool(r.images) for r in requests]
@@ -155,6 +159,13 @@ def generate_payload(
     }
     if all(with_images):
         body["image_data"] = [[frame_to_data_url(f) for f in r.images] for r in requests]
+    if single:
+        if len(requests) != 1:
+            raise ValueError(f"a single-request body holds one request, not {len(requests)}")
+        body = {
+            k: v[0] if k in ("input_ids", "sampling_params", "rid", "image_data") else v
+            for k, v in body.items()
+        }
     return body
 
 
@@ -281,6 +292,10 @@ class SGLangServer:
         )
 
     def start(self, *, timeout_s: float = 900.0, poll_s: float = 2.0) -> SGLangServer:
+        return self.spawn().wait_healthy(timeout_s=timeout_s, poll_s=poll_s)
+
+    def spawn(self) -> SGLangServer:
+        """Start the process without waiting (several servers come up side by side)."""
         self._log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             self.command,
@@ -289,6 +304,10 @@ class SGLangServer:
             env=self.env,
             start_new_session=True,  # its own process group, so stop() ends the workers it spawns too
         )
+        return self
+
+    def wait_healthy(self, *, timeout_s: float = 900.0, poll_s: float = 2.0) -> SGLangServer:
+        assert self.process is not None, "spawn() first"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -336,10 +355,13 @@ class SGLangEngine(Engine):
         max_total_s: float | None = None,
         max_batch_size: int = 64,
         deterministic_inference: bool = False,
+        one_request_per_body: bool = False,
+        routing_header: str | None = None,
     ):
         """``deterministic_inference``: the server runs with ``--enable-deterministic-inference`` (only then
         are seeds sent). ``max_total_s`` bounds one call with its retries (default: ``timeout_s`` per
-        attempt)."""
+        attempt). ``one_request_per_body``: every request in its own un-batched body (behind a router);
+        ``routing_header``: the header that carries a request's ``routing_key`` (a router's sticky key)."""
         self.base_url = base_url.rstrip("/")
         self.processor = processor
         self.tokenizer = getattr(processor, "tokenizer", None)
@@ -352,6 +374,7 @@ class SGLangEngine(Engine):
         self.max_total_s = max_total_s if max_total_s is not None else timeout_s * (max_retries + 1)
         self.max_batch_size = max_batch_size
         self.deterministic_inference = deterministic_inference
+        self.one_request_per_body, self.routing_header = one_request_per_body, routing_header
         self.weight_version: str | None = None
         self.server: SGLangServer | None = None  # set by launch(): the process this engine owns
         # One client per event loop: with bounded staleness the rollout thread's loop generates while the
@@ -362,6 +385,7 @@ class SGLangEngine(Engine):
         self._clients_lock = threading.Lock()
         self.http_calls: list[str] = []  # paths called, for logs and tests
         self.prompt_token_mismatches = 0  # responses whose prompt length differed from ours
+        self.retried_posts = 0  # POSTs sent again after a timeout, connection error or 5xx
 
     @classmethod
     def launch(
@@ -412,6 +436,7 @@ class SGLangEngine(Engine):
         *,
         retry: bool = True,
         timeout_s: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Any:
         """POST ``make_body(attempt)``; timeouts, connection errors and 5xx are retried (with a new body,
         hence new request ids) with exponential backoff, all within ``max_total_s``."""
@@ -423,6 +448,7 @@ class SGLangEngine(Engine):
         made = 0
         for attempt in range(attempts):
             if attempt:
+                self.retried_posts += 1
                 await asyncio.sleep(
                     min(self.backoff_s * 2 ** (attempt - 1), max(0.0, deadline - time.monotonic()))
                 )
@@ -435,7 +461,7 @@ class SGLangEngine(Engine):
             made += 1
             limit = min(timeout_s if timeout_s is not None else self.timeout_s, remaining)
             try:
-                response = await self._http().post(url, json=body, timeout=limit)
+                response = await self._http().post(url, json=body, timeout=limit, headers=headers)
             except httpx.TimeoutException:
                 last = f"timed out after {limit:g} s"
                 await self._abort(body.get("rid"))
@@ -463,9 +489,8 @@ class SGLangEngine(Engine):
             [i for i, r in enumerate(requests) if r.images],
             [i for i, r in enumerate(requests) if not r.images],
         ]
-        chunks = [
-            g[lo : lo + self.max_batch_size] for g in groups for lo in range(0, len(g), self.max_batch_size)
-        ]
+        size = 1 if self.one_request_per_body else self.max_batch_size
+        chunks = [g[lo : lo + size] for g in groups for lo in range(0, len(g), size)]
         results = await asyncio.gather(*(self._generate_chunk([requests[i] for i in c]) for c in chunks))
         out: list[Completion | None] = [None] * len(requests)
         for chunk, completions in zip(chunks, results, strict=True):
@@ -480,10 +505,16 @@ class SGLangEngine(Engine):
                 for r in chunk
             ]
             return generate_payload(
-                chunk, image_token_id=self.image_token_id, rids=rids, seeds=self.deterministic_inference
+                chunk,
+                image_token_id=self.image_token_id,
+                rids=rids,
+                seeds=self.deterministic_inference,
+                single=self.one_request_per_body,
             )
 
-        data = await self._post("/generate", body)
+        key = chunk[0].routing_key if len(chunk) == 1 else None
+        headers = {self.routing_header: key} if self.routing_header and key else None
+        data = await self._post("/generate", body, headers=headers)
         try:
             completions = parse_generate_response(data, chunk, self.tokenizer)
         except PromptTokenMismatch:

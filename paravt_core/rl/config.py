@@ -76,6 +76,37 @@ class RolloutEngineConfig(StrictModel):
     max_concurrency: int = Field(
         default=256, ge=1, description="sglang: /generate requests in flight at once (one per episode turn)"
     )
+    # Rollout fleet (engines/fleet.py): several SGLang servers behind one sglang-router
+    servers: int = Field(
+        default=1, ge=1, description="sglang: servers behind one sglang-router (1: one server, no router)"
+    )
+    router_policy: Literal["manual", "cache_aware", "round_robin", "power_of_two", "random"] = Field(
+        default="manual",
+        description="fleet: router policy; manual = a GRPO group's routing key sticks to one server's cache",
+    )
+    router_retries: int = Field(
+        default=3, ge=0, description="fleet: router retries of a request on other servers"
+    )
+    router_metrics_port: int = Field(
+        default=30090, ge=1, le=65535, description="fleet launch: the router's Prometheus port (step metrics)"
+    )
+    worker_urls: list[str] = Field(
+        default_factory=list,
+        description="fleet: the servers behind engine.base_url (a router); empty: the router's /workers list",
+    )
+    router_metrics_url: str = Field(
+        default="", description="fleet: the router's Prometheus endpoint (empty: no router counters)"
+    )
+    service_selector: list[str] = Field(
+        default_factory=list,
+        description="fleet launch: key=value pod labels; the router discovers the servers (Kubernetes)",
+    )
+    service_namespace: str = Field(
+        default="", description="fleet launch: namespace of the discovered servers"
+    )
+    service_port: int = Field(
+        default=30000, ge=1, le=65535, description="fleet launch: port of the discovered servers"
+    )
 
 
 class RlConfig(StrictModel):

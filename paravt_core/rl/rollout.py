@@ -115,7 +115,8 @@ async def _group(
         started = time.perf_counter()
         key = group * 10_000 + i
         if isinstance(engine, (CoalescingEngine, IndependentEngine)):
-            async with engine.track(key, reserved=True):
+            # the group's routing key: behind a router the group's episodes share one server's prefix cache
+            async with engine.track(key, reserved=True, affinity=f"v{version}-g{group}"):
                 episode = await arun_episode(row, engine, agent, overview=overview)
         else:
             episode = await arun_episode(row, engine, agent, overview=overview)

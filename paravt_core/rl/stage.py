@@ -22,7 +22,9 @@ rank 0 and pushed to its engine. Checkpoints are collective and resume on any nu
 
 Rollout engine (``engine.kind``): the in-process transformers engine, or an SGLang server (``engine.base_url``,
 or launched for ``model`` on a GPU machine) that receives every new version from disk or over NCCL
-(``weight_sync.py``).
+(``weight_sync.py``), or a fleet of SGLang servers behind ``sglang-router`` (``engine.servers`` > 1,
+``engines/fleet.py``): every push goes to each server from disk, each one's version is checked before the
+next step's rollouts, and the router's per-server counters go into the step's metrics (``fleet_*``).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from .handoff import compact, restore
 from .learner import Learner, state_checksum
 from .metrics import curves_png, final_summary, step_metrics, trajectory_lines
 from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
-from .weight_sync import DiskSync, InProcessSync, NcclSync
+from .weight_sync import DiskSync, InProcessSync, NcclSync, _closing
 
 
 def prompts_for_step(prompts: list[RlPrompt], step: int, per_step: int, seed: int) -> list[RlPrompt]:
@@ -112,7 +114,25 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
         return inner, InProcessSync(inner)
     from paravt_core.engines.sglang_engine import SGLangEngine
 
-    if e.base_url:
+    if e.servers > 1 or e.service_selector:  # a rollout fleet behind sglang-router (engines/fleet.py)
+        from paravt_core.engines.fleet import FleetEngine
+
+        if not e.base_url:
+            raise ConfigError(
+                "engine.servers > 1: run the stage through `python -m paravt_core.rl.launch` (it starts the "
+                "servers and the router), or give engine.base_url of a running router"
+            )
+        if e.weight_sync != "disk":
+            raise ConfigError("a rollout fleet takes weight pushes from disk: engine.weight_sync=disk")
+        inner = FleetEngine(
+            e.base_url,
+            worker_urls=e.worker_urls,
+            metrics_url=e.router_metrics_url,
+            routing=e.router_policy == "manual",
+            processor=policy.processor,
+            deterministic_inference=e.deterministic_inference,
+        )
+    elif e.base_url:
         inner = SGLangEngine(
             e.base_url,
             processor=policy.processor,
@@ -148,6 +168,21 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
     if storage.is_s3(staging):
         raise ConfigError(f"engine.staging_dir must be a directory the server can read, not {staging}")
     return inner, DiskSync(inner, policy.model, staging, pause_mode=e.pause_mode)
+
+
+def fleet_step(engine: Any, seen: dict[str, Any]) -> dict[str, Any]:
+    """A rollout fleet's counters over the last step (requests answered and failed per server, the router's
+    retries, ours); ``seen`` keeps the totals between calls. Empty for other engines."""
+    inner = getattr(engine, "inner", None)
+    if inner is None or not hasattr(inner, "counters"):
+        return {}
+    from paravt_core.engines.fleet import counter_delta
+
+    now = asyncio.run(_closing(inner, inner.counters()))
+    delta = counter_delta(seen, now)
+    seen.clear()
+    seen.update(now)
+    return {f"fleet_{k}": v for k, v in delta.items()}
 
 
 def run(cfg: RlConfig) -> StageResult:
@@ -240,6 +275,7 @@ def run(cfg: RlConfig) -> StageResult:
             )
 
     totals: Counter = Counter()
+    fleet_seen: dict[str, Any] = {}  # the fleet's counters at the last step (for per-step differences)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="paravt-rollout")
     try:
 
@@ -282,6 +318,9 @@ def run(cfg: RlConfig) -> StageResult:
                     )
                 continue
             if cfg.max_staleness == 0:
+                verify = getattr(sync, "verify", None)
+                if verify is not None:  # a fleet: every server serves the pushed version, else no rollouts
+                    verify()
                 rollouts = rollout(step)
             else:
                 while queued <= min(step + cfg.max_staleness, cfg.steps - 1):
@@ -306,6 +345,7 @@ def run(cfg: RlConfig) -> StageResult:
             weights = learner.weights()
             sync.push(weights, version + 1)
             sync_s = time.perf_counter() - t0
+            fleet = fleet_step(engine, fleet_seen)
             totals.update(rollouts.counts)
             totals.update(f"finish:{s.episode.finish_reason}" for s in samples)
             extra = {
@@ -318,6 +358,7 @@ def run(cfg: RlConfig) -> StageResult:
                 "handoff_bytes": handoff.bytes_sent,  # step payload to the other ranks (all of them)
                 "engine_batches": engine.batches,
                 "counts": dict(rollouts.counts),
+                **fleet,
                 **(judge.counters() if judge is not None else {}),
             }
             metrics = step_metrics(step, samples, learned, extra)

@@ -61,6 +61,7 @@ class DiskSync:
         self.engine, self.hf_model, self.staging_dir = engine, hf_model, staging_dir
         self.version, self.pause_mode = version, pause_mode
         self._served: str | None = None
+        self.repushes = 0  # fleet servers found lagging and pushed the current weights again
 
     async def _reload(self, path: str, version: int) -> None:
         if self.pause_mode is None:
@@ -83,6 +84,26 @@ class DiskSync:
         if self._served is not None and self._served != path:
             shutil.rmtree(self._served, ignore_errors=True)  # the server reads the new one now
         self._served, self.version = path, version
+        self.verify()
+
+    def verify(self) -> None:
+        """A rollout fleet (``engines.fleet``): every live server answers the pushed version (its
+        ``/model_info``). A server that lags (e.g. restarted on the old checkpoint) gets the current directory
+        once more; if it still lags, ``FleetVersionError``. Run after each push and before each step's
+        rollouts; nothing to check before the first push or for one server."""
+        if getattr(self.engine, "check_versions", None) is None or self._served is None:
+            return
+        asyncio.run(_closing(self.engine, self._verify(self._served, str(self.version))))
+
+    async def _verify(self, path: str, version: str) -> None:
+        from paravt_core.engines.fleet import FleetVersionError
+
+        try:
+            await self.engine.check_versions(version)
+        except FleetVersionError as err:
+            self.repushes += len(err.lagging)
+            await self.engine.repush(sorted(err.lagging), path, weight_version=version)
+            await self.engine.check_versions(version)
 
 
 def buckets(
