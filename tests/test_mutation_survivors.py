@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
+
 import pytest
 import torch
 
+from paravt_core.config import ParavtRecipe
+from paravt_core.rewards.compose import acompose, compose, is_degenerate
+from paravt_core.rewards.judge import Judge, judge_messages
 from paravt_core.rl.loss import decoupled_ppo_loss
+from tests.judge_test_server import ScriptedChatServer
 
 
 def test_one_token_loss_and_stats_divide_by_one() -> None:
@@ -232,3 +239,145 @@ def test_batch_normalize_of_one_token_is_zero() -> None:
     from paravt_core.rl.advantages import batch_normalize
 
     assert batch_normalize(torch.tensor([[3.0, 7.0]]), torch.tensor([[1.0, 0.0]])).tolist() == [[0.0, 0.0]]
+
+
+# ---------------------------------------------------------------- rewards/compose.py
+
+COMPOSE_THINK = "<think>\nI look at the frames."
+COMPOSE_CALL = (
+    '<tool_call>\n{"name": "crop_video", "arguments": {"start_time": 2, "end_time": 5}}\n</tool_call>'
+)
+# think -> call -> think -> answer "A" (the trace of tests/test_rewards_format.py::TWO_TURNS)
+COMPOSE_TWO_TURNS = (
+    COMPOSE_THINK + "</think>\n" + COMPOSE_CALL + "\n<think>\nthe report says red</think><answer>A</answer>"
+)
+
+
+@dataclass(frozen=True)
+class _Call:
+    parsed: bool = True
+    executed: bool = True
+    ok: bool = True
+
+
+def test_compose_keeps_every_part_in_its_breakdown() -> None:
+    """PARA-GRPO, format_weight 0.5, gold A, one call that ran: R_acc 1 (letter A); R_fmt parts (SPEC §5,
+    answer suffix on, anchor weight 0.5): think .2, answer .3, answer closed .2, anchor close .2 (0.4 x
+    0.5), anchor flow .15 (0.3 x 0.5), no open think 0, think before the tool .3, balanced .1 = 1.45 ->
+    clipped 1.0; R_tool level .3 + .5 (correct) = 0.8. Total 1 + 0.5 x 1.0 + 0.8 = 2.3."""
+    recipe = ParavtRecipe.para_grpo(reward={"format_weight": 0.5})
+    out = compose(COMPOSE_TWO_TURNS, [_Call()], "A", "mcq", recipe)
+    parts = {
+        "think": 0.2,
+        "answer": 0.3,
+        "answer_closed": 0.2,
+        "anchor_close": 0.2,
+        "anchor_flow": 0.15,
+        "anchor_unclosed": 0.0,
+        "think_before_tool": 0.3,
+        "balanced": 0.1,
+    }
+    assert out.format_weight == 0.5 and out.parsed == "A"
+    got = out.to_dict()
+    assert got.pop("format_parts") == pytest.approx(parts)
+    assert got == pytest.approx(
+        {
+            "total": 2.3,
+            "accuracy": 1.0,
+            "format": 1.0,
+            "tool": 0.8,
+            "tool_level": 0.3,
+            "compliant": True,
+            "degenerate": False,
+            "reason": None,
+            "failure": None,
+        }
+    )
+    assert asyncio.run(acompose(COMPOSE_TWO_TURNS, [_Call()], "A", "mcq", recipe)).to_dict() == out.to_dict()
+
+
+def test_a_reward_that_cannot_be_computed_is_zero_with_its_reason() -> None:
+    """No recipe (None): reading its reward settings raises AttributeError inside compose / acompose; the
+    sample scores 0 in every part and says why."""
+    zero = {
+        "total": 0.0,
+        "accuracy": 0.0,
+        "format": 0.0,
+        "tool": 0.0,
+        "format_parts": {},
+        "tool_level": 0.0,
+        "compliant": False,
+        "degenerate": False,
+        "reason": None,
+        "failure": "reward_error:AttributeError",
+    }
+    assert compose(COMPOSE_TWO_TURNS, [], "A", "mcq", None).to_dict() == zero  # type: ignore[arg-type]
+    assert asyncio.run(acompose(COMPOSE_TWO_TURNS, [], "A", "mcq", None)).to_dict() == zero  # type: ignore[arg-type]
+
+
+def test_acompose_without_an_answer_tag_scores_no_answer() -> None:
+    """No <answer>: R_acc 0 with reason no_answer; R_fmt .2 (think) + .2 (anchor close) + .1 (balanced) = 0.5
+    (PARA-GRPO), no call -> total 0.5, the same as compose."""
+    recipe = ParavtRecipe.para_grpo()
+    text = COMPOSE_THINK + "</think> A"
+    out = asyncio.run(acompose(text, [], "A", "mcq", recipe))
+    assert (out.accuracy, out.reason, out.parsed, out.total) == (0.0, "no_answer", None, pytest.approx(0.5))
+    assert out.to_dict() == compose(text, [], "A", "mcq", recipe).to_dict()
+
+
+def test_the_degenerate_guard_reads_its_thresholds_from_the_recipe() -> None:
+    """Guard at >= 2 markers in fewer than 100 characters: two markers in 2 x 22 + 35 = 79 characters trip
+    it; the same two markers padded to 169 characters do not (the defaults, 5 and 300, would say the
+    opposite for both)."""
+    recipe = ParavtRecipe.para_grpo(reward={"degenerate_im_starts": 2, "degenerate_max_chars": 100})
+    short = "<|im_start|>assistant\n" * 2 + "<think>ab</think><answer>A</answer>"
+    assert len(short) == 79
+    assert compose(short, [], "A", "mcq", recipe).degenerate
+    padded = short + "x" * (169 - len(short))
+    out = compose(padded, [], "A", "mcq", recipe)
+    assert not out.degenerate and out.total > 0
+
+
+@pytest.mark.parametrize(
+    ("markers", "length", "expected"),
+    [(5, 299, True), (5, 300, False), (4, 299, False), (5, 60, True)],
+)
+def test_is_degenerate_defaults_and_boundaries(markers: int, length: int, expected: bool) -> None:
+    """Defaults: >= 5 markers (12 characters each) in fewer than 300 characters."""
+    text = "<|im_start|>" * markers
+    text += "x" * (length - len(text))
+    assert len(text) == length
+    assert is_degenerate(text) is expected
+
+
+def test_compose_hands_the_question_to_the_judge_in_llm_mode() -> None:
+    """llm mode, open-ended: the answer goes to the judge with the question (the judge's prompt is the one
+    judge_messages builds from question, answer and gold); the judge says 1.0 where token F1 says 0.5."""
+    recipe = ParavtRecipe.para_grpo(reward={"mode": "llm"})
+    text = COMPOSE_THINK + "</think><answer>red circle</answer>"
+    with ScriptedChatServer(reply="1.0") as server:
+        judge = Judge(
+            server.base_url, "judge-model", api_key="k", timeout_s=5.0, max_retries=0, deadline_s=10.0
+        )
+        sync = compose(text, [], "a red square", "oe", recipe, question="What moves?", judge=judge)
+        async_ = asyncio.run(
+            acompose(text, [], "a red square", "oe", recipe, question="What moves?", judge=judge)
+        )
+        default = compose(text, [], "a red square", "oe", recipe, judge=judge)  # no question given: ""
+        prompts = [body["messages"][-1]["content"][0]["text"] for body in server.bodies]
+    assert (sync.accuracy, async_.accuracy, default.accuracy) == (1.0, 1.0, 1.0)
+    asked = judge_messages("What moves?", "red circle", "a red square")[-1]["content"]
+    assert prompts == [asked, asked, judge_messages("", "red circle", "a red square")[-1]["content"]]
+
+
+def test_acompose_past_the_reward_timeout_scores_zero() -> None:
+    """The judge stalls 3 s; the recipe allows a sample 0.3 s (its judge deadline 0.1 s is for the
+    judge's own fallback, the Judge here has 10 s): the sample scores 0 with reason reward_timeout."""
+    recipe = ParavtRecipe.para_grpo(reward={"mode": "llm", "timeout_s": 0.3, "judge": {"deadline_s": 0.1}})
+    text = COMPOSE_THINK + "</think><answer>red circle</answer>"
+    with ScriptedChatServer(reply="1.0", delay_s=3.0) as server:
+        judge = Judge(
+            server.base_url, "judge-model", api_key="k", timeout_s=5.0, max_retries=0, deadline_s=10.0
+        )
+        out = asyncio.run(acompose(text, [], "a red square", "oe", recipe, judge=judge))
+    assert (out.total, out.failure) == (0.0, "reward_timeout")
