@@ -9,6 +9,14 @@ import pytest
 import torch
 
 from paravt_core.config import ParavtRecipe
+from paravt_core.rewards.accuracy import (
+    AccuracyResult,
+    aaccuracy_reward,
+    accuracy_reward,
+    interval_iou,
+    parse_interval,
+    statement_letters,
+)
 from paravt_core.rewards.compose import acompose, compose, is_degenerate
 from paravt_core.rewards.judge import Judge, judge_messages
 from paravt_core.rl.loss import decoupled_ppo_loss
@@ -381,3 +389,74 @@ def test_acompose_past_the_reward_timeout_scores_zero() -> None:
         )
         out = asyncio.run(acompose(text, [], "a red square", "oe", recipe, judge=judge))
     assert (out.total, out.failure) == (0.0, "reward_timeout")
+
+
+# ---------------------------------------------------------------- rewards/accuracy.py
+
+
+def _judge(server: ScriptedChatServer) -> Judge:
+    return Judge(server.base_url, "judge-model", api_key="k", timeout_s=5.0, max_retries=0, deadline_s=10.0)
+
+
+def test_the_judges_verdict_is_kept_whole() -> None:
+    """A garbage reply: the judge falls back to token F1 of "red circle" vs "a red square" (1 common token
+    of 2 and 2 after normalization: P = R = 1/2, F1 = 0.5) and says why; the reply is kept (first 64 chars).
+    A number: the judge's score, no reason, the reply kept."""
+    for call in ("sync", "async"):
+        for reply, expected in (
+            ("they look alike!", AccuracyResult(0.5, "judge_unparseable", "they look alike!", "f1_fallback")),
+            ("0.25", AccuracyResult(0.25, None, "0.25", "judge")),
+        ):
+            with ScriptedChatServer(reply=reply) as server:
+                args = ("<answer>red circle</answer>", "a red square", "oe", "llm", _judge(server))
+                if call == "sync":
+                    got = accuracy_reward(*args, question="What moves?")
+                else:
+                    got = asyncio.run(aaccuracy_reward(*args, question="What moves?"))
+                prompt = server.bodies[0]["messages"][-1]["content"][0]["text"]
+            assert got == expected, (call, reply)
+            assert prompt == judge_messages("What moves?", "red circle", "a red square")[-1]["content"]
+
+
+def test_without_a_judge_llm_mode_falls_back_to_token_f1() -> None:
+    """No judge given: token F1 (0.5, as above) with reason no_judge, for both entry points."""
+    expected = AccuracyResult(0.5, "no_judge", "red circle", "f1_fallback")
+    assert accuracy_reward("<answer>red circle</answer>", "a red square", "oe", "llm") == expected
+    assert (
+        asyncio.run(aaccuracy_reward("<answer>red circle</answer>", "a red square", "oe", "llm")) == expected
+    )
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_a_prediction_that_cannot_be_read_scores_zero_with_the_error() -> None:
+    expected = AccuracyResult(0.0, "error:RuntimeError")
+    assert accuracy_reward(_Unprintable(), "A", "mcq") == expected  # type: ignore[arg-type]
+    assert asyncio.run(aaccuracy_reward(_Unprintable(), "A", "mcq")) == expected  # type: ignore[arg-type]
+
+
+def test_an_unreadable_first_interval_gives_way_to_the_next() -> None:
+    """700000 s is beyond parse_time's bound (a week, 604800 s): that pair is skipped, 3-6 is read."""
+    assert parse_interval("<answer>700000 to 800000, I mean 3 to 6</answer>") == (3.0, 6.0)
+
+
+@pytest.mark.parametrize(
+    "pred",
+    [("x", 1.0), (0.0,), None, (0.0, float("nan")), (float("-inf"), 1.0), (0.0, float("inf"))],
+)
+def test_interval_iou_of_unusable_intervals_is_zero(pred) -> None:
+    assert interval_iou(pred, (0.0, 1.0)) == 0.0
+    assert interval_iou((0.0, 1.0), pred) == 0.0
+
+
+def test_statement_letters_in_order_of_appearance() -> None:
+    """Every committing statement, ordered by where its letter stands: "answer is A" (A), "B is correct"
+    (B); markup is dropped first ("**C**") and full-width letters are read after NFKC ("Ｄ" -> "D")."""
+    assert statement_letters("I thought the answer is A, but B is correct.") == ["A", "B"]
+    assert statement_letters("B is the best. Earlier I said the answer is C") == ["B", "C"]
+    assert statement_letters("the answer is **C**") == ["C"]
+    assert statement_letters("the answer is Ｄ") == ["D"]
+    assert statement_letters("no letter here") == []
