@@ -15,6 +15,8 @@ from paravt_core.rewards.accuracy import (
     accuracy_reward,
     interval_iou,
     parse_interval,
+    question_kind,
+    read_mcq_letter,
     statement_letters,
 )
 from paravt_core.rewards.compose import acompose, compose, is_degenerate
@@ -460,3 +462,35 @@ def test_statement_letters_in_order_of_appearance() -> None:
     assert statement_letters("the answer is **C**") == ["C"]
     assert statement_letters("the answer is Ｄ") == ["D"]
     assert statement_letters("no letter here") == []
+
+
+@pytest.mark.parametrize(
+    ("span", "expected"),
+    [
+        # a statement, then an alternative: two different letters -> refused
+        ("the answer is B or C", (None, "hedged_letter")),
+        # the "alternative" is the same letter: one letter, not a hedge (statement and leading-letter paths)
+        ("the answer is B or B", ("B", None)),
+        ("B or B", ("B", None)),
+        # one lower-case letter with trailing dots: the dots go, the lone letter is read
+        ("b..", ("B", None)),
+        ("b.X", (None, "unparseable_letter")),  # only dots are stripped
+        # a trailing letter on its own
+        ("so the person holds the cup. B", ("B", None)),
+        # a trailing hedge
+        ("it is A or B", (None, "hedged_letter")),
+        # "option X" without a statement (the weakest reading), and its hedge
+        ("I'd say option C fits", ("C", None)),
+        ("maybe option C or D fits", (None, "hedged_letter")),
+    ],
+)
+def test_mcq_letter_readings_by_hand(span: str, expected: tuple) -> None:
+    assert read_mcq_letter(f"<answer>{span}</answer>") == expected
+
+
+@pytest.mark.parametrize(
+    ("question_type", "kind"),
+    [(None, "oe"), ("", "oe"), (" MCQ ", "mcq"), ("tvg", "tvg"), ("open_ended", "oe"), ("OE", "oe")],
+)
+def test_question_kind(question_type, kind) -> None:
+    assert question_kind(question_type) == kind
