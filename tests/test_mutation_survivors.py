@@ -13,6 +13,7 @@ from paravt_core.rewards.accuracy import (
     AccuracyResult,
     aaccuracy_reward,
     accuracy_reward,
+    answer_span,
     interval_iou,
     parse_interval,
     question_kind,
@@ -494,3 +495,43 @@ def test_mcq_letter_readings_by_hand(span: str, expected: tuple) -> None:
 )
 def test_question_kind(question_type, kind) -> None:
     assert question_kind(question_type) == kind
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "qtype", "mode", "expected"),
+    [
+        # a letter gold is compared as a letter; the letter is what was compared
+        ("<answer>B</answer>", "B", "mcq", "f1", AccuracyResult(1.0, None, "B", "mcq")),
+        ("<answer>C</answer>", "B", "mcq", "f1", AccuracyResult(0.0, None, "C", "mcq")),
+        # a gold that is no letter: the normalized text must match ("The red square." -> "red square")
+        (
+            "<answer>The red square.</answer>",
+            "red square",
+            "mcq",
+            "f1",
+            AccuracyResult(1.0, None, "red square", "exact"),
+        ),
+        # ... else a letter answer means the gold is bad, and no letter says why
+        ("<answer>B</answer>", "red square", "mcq", "f1", AccuracyResult(0.0, "bad_gold", "B")),
+        ("<answer>it is red</answer>", "red square", "mcq", "f1", AccuracyResult(0.0, "unparseable_letter")),
+        # grounding: [3, 6] vs [2, 5] overlap 2 of a 4-second union -> IoU 0.5; a gold without a pair is bad
+        ("<answer>3 - 6</answer>", "2, 5", "tvg", "f1", AccuracyResult(0.5, None, (3.0, 6.0), "tvg")),
+        ("<answer>3 - 6</answer>", "soon", "tvg", "f1", AccuracyResult(0.0, "bad_gold", (3.0, 6.0))),
+        # open-ended: exact mode pays only an exact match; f1 mode pays token F1 (1 of 2 tokens each way: 0.5)
+        ("<answer>blue</answer>", "red", "oe", "exact", AccuracyResult(0.0, None, "blue", "exact")),
+        (
+            "<answer>red circle</answer>",
+            "a red square",
+            "oe",
+            "f1",
+            AccuracyResult(0.5, None, "red circle", "f1"),
+        ),
+    ],
+)
+def test_accuracy_results_whole_by_hand(prediction, gold, qtype, mode, expected) -> None:
+    assert accuracy_reward(prediction, gold, qtype, mode) == expected
+
+
+def test_answer_span_of_a_plain_answer_drops_blocks_and_tags() -> None:
+    assert answer_span("<think>hmm</think>red square") == "red square"
+    assert answer_span("<tool_call>{}</tool_call> the cup </answer>") == "the cup"
