@@ -483,6 +483,9 @@ def test_statement_letters_in_order_of_appearance() -> None:
         # "option X" without a statement (the weakest reading), and its hedge
         ("I'd say option C fits", ("C", None)),
         ("maybe option C or D fits", (None, "hedged_letter")),
+        ("option C or C fits", ("C", None)),  # the same letter twice is no hedge
+        # the LAST "option X" is the reading, and only an alternative right after it is a hedge
+        ("option A is out, option B or D, option C fits", ("C", None)),
     ],
 )
 def test_mcq_letter_readings_by_hand(span: str, expected: tuple) -> None:
@@ -535,3 +538,12 @@ def test_accuracy_results_whole_by_hand(prediction, gold, qtype, mode, expected)
 def test_answer_span_of_a_plain_answer_drops_blocks_and_tags() -> None:
     assert answer_span("<think>hmm</think>red square") == "red square"
     assert answer_span("<tool_call>{}</tool_call> the cup </answer>") == "the cup"
+
+
+def test_the_judge_gets_an_empty_question_by_default() -> None:
+    with ScriptedChatServer(reply="1.0") as server:
+        judge = _judge(server)
+        accuracy_reward("<answer>red circle</answer>", "a red square", "oe", "llm", judge)
+        asyncio.run(aaccuracy_reward("<answer>red circle</answer>", "a red square", "oe", "llm", judge))
+        prompts = [body["messages"][-1]["content"][0]["text"] for body in server.bodies]
+    assert prompts == [judge_messages("", "red circle", "a red square")[-1]["content"]] * 2
