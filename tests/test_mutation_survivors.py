@@ -22,6 +22,7 @@ from paravt_core.rewards.accuracy import (
 )
 from paravt_core.rewards.compose import acompose, compose, is_degenerate
 from paravt_core.rewards.judge import Judge, judge_messages
+from paravt_core.rl.advantages import compute_advantages
 from paravt_core.rl.loss import decoupled_ppo_loss
 from tests.judge_test_server import ScriptedChatServer
 
@@ -547,3 +548,29 @@ def test_the_judge_gets_an_empty_question_by_default() -> None:
         asyncio.run(aaccuracy_reward("<answer>red circle</answer>", "a red square", "oe", "llm", judge))
         prompts = [body["messages"][-1]["content"][0]["text"] for body in server.bodies]
     assert prompts == [judge_messages("", "red circle", "a red square")[-1]["content"]] * 2
+
+
+# ---------------------------------------------------------------- rl/advantages.py (left over)
+
+
+def test_compute_advantages_clips_shaped_rewards_at_20_by_default() -> None:
+    """Rewards 2.5 and 0 in one group, defaults (bias -0.2, scale 10, clip 20): shaped (2.5 - 0.2) x 10 =
+    23 -> clipped to 20, and (0 - 0.2) x 10 = -2; their mean is (20 - 2) / 2 = 9."""
+    zeros = torch.zeros(2, 1)
+    _, stats = compute_advantages(
+        torch.tensor([2.5, 0.0]), torch.tensor([0, 0]), zeros, zeros, torch.ones(2, 1)
+    )
+    assert stats["shaped_reward_mean"] == pytest.approx(9.0)
+
+
+def test_compute_advantages_of_an_empty_batch() -> None:
+    """No episode: no advantage, and the statistics are zeros (not nan)."""
+    empty = torch.zeros(0, 3)
+    adv, stats = compute_advantages(torch.zeros(0), torch.zeros(0, dtype=torch.long), empty, empty, empty)
+    assert adv.shape == (0, 3)
+    assert stats == {
+        "shaped_reward_mean": 0.0,
+        "kl_behav_ref_mean": 0.0,
+        "zero_advantage_groups": 0.0,
+        "trained_tokens": 0.0,
+    }
