@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from paravt_core.agent.parsing import call_window, open_tag_at_end, parse_tool_calls
 from paravt_core.config import ParavtRecipe
 from paravt_core.rewards.accuracy import (
     AccuracyResult,
@@ -574,3 +575,57 @@ def test_compute_advantages_of_an_empty_batch() -> None:
         "zero_advantage_groups": 0.0,
         "trained_tokens": 0.0,
     }
+
+
+# ---------------------------------------------------------------- agent/parsing.py
+
+NOT_A_CALL = "the <tool_code> block is not a call like crop_video(start_time=.., end_time=..)"
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("", "the <tool_code> block is empty"),
+        ("   ", "the <tool_code> block is empty"),
+        ("x" * 4001, "the <tool_code> block is too long"),  # the bound is 4000 characters
+        ("crop_video(", NOT_A_CALL),  # a syntax error
+        ("x + 1", NOT_A_CALL),  # an expression, not a call
+    ],
+)
+def test_tool_code_errors_are_the_models_messages(body: str, error: str) -> None:
+    (call,) = parse_tool_calls(f"<tool_code>{body}</tool_code>")
+    assert (call.name, call.arguments, call.error) == (None, None, error)
+
+
+def test_a_fenced_tool_code_loses_only_its_backticks() -> None:
+    """```X(1, 2)```: the fence's backticks go, the call of a function named X stays."""
+    (call,) = parse_tool_calls("<tool_code>```X(1, 2)```</tool_code>")
+    assert (call.name, call.arguments, call.error) == ("X", {"start_time": 1, "end_time": 2}, None)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"start_time": -1, "end_time": 2}, "start_time must not be negative, got -1"),
+        ({"start": 1, "end_time": "x"}, "end_time must be seconds (e.g. 12.5) or MM:SS or HH:MM:SS, got 'x'"),
+        ({}, "start_time is missing"),
+        ({"start_time": 1}, "end_time is missing"),
+    ],
+)
+def test_call_window_errors_name_the_argument(arguments: dict, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        call_window(arguments)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("text", "tag"),
+    [
+        ("<think>a</think><think>b", "think"),  # the LAST opening is the one left open
+        ("</answer><answer>x", "answer"),  # a closing tag before the opening closes nothing
+        ("<think>a</think><answer>B</answer>", None),
+        ("<think>a<tool_call>{", "tool_call"),  # both open: the later one
+    ],
+)
+def test_open_tag_at_end_by_hand(text: str, tag: str | None) -> None:
+    assert open_tag_at_end(text) == tag
