@@ -597,6 +597,30 @@ def test_tool_code_errors_are_the_models_messages(body: str, error: str) -> None
     assert (call.name, call.arguments, call.error) == (None, None, error)
 
 
+LITERALS_ONLY = "<tool_code> arguments must be literal numbers or strings"
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("crop_video(start_time=open('f'))", LITERALS_ONLY),  # not a literal: nothing is evaluated
+        ("crop_video(start_time={1, 2})", LITERALS_ONLY),  # a literal, but not a number or string
+        ("crop_video(1)", "<tool_code> takes start_time and end_time (and optionally video_path)"),
+        ("crop_video(**a)", "**arguments are not supported in <tool_code>"),
+    ],
+)
+def test_tool_code_errors_after_the_name_keep_the_name(body: str, error: str) -> None:
+    (call,) = parse_tool_calls(f"<tool_code>{body}</tool_code>")
+    assert (call.name, call.arguments, call.error) == ("crop_video", None, error)
+
+
+def test_a_tool_code_body_of_exactly_the_bound_is_parsed() -> None:
+    body = "crop_video(1, 2" + " " * (4000 - 16) + ")"
+    assert len(body) == 4000
+    (call,) = parse_tool_calls(f"<tool_code>{body}</tool_code>")
+    assert (call.name, call.arguments, call.error) == ("crop_video", {"start_time": 1, "end_time": 2}, None)
+
+
 def test_a_fenced_tool_code_loses_only_its_backticks() -> None:
     """```X(1, 2)```: the fence's backticks go, the call of a function named X stays."""
     (call,) = parse_tool_calls("<tool_code>```X(1, 2)```</tool_code>")
