@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from paravt_core.agent.parsing import call_window, open_tag_at_end, parse_tool_calls
+from paravt_core.agent.parsing import _short, call_window, open_tag_at_end, parse_tool_calls
 from paravt_core.config import ParavtRecipe
 from paravt_core.rewards.accuracy import (
     AccuracyResult,
@@ -724,3 +724,16 @@ def test_shown_bounds_what_it_echoes() -> None:
     # 130 bits: int(130 x 0.30103) + 1 = int(39.13) + 1 = 40 ("about": 2**129 has 39 digits)
     assert shown(2**129) == "(an integer of about 40 digits)"
     assert shown(2**127) == str(2**127)  # 128 bits: shown (39 digits, under the 40-character bound)
+
+
+def test_short_cuts_long_error_details_at_120_characters() -> None:
+    """JSON decoder messages are echoed to the model through ``_short``: up to 120 characters whole,
+    longer ones cut to 120 + "..."."""
+    assert _short("x" * 120) == "x" * 120
+    assert _short("x" * 121) == "x" * 120 + "..."
+    assert _short("abc", limit=2) == "ab..."
+    (call,) = parse_tool_calls("<tool_call>{</tool_call>")
+    assert (
+        call.error
+        == "the <tool_call> body is not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"
+    )
