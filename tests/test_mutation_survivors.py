@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -732,5 +733,30 @@ def test_short_cuts_long_error_details_at_120_characters() -> None:
     assert _short("x" * 120) == "x" * 120
     assert _short("x" * 121) == "x" * 120 + "..."
     assert _short("abc", limit=2) == "ab..."
+    with pytest.raises(json.JSONDecodeError) as err:  # the detail is the json module's own message
+        json.loads("{")
     (call,) = parse_tool_calls("<tool_call>{</tool_call>")
-    assert call.error.startswith("the <tool_call> body is not valid JSON (") and call.error.endswith(")")
+    assert call.error == f"the <tool_call> body is not valid JSON ({err.value})"
+
+
+@pytest.mark.parametrize(
+    ("text", "raw", "error"),
+    [
+        ("<tool_call>  </tool_call>", "  ", "the <tool_call> block is empty"),
+        (
+            "<tool_call>[1]</tool_call>",
+            "[1]",
+            'the <tool_call> body must be a JSON object {"name": ..., "arguments": {...}}',
+        ),
+    ],
+)
+def test_tool_call_errors_are_the_models_messages(text: str, raw: str, error: str) -> None:
+    (call,) = parse_tool_calls(text)
+    assert (call.raw, call.name, call.error) == (raw, None, error)
+
+
+def test_only_whitespace_may_precede_the_json_object_of_a_block() -> None:
+    """``X{...}``: not a JSON object at the block's start, so the block ends at the first closing tag (the
+    one inside the would-be string) and its body is the text before it."""
+    (call,) = parse_tool_calls('<tool_call>X{"a": "</tool_call>"}</tool_call>')
+    assert call.raw == 'X{"a": "' and call.span == (0, 31)
