@@ -380,10 +380,12 @@ def test_compose_hands_the_question_to_the_judge_in_llm_mode() -> None:
             acompose(text, [], "a red square", "oe", recipe, question="What moves?", judge=judge)
         )
         default = compose(text, [], "a red square", "oe", recipe, judge=judge)  # no question given: ""
+        adefault = asyncio.run(acompose(text, [], "a red square", "oe", recipe, judge=judge))
         prompts = [body["messages"][-1]["content"][0]["text"] for body in server.bodies]
-    assert (sync.accuracy, async_.accuracy, default.accuracy) == (1.0, 1.0, 1.0)
+    assert (sync.accuracy, async_.accuracy, default.accuracy, adefault.accuracy) == (1.0, 1.0, 1.0, 1.0)
     asked = judge_messages("What moves?", "red circle", "a red square")[-1]["content"]
-    assert prompts == [asked, asked, judge_messages("", "red circle", "a red square")[-1]["content"]]
+    unasked = judge_messages("", "red circle", "a red square")[-1]["content"]
+    assert prompts == [asked, asked, unasked, unasked]
 
 
 def test_acompose_past_the_reward_timeout_scores_zero() -> None:
@@ -725,6 +727,14 @@ def test_shown_bounds_what_it_echoes() -> None:
     # 130 bits: int(130 x 0.30103) + 1 = int(39.13) + 1 = 40 ("about": 2**129 has 39 digits)
     assert shown(2**129) == "(an integer of about 40 digits)"
     assert shown(2**127) == str(2**127)  # 128 bits: shown (39 digits, under the 40-character bound)
+    assert shown(2**128) == "(an integer of about 39 digits)"  # 129 bits: int(38.83) + 1 = 39
+    # a huge int inside a list: its repr raises ValueError (over 4300 digits), the list is described
+    assert shown([10**5000]) == "(a list too large to show)"
+    # whole up to 42 characters (a reprlib-bounded repr plus its quotes), else the first 40 + "..."
+    two = ["y" * 17, "y" * 17]  # "['" + 17 + "', '" + 17 + "']" = 42 characters
+    assert len(repr(two)) == 42 and shown(two) == repr(two)
+    longer = ["y" * 18, "y" * 17]  # 43 characters
+    assert shown(longer) == repr(longer)[:40] + "..."
 
 
 def test_short_cuts_long_error_details_at_120_characters() -> None:
