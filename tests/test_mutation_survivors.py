@@ -677,6 +677,8 @@ def test_open_tag_at_end_by_hand(text: str, tag: str | None) -> None:
         (".5", 0.5),
         ("+3", 3.0),
         ("3.", 3.0),
+        ("5s", 5.0),  # one digit before the unit
+        (".5s", 0.5),  # a number that starts with its point
     ],
 )
 def test_parse_time_values_by_hand(value, seconds) -> None:
@@ -707,6 +709,11 @@ def test_parse_time_messages_by_hand(value, message: str) -> None:
     with pytest.raises(InvalidTimeError) as info:
         parse_time(value, "t")
     assert str(info.value) == message
+
+
+def test_parse_time_names_a_time_by_default() -> None:
+    with pytest.raises(InvalidTimeError, match="^time is missing$"):
+        parse_time(None)
 
 
 def test_a_time_string_over_40_characters_is_refused_before_reading() -> None:
