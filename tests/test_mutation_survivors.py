@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from paravt_core.agent.parsing import _short, call_window, open_tag_at_end, parse_tool_calls
+from paravt_core.agent.parsing import _short, call_window, open_tag_at_end, parse_tool_calls, think_spans
 from paravt_core.config import ParavtRecipe
 from paravt_core.rewards.accuracy import (
     AccuracyResult,
@@ -777,3 +777,30 @@ def test_only_whitespace_may_precede_the_json_object_of_a_block() -> None:
     one inside the would-be string) and its body is the text before it."""
     (call,) = parse_tool_calls('<tool_call>X{"a": "</tool_call>"}</tool_call>')
     assert call.raw == 'X{"a": "' and call.span == (0, 31)
+
+
+def test_think_spans_by_hand() -> None:
+    """ "a" (0), <think> at 1, "x" at 8, </think> at 9-16 -> (1, 17); "b" at 17, <think> at 18, "y" at 25,
+    </think> at 26-33 -> (18, 34); an unclosed third block hides nothing."""
+    assert think_spans("a<think>x</think>b<think>y</think><think>z") == [(1, 17), (18, 34)]
+
+
+@pytest.mark.parametrize(
+    ("body", "name", "error"),
+    [
+        ('{"arguments": {}}', None, 'the tool call has no "name" string'),
+        (
+            '{"name": "crop_video", "arguments": "nope"}',
+            "crop_video",
+            'the "arguments" string is not a JSON object',
+        ),
+        (
+            '{"name": "crop_video", "arguments": [1]}',
+            "crop_video",
+            'the tool call needs an "arguments" JSON object',
+        ),
+    ],
+)
+def test_tool_call_object_errors(body: str, name: str | None, error: str) -> None:
+    (call,) = parse_tool_calls(f"<tool_call>{body}</tool_call>")
+    assert (call.name, call.arguments, call.error) == (name, None, error)
