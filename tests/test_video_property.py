@@ -105,13 +105,16 @@ def encoded(tmp_path_factory):
 
 
 def full_decode(path: Path) -> tuple[list[float], list[np.ndarray]]:
-    """Every frame from the start, in display order: its time in seconds and its pixels at SIZE."""
-    times, frames = [], []
+    """Every frame from the start, in display order: its time in seconds and its pixels at SIZE. Times
+    count from where a player's seek bar starts: these files hold video only, so from the first frame
+    (an MPEG-TS muxer starts its clock at 1.4 s)."""
+    pts, frames, time_base = [], [], None
     with av.open(str(path)) as container:
         for frame in container.decode(video=0):
-            times.append(float(frame.pts * frame.time_base))
+            pts.append(frame.pts)
+            time_base = frame.time_base
             frames.append(to_rgb(frame, SIZE))
-    return times, frames
+    return [float((p - pts[0]) * time_base) for p in pts], frames
 
 
 def shown_at(times: list[float], t: float) -> int:

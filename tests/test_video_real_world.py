@@ -49,6 +49,17 @@ def ffprobe_times(path: Path) -> list[float]:
     return [float(line.strip(",")) for line in out.split() if line.strip(",")]
 
 
+def ffprobe_start(path: Path) -> float:
+    """The container's start time (where a player's seek bar starts) as ffprobe reports it."""
+    out = subprocess.run(
+        ["ffprobe", "-v", "error", "-show_entries", "format=start_time", "-of", "csv=p=0", str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return float(out.strip())
+
+
 def ffmpeg_frames(path: Path, tmp: Path) -> list[np.ndarray]:
     """Every frame as ffmpeg shows it (autorotation on, as in a player), grey HxW."""
     tmp.mkdir(parents=True, exist_ok=True)
@@ -144,15 +155,17 @@ def sources(coded, tmp_path_factory) -> dict[str, Path]:
         ("h264", ["-ss", "1.35"], ".mp4"),  # the edit starts between two frames
         ("h264", ["-ss", "1.3", "-to", "3.3"], ".mp4"),  # edit list with an end
         ("h264", ["-ss", "1.3"], ".mov"),
-        ("h264", ["-itsoffset", "2"], ".mp4"),  # an empty edit: the timeline starts at 2 s
+        ("h264", ["-itsoffset", "2"], ".mp4"),  # an empty edit: ffmpeg's frames start at 2 s
     ],
 )
 def test_edit_list_variants_match_ffmpeg(sources, source, args, suffix, tmp_path):
     """Every frame of the timeline, by our seek-based decoding, against ffmpeg's own decode of the file
-    (ffprobe frame times, ffmpeg frames' codes)."""
+    (ffprobe frame times from the container's start time, ffmpeg frames' codes)."""
     path = tmp_path / f"variant{suffix}"
     ffmpeg(*args[:2], "-i", str(sources[source]), *args[2:], "-c", "copy", str(path))
-    times = ffprobe_times(path)
+    start = ffprobe_start(path)
+    assert start == (2.0 if args[0] == "-itsoffset" else 0.0)
+    times = [t - start for t in ffprobe_times(path)]
     codes = [read_code(f) for f in ffmpeg_frames(path, tmp_path / "png")]
     cache = DecoderCache()
     table = cache.table(str(path))
@@ -175,18 +188,19 @@ def test_mpegts_overview_and_crops(coded, tmp_path):
     ts = tmp_path / "clip.ts"
     ffmpeg("-i", str(coded["bframes"]), "-c", "copy", str(ts))
     times = ffprobe_times(ts)
-    start = times[0]  # the muxer's offset (1.4 s plus B-frame delay): the file's own timeline
+    start = times[0]  # the muxer's offset (1.4 s plus B-frame delay) on the file's own clock
     assert start > 0 and times == pytest.approx([start + i / 10 for i in range(60)])
     cache = DecoderCache()
     info = probe(ts, cache=cache)
-    assert info.num_frames == 60 and info.start_time == pytest.approx(start)
-    assert info.duration == pytest.approx(start + 6.0)
+    # The timeline starts where a player's seek bar does, at the first frame (test_video_timeline.py).
+    assert info.num_frames == 60 and info.start_time == 0.0
+    assert info.duration == pytest.approx(6.0)
     # The first frames need the restart from the file start (the TS demuxer seeks by decode time).
     ov = overview(ts, 4, cache=cache, reuse=False)
-    # Targets start + j * 5.9 / 3 -> frames 0, 19, 39, 59.
+    # Targets j * 5.9 / 3 -> frames 0, 19, 39, 59.
     assert ov.indices == [0, 19, 39, 59]
     assert [read_code(hwc(ov, j)) for j in range(4)] == [0, 19, 39, 59]
-    c = crop(ts, start, start + 1, cache=cache)
+    c = crop(ts, 0, 1, cache=cache)
     assert c.indices == [0, 10] and [read_code(hwc(c, j)) for j in range(2)] == [0, 10]
 
 
@@ -262,10 +276,15 @@ def test_non_square_pixels_are_applied_before_the_pixel_budget(coded, tmp_path):
 
 @pytest.fixture(scope="module")
 def late(coded, tmp_path_factory) -> Path:
-    """The coded video with its timeline shifted to start at 10 s (Matroska keeps the offset)."""
+    """Audio from 0 s and the coded video from 10 s (Matroska keeps the offset): the timeline starts with
+    the audio, so the video's first frame is 10 s into it (a video-only file's timeline starts at its first
+    frame, see test_video_timeline.py)."""
     path = tmp_path_factory.mktemp("late") / "late.mkv"
-    ffmpeg("-i", str(coded["nob"]), "-c", "copy", "-output_ts_offset", "10", str(path))
-    assert ffprobe_times(path)[:2] == pytest.approx([10.0, 10.1])
+    ffmpeg(
+        "-f", "lavfi", "-t", "16", "-i", "anullsrc=r=48000:cl=mono", "-itsoffset", "10", "-i", str(coded["nob"]),
+        "-map", "0:a", "-map", "1:v", "-c:v", "copy", "-c:a", "pcm_s16le", "-copyts", str(path),
+    )  # fmt: skip
+    assert ffprobe_times(path)[:2] == pytest.approx([10.0, 10.1]) and ffprobe_start(path) == 0.0
     return path
 
 

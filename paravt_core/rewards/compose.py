@@ -142,7 +142,8 @@ async def acompose(
         return _assemble(body, calls, acc, recipe)
 
     try:
-        return await asyncio.wait_for(run(), recipe.reward.timeout_s)
+        timeout = recipe.reward.timeout_s  # read first: a bad recipe must not leave run() never awaited
+        return await asyncio.wait_for(run(), timeout)
     except TimeoutError:
         return failed("reward_timeout")
     except Exception as err:

@@ -15,7 +15,11 @@ How a request is served:
 
 The table is the timeline a player presents: packets the container marks as discarded (the part an MP4
 edit list cuts away, e.g. after ``ffmpeg -ss 1.3 -c copy``) are decoded as references but are not frames
-of the timeline. Frames come out as a player shows them (display matrix and sample aspect ratio, see
+of the timeline. Times in seconds start where a player's seek bar starts: at the container's start, the
+earliest first timestamp of its video and audio streams (ffprobe's ``format=start_time``; mpv rebases its
+clock to the same point). So a transport stream that starts late or whose 33-bit clock wraps (ffmpeg then
+reports it from a negative time), and a video-only MP4 delayed by an edit list, all start at 0; a video
+that starts after its audio starts that much after 0. Every time is >= 0, so every frame can be cropped. Frames come out as a player shows them (display matrix and sample aspect ratio, see
 ``display.py``). Where a seek lands after the frames we need (MPEG-TS seeks by decode time, some files have
 odd indexes), decoding falls back to earlier keyframes and finally restarts from the file's first byte.
 """
@@ -56,9 +60,10 @@ class FrameTable:
     width: int
     height: int
     codec: str
-    times: list[float] = field(repr=False)  # pts in seconds, for bisect
+    times: list[float] = field(repr=False)  # seconds from the timeline's start (see ``origin``), for bisect
     from_index: bool = False  # built from the container index (fast path) rather than a full packet scan
     display: Display = field(default_factory=Display)  # how a player shows the decoded pictures
+    origin: Fraction = Fraction(0)  # where the timeline's 0 is, in seconds on the stream's own clock
 
     @property
     def shown_width(self) -> int:
@@ -78,7 +83,7 @@ class FrameTable:
 
     @property
     def end_time(self) -> float:
-        return float(self.end_pts * self.time_base)
+        return float(self.end_pts * self.time_base - self.origin)
 
 
 @dataclass
@@ -202,6 +207,11 @@ def _make_table(
 ) -> FrameTable:
     time_base = Fraction(stream.time_base or Fraction(1, 1))
     ctx = stream.codec_context
+    origin = timeline_origin(stream, int(pts[0]) * time_base)
+    # (pts * num - origin) / den as one exact integer division, so 1980/600 is 3.3, not 3.3000000000000003.
+    scale = time_base.numerator * origin.denominator
+    shift = origin.numerator * time_base.denominator
+    den = time_base.denominator * origin.denominator
     return FrameTable(
         path=path,
         pts=pts,
@@ -211,10 +221,23 @@ def _make_table(
         width=int(ctx.width or 0),
         height=int(ctx.height or 0),
         codec=ctx.name,
-        # pts * num / den with exact integers, so 1980/600 is 3.3 and not 3.3000000000000003.
-        times=[p * time_base.numerator / time_base.denominator for p in pts.tolist()],
+        times=[(p * scale - shift) / den for p in pts.tolist()],
         from_index=from_index,
+        origin=origin,
     )
+
+
+def timeline_origin(stream, first_shown: Fraction) -> Fraction:
+    """Where a player's seek bar starts, in seconds on the container's clock: the earliest of the video's
+    first shown frame (``first_shown``) and the audio streams' first timestamps. Exact rationals, not the
+    container's microsecond ``start_time``, so a video-only file's first frame is at exactly 0.0. Subtitle
+    and data streams do not count (ffmpeg leaves them out of the start time too)."""
+    starts = [first_shown]
+    container = getattr(stream, "container", None)
+    for audio in container.streams.audio if container is not None else ():
+        if audio.start_time is not None and audio.time_base:
+            starts.append(audio.start_time * Fraction(audio.time_base))
+    return min(starts)
 
 
 def build_table(path: str, *, full_scan: bool = False) -> FrameTable:
