@@ -93,11 +93,13 @@ def ablations_demo(
     paper's study (``rl_steps`` steps each), eval, comparison report, through kfp.local on CPU."""
     from paravt_core.models import build_tiny_model
     from paravt_core.synth import synthesize
+    from paravt_core.synth.eval_fixtures import write_fixtures
 
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     synthesize(str(out / "synth"), videos=videos, seconds=8.0, seed=0)
     model_dir = build_tiny_model(str(out / "tiny-model"), force=True)
+    write_fixtures(out / "eval-fixtures")  # the eval stage's demo_data (it never imports synth)
     return run_ablations_locally(
         str(out / "kfp-local"),
         run_prefix=str(out / "run"),

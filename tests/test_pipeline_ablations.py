@@ -62,7 +62,9 @@ def test_compiled_spec_has_a_variant_loop_then_a_flat_eval_loop(tmp_path):
     )
 
 
-def test_two_variants_one_step_each_through_kfp_local(synth_dataset, tiny_model_dir, tmp_path):
+def test_two_variants_one_step_each_through_kfp_local(
+    synth_dataset, tiny_model_dir, eval_fixtures_dir, tmp_path
+):
     out = tmp_path / "run"
     out.mkdir()
     (out / "synth").symlink_to(Path(synth_dataset.source_dir).parent)
@@ -80,7 +82,7 @@ def test_two_variants_one_step_each_through_kfp_local(synth_dataset, tiny_model_
             "rl": ["steps=1", "prompts_per_step=1", "group_size=2"],
             "eval": [
                 f"work_dir={out / 'eval-work'}",
-                f"demo_data={out / 'eval-fixtures'}",
+                f"demo_data={eval_fixtures_dir}",
                 "protocols=[agentic]",
                 "benchmarks=[{name: synthetic, limit: 2}]",
             ],
