@@ -39,7 +39,8 @@ def ablation_rl_op(
     import tempfile
 
     from components.locations import expose, run_root
-    from paravt_core import ablation, storage
+    from components.publish import publish_rl_curves
+    from paravt_core import ablation
     from paravt_core.config import load_config
     from paravt_core.rl.config import RlConfig
     from paravt_core.rl.launch import launch
@@ -61,12 +62,7 @@ def ablation_rl_op(
     output = ablation.rl_output(root, variant)
     cfg.data, cfg.model, cfg.output = ablation.shared_data(root), ablation.sft_final(root), output
     summary = launch(cfg)
-    with open(curves.path, "wb") as out:
-        out.write(storage.read_bytes(storage.join(output, "curves.png")))
-    curves.metadata["uri"] = storage.join(output, "curves.png")
-    for key, value in summary.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            metrics.log_metric(key, value)
+    publish_rl_curves(output, summary, curves=curves, metrics=metrics)
     print(json.dumps({"variant": variant, "final": model}))
     expose(trained, model, run_id)
     return model

@@ -31,6 +31,7 @@ def data_op(
     import tempfile
 
     from components.locations import expose, run_root
+    from components.publish import log_numbers
     from paravt_core import storage
     from paravt_core.config import DataConfig, load_config
     from paravt_core.data.stage import run
@@ -52,8 +53,6 @@ def data_op(
     with open(audit.path, "wb") as out:
         out.write(storage.read_bytes(result.outputs["audit"]))
     audit.metadata["uri"] = result.outputs["audit"]
-    for key, value in result.metrics.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            metrics.log_metric(key, value)
+    log_numbers(metrics, result.metrics)
     print(json.dumps(result.outputs))
     return result.outputs["data"]

@@ -43,6 +43,7 @@ def eval_op(
     import json
 
     from components.eval_task import eval_task_config
+    from components.publish import log_numbers
     from paravt_core import storage
     from paravt_core.eval.stage import run
 
@@ -63,9 +64,7 @@ def eval_op(
     with open(report.path, "wb") as out:
         out.write(storage.read_bytes(storage.join(cfg.output, "report.html")))
     report.metadata["uri"] = cfg.output
-    for key, value in result.metrics.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            metrics.log_metric(key, value)
+    log_numbers(metrics, result.metrics)
     return cfg.output
 
 

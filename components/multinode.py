@@ -37,11 +37,10 @@ def sft_trainjob_op(
 ) -> str:
     """``paravt sft`` on ``nodes`` x ``gpus_per_node`` GPUs as one multi-node job; returns the URI of the
     final checkpoint, also the ``model`` artifact."""
-    import base64
-    import json
     import tempfile
 
-    from components.locations import expose, run_root
+    from components.locations import run_root
+    from components.publish import publish_sft, read_summary
     from paravt_core import storage
     from paravt_core.config import SftConfig, config_to_yaml, load_config
     from paravt_core.launch.trainjob import NodeSpec, launch_stage
@@ -65,16 +64,8 @@ def sft_trainjob_op(
         poll_s=poll_s,
         spec=NodeSpec(**{**node_spec, "pvc": media_pvc}),
     )
-    summary = json.loads(storage.read_bytes(storage.join(output, "metrics.json")))
-    png = storage.read_bytes(storage.join(output, "loss_curve.png"))
-    with open(curve.path, "w") as out:
-        out.write(f'<img alt="SFT loss" src="data:image/png;base64,{base64.b64encode(png).decode()}">')
-    for key, value in summary.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            metrics.log_metric(key, value)
-    final = storage.join(output, "final")
-    expose(model, final, run_id)
-    return final
+    summary = read_summary(output)
+    return publish_sft(output, summary, curve=curve, metrics=metrics, model=model, run_id=run_id)
 
 
 @dsl.component(base_image=RL_IMAGE, install_kfp_package=False)
@@ -99,10 +90,10 @@ def rl_trainjob_op(
 ) -> str:
     """``paravt rl`` on ``nodes`` x ``gpus_per_node`` learner GPUs as one multi-node job, rolling out on
     the server(s) at ``engine.base_url``; returns the URI of the trained model, also ``trained``."""
-    import json
     import tempfile
 
-    from components.locations import expose, run_root
+    from components.locations import run_root
+    from components.publish import publish_rl, read_summary
     from paravt_core import storage
     from paravt_core.config import config_to_yaml, load_config
     from paravt_core.launch.trainjob import (
@@ -136,14 +127,5 @@ def rl_trainjob_op(
         poll_s=poll_s,
         spec=NodeSpec(**{**node_spec, "pvc": media_pvc}),
     )
-    summary = json.loads(storage.read_bytes(storage.join(output, "metrics.json")))
-    with open(curves.path, "wb") as out:
-        out.write(storage.read_bytes(storage.join(output, "curves.png")))
-    curves.metadata["uri"] = storage.join(output, "curves.png")
-    for key, value in summary.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            metrics.log_metric(key, value)
-    final = storage.join(output, "final")
-    print(json.dumps({"final": final}))
-    expose(trained, final, run_id)
-    return final
+    summary = read_summary(output)
+    return publish_rl(output, summary, curves=curves, metrics=metrics, trained=trained, run_id=run_id)

@@ -30,10 +30,10 @@ def rl_op(
     ``Model``; KFP records both as this step's inputs); return the URI of the trained model
     (``<output>/final``), also the ``trained`` artifact (no copy). ``output`` empty: ``<run root>/rl``
     (components/locations.py)."""
-    import json
     import tempfile
 
-    from components.locations import expose, location, run_root
+    from components.locations import location, run_root
+    from components.publish import publish_rl
     from paravt_core import storage
     from paravt_core.config import load_config
     from paravt_core.rl.config import RlConfig
@@ -47,13 +47,4 @@ def rl_op(
     output = output or storage.join(run_root(run_prefix, run_id, trained.uri), "rl")
     cfg.data, cfg.model, cfg.output = location(data), location(model), output  # S3 directories
     summary = launch(cfg)  # python -m torch.distributed.run --nproc-per-node N -m paravt_core.cli rl ...
-    with open(curves.path, "wb") as out:
-        out.write(storage.read_bytes(storage.join(output, "curves.png")))
-    curves.metadata["uri"] = storage.join(output, "curves.png")
-    for key, value in summary.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            metrics.log_metric(key, value)
-    final = storage.join(output, "final")
-    print(json.dumps({"final": final}))
-    expose(trained, final, run_id)
-    return final
+    return publish_rl(output, summary, curves=curves, metrics=metrics, trained=trained, run_id=run_id)

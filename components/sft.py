@@ -27,13 +27,12 @@ def sft_op(
     """Run ``paravt sft`` on ``data`` (the data step's ``Dataset``, or an importer's: KFP records the
     lineage); return the URI of the final Hugging Face checkpoint, also the ``model`` artifact (no
     copy). ``output``: where the stage writes (empty: ``<run root>/sft``, components/locations.py)."""
-    import base64
-    import json
     import subprocess
     import sys
     import tempfile
 
-    from components.locations import expose, location, run_root
+    from components.locations import location, run_root
+    from components.publish import publish_sft, read_summary
     from paravt_core import storage
     from paravt_core.config import SftConfig, config_to_yaml, load_config
 
@@ -55,17 +54,9 @@ def sft_op(
             f.write(config_to_yaml(cfg))
         launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={gpus}"]
         subprocess.run([*launcher, "-m", "paravt_core.cli", "sft", "--config", f.name], check=True)
-        summary = json.loads(storage.read_bytes(storage.join(output, "metrics.json")))
+        summary = read_summary(output)
     else:
         from paravt_core.sft.stage import run
 
         summary = run(cfg).metrics
-    png = storage.read_bytes(storage.join(output, "loss_curve.png"))
-    with open(curve.path, "w") as out:
-        out.write(f'<img alt="SFT loss" src="data:image/png;base64,{base64.b64encode(png).decode()}">')
-    for key, value in summary.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            metrics.log_metric(key, value)
-    final = storage.join(output, "final")
-    expose(model, final, run_id)
-    return final
+    return publish_sft(output, summary, curve=curve, metrics=metrics, model=model, run_id=run_id)

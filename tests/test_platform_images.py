@@ -177,10 +177,10 @@ def _component_stages() -> dict[str, str]:
     stages = {}
     for path in sorted((ROOT / "components").glob("*.py")):
         # multinode: the sft/rl steps as Kubeflow Trainer jobs; their nodes run `paravt sft|rl`, covered here;
-        # eval_task: helpers shared by eval.py's components, no component of its own;
+        # eval_task, publish: helpers shared by the components, no component of their own;
         # ablations: the ablation DAG's ops run paravt_core.rl.launch and paravt_core.report.ablation (the
         # RL and report stages' code), no `paravt ablations` verb of their own
-        if path.stem in {"__init__", "images", "locations", "multinode", "eval_task", "ablations"}:
+        if path.stem in {"__init__", "images", "locations", "publish", "multinode", "eval_task", "ablations"}:
             continue
         module = importlib.import_module(f"components.{path.stem}")
         ops = [v for k, v in vars(module).items() if k.endswith("_op") and hasattr(v, "component_spec")]
