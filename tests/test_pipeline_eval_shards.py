@@ -118,7 +118,9 @@ def test_compiled_eval_step_fans_out_over_benchmark_and_shard(pipeline, body, tm
         }
 
 
-def test_nightly_with_three_shards_through_kfp_local(tiny_model_dir: str, tmp_path: Path) -> None:
+def test_nightly_with_three_shards_through_kfp_local(
+    tiny_model_dir: str, eval_fixtures_dir: Path, tmp_path: Path
+) -> None:
     """kfp 2.17's local runner runs the fan-out: 3 eval tasks on disjoint slices, the merge, the report."""
     prefix, night = str(tmp_path / "results"), "2026-11-24"
     run_nightly_locally(
@@ -130,7 +132,7 @@ def test_nightly_with_three_shards_through_kfp_local(tiny_model_dir: str, tmp_pa
         eval_config_yaml=tiny_stage_configs()["eval"],
         eval_overrides=[
             f"work_dir={tmp_path / 'eval-work'}",
-            f"demo_data={tmp_path / 'fixtures'}",
+            f"demo_data={eval_fixtures_dir}",
             "protocols=[direct]",
             "agent.max_new_tokens=4",
             "agent.overview_frames=2",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import subprocess
 from pathlib import Path
@@ -258,10 +259,12 @@ def test_s3_video_is_downloaded_once_and_served(good, s3_bucket, tmp_path, monke
     ],
     ids=["int-309-digits", "int-4400-digits", "str-310", "str-5000", "clock-5000"],
 )
-def test_overflowing_times_become_tool_errors(good, cache, arguments):
+def test_overflowing_times_become_tool_errors(good, cache, arguments, caplog):
     """Each of these escaped as OverflowError / ValueError before; now the tool and the episode's batch
     path (``run_crops`` with the raw arguments) answer with an error text, and a good window beside it
-    is still served."""
+    is still served. With INFO logging on, the failed crop's log record must format too (a raw
+    4400-digit time used to raise ValueError inside logging)."""
+    caplog.set_level(logging.INFO, logger="paravt_core.video")
     assert "start_time" in tool_error(good, arguments, cache) or "end_time" in tool_error(
         good, arguments, cache
     )

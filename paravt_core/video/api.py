@@ -37,7 +37,7 @@ from .sampling import (
     uniform_times,
 )
 from .sizing import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, fit_to_grid
-from .timeparse import parse_time
+from .timeparse import parse_time, shown
 
 DEFAULT_CACHE = DecoderCache()
 T = TypeVar("T")
@@ -380,7 +380,8 @@ def _public(result: Frames | CropError, uri: str | os.PathLike, path: str | None
     if not isinstance(result, CropError):
         return result
     full = str(result)
-    log.info("crop %s-%s of %s failed: %s", result.start, result.end, os.fspath(uri), full)
+    # shown(): a raw time of over 4300 digits would make the log record itself fail to format
+    log.info("crop %s-%s of %s failed: %s", shown(result.start), shown(result.end), os.fspath(uri), full)
     text = for_model(full, os.fspath(uri), path)
     return CropError(text, start=result.start, end=result.end, cause=result.cause)
 
