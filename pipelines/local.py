@@ -180,18 +180,22 @@ def demo(out_dir: str, videos: int = 8, seconds: float = 12.0, runner: Any = Non
         elapsed = timed()
         synthesize(str(out / "synth"), videos=videos, seconds=seconds, seed=0)
         write_fixtures(out / "eval-fixtures")  # the eval stage's demo_data (it never imports synth)
-        say(f"  synth   {elapsed():6.1f} s  {videos} synthetic videos of {seconds:g} s -> {out / 'synth'}")
+        say(
+            f"  synth       {elapsed():6.1f} s  {videos} synthetic videos of {seconds:g} s -> {out / 'synth'}"
+        )
         elapsed = timed()
         model_dir = build_tiny_model(str(out / "tiny-model"), force=True)  # the demo's own directory
         params = tiny_model_parameters(model_dir)
-        say(f"  model   {elapsed():6.1f} s  tiny Qwen3-VL, {params / 1e3:.0f}K parameters, random weights")
+        say(
+            f"  model       {elapsed():6.1f} s  tiny Qwen3-VL, {params / 1e3:.0f}K parameters, random weights"
+        )
 
         def finished(task: str, status: str, secs: float) -> None:
             name = task.removesuffix("-op")
             if status != "SUCCESS":
-                say(f"  {name:<7} {secs:6.1f} s  {status}; see {log_path}")
+                say(f"  {name:<11} {secs:6.1f} s  {status}; see {log_path}")
                 return
-            say(f"  {name:<7} {secs:6.1f} s  {stage_summary(task, out / 'run', out / 'data')}")
+            say(f"  {name:<11} {secs:6.1f} s  {stage_summary(task, out / 'run', out / 'data')}")
 
         try:
             with TaskWatcher(log_path, finished):
