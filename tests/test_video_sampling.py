@@ -91,3 +91,45 @@ def test_plan_runs_groups_targets_without_a_keyframe_between():
 def test_seek_floor_counts_each_target_from_its_keyframe():
     # (10-0+1) + (20-0+1) + (35-30+1) = 11 + 21 + 6
     assert seek_floor_frames([10, 20, 35], [0, 30]) == 38
+
+
+# Cases the first mutation run showed no test pinned down (docs/mutation.md).
+
+
+def test_bad_options_say_what_was_given():
+    with pytest.raises(ValueError, match=r"count must be positive, got 0"):
+        uniform_times(0.0, 1.0, 0)
+    with pytest.raises(ValueError, match=r"need 1 <= min_frames <= max_frames, got 4, 2"):
+        crop_frame_count(0, 1, fps=1.0, min_frames=4, max_frames=2)
+    with pytest.raises(ValueError, match=r"need 1 <= min_frames <= max_frames, got 0, 2"):
+        crop_frame_count(0, 1, fps=1.0, min_frames=0, max_frames=2)
+    with pytest.raises(ValueError, match=r"fps must be positive, got 0.0"):
+        crop_frame_count(0, 1, fps=0.0, min_frames=2, max_frames=4)
+
+
+def test_crop_frame_count_edges_of_the_range():
+    # min_frames=1 is allowed: the smallest even count >= 1 is 2 (0.3 s at 1 fps rounds to 0 -> 2).
+    assert crop_frame_count(0.0, 0.3, fps=1.0, min_frames=1, max_frames=4) == 2
+    # [4, 5] holds one even count, 4 (lo == hi == 4): a 100 s crop gets 4, not max_frames=5.
+    assert crop_frame_count(0.0, 100.0, fps=1.0, min_frames=4, max_frames=5) == 4
+
+
+def test_nearest_keyframe_when_the_first_keyframe_is_not_frame_0():
+    keys = [2, 5]  # at 0.2 and 1.0
+    assert nearest_keyframe(TIMES, keys, 0.05) == 2  # before the first keyframe: the first keyframe
+    # 0.65 is 0.45 after 0.2 and 0.35 before 1.0: the later one (|1.0-0.65| < |0.65-0.2|)
+    assert nearest_keyframe(TIMES, keys, 0.65) == 5
+    # 0.55 is 0.35 after 0.2 and 0.45 before 1.0: the earlier one
+    assert nearest_keyframe(TIMES, keys, 0.55) == 2
+
+
+def test_preceding_keyframe_is_the_first_keyframe_when_only_it_precedes():
+    assert preceding_keyframe([5, 9], 6) == 5
+    assert preceding_keyframe([5, 9], 5) == 5
+
+
+def test_a_target_on_its_own_keyframe_continues_the_run_it_ends():
+    # 5 is a keyframe and a target; 7's keyframe is 5, the previous target: decoding on from 5 reaches 7
+    # without a new seek, so one run.
+    assert plan_runs([5, 7], [0, 5]) == [Run(5, (5, 7))]
+    assert plan_runs([], [0, 5]) == []
