@@ -185,6 +185,27 @@ def test_safe_join_refuses_names_that_leave_the_root(tmp_path: Path, name: str, 
         storage.safe_join(tmp_path, name)
 
 
+# the whole reason, as the error shows it (the parametrized test above matches only a part)
+EXACT_REASONS = [
+    ("", "has an empty name or a NUL byte in its name"),
+    ("a\0b", "has an empty name or a NUL byte in its name"),
+    ("a%00b", "has a NUL byte in its name (percent-encoded)"),
+    ("/abs/evil.txt", "has an absolute path"),
+    ("a/../../evil.txt", "has a '..' component (would escape the target directory)"),
+    ("museg/charades/a.mp4", None),
+]
+
+
+@pytest.mark.parametrize(("name", "reason"), EXACT_REASONS)
+def test_unsafe_name_reason_says_exactly_why(name: str, reason: str | None) -> None:
+    assert storage.unsafe_name_reason(name) == reason
+
+
+def test_safe_join_below_the_file_system_root() -> None:
+    # "/" is its own realpath; a name below it stays below it ("/" + "tmp/x", no doubled separator)
+    assert storage.safe_join("/", "tmp/paravt-never-created/x.mp4") == "/tmp/paravt-never-created/x.mp4"
+
+
 def test_safe_join_accepts_names_below_the_root_and_refuses_symlinks_out(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
