@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from paravt_core.eval.benchmarks import Sample
-from paravt_core.eval.metrics import benchmark_metrics
+from paravt_core.eval.metrics import benchmark_metrics, headline
 from paravt_core.eval.scoring import prediction_of, score_sample
 from paravt_core.rewards.judge import Judge
 from tests.judge_test_server import ScriptedChatServer
@@ -197,3 +197,119 @@ def test_longvideobench_unparseable_answers_are_wrong_and_counted():
 def test_all_errors_gives_no_accuracy_rather_than_zero():
     m = benchmark_metrics("lvbench", [_err("video_error"), _err("video_error")])
     assert m["accuracy"] is None and m["errors"] == 2
+
+
+# ------------------------------------------------------------------ metrics: mutation survivors (issue 22 item 17)
+# Each test pins what a reader of results.json sees, with the numbers worked out by hand in the comments.
+
+
+def test_accuracy_beside_errors_and_of_no_records_by_hand():
+    # 3 scored samples 1, 0, 1 + 1 error -> accuracy 2/3 = 66.67, errors 1, errors-as-wrong 2/4 = 50.0
+    m = benchmark_metrics("lvbench", [_rec(1.0), _rec(0.0), _rec(1.0), _err("engine_timeout")])
+    assert (m["accuracy"], m["errors"], m["accuracy_errors_as_wrong"]) == (pytest.approx(200 / 3), 1, 50.0)
+    # no records at all: nothing to divide by, so no number (not 0, not a ZeroDivisionError)
+    empty = benchmark_metrics("lvbench", [])
+    assert (empty["samples"], empty["accuracy"], empty["accuracy_errors_as_wrong"]) == (0, None, None)
+    assert (empty["avg_tool_calls"], empty["tool_use_rate"]) == (None, None)
+
+
+@pytest.mark.parametrize("bench", ["videomme", "videomme_wsub"])
+def test_videomme_duration_groups_read_short_medium_long(bench):
+    # the subtitles variant is broken down the same way; groups in the order short, medium, long
+    # (not alphabetical: long, medium, short). short 1,0 -> 50; medium 1 -> 100; long 0,0,1 -> 33.33
+    records = [_rec(0.0, duration="long"), _rec(1.0, duration="medium"), _rec(1.0, duration="short"),
+               _rec(0.0, duration="long"), _rec(0.0, duration="short"), _rec(1.0, duration="long")]  # fmt: skip
+    m = benchmark_metrics(bench, records)
+    assert list(m["by_duration"].items()) == [
+        ("short", 50.0),
+        ("medium", 100.0),
+        ("long", pytest.approx(100 / 3)),
+    ]
+
+
+def test_longvideobench_duration_groups_and_the_unparseable_note():
+    # duration_group 15: right, unparseable, hedged -> 1/3; 3600: empty answer, wrong letter -> 0/2
+    records = [
+        _rec(1.0, duration_group="15"),
+        {**_rec(0.0, duration_group="15"), "score_reason": "unparseable_letter"},
+        {**_rec(0.0, duration_group="15"), "score_reason": "hedged_letter"},
+        {**_rec(0.0, duration_group="3600"), "score_reason": "empty_answer"},
+        {**_rec(0.0, duration_group="3600"), "score_reason": None},
+    ]
+    m = benchmark_metrics("longvideobench", records)
+    assert m["by_duration_group"] == {"15": pytest.approx(100 / 3), "3600": 0.0}
+    assert (m["accuracy"], m["unparseable_as_wrong"]) == (20.0, 3)  # 1 right of 5; 3 answers name no option
+    assert m["notes"] == [
+        "3 unparseable answer(s) counted wrong, as the release does; lmms-eval's LongVideoBench parser answers "
+        "a random letter for them instead (about 1 in 4-5 of them right by chance)"
+    ]
+
+
+def test_mlvu_micro_and_m_avg_on_an_unbalanced_mix_and_its_note():
+    # plotQA 1,1,1,0 -> 75; count 0 -> 0; needle 1,1 -> 100
+    # micro (headline) = 5 right of 7 = 71.43; M-avg = (75 + 0 + 100) / 3 = 58.33
+    records = [*(_rec(s, task_type="plotQA") for s in (1.0, 1.0, 1.0, 0.0)), _rec(0.0, task_type="count"),
+               _rec(1.0, task_type="needle"), _rec(1.0, task_type="needle")]  # fmt: skip
+    m = benchmark_metrics("mlvu", records)
+    assert (m["headline"], m["micro"]) == ("accuracy", pytest.approx(500 / 7))
+    assert m["m_avg"] == m["macro"] == pytest.approx(175 / 3)
+    assert m["notes"] == [
+        "headline: micro accuracy over all questions (the release's driver, published number); "
+        "M-avg over task types (lmms-eval's MLVU score) beside it"
+    ]
+    # only errors: no task type was scored, so there is no M-avg (rather than a division by zero)
+    only_errors = benchmark_metrics("mlvu", [_err("video_error")])
+    assert (only_errors["micro"], only_errors["m_avg"], only_errors["by_task_type"]) == (None, None, {})
+
+
+MMVU_NOTE = "headline: multiple-choice accuracy; open-ended items apart"
+NOT_COMPARABLE = " (scored by token F1, not by the LLM judge: not comparable)"
+
+
+@pytest.mark.parametrize(
+    ("oe_sources", "comparable", "note"),
+    [
+        ([], False, MMVU_NOTE),  # no open-ended item: nothing to flag
+        (["judge"], True, MMVU_NOTE),  # judged: comparable, no flag
+        (["f1"], False, MMVU_NOTE + NOT_COMPARABLE),  # no judge: token F1
+        (["judge", "f1_fallback"], False, MMVU_NOTE + NOT_COMPARABLE),  # the judge fell back on one item
+    ],
+)
+def test_mmvu_note_flags_open_ended_not_scored_by_the_judge(oe_sources, comparable, note):
+    records = [_rec(1.0, kind="multiple-choice"), _rec(0.0, kind="multiple-choice")]
+    records += [{**_rec(1.0, kind="open-ended"), "qtype": "oe", "score_source": s} for s in oe_sources]
+    m = benchmark_metrics("mmvu", records)
+    assert (m["headline"], m["mc_accuracy"]) == ("mc_accuracy", 50.0)  # 1 of 2 multiple-choice
+    assert (m["oe_scored_by"], m["oe_comparable"], m["notes"]) == (sorted(oe_sources), comparable, [note])
+
+
+def test_error_reasons_finish_reasons_and_tool_use_by_hand():
+    records = [
+        {**_rec(1.0, calls=0), "finish_reason": "stop"},
+        {**_rec(0.0, calls=1), "finish_reason": "stop"},
+        {**_rec(1.0, calls=2), "finish_reason": "length"},
+        {**_rec(0.0, calls=1), "finish_reason": "stop"},
+        {**_err("engine_timeout"), "finish_reason": "abort"},
+        {"status": "error", "score": None},  # an error record without its error / finish reason
+    ]
+    m = benchmark_metrics("videomme", records)
+    assert m["errors_by_reason"] == {"engine_timeout": 1, "None": 1}
+    assert m["finish_reasons"] == {"stop": 3, "length": 1, "abort": 1, "None": 1}  # over all 6 records
+    # calls of the 4 scored samples 0, 1, 2, 1: 3 of 4 used the tool (one call is enough) -> 75.0; mean 1.0
+    assert (m["tool_use_rate"], m["avg_tool_calls"]) == (75.0, 1.0)
+
+
+def test_headline_value_per_benchmark():
+    charades = benchmark_metrics("charades", [_rec(0.3), _rec(0.7)])  # mIoU (0.3 + 0.7) / 2 = 50
+    mmvu = benchmark_metrics("mmvu", [_rec(1.0, kind="multiple-choice"), {**_rec(0.0, kind="open-ended")}])
+    mlvu = benchmark_metrics(
+        "mlvu", [_rec(1.0, task_type="a"), _rec(1.0, task_type="a"), _rec(0.0, task_type="b")]
+    )
+    assert (charades["headline"], headline(charades)) == ("miou", pytest.approx(50.0))
+    # IoUs exactly on a threshold count (R@t is IoU >= t): R@0.3 2/2, R@0.5 1/2 (0.7), R@0.7 1/2 (0.7)
+    assert [charades[f"r@{t}"] for t in (0.3, 0.5, 0.7)] == [100.0, 50.0, 50.0]
+    assert (mmvu["headline"], headline(mmvu)) == ("mc_accuracy", 100.0)  # the open-ended 0 stays apart
+    assert (mlvu["headline"], headline(mlvu)) == ("accuracy", pytest.approx(200 / 3))  # micro, not M-avg 50
+    # metrics that name no headline (written before it existed) read as accuracy
+    assert headline({"accuracy": 40.0, "miou": 10.0}) == 40.0
+    assert headline({}) is None
