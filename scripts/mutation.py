@@ -10,6 +10,8 @@ Survivors are either killed by a new test or listed as equivalent in docs/mutati
     .venv/bin/python scripts/mutation.py                      # everything (hours on 2 cores)
     .venv/bin/python scripts/mutation.py --only rl/gating.py  # one module
     .venv/bin/python scripts/mutation.py --report             # print the table from the last runs
+    .venv/bin/python scripts/mutation.py --verify tests/test_x.py paravt_core.mod.x_f__mutmut_3 ...
+                                               # does this test file kill these mutants? (after a run)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -91,11 +94,59 @@ def report(selected: list[tuple[str, list[str]]]) -> int:
     return 0
 
 
+def verify(test_file: str, names: list[str]) -> int:
+    """Run ``test_file`` against each named mutant of the last run (mutmut's trampolines pick the mutant from
+    ``MUTANT_UNDER_TEST``) and print KILLED / SURVIVED per mutant: the check that a new test kills the
+    survivor it was written for, in seconds, without a new stats pass. The file must pass with no mutant."""
+    short = [n for n in names if not n.startswith("paravt_core.")]
+    if short:  # a name that matches no module's prefix silently runs the original code
+        raise SystemExit(
+            f"mutant names are full (paravt_core.<module>.<name>, as --report prints them): {short}"
+        )
+    if not (ROOT / "mutants" / "paravt_core").is_dir():
+        raise SystemExit("no mutants/ yet: run `make mutation MODULES=...` for the module first")
+    # inside mutants/, where the mutated paravt_core is the one imported (a test's own helpers too)
+    copy = ROOT / "mutants" / "tests" / f"_verify_{os.getpid()}_{Path(test_file).name}"
+    shutil.copyfile(test_file, copy)
+    try:
+
+        def run(mutant: str) -> subprocess.CompletedProcess[str]:
+            cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly", "-p", "no:cacheprovider"]
+            env = {**_env(), "MUTANT_UNDER_TEST": mutant}
+            return subprocess.run(
+                [*cmd, str(copy)], cwd=ROOT / "mutants", env=env, capture_output=True, text=True
+            )
+
+        baseline = run("")
+        if baseline.returncode != 0:
+            print(baseline.stdout[-3000:])
+            raise SystemExit(f"{test_file} fails with no mutant: fix it first")
+        survived = 0
+        for name in names:
+            out = run(name)
+            first = next(
+                (line for line in out.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))), ""
+            )
+            verdict = "SURVIVED" if out.returncode == 0 else "KILLED  "
+            survived += out.returncode == 0
+            print(f"{verdict} {name}  {first.replace(copy.name, Path(test_file).name)}".rstrip(), flush=True)
+        return 1 if survived else 0
+    finally:
+        copy.unlink(missing_ok=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", action="append", default=[], help="module label (repeatable), e.g. rl/loss.py")
     ap.add_argument("--report", action="store_true", help="only print the table of the last runs")
+    ap.add_argument(
+        "--verify", nargs="+", metavar=("TEST_FILE", "MUTANT"), help="run TEST_FILE against each named mutant"
+    )
     args = ap.parse_args(argv)
+    if args.verify:
+        if len(args.verify) < 2:
+            ap.error("--verify needs a test file and at least one mutant name")
+        return verify(args.verify[0], args.verify[1:])
     known = {m for m, _ in MODULES}
     unknown = [m for m in args.only if m not in known]
     if unknown:
