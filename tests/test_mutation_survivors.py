@@ -354,6 +354,22 @@ def test_the_degenerate_guard_reads_its_thresholds_from_the_recipe() -> None:
     assert not out.degenerate and out.total > 0
 
 
+def test_compose_reads_the_unclosed_penalty_switch_from_the_recipe() -> None:
+    """The open think block's penalty is the recipe's ablation switch (anchoring.unclosed_penalty): the
+    forced <think> prefix and 21 characters, a call, then the answer, the think never closed. The two
+    breakdowns differ only by the anchor's unclosed term, anchor weight 0.5 x -0.3 = -0.15 with the switch
+    on, 0 with it off: 0.55 vs 0.70 (0.70 worked out in test_ablations.py for the same text)."""
+    think = "<think>\nI look at the frames."
+    call = '<tool_call>\n{"name": "crop_video", "arguments": {"start_time": 2, "end_time": 5}}\n</tool_call>'
+    text = think + call + "<answer>A</answer>"
+    on = compose(text, [], "A", "mcq", ParavtRecipe.para_grpo())
+    off = compose(text, [], "A", "mcq", ParavtRecipe.para_grpo(anchoring={"unclosed_penalty": False}))
+    assert (on.format_parts["anchor_unclosed"], off.format_parts["anchor_unclosed"]) == pytest.approx(
+        (-0.15, 0.0)
+    )
+    assert (on.format, off.format) == pytest.approx((0.55, 0.70))
+
+
 @pytest.mark.parametrize(
     ("markers", "length", "expected"),
     [(5, 299, True), (5, 300, False), (4, 299, False), (5, 60, True)],
