@@ -478,6 +478,13 @@ def test_interval_iou_of_unusable_intervals_is_zero(pred) -> None:
     assert interval_iou((0.0, 1.0), pred) == 0.0
 
 
+def test_interval_iou_of_sub_second_intervals() -> None:
+    # [0.2, 0.6] and [0.4, 0.8]: overlap 0.2 s, union 0.6 s -> 1/3; a union under one second is still a union
+    assert interval_iou((0.2, 0.6), (0.4, 0.8)) == pytest.approx(1 / 3)
+    assert interval_iou((0.0, 0.5), (0.0, 0.5)) == 1.0
+    assert interval_iou((0.3, 0.3), (0.3, 0.3)) == 0.0  # two points: union 0, no overlap to speak of
+
+
 def test_statement_letters_in_order_of_appearance() -> None:
     """Every committing statement, ordered by where its letter stands: "answer is A" (A), "B is correct"
     (B); markup is dropped first ("**C**") and full-width letters are read after NFKC ("Ｄ" -> "D")."""
