@@ -20,9 +20,12 @@ image's Python (``sglang==0.5.23``). On a random-initialized Qwen3-VL-shaped mod
     server on GPU 1, the learner on GPU 0, the NCCL push): policy version 1.
 
 Writes ``<work>/gpu-check.json`` and ``gpu-check.md`` (pass / fail / skipped per item, detail, seconds);
-exits 1 if any item did not pass.
+exits 1 if any selected item did not pass.
 
-    python scripts/gpu_check.py [--work build/gpu-check] [--port 30000]
+    python scripts/gpu_check.py [--work build/gpu-check] [--port 30000] [--only sft_step ...]
+
+``--only`` runs the named items alone (the others read "skipped: not selected"): on a machine with one GPU and
+no SGLang, ``--only sft_step`` is the item that can run.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ def run_items(checks: dict[str, Callable[[], str]]) -> list[Item]:
             done[name] = Item(name, "skipped", f"needs {', '.join(missing)}", 0.0)
             continue
         if name not in checks:
-            done[name] = Item(name, "skipped", "not run", 0.0)
+            done[name] = Item(name, "skipped", "not selected", 0.0)
             continue
         t0 = time.perf_counter()
         try:
@@ -343,6 +346,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--work", default=str(ROOT / "build" / "gpu-check"))
     parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=ITEMS,
+        metavar="ITEM",
+        help=f"run only these items ({', '.join(ITEMS)})",
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -360,12 +370,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             checks.prepare()
-            items = run_items({n: getattr(checks, n) for n in ITEMS})
+            items = run_items({n: getattr(checks, n) for n in (args.only or ITEMS)})
         finally:
             checks.stop_server()
     path = write_report(items, work, environment)
     print(path.read_text())
-    return 0 if all(i.status == "pass" for i in items) else 1
+    selected = [i for i in items if i.name in (args.only or ITEMS)]
+    return 0 if all(i.status == "pass" for i in selected) else 1
 
 
 if __name__ == "__main__":

@@ -56,6 +56,22 @@ def test_items_run_in_order_and_failures_skip_their_dependants(tmp_path):
     ]
 
 
+def test_only_the_selected_items_run():
+    """``--only sft_step`` (one GPU, no SGLang): the others are not run and say why."""
+    items = gpu_check.run_items({"sft_step": lambda: "1 step"})
+    assert [(i.name, i.status, i.detail) for i in items] == [
+        ("sglang_launch", "skipped", "not selected"),
+        ("prompt_token_parity", "skipped", "needs sglang_launch"),
+        ("greedy_parity", "skipped", "needs sglang_launch"),
+        ("disk_push", "skipped", "needs sglang_launch"),
+        ("nccl_push", "skipped", "needs sglang_launch, greedy_parity"),
+        ("sft_step", "pass", "1 step"),
+        ("rl_step", "skipped", "not selected"),
+    ]
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--only", "sft-step"])  # not an item: argparse refuses it before any work
+
+
 def _c(tokens, logprobs):
     return SimpleNamespace(token_ids=tokens, logprobs=logprobs)
 
