@@ -245,6 +245,13 @@ def test_longvideobench_duration_groups_and_the_unparseable_note():
     ]
 
 
+def test_longvideobench_duration_groups_read_shortest_first():
+    # one record per group, longest first; 60 s is right -> 100, the others 0
+    records = [_rec(float(g == "60"), duration_group=g) for g in ("3600", "600", "60", "15")]
+    groups = benchmark_metrics("longvideobench", records)["by_duration_group"]
+    assert list(groups.items()) == [("15", 0.0), ("60", 100.0), ("600", 0.0), ("3600", 0.0)]
+
+
 def test_mlvu_micro_and_m_avg_on_an_unbalanced_mix_and_its_note():
     # plotQA 1,1,1,0 -> 75; count 0 -> 0; needle 1,1 -> 100
     # micro (headline) = 5 right of 7 = 71.43; M-avg = (75 + 0 + 100) / 3 = 58.33

@@ -32,6 +32,8 @@ UNREAD = (
     "empty_answer",
 )  # a multiple-choice answer that names no option
 VIDEOMME_GROUPS = ("short", "medium", "long")
+# LongVideoBench's duration groups (seconds), shortest first: as strings they would sort 15, 3600, 60, 600
+LONGVIDEOBENCH_GROUPS = ("15", "60", "600", "3600")
 
 
 def _pct(values: list[float]) -> float | None:
@@ -81,7 +83,7 @@ def benchmark_metrics(benchmark: str, records: list[dict[str, Any]]) -> dict[str
         out["by_duration"] = grouped_accuracy(records, "duration", VIDEOMME_GROUPS)
     notes: list[str] = []
     if benchmark == "longvideobench":
-        out["by_duration_group"] = grouped_accuracy(records, "duration_group")
+        out["by_duration_group"] = grouped_accuracy(records, "duration_group", LONGVIDEOBENCH_GROUPS)
         unread = sum(r.get("score_reason") in UNREAD for r in ok)
         out["unparseable_as_wrong"] = unread
         notes.append(
