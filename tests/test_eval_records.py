@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import resource
 import signal
@@ -86,11 +87,25 @@ def test_parse_shard_errors_say_what_was_given():
         parse_shard("4/4")
 
 
-def test_read_records_keeps_lines_after_a_blank_or_unreadable_one(tmp_path):
+def test_read_records_keeps_lines_after_a_blank_or_unreadable_one(tmp_path, caplog):
     path = tmp_path / "s.jsonl"
     path.write_bytes(b'{"id": "a"}\n\n{"id": "b"}\nnot json\n{"id": "c"}\n')
-    assert read_records(path) == [{"id": "a"}, {"id": "b"}, {"id": "c"}]
+    with caplog.at_level(logging.WARNING, logger="paravt_core.eval.records"):
+        assert read_records(path) == [{"id": "a"}, {"id": "b"}, {"id": "c"}]
+    # the damaged line is named (line 4: the blank line 2 counts), once
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path} line 4 is not JSON: skipped, its sample counts as not done"
+    ]
     assert read_records(tmp_path / "missing.jsonl") == []
+
+
+def test_read_records_ignores_a_torn_last_line_without_a_word(tmp_path, caplog):
+    # a crash mid-write leaves a last line with no newline; that is expected, not damage
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"id": "a"}\n{"id": "b", "sco')
+    with caplog.at_level(logging.WARNING, logger="paravt_core.eval.records"):
+        assert read_records(path) == [{"id": "a"}]
+    assert caplog.records == []
 
 
 def test_sample_log_creates_missing_parent_directories(tmp_path):

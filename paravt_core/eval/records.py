@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class RecordError(RuntimeError):
@@ -40,18 +43,22 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every complete line of a records file (a torn last line is ignored)."""
+    """Every complete line of a records file. A torn last line (no newline: a crash mid-write) is ignored;
+    any other line that is not JSON was damaged after it was written: it is skipped with a warning naming
+    it, and its sample counts as not done (run again on resume, "missing" at a shard merge)."""
     p = Path(path)
     if not p.exists():
         return []
+    lines = p.read_bytes().split(b"\n")
     out = []
-    for line in p.read_bytes().split(b"\n"):
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             out.append(json.loads(line))
         except ValueError:
-            continue  # only the torn tail can be unreadable; SampleLog cuts it on open
+            if number < len(lines):  # ended by a newline, so written whole
+                log.warning("%s line %d is not JSON: skipped, its sample counts as not done", p, number)
     return out
 
 
