@@ -357,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     work = Path(args.work)
+    selected = args.only or ITEMS
     environment = {
         "torch": torch.__version__,
         "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
@@ -370,13 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             checks.prepare()
-            items = run_items({n: getattr(checks, n) for n in (args.only or ITEMS)})
+            items = run_items({n: getattr(checks, n) for n in selected})
         finally:
             checks.stop_server()
     path = write_report(items, work, environment)
     print(path.read_text())
-    selected = [i for i in items if i.name in (args.only or ITEMS)]
-    return 0 if all(i.status == "pass" for i in selected) else 1
+    return 0 if all(i.status == "pass" for i in items if i.name in selected) else 1
 
 
 if __name__ == "__main__":
