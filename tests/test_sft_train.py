@@ -281,6 +281,53 @@ def test_incomplete_checkpoints_are_ignored(tmp_path: Path) -> None:
     assert [(s, ok) for s, _, ok in checkpoint.list_checkpoints(out)] == [(4, True), (6, False)]
 
 
+def _linear(weight: float) -> tuple[torch.nn.Linear, torch.optim.AdamW]:
+    """A 3 -> 2 linear layer with one AdamW step behind it (so the optimizer has state), then every weight
+    set to ``weight`` and every bias to ``-weight``."""
+    layer = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1)
+    layer(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    with torch.no_grad():
+        layer.weight.fill_(weight)
+        layer.bias.fill_(-weight)
+    return layer, optimizer
+
+
+def test_s3_resume_never_reads_a_staging_copy_without_its_marker(tmp_path: Path, s3_bucket: str) -> None:
+    """Resuming from an s3:// checkpoint downloads it into the rank's staging folder. A folder already there
+    without ``_COMPLETE`` (a resume killed while downloading, here a whole copy of another checkpoint whose
+    marker never arrived) must be fetched again, not read."""
+    saved, saved_opt = _linear(0.5)
+    uri = checkpoint.save(
+        f"{s3_bucket}/run", 2, saved, saved_opt, {"step": 2}, staging_root=str(tmp_path / "save"), keep_last=2
+    )
+    other, other_opt = _linear(9.0)
+    other_uri = checkpoint.save(
+        str(tmp_path / "other"),
+        2,
+        other,
+        other_opt,
+        {"step": 1},
+        staging_root=str(tmp_path / "x"),
+        keep_last=2,
+    )
+    stale = tmp_path / "stage" / "resume" / "step_00000002"
+    shutil.copytree(other_uri, stale)
+    (stale / storage.COMPLETE_MARKER).unlink()
+
+    fresh, fresh_opt = _linear(0.0)
+    state = checkpoint.load(uri, fresh, fresh_opt, staging_root=str(tmp_path / "stage"))
+    assert state == {"step": 2}
+    assert torch.equal(fresh.weight, torch.full((2, 3), 0.5)) and torch.equal(
+        fresh.bias, torch.full((2,), -0.5)
+    )
+    assert (stale / storage.COMPLETE_MARKER).is_file()  # the staging folder now holds the whole download
+    # and a staging copy with its marker is used as it is (no second download): an edit there shows
+    (stale / "trainer.json").write_text('{"step": 7}')
+    assert checkpoint.load(uri, fresh, fresh_opt, staging_root=str(tmp_path / "stage")) == {"step": 7}
+
+
 def test_s3_input_and_output_checkpoints_resume_and_final_loads(
     tiny_model_dir: str, sft_data_output: str, tmp_path: Path, s3_bucket: str
 ) -> None:
