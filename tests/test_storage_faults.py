@@ -335,7 +335,9 @@ def test_a_body_that_ends_early_is_never_returned_as_whole(
     with fault_proxy(s3_env.endpoint_url, first_get) as proxy:
         assert storage.read_bytes(uri) == data
     assert [s.fault for s in proxy.seen] == ["cut-body", None]  # the cut GET, then one whole one
-    assert any("attempt 1/5 failed (ResponseStreamingError)" in w for w in retry_warnings(caplog))  # urllib3's
+    assert any(
+        "attempt 1/5 failed (ResponseStreamingError)" in w for w in retry_warnings(caplog)
+    )  # urllib3's
 
     cuts = {"left": 1}
 
@@ -447,6 +449,36 @@ def test_failed_directory_upload_is_never_complete(
     publish()  # faults gone: a rerun completes
     assert storage.is_complete(out)
     assert [storage.read_bytes(f"{out}/f{i}.bin") for i in range(4)] == [blob(2000, i) for i in range(4)]
+
+
+def test_a_failed_checkpoint_download_is_fetched_again_on_the_next_resume(
+    s3_bucket: str, s3_env: S3Endpoint, tmp_path: Path
+) -> None:
+    """Resuming from an s3:// checkpoint copies it into the rank's staging folder, every object at once, and
+    ``_COMPLETE`` (sorted first) arrives before the others. When the copy fails half way (here every GET of
+    ``trainer.json`` answers 503), the next resume must fetch it again, not read a folder whose marker says
+    whole while a file is missing."""
+    import torch
+
+    from paravt_core import checkpoint
+
+    layer = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1)
+    layer(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    with torch.no_grad():
+        layer.weight.fill_(0.5)
+    uri = checkpoint.save(
+        f"{s3_bucket}/run", 3, layer, optimizer, {"step": 3}, staging_root=str(tmp_path / "save"), keep_last=1
+    )
+    fresh = torch.nn.Linear(3, 2)
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.1)
+    stage = str(tmp_path / "stage")
+    rule: Rule = lambda n, method, path: "503" if method == "GET" and path.endswith("/trainer.json") else None  # noqa: E731
+    with fault_proxy(s3_env.endpoint_url, rule, attempts=2), pytest.raises(bce.ClientError):
+        checkpoint.load(uri, fresh, fresh_opt, staging_root=stage)
+    assert checkpoint.load(uri, fresh, fresh_opt, staging_root=stage) == {"step": 3}  # faults gone
+    assert torch.equal(fresh.weight, torch.full((2, 3), 0.5))
 
 
 # ---------------------------------------------------------------------------- secrets
