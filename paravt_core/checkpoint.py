@@ -16,7 +16,8 @@ M ranks (or one process) and the optimizer state follows the parameters. Every f
 a process group (every rank calls it) and plain in one process. Local outputs are written in place; for
 ``s3://`` every rank writes into a local staging directory and uploads the files it wrote, and rank 0 writes
 the marker after everyone finished. A SIGKILL at any point leaves either a complete checkpoint or an
-incomplete directory that the next run ignores and overwrites.
+incomplete directory that the next run ignores and overwrites. Resuming from ``s3://`` downloads the
+checkpoint beside the staging copy and renames it whole, so a copy cut short is fetched again.
 """
 
 from __future__ import annotations
@@ -189,7 +190,11 @@ def _local_dir(uri: str, staging_root: str) -> str:
     local = os.path.join(staging_root, "resume", uri.rstrip("/").rsplit("/", 1)[-1])
     if not os.path.exists(os.path.join(local, storage.COMPLETE_MARKER)):
         shutil.rmtree(local, ignore_errors=True)
-        storage.download_dir(uri, local)
+        # objects arrive in parallel, the marker often first: fetch beside it, then rename the whole copy
+        part = local + ".part"
+        shutil.rmtree(part, ignore_errors=True)
+        storage.download_dir(uri, part)
+        os.replace(part, local)
     return local
 
 

@@ -32,6 +32,16 @@ def test_override_values_are_yaml_scalars() -> None:
     assert parse_override("a=") == (["a"], "")
 
 
+def test_override_value_keeps_every_equals_sign_after_the_first() -> None:
+    # Only the first "=" separates key from value: a URL with a query or a flow mapping holding "=" stays whole.
+    url = "s3://b/x?versionId=3&part=2"
+    assert parse_override(f"download.media_source={url}") == (["download", "media_source"], url)
+    assert parse_override("a.b={k: v=w}") == (["a", "b"], {"k": "v=w"})
+    assert parse_override("a==") == (["a"], "=")
+    cfg = load_config(DataConfig, None, [f"download.parquet_source={url}", "output=s3://b/o=1"])
+    assert cfg.download.parquet_source == url and cfg.output == "s3://b/o=1"
+
+
 @pytest.mark.parametrize("bad", ["novalue", "=3", "a..b=1"])
 def test_malformed_override(bad: str) -> None:
     with pytest.raises(ConfigError):

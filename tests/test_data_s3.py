@@ -108,3 +108,27 @@ def test_s3_source_key_that_escapes_is_refused(tmp_path: Path, s3_bucket: str, r
         fetch(f"{s3_bucket}/src", ["*.zip"], str(dest))
     assert repr(rel) in str(err.value) and why in str(err.value)
     assert [p for p in tmp_path.rglob("*") if not p.is_dir()] == []  # nothing fetched, inside or outside
+
+
+def test_s3_resume_fetches_again_a_local_file_of_another_size(tmp_path: Path, s3_bucket: str) -> None:
+    """A rerun after an interrupted download: a local file whose size differs from the object's (a torn
+    copy, or an older archive) is fetched again; one of the object's size is taken as done (the documented
+    resume rule: sizes only, no checksum, so a same-size local file stays as it is)."""
+    whole = b"PK whole archive, 32 bytes long."
+    assert len(whole) == 32
+    storage.write_bytes(f"{s3_bucket}/src/museg/a.zip", whole)
+    storage.write_bytes(f"{s3_bucket}/src/museg/b.zip", b"PK b")
+    dest = tmp_path / "dl"
+    (dest / "museg").mkdir(parents=True)
+    (dest / "museg" / "a.zip").write_bytes(whole[:10])  # torn at 10 of 32 bytes
+    (dest / "museg" / "b.zip").write_bytes(b"PK B")  # 4 bytes, as the object: kept
+    got = fetch(f"{s3_bucket}/src", ["*.zip"], str(dest))
+    assert [(f.name, f.path) for f in got] == [
+        ("museg/a.zip", str(dest / "museg" / "a.zip")),
+        ("museg/b.zip", str(dest / "museg" / "b.zip")),
+    ]
+    assert (dest / "museg" / "a.zip").read_bytes() == whole
+    assert (dest / "museg" / "b.zip").read_bytes() == b"PK B"
+    (dest / "museg" / "a.zip").write_bytes(whole + b" and more")  # longer than the object: fetched again too
+    fetch(f"{s3_bucket}/src", ["*.zip"], str(dest))
+    assert (dest / "museg" / "a.zip").read_bytes() == whole

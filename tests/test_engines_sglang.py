@@ -116,6 +116,7 @@ class _ContractServer:
             tok.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>")
         )
         self.calls: list[tuple[str, dict]] = []
+        self.arrivals: list[float] = []  # time.monotonic() at which each call of ``calls`` came in
         self.weight_versions: list[str | None] = []  # of every successful /update_weights_from_disk
         self.served_checksums: list[str] = []  # the served weights after each of them
         self.tracked: set[str] = set()  # rids in flight (tokenizer_manager.rid_to_state)
@@ -155,6 +156,7 @@ class _ContractServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
                 with server._lock:
                     server.calls.append((self.path, body))
+                    server.arrivals.append(time.monotonic())
                 status, payload = server.route(self.path, body)
                 self._send(status, payload)
 
@@ -572,6 +574,21 @@ def test_retries_stop_at_the_total_time_bound(engine, tiny_model):
         calls = len(server.calls)
     # backoff 0.05, 0.1, 0.2, 0.4 s: the 0.5 s bound ends it after a handful of attempts, not 1001
     assert 1 < calls < 1001
+
+
+def test_retries_back_off_exponentially(engine, tiny_model):
+    """Three 503s, then an answer: the waits before attempts 2, 3 and 4 are backoff_s * 1, 2 and 4. Each
+    retry leaves after the failed answer came back plus its wait, so the arrivals at the server are at least
+    that far apart (lower bounds only: a slow machine makes the gaps longer, never shorter)."""
+    request = GenerationRequest(input_ids=[1, 2, 3], sampling=SamplingParams(max_new_tokens=2))
+    with _ContractServer(engine, tiny_model.processor, fail_first=3) as server:
+        client = SGLangEngine(server.url, max_retries=3, backoff_s=0.3)
+        (completion,) = asyncio.run(client.generate([request]))
+        arrivals = list(server.arrivals)
+    assert len(arrivals) == 4 and client.retried_posts == 3 and completion.token_ids
+    gaps = [b - a for a, b in zip(arrivals[:-1], arrivals[1:], strict=True)]
+    for gap, wait in zip(gaps, [0.3, 0.6, 1.2], strict=True):
+        assert gap >= wait - 0.01, (gaps, "waits of 0.3, 0.6, 1.2 s expected")
 
 
 def test_seeds_need_deterministic_inference(engine, tiny_model):

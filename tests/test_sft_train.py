@@ -167,6 +167,50 @@ def test_fsdp2_ranks_with_and_without_media_in_the_same_step(
     assert [r["rows_used"] for r in records] == [2, 4]  # both rows trained in each step
 
 
+def test_two_rank_step_equals_the_one_rank_step_on_the_same_global_batch(
+    tiny_model_dir: str, sft_data_output: str, tmp_path: Path
+) -> None:
+    """One optimizer step on the same two rows (a video row and a text row with other target counts, one
+    packed sequence each): one process with grad_accum 2, or two gloo ranks (FSDP2) with grad_accum 1. The
+    loss is the token-weighted mean of the global batch either way, so the gradient norm and the updated
+    weights must agree. AdamW is blind to a uniform gradient scale, so its epsilon is set to 1 here: an
+    update is then lr * g / (|g| + 1), and a gradient world-times too small shows in the weights too."""
+    first = sorted(Path(sft_data_output, "sft").glob("*.parquet"))[0]
+    video_row = pq.read_table(first).column("messages")[0].as_py()
+    data = _bad_rows_output(tmp_path, [video_row, json.dumps(multi_call_row())])
+    common = ["trainer.steps=1", "packing.close_slack=2048", "data.num_workers=0", "checkpoint.every=10"]
+    common += [
+        "trainer.eps=1.0",
+        "trainer.warmup_ratio=0",
+        "trainer.weight_decay=0",
+        "trainer.max_grad_norm=1e6",
+    ]
+    one = tmp_path / "one"
+    run(load_config(SftConfig, TINY, _overrides(tiny_model_dir, data, one, *common, "trainer.grad_accum=2")))
+    two = tmp_path / "two"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    cmd += ["-m", "paravt_core.cli", "sft", "--config", str(TINY)]
+    cmd += _overrides(tiny_model_dir, data, two, *common, "trainer.grad_accum=1")
+    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    (r1,), (r2,) = _records(one), _records(two)
+    assert (r1["sequences"], r1["rows_used"], r2["sequences"], r2["rows_used"]) == (2, 2, 2, 2)
+    assert r1["loss_tokens"] == r2["loss_tokens"] and r2["loss"] == pytest.approx(r1["loss"], rel=1e-5)
+    assert r2["grad_norm"] == pytest.approx(r1["grad_norm"], rel=1e-4)
+    start = _weights(Path(tiny_model_dir))
+    w1, w2 = _weights(one / "final"), _weights(two / "final")
+    moved = set()
+    for name, w0 in start.items():
+        d1, d2 = (w1[name].double() - w0.double()), (w2[name].double() - w0.double())
+        scale = float(d1.abs().max())
+        if scale > 0:
+            moved.add(name)
+        assert float((d2 - d1).abs().max()) <= 1e-3 * scale + 1e-9, name
+    # the step moved every tensor but the frozen vision tower's (train.freeze_vision defaults to true)
+    assert moved == {name for name in start if not name.startswith("model.visual.")}
+
+
 def _bad_rows_output(tmp: Path, messages: list[str]) -> str:
     out = tmp / "data"
     (out / "sft").mkdir(parents=True)
@@ -279,6 +323,53 @@ def test_incomplete_checkpoints_are_ignored(tmp_path: Path) -> None:
     # step 2 is older than kept ones, step 6 is newer than the newest complete one (kept: a run may
     # still be writing it)
     assert [(s, ok) for s, _, ok in checkpoint.list_checkpoints(out)] == [(4, True), (6, False)]
+
+
+def _linear(weight: float) -> tuple[torch.nn.Linear, torch.optim.AdamW]:
+    """A 3 -> 2 linear layer with one AdamW step behind it (so the optimizer has state), then every weight
+    set to ``weight`` and every bias to ``-weight``."""
+    layer = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1)
+    layer(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    with torch.no_grad():
+        layer.weight.fill_(weight)
+        layer.bias.fill_(-weight)
+    return layer, optimizer
+
+
+def test_s3_resume_never_reads_a_staging_copy_without_its_marker(tmp_path: Path, s3_bucket: str) -> None:
+    """Resuming from an s3:// checkpoint downloads it into the rank's staging folder. A folder already there
+    without ``_COMPLETE`` (a resume killed while downloading, here a whole copy of another checkpoint whose
+    marker never arrived) must be fetched again, not read."""
+    saved, saved_opt = _linear(0.5)
+    uri = checkpoint.save(
+        f"{s3_bucket}/run", 2, saved, saved_opt, {"step": 2}, staging_root=str(tmp_path / "save"), keep_last=2
+    )
+    other, other_opt = _linear(9.0)
+    other_uri = checkpoint.save(
+        str(tmp_path / "other"),
+        2,
+        other,
+        other_opt,
+        {"step": 1},
+        staging_root=str(tmp_path / "x"),
+        keep_last=2,
+    )
+    stale = tmp_path / "stage" / "resume" / "step_00000002"
+    shutil.copytree(other_uri, stale)
+    (stale / storage.COMPLETE_MARKER).unlink()
+
+    fresh, fresh_opt = _linear(0.0)
+    state = checkpoint.load(uri, fresh, fresh_opt, staging_root=str(tmp_path / "stage"))
+    assert state == {"step": 2}
+    assert torch.equal(fresh.weight, torch.full((2, 3), 0.5)) and torch.equal(
+        fresh.bias, torch.full((2,), -0.5)
+    )
+    assert (stale / storage.COMPLETE_MARKER).is_file()  # the staging folder now holds the whole download
+    # and a staging copy with its marker is used as it is (no second download): an edit there shows
+    (stale / "trainer.json").write_text('{"step": 7}')
+    assert checkpoint.load(uri, fresh, fresh_opt, staging_root=str(tmp_path / "stage")) == {"step": 7}
 
 
 def test_s3_input_and_output_checkpoints_resume_and_final_loads(

@@ -363,6 +363,27 @@ def test_local_copy_downloads_once_and_tracks_changes(s3_bucket: str, tmp_path: 
     assert len(gets) == 2
 
 
+def test_local_copy_refetches_an_object_replaced_by_one_of_the_same_size(
+    s3_bucket: str, tmp_path: Path
+) -> None:
+    """Same key, same size, other bytes (a re-encoded clip of equal length): only the ETag tells them apart."""
+    cache = str(tmp_path / "cache")
+    uri = f"{s3_bucket}/media/clip.mp4"
+    bucket, key = storage.split_s3(uri)
+
+    def etag() -> str:
+        return storage.s3_client().head_object(Bucket=bucket, Key=key)["ETag"]
+
+    storage.write_bytes(uri, b"version-1")
+    first, etag_1 = storage.local_copy(uri, cache), etag()
+    assert Path(first).read_bytes() == b"version-1"
+    storage.write_bytes(uri, b"version-2")  # 9 bytes again
+    assert etag() != etag_1  # radosgw: the MD5 of a single-part object
+    second = storage.local_copy(uri, cache)
+    assert Path(second).read_bytes() == b"version-2"
+    assert second != first
+
+
 def test_local_copy_cache_is_size_bounded(s3_bucket: str, tmp_path: Path) -> None:
     cache = str(tmp_path / "cache")
     uris = [f"{s3_bucket}/m/{i}.bin" for i in range(3)]

@@ -5,7 +5,9 @@ Faults (per request, decided by a rule that sees the request number, method and 
 - ``"slowdown"``: answer 503 SlowDown without forwarding (S3 throttling);
 - ``"reset"``: read the request, then reset the TCP connection (RST) without forwarding;
 - ``"reset-after"``: forward the request (the server does the work), then reset instead of answering;
-- ``"reset-body"``: forward, send the headers and half of the body, then reset.
+- ``"reset-body"``: forward, send the headers and half of the body, then reset;
+- ``"cut-body"``: forward, send the headers (the whole ``Content-Length``) and half of the body, then close
+  the connection cleanly (FIN, no reset): a body that simply ends early.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.client
+import io
 import logging
 import multiprocessing
 import re
@@ -28,6 +31,7 @@ from urllib.parse import urlsplit
 
 import botocore.exceptions as bce
 import pytest
+from botocore.response import StreamingBody
 
 from paravt_core import storage
 from tests.fixtures.s3 import S3Endpoint
@@ -90,7 +94,7 @@ def make_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             status, reason, headers, data = self.forward(body)
             if fault == "reset-after":
                 return self.reset()
-            if fault == "reset-body" and len(data) > 1:
+            if fault in ("reset-body", "cut-body") and len(data) > 1:
                 self.send_response_only(status, reason)
                 for k, v in headers:
                     if k.lower() not in HOP_HEADERS:
@@ -98,6 +102,10 @@ def make_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 self.wfile.write(data[: len(data) // 2])
                 self.wfile.flush()
+                if fault == "cut-body":
+                    self.connection.shutdown(socket.SHUT_WR)  # FIN after the half body
+                    self.close_connection = True
+                    return None
                 return self.reset()
             self.reply(status, reason, headers, data)
 
@@ -311,6 +319,47 @@ def test_connection_reset_mid_body_is_retried(
     assert sum("body read attempt" in w for w in retry_warnings(caplog)) == cut_reads
 
 
+def test_a_body_that_ends_early_is_never_returned_as_whole(
+    s3_bucket: str, s3_env: S3Endpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A GET body that stops at half its Content-Length and closes cleanly is read again; the caller gets the
+    whole object or an error, never the short bytes. Over the wire botocore already counts the body against
+    Content-Length (``StreamingBody._verify_content_length``, botocore 1.44.5) and urllib3 too; storage's own
+    length check is the last line for a body stream that ends early without either noticing, injected here
+    one layer down: the parsed response's stream replaced by its first half, with no length to check."""
+    caplog.set_level(logging.DEBUG, logger=storage.log.name)
+    uri = f"{s3_bucket}/clip.bin"
+    data = blob(100_000, 3)
+    storage.write_bytes(uri, data)
+    first_get: Rule = lambda n, method, path: "cut-body" if method == "GET" and n == 1 else None  # noqa: E731
+    with fault_proxy(s3_env.endpoint_url, first_get) as proxy:
+        assert storage.read_bytes(uri) == data
+    assert [s.fault for s in proxy.seen] == ["cut-body", None]  # the cut GET, then one whole one
+    assert any(
+        "attempt 1/5 failed (ResponseStreamingError)" in w for w in retry_warnings(caplog)
+    )  # urllib3's
+
+    cuts = {"left": 1}
+
+    def cut_stream(parsed: dict, **_: object) -> None:  # after botocore parsed the GET's headers
+        if cuts["left"] > 0:
+            cuts["left"] -= 1
+            whole = parsed["Body"].read()
+            parsed["Body"] = StreamingBody(io.BytesIO(whole[: len(whole) // 2]), None)
+
+    client = storage.s3_client()
+    client.meta.events.register("after-call.s3.GetObject", cut_stream)
+    try:
+        assert storage.read_bytes(uri) == data  # attempt 1 short (50,000 of 100,000 bytes), attempt 2 whole
+        assert cuts["left"] == 0
+        assert any("body read attempt 1/5 failed (IncompleteReadError)" in w for w in retry_warnings(caplog))
+        cuts["left"] = storage.BODY_READ_ATTEMPTS  # every attempt short: an error naming both lengths
+        with pytest.raises(bce.IncompleteReadError, match=r"50000.*100000|100000.*50000"):
+            storage.read_bytes(uri)
+    finally:
+        client.meta.events.unregister("after-call.s3.GetObject", cut_stream)
+
+
 # ---------------------------------------------------------------------------- failures leave nothing
 
 
@@ -400,6 +449,36 @@ def test_failed_directory_upload_is_never_complete(
     publish()  # faults gone: a rerun completes
     assert storage.is_complete(out)
     assert [storage.read_bytes(f"{out}/f{i}.bin") for i in range(4)] == [blob(2000, i) for i in range(4)]
+
+
+def test_a_failed_checkpoint_download_is_fetched_again_on_the_next_resume(
+    s3_bucket: str, s3_env: S3Endpoint, tmp_path: Path
+) -> None:
+    """Resuming from an s3:// checkpoint copies it into the rank's staging folder, every object at once, and
+    ``_COMPLETE`` (sorted first) arrives before the others. When the copy fails half way (here every GET of
+    ``trainer.json`` answers 503), the next resume must fetch it again, not read a folder whose marker says
+    whole while a file is missing."""
+    import torch
+
+    from paravt_core import checkpoint
+
+    layer = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1)
+    layer(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    with torch.no_grad():
+        layer.weight.fill_(0.5)
+    uri = checkpoint.save(
+        f"{s3_bucket}/run", 3, layer, optimizer, {"step": 3}, staging_root=str(tmp_path / "save"), keep_last=1
+    )
+    fresh = torch.nn.Linear(3, 2)
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.1)
+    stage = str(tmp_path / "stage")
+    rule: Rule = lambda n, method, path: "503" if method == "GET" and path.endswith("/trainer.json") else None  # noqa: E731
+    with fault_proxy(s3_env.endpoint_url, rule, attempts=2), pytest.raises(bce.ClientError):
+        checkpoint.load(uri, fresh, fresh_opt, staging_root=stage)
+    assert checkpoint.load(uri, fresh, fresh_opt, staging_root=stage) == {"step": 3}  # faults gone
+    assert torch.equal(fresh.weight, torch.full((2, 3), 0.5))
 
 
 # ---------------------------------------------------------------------------- secrets

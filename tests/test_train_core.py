@@ -86,6 +86,32 @@ def test_chunked_logprobs_gradient_equals_the_unchunked_one():
     assert torch.allclose(got[0], hidden.grad, atol=1e-12) and torch.allclose(got[1], weight.grad, atol=1e-12)
 
 
+def test_bf16_head_log_probs_are_computed_in_float32_against_a_float64_reference():
+    """bf16 hidden states and head (the GPU learner's dtypes): the log-softmax must run in float32. In bf16
+    itself logits / T, their logsumexp and the difference are each rounded to 8 significant bits (a log-prob
+    near -8 to a multiple of 2**-5): off by up to 0.05 nats here."""
+    from paravt_core.train.logprobs import target_logprobs
+
+    g = torch.Generator().manual_seed(0)
+    steps = torch.tensor([-1.0, -0.5, 0.0, 0.5, 1.0], dtype=torch.float64)
+    # entries in halves and 4 of them per dot product: every logit is a multiple of 0.25 in [-4, 4], exact in
+    # bf16, so the float64 reference below sees exactly the logits the bf16 head produces
+    hidden64 = steps[torch.randint(0, 5, (9, 4), generator=g)]
+    weight64 = steps[torch.randint(0, 5, (3000, 4), generator=g)]
+    targets = torch.randint(0, 3000, (9,), generator=g)
+    reference = (
+        torch.log_softmax(hidden64 @ weight64.T / 0.7, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+    )
+    assert float(reference.max()) < -5.0  # a 3000-token vocabulary: every log-prob is far below 0
+    hidden, weight = hidden64.to(torch.bfloat16), weight64.to(torch.bfloat16)
+    assert torch.equal(torch.nn.functional.linear(hidden, weight).double(), hidden64 @ weight64.T)
+    for requires_grad in (False, True):  # the plain path and the checkpointed one of training
+        h = hidden.clone().requires_grad_(requires_grad)
+        got = target_logprobs(h, weight, targets, temperature=0.7, chunk=4)  # chunks of 4, 4, 1
+        assert float((got.double() - reference).abs().max()) <= 1e-5
+        assert got.dtype == torch.float32
+
+
 @pytest.mark.parametrize("freeze_vision", [True, False])
 def test_frozen_vision_tower_is_unchanged_and_not_optimized(samples, rl_data, tiny_model_dir, freeze_vision):  # noqa: F811
     cfg = tiny_rl_config(rl_data, tiny_model_dir, "unused", "optim.lr=1e-3")
@@ -201,6 +227,34 @@ def test_handoff_payload_has_no_pixels_and_every_rank_rebuilds_the_same_pixels(
         assert theirs.episode.main.token_ids == mine.episode.main.token_ids
     print(f"handoff bytes: full samples {full_bytes}, learner view {len(payload)}")
     assert len(payload) < full_bytes / 4
+
+
+def test_handoff_sends_only_the_trainable_samples(samples):
+    """An engine failure, an episode without a main trace and one with nothing to train (every loss-mask
+    entry 0) are not trainable: the learner view leaves exactly those out and keeps the others in order."""
+    import copy
+
+    from paravt_core.rl.handoff import compact
+
+    assert [(s.group, s.index) for s in samples] == [(g, i) for g in (0, 1) for i in range(4)]
+    assert all(s.trainable for s in samples)
+    mixed = list(samples)
+    mixed[1] = dataclasses.replace(
+        samples[1], episode=dataclasses.replace(samples[1].episode, finish_reason="engine_error")
+    )
+    mixed[4] = dataclasses.replace(
+        samples[4], episode=dataclasses.replace(samples[4].episode, conversation=None)
+    )
+    masked = copy.deepcopy(samples[6].episode)
+    for seg in masked.main.segments:
+        seg.loss_mask = [0] * len(seg.loss_mask)
+    mixed[6] = dataclasses.replace(samples[6], episode=masked)
+    got = compact(mixed)
+    assert [(s.group, s.index) for s in got] == [(0, 0), (0, 2), (0, 3), (1, 1), (1, 3)]
+    assert [s.reward.total for s in got] == [1.0, 0.5, -1.0, 0.0, -1.0]  # REWARDS by index
+    assert [s.episode.main.token_ids for s in got] == [
+        mixed[i].episode.main.token_ids for i in (0, 2, 3, 5, 7)
+    ]
 
 
 @pytest.mark.parametrize("freeze_vision", [True, False])

@@ -210,6 +210,21 @@ def test_overview_is_reused(videos, cache):
     assert overview(path, 6, cache=cache) is not first
 
 
+def test_overview_cache_tells_pixel_budgets_apart(videos, cache):
+    """Two budgets on one video (e.g. two runs in one process with other max_pixels): each gets frames of
+    its own size, and the cache still serves each budget's frames again."""
+    path, truth = videos["cfr30_gop30"]  # 128 x 96
+    small = overview(path, 7, max_pixels=3072, cache=cache)
+    # 128*96 = 12288 > 3072: scale sqrt(12288 / 3072) = 2, so 96/2 = 48 -> 32 and 128/2 = 64 -> 64
+    assert tuple(small.frames.shape) == (7, 3, 32, 64)
+    full = overview(path, 7, max_pixels=12288, cache=cache)
+    assert tuple(full.frames.shape) == (7, 3, 96, 128)  # 96 x 128 are multiples of 32 within the budget
+    assert full.indices == small.indices == [0, 99, 199, 299, 399, 499, 599]  # floor(j * 599 / 6)
+    assert_exact(full, truth, path)
+    assert overview(path, 7, max_pixels=3072, cache=cache) is small
+    assert overview(path, 7, max_pixels=12288, cache=cache) is full
+
+
 def test_many_threads_share_the_cache(videos):
     path, truth = videos["cfr25_default"]
     cache = DecoderCache(max_idle_per_video=2)
