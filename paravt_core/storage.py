@@ -714,9 +714,10 @@ def local_copy(
             if stale != target:
                 stale.unlink(missing_ok=True)
         download_file(text, target)
-        if target.stat().st_size != size:
+        got = target.stat().st_size
+        if got != size:
             target.unlink(missing_ok=True)
-            raise OSError(f"{text}: downloaded {target.stat().st_size} bytes, expected {size}")
+            raise OSError(f"{text}: downloaded {got} bytes, expected {size}")
     limit = (
         max_bytes
         if max_bytes is not None

@@ -384,6 +384,23 @@ def test_local_copy_refetches_an_object_replaced_by_one_of_the_same_size(
     assert second != first
 
 
+def test_local_copy_of_a_short_download_says_how_many_bytes_came(
+    s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injected: the download writes 4 of the object's 9 bytes. The error names both sizes (it used to
+    stat the file it had just removed and raise FileNotFoundError instead) and no copy is left behind."""
+    uri = f"{s3_bucket}/media/short.mp4"
+    storage.write_bytes(uri, b"version-1")
+
+    def short_download(text: str, target: Path) -> None:
+        Path(target).write_bytes(b"vers")
+
+    monkeypatch.setattr(storage, "download_file", short_download)
+    with pytest.raises(OSError, match=r"downloaded 4 bytes, expected 9$"):
+        storage.local_copy(uri, str(tmp_path / "cache"))
+    assert [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and ".locks" not in p.parts] == []
+
+
 def test_local_copy_cache_is_size_bounded(s3_bucket: str, tmp_path: Path) -> None:
     cache = str(tmp_path / "cache")
     uris = [f"{s3_bucket}/m/{i}.bin" for i in range(3)]
