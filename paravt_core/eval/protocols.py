@@ -41,7 +41,8 @@ RELEASE_AGENT: dict[str, Any] = {
     "crop_max_pixels": 50_176,
     "min_pixels": 784,
     "tool_mode": "crop_frames",
-    "crop": {"fps": 1.0, "min_frames": 1, "max_frames": 16},
+    # qwen-vl-utils 0.0.14's smart_nframes rounds a crop's frame count DOWN to even (a 7 s window: 6 frames)
+    "crop": {"fps": 1.0, "min_frames": 1, "max_frames": 16, "rounding": "floor"},
     "max_context_tokens": 65_536,
     "max_new_tokens": 2048,
     "max_turns": 3,
