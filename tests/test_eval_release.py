@@ -49,3 +49,137 @@ def test_release_preset_crops_round_down_on_a_real_video(tmp_path):
     assert counts == [2, 6, 16]
     ours = [len(c) for c in video_api.run_crops(str(path), [(2, 5), (2, 9), (2, 18)], **opts)]
     assert ours == [4, 8, 16]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Item 1: the release-v1 prompt set. The hashes are sha256 of the driver's own constants at commit cf55249,
+# rendered as the driver renders them (GENERAL_AGENTIC_SYSTEM.format(tool_schema=TOOL_SCHEMA) etc.), computed
+# from EvolvingLMMs-Lab/ParaVT paravt/eval/driver.py, not from our set.
+RELEASE_SYSTEM_SHA256 = {
+    "agentic_general": "d51e7e18d1aa2bb0e10add346557fa72a0d572d490425ee419a6da02f2637603",
+    "agentic_minimal": "a6933f68e4de6a8da13321a285a267ff73013fd8baea7e1e7a51fbf527093fe4",
+    "direct": "5ebc29666ce3c1db4fef150af4f1de57412363f8d8cfb87f9ce6d3bf934586d2",
+    "reasoning": "b17c98b728e2fc63884f0ebe09f4e465a41f4b5333adca3838c412cce459fe1e",
+}
+# paravt-v1's checksum before the optional layout fields existed: adding them must not change it.
+PARAVT_V1_CHECKSUM = "sha256:c91d7f015b4c5d7b6e166a832bc48f439af8ae02eaafb28917eccd121b38ba79"
+LETTER_ONLY = "Answer with the option letter only."  # utils.py load_samples mcq_instr (not direct)
+DIRECT_HINT = (  # utils.py load_samples mcq_instr under prompt_mode == "direct"
+    "Think step by step, use crop_video if needed, then provide your answer in <answer>X</answer> tags "
+    "where X is the option letter."
+)
+
+
+def _release_ctx(media_root: str = "", subtitles: str = ""):
+    from paravt_core.agent.prompts import load_prompt_set
+    from paravt_core.eval import benchmarks as B
+
+    return B.Context(media_root, subtitles, texts=load_prompt_set("release-v1").benchmark)
+
+
+def test_release_v1_system_prompts_are_the_drivers_byte_for_byte():
+    import hashlib
+
+    from paravt_core.agent.prompts import load_prompt_set
+
+    ps = load_prompt_set("release-v1")
+    got = {m: hashlib.sha256(ps.system_prompt(m).encode()).hexdigest() for m in RELEASE_SYSTEM_SHA256}
+    assert got == RELEASE_SYSTEM_SHA256
+    general = ps.system_prompt("agentic_general")
+    assert "**multiple <tool_call> blocks in one turn**" in general and "Format strictly as:" in general
+    assert general.endswith(
+        "Always wrap your reasoning in <think> tags and your final answer in <answer> tags."
+    )
+    assert load_prompt_set("paravt-v1").checksum == PARAVT_V1_CHECKSUM
+
+
+def test_preset_release_selects_release_v1_unless_a_set_is_named():
+    from paravt_core.agent.prompts import load_prompt_set
+
+    assert preset_agent("release", AgentConfig()).prompt_set == "release-v1"
+    bound = AgentConfig()
+    bound.bind_prompt_set()  # a config that already recorded paravt-v1's checksum still switches
+    assert preset_agent("release", bound).prompt_set == "release-v1"
+    assert preset_agent("paravt", AgentConfig()).prompt_set == "paravt-v1"
+    named = AgentConfig(prompt_set="release-v1")
+    assert preset_agent("release", named).prompt_set == "release-v1"
+    assert load_prompt_set("release-v1").checksum != PARAVT_V1_CHECKSUM
+
+
+def test_release_v1_videomme_letters_options_twice_and_direct_asks_differently():
+    from paravt_core.eval import benchmarks as B
+
+    row = {"videoID": "fxA", "question_id": "001-1", "duration": "short", "question": "Which shape?",
+           "options": ["A. A red circle.", "B. A blue square."], "answer": "A"}  # fmt: skip
+    (s,) = B.to_samples("videomme", [row], _release_ctx())
+    assert s.question_for("agentic") == (
+        f"Question: Which shape?\nOptions:\nA. A. A red circle.\nB. B. A blue square.\n{LETTER_ONLY}"
+    )
+    assert s.question_for("reasoning") == s.question
+    assert s.question_for("direct") == (
+        f"Question: Which shape?\nOptions:\nA. A. A red circle.\nB. B. A blue square.\n{DIRECT_HINT}"
+    )
+    # paravt-v1 keeps its own layout and one question for every protocol
+    (ours,) = B.to_samples("videomme", [row], B.Context(""))
+    assert ours.question_for("direct") == ours.question and "A. A." not in ours.question
+
+
+def test_release_v1_videomme_subtitles_line_by_line_and_left_out_when_missing(tmp_path):
+    from paravt_core.eval import benchmarks as B
+
+    subs = tmp_path / "subtitle"
+    subs.mkdir()
+    (subs / "fxA.srt").write_text(
+        "1\n00:00:01,000 --> 00:00:02,000\n<i>Hello</i> there\nsecond line\n\n2\n00:00:03,000 --> 00:00:04,000\nBye\n"
+    )
+    rows = [{"videoID": v, "question_id": f"{v}-1", "duration": "short", "question": "Q?",
+             "options": ["A. x", "B. y"], "answer": "B"} for v in ("fxA", "fxB")]  # fmt: skip
+    a, b = B.to_samples("videomme_wsub", rows, _release_ctx(str(tmp_path)))
+    body = f"Question: Q?\nOptions:\nA. A. x\nB. B. y\n{LETTER_ONLY}"
+    assert a.question == f"This video's subtitles are listed below:\nHello there\nsecond line\nBye\n\n{body}"
+    assert b.question == body  # fxB has no subtitle file: no block
+    ours_a, ours_b = B.to_samples("videomme_wsub", rows, B.Context(str(tmp_path)))
+    assert "Hello there second line\nBye\nQuestion:" in ours_a.question
+    assert "(no subtitles available)" in ours_b.question
+
+
+def test_release_v1_lvbench_mlvu_longvideobench_mmvu_layouts():
+    from paravt_core.eval import benchmarks as B
+
+    ctx = _release_ctx()
+    lvb = {"uid": "9", "video_path": "v.mp4", "question": "What is last?\n(A) red\n(B) blue", "answer": "B",
+           "question_type": ["entity recognition"]}  # fmt: skip
+    (s,) = B.to_samples("lvbench", [lvb], ctx)
+    assert s.question == f"What is last?\n(A) red\n(B) blue\n{LETTER_ONLY}"
+    assert s.question_for("direct") == f"What is last?\n(A) red\n(B) blue\n{DIRECT_HINT}"
+    mlvu = {"video_name": "m.mp4", "question": "Which color?\n(A) red\n(B) blue", "candidates": ["red", "blue"],
+            "answer": "blue", "task_type": "plotQA", "question_id": "m1"}  # fmt: skip
+    (s,) = B.to_samples("mlvu", [mlvu], ctx)
+    assert (
+        s.question == f"Question: Which color?\n(A) red\n(B) blue\nOptions:\nA. red\nB. blue\n{LETTER_ONLY}"
+    )
+    lvideo = {"id": "l1", "video_path": "l.mp4", "question": " Who waves? ", "option0": "a", "option1": "b",
+              "option2": "N/A", "correct_choice": 1, "duration_group": 15}  # fmt: skip
+    (s,) = B.to_samples("longvideobench", [lvideo], ctx)
+    assert s.question == f"Question:  Who waves? \nOptions:\nA. a\nB. b\n{LETTER_ONLY}"  # not stripped
+    oe = {"id": "o1", "video": "https://huggingface.co/datasets/yale-nlp/MMVU/resolve/main/videos/Art/0.mp4",
+          "question": "Why does it glow?", "choices": {}, "answer": "heat", "question_type": "open-ended",
+          "metadata": {"subject": "Art"}}  # fmt: skip
+    (s,) = B.to_samples("mmvu", [oe], ctx)
+    assert s.question == f"Question: Why does it glow?\nOptions:\n\n{LETTER_ONLY}"
+    assert (s.qtype, s.forced, s.gold) == ("oe", "mcq", "heat")
+    (ours,) = B.to_samples("mmvu", [oe], B.Context(""))
+    assert (ours.question, ours.forced) == ("Question: Why does it glow?", "")
+
+
+def test_release_v1_mmvu_open_ended_gets_the_letter_forced_answer():
+    from paravt_core.eval import benchmarks as B
+    from paravt_core.eval.protocols import agent_config
+
+    oe = {"id": "o1", "video_path": "videos/Art/0.mp4", "question": "Why?", "choices": {}, "answer": "heat",
+          "question_type": "open-ended"}  # fmt: skip
+    base = preset_agent("release", AgentConfig())
+    (rel,) = B.to_samples("mmvu", [oe], _release_ctx())
+    (ours,) = B.to_samples("mmvu", [oe], B.Context(""))
+    assert agent_config("agentic", B.get("mmvu"), rel, base, "release").forced_answer == "mcq"
+    assert agent_config("agentic", B.get("mmvu"), ours, AgentConfig(), "paravt").forced_answer is None

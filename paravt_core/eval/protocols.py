@@ -13,9 +13,11 @@ sub-agents, 2048 new tokens, 3 tool rounds x 5 parallel calls.
 Presets (``EvalConfig.preset``) set the episode knobs that make a protocol, on top of ``agent``:
 
 - ``paravt`` (default): our protocol - sub-agents, labelled overview frames, the agent's own pixel budgets;
-- ``release``: the release's eval driver (SPEC §7), which produced the published numbers: 64 overview frames
+- ``release``: the release's eval driver (SPEC §7), which produced the published numbers: its prompt texts and
+  layouts (the ``release-v1`` prompt set, unless ``agent.prompt_set`` names another), 64 overview frames
   of 100,352-602,112 px each (qwen-vl-utils 0.0.14 with ``nframes=64``), the crop frames themselves as the tool's
-  answer (``crop_frames``: 1 fps, 1-16 frames of at most 50,176 px), an unlabelled overview for multiple choice
+  answer (``crop_frames``: 1 fps, 1-16 frames of at most 50,176 px, the count rounded down to even as
+  qwen-vl-utils 0.0.14 does), an unlabelled overview for multiple choice
   (frames only; Charades keeps the timestamps, standing in for the release's ``video_url`` input, which gives
   the model the frames' times), and a 65,536-token context (its vLLM ``--max-model-len``) that holds those frames.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from paravt_core.agent import prompts
 from paravt_core.agent.config import AgentConfig
 
 from .benchmarks import Benchmark, Sample
@@ -31,6 +34,9 @@ from .benchmarks import Benchmark, Sample
 PROTOCOLS: tuple[str, ...] = ("agentic", "direct", "reasoning")
 WITH_TOOL = ("agentic",)
 PRESETS: tuple[str, ...] = ("paravt", "release")
+# The release driver's prompt texts and layouts (prompt_sets/release-v1.yaml): preset=release's prompt set
+# unless agent.prompt_set names another (the report then says the prompts are not the release's).
+RELEASE_PROMPT_SET = "release-v1"
 
 # qwen-vl-utils 0.0.14: VIDEO_MIN_PIXELS = 128 * 28 * 28, VIDEO_MAX_PIXELS = 768 * 28 * 28 (the per-frame cap
 # for 64 frames: its total-pixel budget / 64 is larger); the release's crops pass max_pixels 50,176, min 784.
@@ -60,6 +66,11 @@ def preset_agent(preset: str, base: AgentConfig) -> AgentConfig:
         merged = {**base.model_dump(), **RELEASE_AGENT}
         merged["crop"] = {**base.crop.model_dump(), **RELEASE_AGENT["crop"]}
         merged["max_pixels"] = max(base.max_pixels, merged["min_pixels"])
+        if base.prompt_set == prompts.DEFAULT_PROMPT_SET:  # left at the default: the release's own texts
+            default = prompts.load_prompt_set(prompts.DEFAULT_PROMPT_SET).checksum
+            merged["prompt_set"] = RELEASE_PROMPT_SET
+            if base.prompt_set_checksum in (None, default):
+                merged["prompt_set_checksum"] = None
         return AgentConfig.model_validate(merged)
     raise ValueError(f"unknown eval preset {preset!r}; known: {', '.join(PRESETS)}")
 
@@ -68,7 +79,8 @@ def agent_config(
     protocol: str, bench: Benchmark, sample: Sample, base: AgentConfig, preset: str = "paravt"
 ) -> AgentConfig:
     if protocol == "agentic":
-        forced = {"mcq": "mcq", "tvg": "tvg"}.get(sample.qtype)
+        # the sample's own forced answer when its layout sets one (release: MMVU's open-ended items get the letter)
+        forced = sample.forced if sample.forced != "" else {"mcq": "mcq", "tvg": "tvg"}.get(sample.qtype)
         update: dict[str, Any] = {"prompt_mode": bench.tool_prompt, "forced_answer": forced}
         if preset == "release":  # the released driver shows multiple-choice frames without timestamps
             update["overview_labels"] = sample.qtype == "tvg"
