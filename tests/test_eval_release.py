@@ -183,3 +183,99 @@ def test_release_v1_mmvu_open_ended_gets_the_letter_forced_answer():
     (ours,) = B.to_samples("mmvu", [oe], B.Context(""))
     assert agent_config("agentic", B.get("mmvu"), rel, base, "release").forced_answer == "mcq"
     assert agent_config("agentic", B.get("mmvu"), ours, AgentConfig(), "paravt").forced_answer is None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Items 2 and 3: the release's error rule, the per-benchmark error limit, comparability. The release
+# (utils.py run_dataset at cf55249): MCQ accuracy = sum(correct) / len(results with correct is not None), and a
+# failed sample's base_result has correct=False -> errors are wrong answers. Charades: mIoU over results without
+# an "error" key; an API failure inside the agent loop is the reply "[API error: ...]", scored (IoU 0).
+
+
+def _ok(score, **meta):
+    return {"status": "ok", "score": score, "meta": meta, "tool_calls": 0, "qtype": "mcq"}
+
+
+def _error(reason, **meta):
+    return {"status": "error", "score": None, "error": {"reason": reason}, "meta": meta}
+
+
+def test_release_error_rule_scores_multiple_choice_errors_wrong():
+    from paravt_core.eval.metrics import benchmark_metrics, headline
+
+    recs = [_ok(1.0), _ok(1.0), _ok(1.0), _ok(0.0), _error("context_overflow")]
+    ours, release = benchmark_metrics("videomme", recs), benchmark_metrics("videomme", recs, "release")
+    assert (headline(ours), ours["denominator"]) == (75.0, 4)  # 3 of 4 scored
+    assert (headline(release), release["denominator"]) == (60.0, 5)  # 3 of 5: the error is wrong
+    mmvu = [_ok(1.0, kind="multiple-choice"), _ok(0.0, kind="multiple-choice"),
+            _error("video_error", kind="multiple-choice"), _ok(0.5, kind="open-ended")]  # fmt: skip
+    m = benchmark_metrics("mmvu", mmvu, "release")
+    assert (m["headline"], headline(m)) == ("mc_accuracy_errors_as_wrong", pytest.approx(100 / 3))
+    assert headline(benchmark_metrics("mmvu", mmvu)) == 50.0
+
+
+def test_release_error_rule_for_charades_scores_in_loop_failures_zero_and_leaves_out_the_rest():
+    from paravt_core.eval.metrics import benchmark_metrics, headline
+
+    recs = [_ok(0.2), _ok(0.5), _ok(0.8), _error("engine_timeout"), _error("video_error")]
+    assert headline(benchmark_metrics("charades", recs)) == pytest.approx(50.0)  # 1.5 / 3
+    m = benchmark_metrics("charades", recs, "release")
+    assert (headline(m), m["denominator"]) == (pytest.approx(37.5), 4)  # 1.5 / 4: the video error stays out
+
+
+def test_error_rule_follows_the_preset_unless_set():
+    from paravt_core.eval.config import EvalConfig
+
+    assert EvalConfig(preset="release").resolved_error_rule == "release"
+    assert EvalConfig().resolved_error_rule == "paravt"
+    assert EvalConfig(preset="release", error_rule="paravt").resolved_error_rule == "paravt"
+
+
+def test_the_error_limit_is_per_benchmark_not_pooled():
+    from paravt_core.eval.metrics import benchmark_metrics
+    from paravt_core.eval.stage import error_gate
+
+    # 3 errors in 10 videomme_wsub samples, none in 100 lvbench: pooled 3 / 110 = 2.7% < 5%, but 30% > 5%
+    per = {"agentic": {"videomme_wsub": benchmark_metrics("videomme_wsub", [_ok(1.0)] * 7 + [_error("x")] * 3),
+                       "lvbench": benchmark_metrics("lvbench", [_ok(1.0)] * 100)}}  # fmt: skip
+    gate = error_gate(per, 0.05)
+    assert gate["passed"] is False and gate["failing"] == {"agentic.videomme_wsub": pytest.approx(0.3)}
+    assert error_gate(per, 0.3)["passed"] is True
+
+
+def _report_results(preset="release", checksum=None, rule="release"):
+    from paravt_core.eval import report
+    from paravt_core.eval.metrics import benchmark_metrics
+
+    recs = {"videomme": [_ok(1.0), _ok(0.0), _error("engine_error")], "charades": [_ok(0.5)]}
+    return {"preset": preset, "error_rule": rule, "prompt_protocol": "x",
+            "prompt_checksum": checksum or report.release_checksum(),
+            "protocols": {"agentic": {b: benchmark_metrics(b, r, rule) for b, r in recs.items()}}}  # fmt: skip
+
+
+def test_comparability_requires_preset_prompts_and_error_rule_and_names_each_failure():
+    from paravt_core.agent.prompts import load_prompt_set
+    from paravt_core.eval.report import comparability
+
+    assert comparability(_report_results(), "videomme") == ""
+    ours = load_prompt_set("paravt-v1").checksum
+    why = comparability(_report_results(checksum=ours), "videomme")
+    assert why.startswith("not comparable: prompts x (c91d7f015b4c) are not the release's release-v1")
+    why = comparability(_report_results(rule="paravt"), "videomme")
+    assert why == ("not comparable: error_rule=paravt: errors left out of the denominator (the release scores "
+                   "them wrong)")  # fmt: skip
+    why = comparability(_report_results(preset="paravt", checksum=ours, rule="paravt"), "videomme")
+    assert why.count("; ") == 2 and "preset=paravt" in why and "prompts" in why and "error_rule" in why
+    # Charades: the release's input was the whole video as video_url, ours labelled frames -> never a delta
+    assert "video_url" in comparability(_report_results(), "charades")
+
+
+def test_the_report_cell_shows_both_denominators():
+    from paravt_core.eval import report
+
+    html = report.render_html({**_report_results(), "model": "m", "published_model": "ParaVT-8B",
+                               "totals": {"samples": 4, "scored": 3, "errors": 1, "error_share": 0.25},
+                               "errors_by_reason": {}, "gate": {"passed": True}}, {})  # fmt: skip
+    # videomme: 1 of 2 scored = 50.0 left out; 1 of 3 = 33.3 as the release scores it (the headline)
+    assert "errors left out: 50.0 · errors wrong (release rule): 33.3" in html
+    assert "<b>33.3</b>" in html and "-28.8" in html  # 33.3 - 62.1 published, comparable

@@ -128,9 +128,22 @@ class EvalConfig(StrictModel):
         ge=0,
         description="with merge=true: the shard count n to merge (0: read it off the shards/ directory)",
     )
+    error_rule: Literal["auto", "paravt", "release"] = Field(
+        default="auto",
+        description="what an error is worth in a headline: paravt (left out, counted beside), release (a "
+        "multiple-choice error scored wrong, as the release's driver does); auto: release under preset=release",
+    )
     max_error_share: float = Field(
         default=0.05,
         ge=0.0,
         le=1.0,
-        description="fail the stage (after writing everything) when errors / samples exceeds this",
+        description="fail the stage (after writing everything) when errors / samples of any one benchmark "
+        "(per protocol) exceeds this",
     )
+
+    @property
+    def resolved_error_rule(self) -> str:
+        """The error rule in force (``auto`` resolved by the preset)."""
+        if self.error_rule != "auto":
+            return self.error_rule
+        return "release" if self.preset == "release" else "paravt"
