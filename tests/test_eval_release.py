@@ -95,14 +95,17 @@ def test_release_v1_system_prompts_are_the_drivers_byte_for_byte():
 
 def test_preset_release_selects_release_v1_unless_a_set_is_named():
     from paravt_core.agent.prompts import load_prompt_set
+    from paravt_core.config import load_config
+    from paravt_core.eval.config import EvalConfig
+    from paravt_core.eval.protocols import RELEASE_PROMPT_SET
 
-    assert preset_agent("release", AgentConfig()).prompt_set == "release-v1"
-    bound = AgentConfig()
-    bound.bind_prompt_set()  # a config that already recorded paravt-v1's checksum still switches
-    assert preset_agent("release", bound).prompt_set == "release-v1"
-    assert preset_agent("paravt", AgentConfig()).prompt_set == "paravt-v1"
-    named = AgentConfig(prompt_set="release-v1")
-    assert preset_agent("release", named).prompt_set == "release-v1"
+    assert EvalConfig(preset="release").agent.prompt_set == RELEASE_PROMPT_SET == "release-v1"
+    assert EvalConfig().agent.prompt_set == "paravt-v1"
+    named = load_config(EvalConfig, overrides=["preset=release", "agent.prompt_set=paravt-v1"])
+    assert named.agent.prompt_set == "paravt-v1"  # named: kept (the report then says the prompts differ)
+    # the resolved config names the set, so reloading it (shards, compiled pipelines) keeps it
+    again = EvalConfig.model_validate(EvalConfig(preset="release").model_dump(mode="json"))
+    assert again.agent.prompt_set == "release-v1"
     assert load_prompt_set("release-v1").checksum != PARAVT_V1_CHECKSUM
 
 
@@ -178,7 +181,7 @@ def test_release_v1_mmvu_open_ended_gets_the_letter_forced_answer():
 
     oe = {"id": "o1", "video_path": "videos/Art/0.mp4", "question": "Why?", "choices": {}, "answer": "heat",
           "question_type": "open-ended"}  # fmt: skip
-    base = preset_agent("release", AgentConfig())
+    base = preset_agent("release", AgentConfig(prompt_set="release-v1"))
     (rel,) = B.to_samples("mmvu", [oe], _release_ctx())
     (ours,) = B.to_samples("mmvu", [oe], B.Context(""))
     assert agent_config("agentic", B.get("mmvu"), rel, base, "release").forced_answer == "mcq"
@@ -279,3 +282,57 @@ def test_the_report_cell_shows_both_denominators():
     # videomme: 1 of 2 scored = 50.0 left out; 1 of 3 = 33.3 as the release scores it (the headline)
     assert "errors left out: 50.0 · errors wrong (release rule): 33.3" in html
     assert "<b>33.3</b>" in html and "-28.8" in html  # 33.3 - 62.1 published, comparable
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The stage under preset=release on fixture rows in the benchmarks' real schemas, with the tiny model's
+# processor (the main agent's replies scripted: the random tiny model would write 2048 tokens per turn on
+# 64 frames). The report says "comparable" only where preset, prompts and error rule are the release's.
+
+
+def _release_run(tmp_path, tiny_model, eval_fixtures, **overrides):
+    import json
+    from pathlib import Path
+
+    from paravt_core.eval.stage import run
+    from tests.eval_support import KeyedEngine, fixture_entry, tiny_eval_config
+
+    benches = [fixture_entry(eval_fixtures, n) for n in ("videomme", "lvbench", "charades")]
+    script = {"a red circle appears": ["The event happens in the 1.0 - 3.0 seconds."]}
+    engine = KeyedEngine(tiny_model.processor, script, default="<answer>B</answer>")
+    cfg = tiny_eval_config(tmp_path, "tiny", benches, preset="release", published_model="ParaVT-8B",
+                           runner={"concurrency": 2, "retries": 0, "backoff_s": 0.0}, **overrides)  # fmt: skip
+    run(cfg, engine=engine, processor=tiny_model.processor)
+    out = Path(cfg.output)
+    return json.loads((out / "results.json").read_text()), (out / "report.html").read_text(), out
+
+
+def test_stage_under_preset_release_is_comparable_only_where_everything_is_the_releases(
+    tiny_model, eval_fixtures, tmp_path
+):
+    import json
+
+    from paravt_core.eval import report
+
+    results, html, out = _release_run(tmp_path, tiny_model, eval_fixtures)
+    assert (results["prompt_protocol"], results["error_rule"]) == ("release-v1", "release")
+    assert results["prompt_checksum"] == report.release_checksum()
+    first = json.loads((out / "samples/agentic/videomme.jsonl").read_text().splitlines()[0])
+    assert "\nOptions:\nA. A. " in first["question"] and first["question"].endswith(LETTER_ONLY)
+    table = html.split("<h2>Headline")[1].split("</table>")[0]
+    rows = {r.split("<th>")[1].split(" <small>")[0]: r for r in table.split("<tr>")[2:]}
+    assert report.COMPARABLE in rows["videomme"] and report.COMPARABLE in rows["lvbench"]
+    assert report.COMPARABLE not in rows["charades"] and "video_url" in rows["charades"]
+
+
+def test_stage_under_preset_release_with_our_prompts_names_the_prompts(tiny_model, eval_fixtures, tmp_path):
+    agent = {
+        **__import__("tests.eval_support", fromlist=["TINY_AGENT"]).TINY_AGENT,
+        "prompt_set": "paravt-v1",
+    }
+    results, html, _ = _release_run(tmp_path, tiny_model, eval_fixtures, agent=agent)
+    assert results["prompt_protocol"] == "paravt-v1"
+    from paravt_core.eval import report
+
+    assert report.COMPARABLE not in html
+    assert "not comparable: prompts paravt-v1 (c91d7f015b4c) are not the release&#x27;s release-v1" in html

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from paravt_core.agent.config import AgentConfig
 from paravt_core.config_base import StrictModel
@@ -140,6 +140,17 @@ class EvalConfig(StrictModel):
         description="fail the stage (after writing everything) when errors / samples of any one benchmark "
         "(per protocol) exceeds this",
     )
+
+    @model_validator(mode="after")
+    def _release_prompts(self) -> EvalConfig:
+        """preset=release with ``agent.prompt_set`` not given: the release's texts (``release-v1``), written
+        into the config so a saved, reloaded or compiled config keeps them."""
+        if self.preset == "release" and "prompt_set" not in self.agent.model_fields_set:
+            self.agent.prompt_set = (
+                "release-v1"  # protocols.RELEASE_PROMPT_SET (protocols imports this module)
+            )
+            self.agent.prompt_set_checksum = None
+        return self
 
     @property
     def resolved_error_rule(self) -> str:

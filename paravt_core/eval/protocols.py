@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from paravt_core.agent import prompts
 from paravt_core.agent.config import AgentConfig
 
 from .benchmarks import Benchmark, Sample
@@ -35,7 +34,8 @@ PROTOCOLS: tuple[str, ...] = ("agentic", "direct", "reasoning")
 WITH_TOOL = ("agentic",)
 PRESETS: tuple[str, ...] = ("paravt", "release")
 # The release driver's prompt texts and layouts (prompt_sets/release-v1.yaml): preset=release's prompt set
-# unless agent.prompt_set names another (the report then says the prompts are not the release's).
+# unless agent.prompt_set names another (the report then says the prompts are not the release's); EvalConfig
+# fills it in when the config is validated, so the resolved config names it.
 RELEASE_PROMPT_SET = "release-v1"
 
 # qwen-vl-utils 0.0.14: VIDEO_MIN_PIXELS = 128 * 28 * 28, VIDEO_MAX_PIXELS = 768 * 28 * 28 (the per-frame cap
@@ -66,11 +66,6 @@ def preset_agent(preset: str, base: AgentConfig) -> AgentConfig:
         merged = {**base.model_dump(), **RELEASE_AGENT}
         merged["crop"] = {**base.crop.model_dump(), **RELEASE_AGENT["crop"]}
         merged["max_pixels"] = max(base.max_pixels, merged["min_pixels"])
-        if base.prompt_set == prompts.DEFAULT_PROMPT_SET:  # left at the default: the release's own texts
-            default = prompts.load_prompt_set(prompts.DEFAULT_PROMPT_SET).checksum
-            merged["prompt_set"] = RELEASE_PROMPT_SET
-            if base.prompt_set_checksum in (None, default):
-                merged["prompt_set_checksum"] = None
         return AgentConfig.model_validate(merged)
     raise ValueError(f"unknown eval preset {preset!r}; known: {', '.join(PRESETS)}")
 

@@ -235,9 +235,9 @@ def _code_version() -> str:
 
 
 def prompt_set_of(cfg: EvalConfig) -> prompts.PromptSet:
-    """The prompt set the episodes use (``agent.prompt_set`` after the preset: preset=release picks
-    ``release-v1`` when it is left at the default; its checksum is recorded in the results)."""
-    return prompts.load_prompt_set(preset_agent(cfg.preset, cfg.agent).prompt_set)
+    """The prompt set the episodes use (``agent.prompt_set``; preset=release fills in ``release-v1`` when it
+    is not given; its checksum is recorded in the results)."""
+    return prompts.load_prompt_set(cfg.agent.prompt_set)
 
 
 def build_results(
@@ -342,7 +342,7 @@ def _samples_by_bench(cfg: EvalConfig, work: str) -> dict[str, list[registry.Sam
     for b in resolve_benchmarks(cfg):
         if b.name in out:
             raise EvalError(f"benchmark {b.name} is configured twice")
-        out[b.name] = load_samples(b, work, preset_agent(cfg.preset, cfg.agent).prompt_set)
+        out[b.name] = load_samples(b, work, cfg.agent.prompt_set)
     return out
 
 
