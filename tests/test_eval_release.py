@@ -336,3 +336,41 @@ def test_stage_under_preset_release_with_our_prompts_names_the_prompts(tiny_mode
 
     assert report.COMPARABLE not in html
     assert "not comparable: prompts paravt-v1 (c91d7f015b4c) are not the release&#x27;s release-v1" in html
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Item 5: MMVU. lmms-eval 0.7.3 tasks/mmvu/utils.py mmvu_aggregate_results_val: 100 * correct / answered over
+# every item (multiple choice and open-ended alike).
+
+
+def test_mmvu_shows_lmms_evals_all_items_number_beside_ours_labelled():
+    from paravt_core.eval import report
+    from paravt_core.eval.metrics import benchmark_metrics
+
+    recs = [
+        {**_ok(1.0, kind="multiple-choice"), "qtype": "mcq"},
+        {**_ok(1.0, kind="multiple-choice"), "qtype": "mcq"},
+        {**_ok(0.0, kind="multiple-choice"), "qtype": "mcq"},
+        {**_ok(1.0, kind="open-ended"), "qtype": "oe", "score_source": "judge"},
+        {**_ok(0.0, kind="open-ended"), "qtype": "oe", "score_source": "judge"},
+    ]
+    m = benchmark_metrics("mmvu", recs)
+    # ours: 2 of 3 multiple choice = 66.7; lmms-eval's: 3 right of all 5 items = 60.0
+    assert (m["headline"], m["mc_accuracy"], m["all_items_accuracy"]) == (
+        "mc_accuracy",
+        pytest.approx(200 / 3),
+        60.0,
+    )
+    html = report.render_html({"preset": "paravt", "protocols": {"agentic": {"mmvu": m}}, "model": "x",
+                               "totals": {"samples": 5, "scored": 5, "errors": 0, "error_share": 0.0},
+                               "errors_by_reason": {}, "gate": {"passed": True}}, {})  # fmt: skip
+    assert "lmms-eval mmvu_val (all items, multiple choice + open-ended): 60.0" in html
+    assert (
+        report.kfp_metrics(
+            {
+                "protocols": {"agentic": {"mmvu": m}},
+                "totals": {"samples": 5, "scored": 5, "errors": 0, "error_share": 0.0},
+            }
+        )["agentic.mmvu.all_items_accuracy"]
+        == 60.0
+    )

@@ -17,8 +17,9 @@ A record is the dict the runner writes: ``status`` ``ok`` (scored, ``score`` in 
 - MLVU: micro (over all samples; the headline: the release's driver, which made the published number, reports
   the accuracy over all questions) and M-avg (mean of the per-``task_type`` accuracies: lmms-eval's MLVU score),
   side by side;
-- MMVU: multiple-choice accuracy (the headline) and open-ended accuracy apart; open-ended items scored by token
-  F1 (no judge, or a judge that fell back) are marked not comparable with a judged number;
+- MMVU: multiple-choice accuracy (the headline) and open-ended accuracy apart, and ``all_items_accuracy`` (over
+  every scored item, lmms-eval's ``mmvu_val`` number) beside them; open-ended items scored by token F1 (no judge,
+  or a judge that fell back) are marked not comparable with a judged number;
 - LongVideoBench: unparseable answers count as wrong (as in the release); lmms-eval's parser answers a random
   letter instead, which adds about 1/n of them (n options) - the count is reported so the two can be related;
 - Charades: mIoU (mean IoU x 100) and R@0.3 / 0.5 / 0.7 (share of samples with IoU >= t, x 100).
@@ -139,6 +140,9 @@ def benchmark_metrics(
         sources = sorted({r.get("score_source") for r in ok if r.get("qtype") == "oe"} - {None})
         out["oe_scored_by"] = sources
         out["oe_comparable"] = bool(sources) and sources == ["judge"]
+        # lmms-eval's mmvu_val headline (tasks/mmvu/utils.py mmvu_aggregate_results_val, 0.7.3): correct over
+        # ALL items, multiple choice and open-ended together (open-ended: rule scorer, then a judge)
+        out["all_items_accuracy"] = out["accuracy"]
         out["headline"] = "mc_accuracy_errors_as_wrong" if error_rule == "release" else "mc_accuracy"
         out["denominator"] = len(mc_all) if error_rule == "release" else len(mc_ok)
         notes.append("headline: multiple-choice accuracy; open-ended items apart"

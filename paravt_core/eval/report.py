@@ -80,6 +80,7 @@ def kfp_metrics(results: dict[str, Any]) -> dict[str, float]:
         for bench, m in benches.items():
             for key in ("accuracy", "accuracy_errors_as_wrong", "miou", "miou_errors_as_zero", "r@0.3", "r@0.5",
                         "r@0.7", "micro", "macro", "m_avg", "mc_accuracy", "mc_accuracy_errors_as_wrong",
+                        "all_items_accuracy",
                         "oe_accuracy", "avg_tool_calls", "tool_use_rate"):  # fmt: skip
                 if isinstance(m.get(key), int | float):
                     out[f"{protocol}.{bench}.{key.replace('@', '_at_')}"] = float(m[key])
@@ -191,7 +192,7 @@ def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
             if not m:
                 cells.append("<td>–</td>")
                 continue
-            extra = f"<br><small>{m['scored']} scored · {m['errors']} errors</small>{_denominators(m)}"
+            extra = f"<br><small>{m['scored']} scored · {m['errors']} errors</small>{_denominators(m)}{_all_items(m)}"
             cells.append(f"<td><b>{_fmt(headline(m))}</b> <small>{html.escape(str(m.get('headline')))}</small>"
                          f"{extra}{_provenance(m)}</td>")  # fmt: skip
         if model:
@@ -220,7 +221,7 @@ def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
             keys = [k for k in ("by_duration", "by_duration_group", "by_task_type", "micro", "m_avg", "mc_accuracy",
                                 "oe_accuracy", "oe_scored_by", "oe_comparable", "unparseable_as_wrong", "r@0.3",
                                 "r@0.5", "r@0.7", "accuracy_errors_as_wrong", "miou_errors_as_zero",
-                                "mc_accuracy_errors_as_wrong", "avg_tool_calls",
+                                "mc_accuracy_errors_as_wrong", "all_items_accuracy", "avg_tool_calls",
                                 "tool_use_rate") if k in m]  # fmt: skip
             parts = "; ".join(f"{k}: {_detail(m[k])}" for k in keys)
             parts += "".join(f"<br><small>{html.escape(n)}</small>" for n in m.get("notes") or [])
@@ -287,6 +288,17 @@ def _denominators(m: dict[str, Any]) -> str:
     worth = "IoU 0" if ours == "miou" else "wrong"
     return (f"<br><small class='denom'>errors left out: {_fmt(a)} · errors {worth} (release rule): {_fmt(b)}"
             "</small>")  # fmt: skip
+
+
+def _all_items(m: dict[str, Any]) -> str:
+    """MMVU: lmms-eval's mmvu_val number (all items) beside our multiple-choice headline, labelled."""
+    if "all_items_accuracy" not in m:
+        return ""
+    judged = (
+        "" if m.get("oe_comparable") or not m.get("oe_scored_by") else "; open-ended by token F1, not a judge"
+    )
+    return (f"<br><small class='lmms'>lmms-eval mmvu_val (all items, multiple choice + open-ended{judged}): "
+            f"{_fmt(m['all_items_accuracy'])}</small>")  # fmt: skip
 
 
 def _provenance(m: dict[str, Any]) -> str:
