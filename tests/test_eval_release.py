@@ -374,3 +374,84 @@ def test_mmvu_shows_lmms_evals_all_items_number_beside_ours_labelled():
         )["agentic.mmvu.all_items_accuracy"]
         == 60.0
     )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Item 7: LVBench options lists, Charades gold as numbers, the LongVideoBench note, aligned subtitles.
+
+
+def test_lvbench_rows_with_an_options_list_are_lettered_as_lmms_eval_does():
+    from paravt_core.eval import benchmarks as B
+
+    # lmms-eval 0.7.3 tasks/lvbench/utils.py lvbench_doc_to_text: question + "\n" + "(A) opt" lines
+    row = {"uid": "7", "video_path": "v.mp4", "question": "What happens last?", "options": ["red", "blue"],
+           "answer": "B", "question_type": ["key information retrieval"]}  # fmt: skip
+    (s,) = B.to_samples("lvbench", [row], B.Context(""))
+    assert s.error is None and (s.gold, s.letters) == ("B", "AB")
+    assert s.question.startswith("Question: What happens last?\n(A) red\n(B) blue\n")
+
+
+def test_charades_gold_is_scored_as_numbers_not_reparsed_text():
+    import asyncio
+
+    from paravt_core.eval import benchmarks as B
+    from paravt_core.eval.scoring import score_sample
+
+    row = {
+        "video": "AO8RW.mp4",
+        "caption": "a person is putting a book on a shelf",
+        "timestamp": [5e-05, 6.2],
+    }
+    (s,) = B.to_samples("charades", [row], B.Context(""))
+    assert s.gold_interval == (5e-05, 6.2)
+    score = asyncio.run(score_sample(s, "The event happens in the 0.0 - 6.2 seconds."))
+    # IoU of [0, 6.2] with [0.00005, 6.2] = 6.19995 / 6.2 (the text "5e-05, 6.2" would read as 5 - 6.2)
+    assert score.score == pytest.approx(6.19995 / 6.2) and score.parsed == [0.0, 6.2]
+
+
+def test_longvideobench_note_says_what_the_release_does_with_an_unreadable_answer():
+    from paravt_core.eval.metrics import benchmark_metrics
+
+    m = benchmark_metrics("longvideobench", [{**_ok(0.0), "score_reason": "unparseable_letter"}])
+    assert "as the release does" not in m["notes"][0]
+    assert "the release reads the reply's first character" in m["notes"][0]
+
+
+def test_aligned_subtitles_keep_the_cues_covering_the_sampled_frames():
+    from paravt_core.eval.formats import aligned_subtitles
+
+    # 100 frames at 10 fps, 4 sampled: linspace(0, 99, 4) -> 0, 33, 66, 99 (int). Cue frames: [0, 20) holds 0;
+    # [21, 30) none; [30, 40) holds 33; [95, 100) holds 99.
+    cues = [(0.0, 2.0, "one"), (2.1, 3.0, "two"), (3.0, 4.0, "three"), (9.5, 10.0, "four")]
+    assert aligned_subtitles(cues, 10.0, 100, 4) == "one\nthree\nfour"
+
+
+def test_videomme_wsub_aligned_on_a_real_video_and_labelled_in_the_report(tmp_path):
+    from paravt_core.eval import benchmarks as B
+    from paravt_core.eval import report
+    from paravt_core.eval.metrics import benchmark_metrics
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "subtitle").mkdir()
+    write_video(tmp_path / "data" / "fxA.mp4", [Event("circle", "red", 0.0, 10.0, (10, 10, 60, 60))], 10.0, 4.0,
+                (64, 48))  # fmt: skip
+    # 40 frames at 4 fps; 4 sampled: 0, 13, 26, 39. Cues in frames: [0, 4) 0; [8, 12) none; [12, 16) 13;
+    # [36, 40) 39.
+    (tmp_path / "subtitle" / "fxA.srt").write_text(
+        "1\n00:00:00,000 --> 00:00:01,000\nHi\n\n2\n00:00:02,000 --> 00:00:03,000\nskipped\n\n"
+        "3\n00:00:03,000 --> 00:00:04,000\nmiddle\n\n4\n00:00:09,000 --> 00:00:10,000\nend\n"
+    )
+    row = {"videoID": "fxA", "question_id": "1", "duration": "short", "question": "Q?",
+           "options": ["A. x", "B. y"], "answer": "A"}  # fmt: skip
+    (s,) = B.to_samples("videomme_wsub", [row], B.Context(str(tmp_path), subtitle_frames=4))
+    assert s.question.startswith("This video's subtitles are listed below:\nHi\nmiddle\nend\nQuestion: Q?")
+    (full,) = B.to_samples("videomme_wsub", [row], B.Context(str(tmp_path)))
+    assert "Hi\nskipped\nmiddle\nend\n" in full.question
+    m = {**benchmark_metrics("videomme_wsub", [_ok(1.0)], "release"), "subtitles": "aligned"}
+    results = {"preset": "release", "error_rule": "release", "prompt_protocol": "release-v1",
+               "prompt_checksum": report.release_checksum(), "protocols": {"agentic": {"videomme_wsub": m}}}  # fmt: skip
+    assert "subtitles aligned to the sampled frames" in report.comparability(results, "videomme_wsub")
+    html = report.render_html({**results, "model": "x", "published_model": "ParaVT-8B", "errors_by_reason": {},
+                               "totals": {"samples": 1, "scored": 1, "errors": 0, "error_share": 0.0},
+                               "gate": {"passed": True}}, {})  # fmt: skip
+    assert report.SUBTITLES["aligned"] in html

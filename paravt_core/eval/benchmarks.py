@@ -11,7 +11,8 @@ videomme       ``lmms-lab/Video-MME`` (test): ``videoID``, ``question_id``, ``du
 longvideobench ``longvideobench/LongVideoBench`` (validation): ``id``, ``video_path``, ``question``,
                ``option0..option4`` ("N/A" when unused), ``correct_choice`` (int), ``duration`` (s),
                ``duration_group``, ``question_category``; video ``videos/<video_path>``
-lvbench        ``lmms-lab/LVBench``: the options are inside ``question`` as ``(A) …`` lines; ``answer``
+lvbench        ``lmms-lab/LVBench``: the options are inside ``question`` as ``(A) …`` lines (or, in the migrated
+               copy, an ``options`` list, lettered under the question as lmms-eval does); ``answer``
                (letter), ``uid``, ``question_type`` (list), ``time_reference``, ``video_path``; the original
                ``video_info.meta.jsonl`` nesting (``key`` + ``qa`` list) is read as well
 mlvu           ``sy1998/MLVU_dev`` (test): ``video_name``, ``duration``, ``question`` (may carry the options
@@ -42,7 +43,7 @@ from typing import Any
 from paravt_core import storage
 from paravt_core.agent.prompts import DEFAULT_PROMPT_SET, BenchmarkLayout, BenchmarkTexts, load_prompt_set
 
-from .formats import subtitle_text
+from .formats import aligned_subtitles, parse_srt, subtitle_text
 
 LETTERS = "ABCDEFGHIJ"
 # Containers a benchmark's video may come in under its id (Video-MME ships .mp4, .MP4 and .mkv files).
@@ -62,6 +63,7 @@ class Sample:
     letters: str = ""  # valid option letters of an mcq sample
     meta: dict[str, Any] = field(default_factory=dict)  # what metrics group by (duration, task type, ...)
     error: str | None = None  # why the row cannot be run
+    gold_interval: tuple[float, float] | None = None  # tvg: the gold [start, end] seconds as numbers
     direct_question: str = ""  # the question under protocol=direct when the set's hint differs there
     forced: str | None = ""  # forced answer kind (mcq / tvg / None); "": by qtype
 
@@ -80,6 +82,9 @@ class Context:
 
     media_root: str
     subtitles_root: str = ""
+    # Video-MME with subtitles: 0 = every cue; N = only the cues covering N uniformly sampled frames (lmms-eval's
+    # "aligned" subtitles, N = the overview frames)
+    subtitle_frames: int = 0
     texts: BenchmarkTexts = field(default_factory=lambda: load_prompt_set(DEFAULT_PROMPT_SET).benchmark)
 
 
@@ -191,7 +196,11 @@ def _videomme(row: dict[str, Any], ctx: Context, subtitles: bool) -> Sample:
     if subtitles:
         root = ctx.subtitles_root or media(ctx, "subtitle")
         join = "\n" if layout(ctx).subtitle_lines == "line" else " "
-        text = subtitle_text(media(Context(root, texts=ctx.texts), f"{video_id}.srt"), join)
+        srt = media(Context(root, texts=ctx.texts), f"{video_id}.srt")
+        if ctx.subtitle_frames:
+            text = _aligned(ctx, srt, video_file(ctx, f"data/{video_id}"), join)
+        else:
+            text = subtitle_text(srt, join)
         # a set whose no_subtitles is "" leaves the block out for a video without subtitles (the release)
         prefix = text or t.no_subtitles or None
     question_text = _need(row, "question")
@@ -215,6 +224,23 @@ def _videomme(row: dict[str, Any], ctx: Context, subtitles: bool) -> Sample:
         },
     )
     return with_direct(ctx, sample, build)
+
+
+def _aligned(ctx: Context, srt: str, video: str, join: str) -> str | None:
+    """The cues of ``srt`` that cover ``ctx.subtitle_frames`` sampled frames of ``video`` (None: no file)."""
+    try:
+        raw = storage.read_bytes(srt).decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    from paravt_core.video import api as video_api
+
+    try:
+        info = video_api.probe(video)
+    except Exception as err:  # the frames the cues are aligned to cannot be known
+        raise RowError(
+            f"subtitle_mode=aligned needs the video's frame count ({type(err).__name__}: {err})"
+        ) from None
+    return aligned_subtitles(parse_srt(raw, join), info.fps, info.num_frames, ctx.subtitle_frames)
 
 
 def _longvideobench(row: dict[str, Any], ctx: Context) -> Sample:
@@ -250,8 +276,14 @@ _PAREN_OPTION = re.compile(r"^\(([A-J])\)\s*(.*)$")
 def _lvbench(row: dict[str, Any], ctx: Context) -> Sample:
     question = str(_need(row, "question"))
     options = [m.group(2) for ln in question.splitlines() if (m := _PAREN_OPTION.match(ln.strip()))]
+    listed = row.get("options")
+    if not options and isinstance(listed, list | tuple) and listed:
+        # the migrated copy lists the options apart: lettered "(A) ..." under the question, as lmms-eval 0.7.3's
+        # lvbench_doc_to_text writes them
+        options = [str(o) for o in listed]
+        question = question + "\n" + "\n".join(f"({LETTERS[i]}) {o}" for i, o in enumerate(options))
     if not options:
-        raise RowError("question holds no (A)…(D) options")
+        raise RowError("question holds no (A)…(D) options and the row has no options list")
     qtypes = row.get("question_type") or []
     template = ctx.texts.lvbench_question or "Question: {question}\n{hint}"
     sample = Sample(
@@ -323,7 +355,8 @@ def _charades(row: dict[str, Any], ctx: Context) -> Sample:
         id=f"{video}::{caption}::{start:g}-{end:g}",
         video=media(ctx, f"Charades_v1_480/{video}"),
         question=ctx.texts.charades_question.format(caption=caption),
-        gold=f"{start!r}, {end!r}",  # unrounded: the references score against the published seconds
+        gold=f"{start!r}, {end!r}",  # for reading; scoring uses gold_interval, the numbers themselves
+        gold_interval=(start, end),
         qtype="tvg",
     )
 

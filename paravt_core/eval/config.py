@@ -35,6 +35,11 @@ class EvalBenchmarkConfig(StrictModel):
     subtitles: str = Field(
         default="", description="subtitle directory (videomme_wsub); empty: <media_root>/subtitle"
     )
+    subtitle_mode: Literal["all", "aligned"] = Field(
+        default="all",
+        description="videomme_wsub: all (every cue, as the release) or aligned (only the cues covering the "
+        "sampled overview frames, as lmms-eval's videomme_w_subtitle)",
+    )
     limit: int | None = Field(default=None, ge=1, description="evaluate the first N rows only; null: all")
 
 

@@ -137,3 +137,22 @@ def subtitle_text(uri: str, join: str = " ") -> str | None:
         items = json.loads(raw)
         return "\n".join(str(i.get("line", i.get("text", ""))).strip() for i in items if isinstance(i, dict))
     return "\n".join(body for _, _, body in parse_srt(raw, join))
+
+
+def aligned_subtitles(
+    cues: list[tuple[float, float, str]], fps: float, total_frames: int, frame_num: int
+) -> str:
+    """The cues that cover the ``frame_num`` uniformly sampled frames, one per line, in file order: lmms-eval
+    0.7.3's Video-MME with subtitles (tasks/videomme/utils.py ``videomme_doc_to_text_subtitle`` with
+    ``frame_num``): frames ``linspace(0, total_frames - 1, frame_num)`` truncated to ints; a cue [start, end)
+    covers frame f when ``int(start * fps) <= f < int(end * fps)``."""
+    if frame_num <= 0 or total_frames <= 0 or fps <= 0:
+        return ""
+    if frame_num == 1:
+        sampled = [0]
+    else:
+        step = (total_frames - 1) / (frame_num - 1)
+        sampled = [int(i * step) for i in range(frame_num)]
+    spans = [(int(a * fps), int(b * fps)) for a, b, _ in cues]
+    kept = [i for i, (lo, hi) in enumerate(spans) if any(lo <= f < hi for f in sampled)]
+    return "\n".join(cues[i][2] for i in kept)

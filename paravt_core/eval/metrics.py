@@ -20,8 +20,9 @@ A record is the dict the runner writes: ``status`` ``ok`` (scored, ``score`` in 
 - MMVU: multiple-choice accuracy (the headline) and open-ended accuracy apart, and ``all_items_accuracy`` (over
   every scored item, lmms-eval's ``mmvu_val`` number) beside them; open-ended items scored by token F1 (no judge,
   or a judge that fell back) are marked not comparable with a judged number;
-- LongVideoBench: unparseable answers count as wrong (as in the release); lmms-eval's parser answers a random
-  letter instead, which adds about 1/n of them (n options) - the count is reported so the two can be related;
+- LongVideoBench: unparseable answers count as wrong; the release's extractor falls back to the reply's first
+  character (right when it happens to be the gold letter) and lmms-eval's parser answers a random letter, which
+  adds about 1/n of them (n options) - the count is reported so the three can be related;
 - Charades: mIoU (mean IoU x 100) and R@0.3 / 0.5 / 0.7 (share of samples with IoU >= t, x 100).
 
 ``headline`` names the metric the published table's number corresponds to; ``notes`` say how it relates to the
@@ -117,8 +118,9 @@ def benchmark_metrics(
         unread = sum(r.get("score_reason") in UNREAD for r in ok)
         out["unparseable_as_wrong"] = unread
         notes.append(
-            f"{unread} unparseable answer(s) counted wrong, as the release does; lmms-eval's LongVideoBench "
-            "parser answers a random letter for them instead (about 1 in 4-5 of them right by chance)"
+            f"{unread} unparseable answer(s) counted wrong; the release reads the reply's first character for "
+            "them (right when it is the gold letter) and lmms-eval's LongVideoBench parser answers a random "
+            "letter (about 1 in 4-5 of them right by chance)"
         )
     elif benchmark == "mlvu":
         per_type = grouped_accuracy(records, "task_type")

@@ -210,7 +210,8 @@ def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
             shown += f"<br><small>{html.escape(note)}</small>" if note else ""
             cells.append(f"<td>{_fmt(pub)}</td><td class='{sign}'>{shown}</td>")
         metric = "mIoU" if b == "charades" else "acc."
-        rows.append(f"<tr><th>{html.escape(b)} <small>({metric})</small></th>{''.join(cells)}</tr>")
+        subs = _subtitles_label(results, b)
+        rows.append(f"<tr><th>{html.escape(b)} <small>({metric})</small>{subs}</th>{''.join(cells)}</tr>")
 
     details = []
     for p in protocols:
@@ -290,6 +291,25 @@ def _denominators(m: dict[str, Any]) -> str:
             "</small>")  # fmt: skip
 
 
+SUBTITLES = {
+    "all": "subtitles: every cue (as the release)",
+    "aligned": "subtitles: aligned, only the cues covering the sampled frames (as lmms-eval)",
+}
+
+
+def _subtitle_mode(results: dict[str, Any], bench: str) -> str | None:
+    for p in results["protocols"]:
+        mode = (results["protocols"][p].get(bench) or {}).get("subtitles")
+        if mode:
+            return str(mode)
+    return None
+
+
+def _subtitles_label(results: dict[str, Any], bench: str) -> str:
+    mode = _subtitle_mode(results, bench)
+    return f"<br><small class='subs'>{html.escape(SUBTITLES.get(mode, mode))}</small>" if mode else ""
+
+
 def _all_items(m: dict[str, Any]) -> str:
     """MMVU: lmms-eval's mmvu_val number (all items) beside our multiple-choice headline, labelled."""
     if "all_items_accuracy" not in m:
@@ -357,6 +377,10 @@ def comparability(results: dict[str, Any], bench: str) -> str:
         why.append(f"error_rule={rule}: errors left out of the denominator (the release scores them wrong)")
     if bench == "charades":
         why.append(CHARADES_INPUT.removeprefix("not comparable: "))
+    if _subtitle_mode(results, bench) == "aligned":
+        why.append(
+            "subtitles aligned to the sampled frames (lmms-eval's), not every cue as the release gave them"
+        )
     for p in results["protocols"]:
         m = results["protocols"][p].get(bench) or {}
         if bench == "mmvu" and m.get("oe_scored_by") and not m.get("oe_comparable"):

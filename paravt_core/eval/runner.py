@@ -54,6 +54,7 @@ def _record(sample: Sample, protocol: str, **fields: Any) -> dict[str, Any]:
         "protocol": protocol,
         "question": sample.question_for(protocol),
         "gold": sample.gold,
+        **({"gold_interval": list(sample.gold_interval)} if sample.gold_interval else {}),
         "qtype": sample.qtype,
         **fields,
     }

@@ -110,7 +110,7 @@ def _rows_source(b: EvalBenchmarkConfig, bench: registry.Benchmark, work: str) -
 
 
 def load_samples(
-    b: EvalBenchmarkConfig, work: str, prompt_set: str = prompts.DEFAULT_PROMPT_SET
+    b: EvalBenchmarkConfig, work: str, prompt_set: str = prompts.DEFAULT_PROMPT_SET, overview_frames: int = 64
 ) -> list[registry.Sample]:
     source_spec(b)  # an unknown benchmark name is an EvalError (one line), before anything is fetched
     if b.media_root and "://" not in b.media_root and not os.path.isdir(b.media_root):
@@ -126,7 +126,10 @@ def load_samples(
     if b.limit:
         rows = rows[: b.limit]
     texts = prompts.load_prompt_set(prompt_set).benchmark  # question texts of the run's prompt set
-    ctx = registry.Context(media_root=b.media_root, subtitles_root=b.subtitles, texts=texts)
+    aligned = overview_frames if b.subtitle_mode == "aligned" else 0
+    ctx = registry.Context(
+        media_root=b.media_root, subtitles_root=b.subtitles, texts=texts, subtitle_frames=aligned
+    )
     return registry.to_samples(b.name, rows, ctx)
 
 
@@ -255,6 +258,11 @@ def build_results(
             # every number names what produced it: preset, protocol and the prompt set's checksum
             m["provenance"] = {"preset": cfg.preset, "protocol": protocol, "prompt_set": ps.name,
                                "prompt_checksum": ps.checksum}  # fmt: skip
+            if (
+                bench == "videomme_wsub"
+            ):  # which subtitles the questions carry (all cues / lmms-eval's aligned)
+                mode = next((b.subtitle_mode for b in cfg.benchmarks if b.name == bench), "all")
+                m["subtitles"] = mode
             per[protocol][bench] = m
             samples += m["samples"]
             scored += m["scored"]
@@ -342,7 +350,8 @@ def _samples_by_bench(cfg: EvalConfig, work: str) -> dict[str, list[registry.Sam
     for b in resolve_benchmarks(cfg):
         if b.name in out:
             raise EvalError(f"benchmark {b.name} is configured twice")
-        out[b.name] = load_samples(b, work, cfg.agent.prompt_set)
+        frames = preset_agent(cfg.preset, cfg.agent).overview_frames
+        out[b.name] = load_samples(b, work, cfg.agent.prompt_set, frames)
     return out
 
 
