@@ -37,8 +37,7 @@ class EvalBenchmarkConfig(StrictModel):
     )
     subtitle_mode: Literal["all", "aligned"] = Field(
         default="all",
-        description="videomme_wsub: all (every cue, as the release) or aligned (only the cues covering the "
-        "sampled overview frames, as lmms-eval's videomme_w_subtitle)",
+        description="videomme_wsub: all cues (the release) or aligned (cues covering the sampled frames: lmms-eval)",
     )
     limit: int | None = Field(default=None, ge=1, description="evaluate the first N rows only; null: all")
 
@@ -135,15 +134,13 @@ class EvalConfig(StrictModel):
     )
     error_rule: Literal["auto", "paravt", "release"] = Field(
         default="auto",
-        description="what an error is worth in a headline: paravt (left out, counted beside), release (a "
-        "multiple-choice error scored wrong, as the release's driver does); auto: release under preset=release",
+        description="paravt: errors left out of headlines; release: an MCQ error is wrong; auto: the preset's",
     )
     max_error_share: float = Field(
         default=0.05,
         ge=0.0,
         le=1.0,
-        description="fail the stage (after writing everything) when errors / samples of any one benchmark "
-        "(per protocol) exceeds this",
+        description="fail the stage (after writing everything) when any benchmark's errors / samples exceeds this",
     )
 
     @model_validator(mode="after")
