@@ -336,8 +336,8 @@ CAVEATS = {
     "mmvu": "ours: multiple-choice accuracy; the release's loader reads every MMVU item as multiple choice, so "
     "the published number's item mix is not documented",
     "mlvu": "micro accuracy, as the release reports it (lmms-eval's M-avg is in the breakdowns)",
-    "longvideobench": "an unreadable answer is wrong, as in the release (whose extractor falls back to the "
-    "reply's first character); lmms-eval draws a random letter",
+    "longvideobench": "an unreadable answer is wrong here; the release's extractor reads the reply's first "
+    "character, lmms-eval draws a random letter (the count is in the breakdowns)",
 }
 # Charades: the release sends the whole video as ``video_url`` (``driver.py --video_channel video_url``: vLLM
 # decodes it server-side with its own sampling and gives the model the frames' times); ours sends labelled
