@@ -65,6 +65,11 @@ MCQ_FORMS: list[tuple[str, str]] = [
     ("empty_tag", "<answer></answer>"),
     ("whitespace", "   \n "),
     ("pronoun", "<answer>I think it is the {t2}.</answer>"),
+    # issue 34 item 6: forms lmms-eval reads and ours did not
+    ("zh_answer_is", "答案是{L}"),
+    ("zh_choose", "选{L}"),
+    ("unclosed_think", "<think>The {t2} appears first, so the answer is {L}"),
+    ("closest", "None of the options match exactly, but {L} is closest."),
 ]
 
 # {S} {E}: the interval the output names (seconds); {s} {e}: as m:ss; {S2} {E2}: a second interval.

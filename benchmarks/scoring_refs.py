@@ -305,7 +305,9 @@ def _ours(bench: str, item: dict[str, Any]) -> tuple[float, Any, str | None]:
         sample = Sample(bench, item["id"], gold=item["gold"], qtype="mcq", letters=LETTERS_OF[bench])
     else:
         start, end = item["gold"]
-        sample = Sample(bench, item["id"], gold=f"{start!r}, {end!r}", qtype="tvg")
+        sample = Sample(
+            bench, item["id"], gold=f"{start!r}, {end!r}", qtype="tvg", gold_interval=(start, end)
+        )
     score = asyncio.run(score_sample(sample, item["text"]))
     return float(score.score or 0.0), score.parsed, score.reason
 

@@ -365,5 +365,5 @@ def test_prompt_set_checksum_is_recorded_and_pinned(tiny_model, video, tmp_path)
 
     pyproject = tomllib.loads((packaged.parents[3] / "pyproject.toml").read_text())
     globs = pyproject["tool"]["setuptools"]["package-data"]["paravt_core.agent"]
-    assert packaged_prompt_sets() == ["paravt-v1"]
+    assert packaged_prompt_sets() == ["paravt-v1", "release-v1"]
     assert any(fnmatch.fnmatch("prompt_sets/paravt-v1.yaml", g) for g in globs)

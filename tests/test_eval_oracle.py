@@ -77,3 +77,30 @@ def test_deliberate_differences_are_only_hedges_and_revisions(rows):
     forms = {r.item["form"] for r in rows if r.references_agree and abs(r.ours - r.lmms) > 1e-9}
     assert forms <= {"hedge_or", "hedge_slash", "hedge_either", "hedge_answer_is", "revised", "revised_tag",
                      "two_tags"}  # fmt: skip
+
+
+# Issue 34 item 6: replies lmms-eval 0.7.3 reads and ours used to score 0 (unparseable / empty). Each is read
+# the same way by lmms-eval's Video-MME, LVBench, MLVU and LongVideoBench scorers and by ours.
+GAPS = [
+    ("答案是B", "B"),  # Chinese, no separator
+    ("选C", "C"),
+    ("<think>The circle comes first, so the answer is A", "A"),  # unclosed <think> that holds the answer
+    ("None of the options match exactly, but D is closest.", "D"),
+]
+
+
+@pytest.mark.parametrize(("text", "gold"), GAPS)
+def test_extraction_gaps_are_closed_as_lmms_eval_reads_them(refs, text, gold):
+    from paravt_core.rewards.accuracy import read_mcq_letter
+
+    for bench in ("videomme", "lvbench", "mlvu", "longvideobench"):
+        assert refs.score_mcq(bench, text, gold) == (gold, 1.0), bench
+    assert read_mcq_letter(text) == (gold, None)
+
+
+def test_a_closed_think_with_nothing_after_it_stays_unread_as_in_lmms_eval(refs):
+    from paravt_core.rewards.accuracy import read_mcq_letter
+
+    text = "<think>Let me look. The answer is C.</think>"
+    assert refs.score_mcq("videomme", text, "C") == ("", 0.0)
+    assert read_mcq_letter(text) == (None, "empty_answer")

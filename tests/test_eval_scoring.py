@@ -240,8 +240,9 @@ def test_longvideobench_duration_groups_and_the_unparseable_note():
     assert m["by_duration_group"] == {"15": pytest.approx(100 / 3), "3600": 0.0}
     assert (m["accuracy"], m["unparseable_as_wrong"]) == (20.0, 3)  # 1 right of 5; 3 answers name no option
     assert m["notes"] == [
-        "3 unparseable answer(s) counted wrong, as the release does; lmms-eval's LongVideoBench parser answers "
-        "a random letter for them instead (about 1 in 4-5 of them right by chance)"
+        "3 unparseable answer(s) counted wrong; the release reads the reply's first character for them (right "
+        "when it is the gold letter) and lmms-eval's LongVideoBench parser answers a random letter (about 1 in 4-5 "
+        "of them right by chance)"
     ]
 
 

@@ -45,6 +45,10 @@ class CropConfig(StrictModel):
     min_frames: int = Field(default=2, ge=1, description="fewest frames per crop")
     max_frames: int = Field(default=16, ge=1, description="most frames per crop")
     workers: int = Field(default=4, ge=1, description="threads decoding crops")
+    rounding: Literal["nearest", "floor"] = Field(
+        default="nearest",
+        description="frame count to even: nearest (ours) or floor (qwen-vl-utils 0.0.14, the release's crops)",
+    )
 
 
 class AgentConfig(StrictModel):

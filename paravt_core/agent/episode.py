@@ -459,6 +459,7 @@ class _Episode:
             min_frames=cfg.crop.min_frames,
             max_frames=cfg.crop.max_frames,
             fps=cfg.crop.fps,
+            rounding=cfg.crop.rounding,
             max_pixels=cfg.crop_pixels[1],
             min_pixels=cfg.crop_pixels[0],
         )

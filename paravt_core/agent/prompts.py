@@ -70,6 +70,21 @@ class ForcedAnswerText(StrictModel):
     max_tokens: int = Field(ge=1)
 
 
+class BenchmarkLayout(StrictModel):
+    """How rows are laid out around the texts (a set without ``layout`` keeps the defaults, paravt-v1's).
+    ``release-v1`` sets the released driver's choices, each named after what it reproduces."""
+
+    strip_question: bool = True  # strip the row's question before "Question: " (the release does not)
+    # as_given: Video-MME's options as the rows write them ("A. ..."); lettered: lettered again ("A. A. ...")
+    videomme_options: Literal["as_given", "lettered"] = "as_given"
+    # cue: one subtitle cue per line (its lines joined by a space); line: one subtitle line per line
+    subtitle_lines: Literal["cue", "line"] = "cue"
+    mlvu_question: Literal["first_line", "whole"] = "first_line"  # MLVU's stem: first line or the whole field
+    # open: MMVU's open-ended items as "Question: ..." with a free answer; as_mcq: in the multiple-choice layout
+    # with an empty options block, the letter instruction and the letter forced answer (the release's loader)
+    mmvu_open_ended: Literal["open", "as_mcq"] = "open"
+
+
 class BenchmarkTexts(StrictModel):
     """Eval only: how a benchmark row becomes the question the model sees (SPEC §7)."""
 
@@ -77,8 +92,13 @@ class BenchmarkTexts(StrictModel):
     mcq_hint: str  # the letter instruction after the options
     subtitle_header: str  # the line before a video's subtitles (videomme_wsub)
     subtitle_block: str  # {header} {subtitles} {question}
-    no_subtitles: str  # stands for the subtitles of a video that has none
+    no_subtitles: str  # stands for the subtitles of a video that has none ("": the block is left out)
     charades_question: str  # {caption}
+    # Optional (absent: paravt-v1's behaviour; absent fields do not enter the checksum, so adding them kept
+    # the checksums of existing sets):
+    mcq_hint_direct: str | None = None  # the letter instruction under protocol=direct (default: mcq_hint)
+    lvbench_question: str | None = None  # {question} {hint}; default "Question: {question}\n{hint}"
+    layout: BenchmarkLayout | None = None
 
 
 class ErrorTexts(StrictModel):
@@ -101,7 +121,10 @@ _PLACEHOLDERS: dict[str, dict[str, object]] = {
     "benchmark.mcq_question": {"question": "q", "options": "A. x", "hint": "h"},
     "benchmark.subtitle_block": {"header": "h", "subtitles": "s", "question": "q"},
     "benchmark.charades_question": {"caption": "c"},
+    "benchmark.lvbench_question": {"question": "q", "hint": "h"},
 }
+# Optional fields added after sets were published: left out of the checksum while absent (None).
+_OPTIONAL_BENCHMARK_FIELDS = ("mcq_hint_direct", "lvbench_question", "layout")
 
 
 class PromptSet(StrictModel):
@@ -139,6 +162,8 @@ class PromptSet(StrictModel):
             raise ValueError(f"forced_answer needs mcq and tvg, got {sorted(self.forced_answer)}")
         for path, values in _PLACEHOLDERS.items():
             text = self._field(path)
+            if text == "None" and path.endswith(_OPTIONAL_BENCHMARK_FIELDS):
+                continue
             try:
                 text.format(**values)
             except (KeyError, IndexError, ValueError) as err:
@@ -159,9 +184,11 @@ class PromptSet(StrictModel):
     @functools.cached_property
     def checksum(self) -> str:
         """``sha256:<hex>`` of the set's fields as canonical JSON: equal texts, equal checksum."""
-        canonical = json.dumps(
-            self.model_dump(mode="json"), sort_keys=True, ensure_ascii=False, separators=(",", ":")
-        )
+        data = self.model_dump(mode="json")
+        for key in _OPTIONAL_BENCHMARK_FIELDS:
+            if data["benchmark"].get(key) is None:
+                data["benchmark"].pop(key, None)
+        canonical = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
     # -- the texts, filled in ------------------------------------------------------------------------------

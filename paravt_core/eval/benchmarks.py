@@ -11,7 +11,8 @@ videomme       ``lmms-lab/Video-MME`` (test): ``videoID``, ``question_id``, ``du
 longvideobench ``longvideobench/LongVideoBench`` (validation): ``id``, ``video_path``, ``question``,
                ``option0..option4`` ("N/A" when unused), ``correct_choice`` (int), ``duration`` (s),
                ``duration_group``, ``question_category``; video ``videos/<video_path>``
-lvbench        ``lmms-lab/LVBench``: the options are inside ``question`` as ``(A) …`` lines; ``answer``
+lvbench        ``lmms-lab/LVBench``: the options are inside ``question`` as ``(A) …`` lines (or, in the migrated
+               copy, an ``options`` list, lettered under the question as lmms-eval does); ``answer``
                (letter), ``uid``, ``question_type`` (list), ``time_reference``, ``video_path``; the original
                ``video_info.meta.jsonl`` nesting (``key`` + ``qa`` list) is read as well
 mlvu           ``sy1998/MLVU_dev`` (test): ``video_name``, ``duration``, ``question`` (may carry the options
@@ -40,9 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paravt_core import storage
-from paravt_core.agent.prompts import DEFAULT_PROMPT_SET, BenchmarkTexts, load_prompt_set
+from paravt_core.agent.prompts import DEFAULT_PROMPT_SET, BenchmarkLayout, BenchmarkTexts, load_prompt_set
 
-from .formats import subtitle_text
+from .formats import aligned_subtitles, parse_srt, subtitle_text
 
 LETTERS = "ABCDEFGHIJ"
 # Containers a benchmark's video may come in under its id (Video-MME ships .mp4, .MP4 and .mkv files).
@@ -62,6 +63,13 @@ class Sample:
     letters: str = ""  # valid option letters of an mcq sample
     meta: dict[str, Any] = field(default_factory=dict)  # what metrics group by (duration, task type, ...)
     error: str | None = None  # why the row cannot be run
+    gold_interval: tuple[float, float] | None = None  # tvg: the gold [start, end] seconds as numbers
+    direct_question: str = ""  # the question under protocol=direct when the set's hint differs there
+    forced: str | None = ""  # forced answer kind (mcq / tvg / None); "": by qtype
+
+    def question_for(self, protocol: str) -> str:
+        """The question the model sees under ``protocol``."""
+        return self.direct_question if protocol == "direct" and self.direct_question else self.question
 
 
 class RowError(ValueError):
@@ -74,6 +82,9 @@ class Context:
 
     media_root: str
     subtitles_root: str = ""
+    # Video-MME with subtitles: 0 = every cue; N = only the cues covering N uniformly sampled frames (lmms-eval's
+    # "aligned" subtitles, N = the overview frames)
+    subtitle_frames: int = 0
     texts: BenchmarkTexts = field(default_factory=lambda: load_prompt_set(DEFAULT_PROMPT_SET).benchmark)
 
 
@@ -114,11 +125,30 @@ def lettered(options: list[str]) -> str:
     return "\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(options))
 
 
-def mcq_question(ctx: Context, stem: str, options_block: str) -> str:
+def layout(ctx: Context) -> BenchmarkLayout:
+    return ctx.texts.layout or BenchmarkLayout()
+
+
+def stem(ctx: Context, question: Any) -> str:
+    """The row's question as the set lays it out (stripped unless the layout keeps it as written)."""
+    return str(question).strip() if layout(ctx).strip_question else str(question)
+
+
+def mcq_question(ctx: Context, stem_text: str, options_block: str, hint: str | None = None) -> str:
     """SPEC §7's multiple-choice layout ("Question: …\\nOptions:\\nA. …", then the letter instruction), as
-    the prompt set writes it."""
+    the prompt set writes it. ``hint``: another instruction than the set's ``mcq_hint`` (protocol=direct)."""
     t = ctx.texts
-    return t.mcq_question.format(question=stem.strip(), options=options_block, hint=t.mcq_hint)
+    return t.mcq_question.format(question=stem(ctx, stem_text), options=options_block,
+                                 hint=t.mcq_hint if hint is None else hint)  # fmt: skip
+
+
+def with_direct(ctx: Context, sample: Sample, build: Callable[[str], str]) -> Sample:
+    """``sample`` with its question built by ``build(hint)``: the set's hint, and under protocol=direct the
+    set's ``mcq_hint_direct`` when it has one (the release's driver asks differently without a tool)."""
+    sample.question = build(ctx.texts.mcq_hint)
+    if ctx.texts.mcq_hint_direct is not None:
+        sample.direct_question = build(ctx.texts.mcq_hint_direct)
+    return sample
 
 
 def video_file(ctx: Context, stem: str) -> str:
@@ -160,18 +190,31 @@ def letter_of(answer: Any, options: list[str]) -> str:
 def _videomme(row: dict[str, Any], ctx: Context, subtitles: bool) -> Sample:
     options = [str(o) for o in _need(row, "options")]
     video_id = str(_need(row, "videoID"))
-    question = mcq_question(ctx, _need(row, "question"), "\n".join(options))
+    block = lettered(options) if layout(ctx).videomme_options == "lettered" else "\n".join(options)
+    t = ctx.texts
+    prefix = None
     if subtitles:
         root = ctx.subtitles_root or media(ctx, "subtitle")
-        text = subtitle_text(media(Context(root, texts=ctx.texts), f"{video_id}.srt"))
-        t = ctx.texts
-        question = t.subtitle_block.format(header=t.subtitle_header, subtitles=text or t.no_subtitles,
-                                           question=question)  # fmt: skip
-    return Sample(
+        join = "\n" if layout(ctx).subtitle_lines == "line" else " "
+        srt = media(Context(root, texts=ctx.texts), f"{video_id}.srt")
+        if ctx.subtitle_frames:
+            text = _aligned(ctx, srt, video_file(ctx, f"data/{video_id}"), join)
+        else:
+            text = subtitle_text(srt, join)
+        # a set whose no_subtitles is "" leaves the block out for a video without subtitles (the release)
+        prefix = text or t.no_subtitles or None
+    question_text = _need(row, "question")
+
+    def build(hint: str) -> str:
+        question = mcq_question(ctx, question_text, block, hint)
+        if prefix is None:
+            return question
+        return t.subtitle_block.format(header=t.subtitle_header, subtitles=prefix, question=question)
+
+    sample = Sample(
         benchmark="",
         id=str(_need(row, "question_id")),
         video=video_file(ctx, f"data/{video_id}"),
-        question=question,
         gold=letter_of(_need(row, "answer"), options),
         letters=LETTERS[: len(options)],
         meta={
@@ -180,6 +223,24 @@ def _videomme(row: dict[str, Any], ctx: Context, subtitles: bool) -> Sample:
             "domain": row.get("domain"),
         },
     )
+    return with_direct(ctx, sample, build)
+
+
+def _aligned(ctx: Context, srt: str, video: str, join: str) -> str | None:
+    """The cues of ``srt`` that cover ``ctx.subtitle_frames`` sampled frames of ``video`` (None: no file)."""
+    try:
+        raw = storage.read_bytes(srt).decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    from paravt_core.video import api as video_api
+
+    try:
+        info = video_api.probe(video)
+    except Exception as err:  # the frames the cues are aligned to cannot be known
+        raise RowError(
+            f"subtitle_mode=aligned needs the video's frame count ({type(err).__name__}: {err})"
+        ) from None
+    return aligned_subtitles(parse_srt(raw, join), info.fps, info.num_frames, ctx.subtitle_frames)
 
 
 def _longvideobench(row: dict[str, Any], ctx: Context) -> Sample:
@@ -194,11 +255,11 @@ def _longvideobench(row: dict[str, Any], ctx: Context) -> Sample:
     if not options:
         raise RowError("missing field 'option0' (or 'candidates')")
     choice = _need(row, "correct_choice")
-    return Sample(
+    question = _need(row, "question")
+    sample = Sample(
         benchmark="",
         id=str(_need(row, "id")),
         video=media(ctx, f"videos/{_need(row, 'video_path')}"),
-        question=mcq_question(ctx, _need(row, "question"), lettered(options)),
         gold=letter_of(int(choice), options),
         letters=LETTERS[: len(options)],
         meta={
@@ -206,6 +267,7 @@ def _longvideobench(row: dict[str, Any], ctx: Context) -> Sample:
             "question_category": row.get("question_category"),
         },
     )
+    return with_direct(ctx, sample, lambda hint: mcq_question(ctx, question, lettered(options), hint))
 
 
 _PAREN_OPTION = re.compile(r"^\(([A-J])\)\s*(.*)$")
@@ -214,32 +276,41 @@ _PAREN_OPTION = re.compile(r"^\(([A-J])\)\s*(.*)$")
 def _lvbench(row: dict[str, Any], ctx: Context) -> Sample:
     question = str(_need(row, "question"))
     options = [m.group(2) for ln in question.splitlines() if (m := _PAREN_OPTION.match(ln.strip()))]
+    listed = row.get("options")
+    if not options and isinstance(listed, list | tuple) and listed:
+        # the migrated copy lists the options apart: lettered "(A) ..." under the question, as lmms-eval 0.7.3's
+        # lvbench_doc_to_text writes them
+        options = [str(o) for o in listed]
+        question = question + "\n" + "\n".join(f"({LETTERS[i]}) {o}" for i, o in enumerate(options))
     if not options:
-        raise RowError("question holds no (A)…(D) options")
+        raise RowError("question holds no (A)…(D) options and the row has no options list")
     qtypes = row.get("question_type") or []
-    return Sample(
+    template = ctx.texts.lvbench_question or "Question: {question}\n{hint}"
+    sample = Sample(
         benchmark="",
         id=str(_need(row, "uid")),
         video=media(ctx, str(_need(row, "video_path"))),
-        question=f"Question: {question.strip()}\n{ctx.texts.mcq_hint}",
         gold=letter_of(_need(row, "answer"), options),
         letters=LETTERS[: len(options)],
         meta={"question_type": list(qtypes) if isinstance(qtypes, list | tuple) else [qtypes]},
     )
+    return with_direct(ctx, sample, lambda hint: template.format(question=stem(ctx, question), hint=hint))
 
 
 def _mlvu(row: dict[str, Any], ctx: Context) -> Sample:
     candidates = [str(c) for c in _need(row, "candidates")]
-    stem = str(_need(row, "question")).split("\n", 1)[0]  # options, when inlined, follow the first line
-    return Sample(
+    whole = str(_need(row, "question"))
+    first = whole.split("\n", 1)[0]  # options, when inlined, follow the first line
+    asked = whole if layout(ctx).mlvu_question == "whole" else first
+    sample = Sample(
         benchmark="",
-        id=str(row.get("question_id") or f"{_need(row, 'video_name')}::{stem}"),
+        id=str(row.get("question_id") or f"{_need(row, 'video_name')}::{first}"),
         video=media(ctx, str(_need(row, "video_name"))),
-        question=mcq_question(ctx, stem, lettered(candidates)),
         gold=letter_of(_need(row, "answer"), candidates),
         letters=LETTERS[: len(candidates)],
         meta={"task_type": str(_need(row, "task_type")), "duration": row.get("duration")},
     )
+    return with_direct(ctx, sample, lambda hint: mcq_question(ctx, asked, lettered(candidates), hint))
 
 
 def _mmvu(row: dict[str, Any], ctx: Context) -> Sample:
@@ -258,12 +329,16 @@ def _mmvu(row: dict[str, Any], ctx: Context) -> Sample:
     if qtype == "multiple-choice":
         choices = _need(row, "choices")
         options = [str(choices[k]) for k in LETTERS if str(choices.get(k) or "").strip()]
-        sample.question = mcq_question(ctx, _need(row, "question"), lettered(options))
+        question = _need(row, "question")
         sample.gold = letter_of(_need(row, "answer"), options)
         sample.letters = LETTERS[: len(options)]
-        return sample
-    sample.question = f"Question: {str(_need(row, 'question')).strip()}"
+        return with_direct(ctx, sample, lambda hint: mcq_question(ctx, question, lettered(options), hint))
     sample.gold, sample.qtype = str(_need(row, "answer")), "oe"
+    if layout(ctx).mmvu_open_ended == "as_mcq":  # the release: empty options block, letter asked and forced
+        question = _need(row, "question")
+        sample.forced = "mcq"
+        return with_direct(ctx, sample, lambda hint: mcq_question(ctx, question, "", hint))
+    sample.question = f"Question: {str(_need(row, 'question')).strip()}"
     return sample
 
 
@@ -280,7 +355,8 @@ def _charades(row: dict[str, Any], ctx: Context) -> Sample:
         id=f"{video}::{caption}::{start:g}-{end:g}",
         video=media(ctx, f"Charades_v1_480/{video}"),
         question=ctx.texts.charades_question.format(caption=caption),
-        gold=f"{start!r}, {end!r}",  # unrounded: the references score against the published seconds
+        gold=f"{start!r}, {end!r}",  # for reading; scoring uses gold_interval, the numbers themselves
+        gold_interval=(start, end),
         qtype="tvg",
     )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from paravt_core.agent.config import AgentConfig
 from paravt_core.config_base import StrictModel
@@ -34,6 +34,10 @@ class EvalBenchmarkConfig(StrictModel):
     )
     subtitles: str = Field(
         default="", description="subtitle directory (videomme_wsub); empty: <media_root>/subtitle"
+    )
+    subtitle_mode: Literal["all", "aligned"] = Field(
+        default="all",
+        description="videomme_wsub: all cues (the release) or aligned (cues covering the sampled frames: lmms-eval)",
     )
     limit: int | None = Field(default=None, ge=1, description="evaluate the first N rows only; null: all")
 
@@ -128,9 +132,31 @@ class EvalConfig(StrictModel):
         ge=0,
         description="with merge=true: the shard count n to merge (0: read it off the shards/ directory)",
     )
+    error_rule: Literal["auto", "paravt", "release"] = Field(
+        default="auto",
+        description="paravt: errors left out of headlines; release: an MCQ error is wrong; auto: the preset's",
+    )
     max_error_share: float = Field(
         default=0.05,
         ge=0.0,
         le=1.0,
-        description="fail the stage (after writing everything) when errors / samples exceeds this",
+        description="fail the stage (after writing everything) when any benchmark's errors / samples exceeds this",
     )
+
+    @model_validator(mode="after")
+    def _release_prompts(self) -> EvalConfig:
+        """preset=release with ``agent.prompt_set`` not given: the release's texts (``release-v1``), written
+        into the config so a saved, reloaded or compiled config keeps them."""
+        if self.preset == "release" and "prompt_set" not in self.agent.model_fields_set:
+            self.agent.prompt_set = (
+                "release-v1"  # protocols.RELEASE_PROMPT_SET (protocols imports this module)
+            )
+            self.agent.prompt_set_checksum = None
+        return self
+
+    @property
+    def resolved_error_rule(self) -> str:
+        """The error rule in force (``auto`` resolved by the preset)."""
+        if self.error_rule != "auto":
+            return self.error_rule
+        return "release" if self.preset == "release" else "paravt"

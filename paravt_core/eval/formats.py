@@ -104,8 +104,9 @@ def srt_seconds(text: str) -> float:
     return int(h) * 3600 + int(mi) * 60 + int(s) + int(ms.ljust(3, "0")) / 1000
 
 
-def parse_srt(text: str) -> list[tuple[float, float, str]]:
-    """(start, end, text) cues of an SRT file; markup such as ``<font ...>`` is removed."""
+def parse_srt(text: str, join: str = " ") -> list[tuple[float, float, str]]:
+    """(start, end, text) cues of an SRT file; markup such as ``<font ...>`` is removed. A cue's lines are
+    joined by ``join`` (the release's driver keeps one subtitle line per line: ``join="\n"``)."""
     cues = []
     for block in re.split(r"\r?\n\s*\r?\n", text.strip()):
         lines = [ln.strip() for ln in block.splitlines() if ln.strip()]
@@ -117,15 +118,15 @@ def parse_srt(text: str) -> list[tuple[float, float, str]]:
             a, b = srt_seconds(start), srt_seconds(end.split()[0])
         except ValueError:
             continue
-        body = " ".join(_TAGS.sub("", ln).strip() for ln in lines[arrow + 1 :]).strip()
+        body = join.join(t for ln in lines[arrow + 1 :] if (t := _TAGS.sub("", ln).strip())).strip()
         if body:
             cues.append((a, b, body))
     return cues
 
 
-def subtitle_text(uri: str) -> str | None:
-    """The cue texts of a subtitle file (local path or ``s3://`` URI), one per line; None when it does not
-    exist (Video-MME has no subtitle file for some videos)."""
+def subtitle_text(uri: str, join: str = " ") -> str | None:
+    """The cue texts of a subtitle file (local path or ``s3://`` URI), one per line (a cue's own lines joined
+    by ``join``); None when it does not exist (Video-MME has no subtitle file for some videos)."""
     from paravt_core import storage
 
     try:
@@ -135,4 +136,23 @@ def subtitle_text(uri: str) -> str | None:
     if str(uri).endswith(".json"):  # LongVideoBench: [{"start", "end", "line"}] or [{"timestamp", "text"}]
         items = json.loads(raw)
         return "\n".join(str(i.get("line", i.get("text", ""))).strip() for i in items if isinstance(i, dict))
-    return "\n".join(body for _, _, body in parse_srt(raw))
+    return "\n".join(body for _, _, body in parse_srt(raw, join))
+
+
+def aligned_subtitles(
+    cues: list[tuple[float, float, str]], fps: float, total_frames: int, frame_num: int
+) -> str:
+    """The cues that cover the ``frame_num`` uniformly sampled frames, one per line, in file order: lmms-eval
+    0.7.3's Video-MME with subtitles (tasks/videomme/utils.py ``videomme_doc_to_text_subtitle`` with
+    ``frame_num``): frames ``linspace(0, total_frames - 1, frame_num)`` truncated to ints; a cue [start, end)
+    covers frame f when ``int(start * fps) <= f < int(end * fps)``."""
+    if frame_num <= 0 or total_frames <= 0 or fps <= 0:
+        return ""
+    if frame_num == 1:
+        sampled = [0]
+    else:
+        step = (total_frames - 1) / (frame_num - 1)
+        sampled = [int(i * step) for i in range(frame_num)]
+    spans = [(int(a * fps), int(b * fps)) for a, b, _ in cues]
+    kept = [i for i, (lo, hi) in enumerate(spans) if any(lo <= f < hi for f in sampled)]
+    return "\n".join(cues[i][2] for i in kept)

@@ -13,9 +13,11 @@ sub-agents, 2048 new tokens, 3 tool rounds x 5 parallel calls.
 Presets (``EvalConfig.preset``) set the episode knobs that make a protocol, on top of ``agent``:
 
 - ``paravt`` (default): our protocol - sub-agents, labelled overview frames, the agent's own pixel budgets;
-- ``release``: the release's eval driver (SPEC §7), which produced the published numbers: 64 overview frames
+- ``release``: the release's eval driver (SPEC §7), which produced the published numbers: its prompt texts and
+  layouts (the ``release-v1`` prompt set, unless ``agent.prompt_set`` names another), 64 overview frames
   of 100,352-602,112 px each (qwen-vl-utils 0.0.14 with ``nframes=64``), the crop frames themselves as the tool's
-  answer (``crop_frames``: 1 fps, 1-16 frames of at most 50,176 px), an unlabelled overview for multiple choice
+  answer (``crop_frames``: 1 fps, 1-16 frames of at most 50,176 px, the count rounded down to even as
+  qwen-vl-utils 0.0.14 does), an unlabelled overview for multiple choice
   (frames only; Charades keeps the timestamps, standing in for the release's ``video_url`` input, which gives
   the model the frames' times), and a 65,536-token context (its vLLM ``--max-model-len``) that holds those frames.
 """
@@ -31,6 +33,10 @@ from .benchmarks import Benchmark, Sample
 PROTOCOLS: tuple[str, ...] = ("agentic", "direct", "reasoning")
 WITH_TOOL = ("agentic",)
 PRESETS: tuple[str, ...] = ("paravt", "release")
+# The release driver's prompt texts and layouts (prompt_sets/release-v1.yaml): preset=release's prompt set
+# unless agent.prompt_set names another (the report then says the prompts are not the release's); EvalConfig
+# fills it in when the config is validated, so the resolved config names it.
+RELEASE_PROMPT_SET = "release-v1"
 
 # qwen-vl-utils 0.0.14: VIDEO_MIN_PIXELS = 128 * 28 * 28, VIDEO_MAX_PIXELS = 768 * 28 * 28 (the per-frame cap
 # for 64 frames: its total-pixel budget / 64 is larger); the release's crops pass max_pixels 50,176, min 784.
@@ -41,7 +47,8 @@ RELEASE_AGENT: dict[str, Any] = {
     "crop_max_pixels": 50_176,
     "min_pixels": 784,
     "tool_mode": "crop_frames",
-    "crop": {"fps": 1.0, "min_frames": 1, "max_frames": 16},
+    # qwen-vl-utils 0.0.14's smart_nframes rounds a crop's frame count DOWN to even (a 7 s window: 6 frames)
+    "crop": {"fps": 1.0, "min_frames": 1, "max_frames": 16, "rounding": "floor"},
     "max_context_tokens": 65_536,
     "max_new_tokens": 2048,
     "max_turns": 3,
@@ -67,7 +74,8 @@ def agent_config(
     protocol: str, bench: Benchmark, sample: Sample, base: AgentConfig, preset: str = "paravt"
 ) -> AgentConfig:
     if protocol == "agentic":
-        forced = {"mcq": "mcq", "tvg": "tvg"}.get(sample.qtype)
+        # the sample's own forced answer when its layout sets one (release: MMVU's open-ended items get the letter)
+        forced = sample.forced if sample.forced != "" else {"mcq": "mcq", "tvg": "tvg"}.get(sample.qtype)
         update: dict[str, Any] = {"prompt_mode": bench.tool_prompt, "forced_answer": forced}
         if preset == "release":  # the released driver shows multiple-choice frames without timestamps
             update["overview_labels"] = sample.qtype == "tvg"

@@ -78,7 +78,9 @@ def kfp_metrics(results: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for protocol, benches in results["protocols"].items():
         for bench, m in benches.items():
-            for key in ("accuracy", "miou", "r@0.3", "r@0.5", "r@0.7", "micro", "macro", "m_avg", "mc_accuracy",
+            for key in ("accuracy", "accuracy_errors_as_wrong", "miou", "miou_errors_as_zero", "r@0.3", "r@0.5",
+                        "r@0.7", "micro", "macro", "m_avg", "mc_accuracy", "mc_accuracy_errors_as_wrong",
+                        "all_items_accuracy",
                         "oe_accuracy", "avg_tool_calls", "tool_use_rate"):  # fmt: skip
                 if isinstance(m.get(key), int | float):
                     out[f"{protocol}.{bench}.{key.replace('@', '_at_')}"] = float(m[key])
@@ -190,7 +192,7 @@ def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
             if not m:
                 cells.append("<td>–</td>")
                 continue
-            extra = f"<br><small>{m['scored']} scored · {m['errors']} errors</small>"
+            extra = f"<br><small>{m['scored']} scored · {m['errors']} errors</small>{_denominators(m)}{_all_items(m)}"
             cells.append(f"<td><b>{_fmt(headline(m))}</b> <small>{html.escape(str(m.get('headline')))}</small>"
                          f"{extra}{_provenance(m)}</td>")  # fmt: skip
         if model:
@@ -201,13 +203,15 @@ def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
             diff = None if pub is None or ours is None or why else ours - pub
             sign = "" if diff is None else ("pos" if diff >= 0 else "neg")
             shown = (
-                f"{diff:+.1f}" if diff is not None else (f"<small>{html.escape(why)}</small>" if why else "")
-            )
+                f"{diff:+.1f}<br><small class='cmp'>{COMPARABLE}</small>" if diff is not None
+                else (f"<small class='cmp'>{html.escape(why)}</small>" if why and pub is not None else "")
+            )  # fmt: skip
             note = CAVEATS.get(b, "") if diff is not None else ""
             shown += f"<br><small>{html.escape(note)}</small>" if note else ""
             cells.append(f"<td>{_fmt(pub)}</td><td class='{sign}'>{shown}</td>")
         metric = "mIoU" if b == "charades" else "acc."
-        rows.append(f"<tr><th>{html.escape(b)} <small>({metric})</small></th>{''.join(cells)}</tr>")
+        subs = _subtitles_label(results, b)
+        rows.append(f"<tr><th>{html.escape(b)} <small>({metric})</small>{subs}</th>{''.join(cells)}</tr>")
 
     details = []
     for p in protocols:
@@ -217,7 +221,8 @@ def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
                 continue
             keys = [k for k in ("by_duration", "by_duration_group", "by_task_type", "micro", "m_avg", "mc_accuracy",
                                 "oe_accuracy", "oe_scored_by", "oe_comparable", "unparseable_as_wrong", "r@0.3",
-                                "r@0.5", "r@0.7", "accuracy_errors_as_wrong", "avg_tool_calls",
+                                "r@0.5", "r@0.7", "accuracy_errors_as_wrong", "miou_errors_as_zero",
+                                "mc_accuracy_errors_as_wrong", "all_items_accuracy", "avg_tool_calls",
                                 "tool_use_rate") if k in m]  # fmt: skip
             parts = "; ".join(f"{k}: {_detail(m[k])}" for k in keys)
             parts += "".join(f"<br><small>{html.escape(n)}</small>" for n in m.get("notes") or [])
@@ -251,19 +256,69 @@ small {{ color: #666; }} figure {{ display: inline-block; margin: 8px; }}
  error share {100 * totals["error_share"]:.1f}%)</td></tr>
 <tr><th>tool use</th><td>{_fmt(results.get("avg_tool_calls"))} executed calls per sample ·
  {_fmt(results.get("tool_use_rate"))}% of samples call the tool (with-tool protocols)</td></tr>
-<tr><th>preset</th><td>{html.escape(str(results.get("preset", "paravt")))}</td></tr>
+<tr><th>preset</th><td>{html.escape(str(results.get("preset", "paravt")))} · error rule
+ {html.escape(str(results.get("error_rule", "paravt")))}</td></tr>
 <tr><th>prompts</th><td>{html.escape(str(results.get("prompt_protocol")))} · {html.escape(str(results.get("prompt_checksum", "")))}</td></tr>
 <tr><th>code</th><td>{html.escape(str(results.get("code_version")))} · {results.get("elapsed_s", 0):.1f} s</td></tr>
 </table>
 <h2>Headline (accuracy %, Charades mIoU)</h2>
 <table><tr><th>benchmark</th>{head}</tr>{"".join(rows)}</table>
-<p><small>Errors (engine failures after retries, unreadable videos, bad rows, judge unavailable) are counted
-apart and never scored as wrong answers.</small></p>
+<p><small>Errors (engine failures after retries, unreadable videos, bad rows, judge unavailable): under error
+rule paravt counted apart and never scored as wrong answers; under error rule release (the released driver's)
+a multiple-choice error is a wrong answer and a Charades engine failure IoU 0. Where errors make the two differ,
+each cell shows both.</small></p>
 <h2>Plots</h2>{figs}
 <h2>Errors by reason</h2><table><tr><th>reason</th><th>samples</th></tr>{errors}</table>
 <h2>Breakdowns</h2><table class="meta"><tr><th>protocol</th><th>benchmark</th><th>metrics</th></tr>{"".join(details)}</table>
 </body></html>
 """
+
+
+def _denominators(m: dict[str, Any]) -> str:
+    """Both readings of a headline where errors make them differ: errors left out / scored as the release does."""
+    if not m.get("errors"):
+        return ""
+    ours, theirs = "accuracy", "accuracy_errors_as_wrong"
+    if "miou" in m:
+        ours, theirs = "miou", "miou_errors_as_zero"
+    elif "mc_accuracy" in m:
+        ours, theirs = "mc_accuracy", "mc_accuracy_errors_as_wrong"
+    a, b = m.get(ours), m.get(theirs)
+    if a is None or b is None or abs(a - b) < 1e-9:
+        return ""
+    worth = "IoU 0" if ours == "miou" else "wrong"
+    return (f"<br><small class='denom'>errors left out: {_fmt(a)} · errors {worth} (release rule): {_fmt(b)}"
+            "</small>")  # fmt: skip
+
+
+SUBTITLES = {
+    "all": "subtitles: every cue (as the release)",
+    "aligned": "subtitles: aligned, only the cues covering the sampled frames (as lmms-eval)",
+}
+
+
+def _subtitle_mode(results: dict[str, Any], bench: str) -> str | None:
+    for p in results["protocols"]:
+        mode = (results["protocols"][p].get(bench) or {}).get("subtitles")
+        if mode:
+            return str(mode)
+    return None
+
+
+def _subtitles_label(results: dict[str, Any], bench: str) -> str:
+    mode = _subtitle_mode(results, bench)
+    return f"<br><small class='subs'>{html.escape(SUBTITLES.get(mode, mode))}</small>" if mode else ""
+
+
+def _all_items(m: dict[str, Any]) -> str:
+    """MMVU: lmms-eval's mmvu_val number (all items) beside our multiple-choice headline, labelled."""
+    if "all_items_accuracy" not in m:
+        return ""
+    judged = (
+        "" if m.get("oe_comparable") or not m.get("oe_scored_by") else "; open-ended by token F1, not a judge"
+    )
+    return (f"<br><small class='lmms'>lmms-eval mmvu_val (all items, multiple choice + open-ended{judged}): "
+            f"{_fmt(m['all_items_accuracy'])}</small>")  # fmt: skip
 
 
 def _provenance(m: dict[str, Any]) -> str:
@@ -281,30 +336,67 @@ CAVEATS = {
     "mmvu": "ours: multiple-choice accuracy; the release's loader reads every MMVU item as multiple choice, so "
     "the published number's item mix is not documented",
     "mlvu": "micro accuracy, as the release reports it (lmms-eval's M-avg is in the breakdowns)",
-    "longvideobench": "unparseable answers counted wrong, as the release does (lmms-eval draws a random letter)",
-    "charades": "the release feeds Charades as video_url (server-side decode); preset=release shows labelled "
-    "frames instead",
+    "longvideobench": "an unreadable answer is wrong here; the release's extractor reads the reply's first "
+    "character, lmms-eval draws a random letter (the count is in the breakdowns)",
 }
+# Charades: the release sends the whole video as ``video_url`` (``driver.py --video_channel video_url``: vLLM
+# decodes it server-side with its own sampling and gives the model the frames' times); ours sends labelled
+# frames. Until that input is reproduced the row gets no difference.
+CHARADES_INPUT = ("not comparable: the release feeds Charades as video_url (vLLM decodes the whole video "
+                  "server-side); ours sends 64 labelled frames")  # fmt: skip
+
+
+COMPARABLE = "comparable: preset, prompts (release-v1) and error rule are the release's"
+
+
+def release_checksum() -> str:
+    """The checksum of the release's prompt texts (``release-v1``)."""
+    from paravt_core.agent.prompts import load_prompt_set
+
+    from .protocols import RELEASE_PROMPT_SET
+
+    return load_prompt_set(RELEASE_PROMPT_SET).checksum
 
 
 def comparability(results: dict[str, Any], bench: str) -> str:
-    """Why our headline of ``bench`` cannot be set against the published number ("" when it can)."""
-    if results.get("preset", "paravt") != "release":
-        return "not comparable: the published numbers come from the release's driver (run preset=release)"
+    """Why our headline of ``bench`` cannot be set against the published number ("" when it can): the
+    preset, the prompt texts (the ``release-v1`` checksum) and the error rule must all be the release's, and
+    the benchmark's input and scoring too. Every condition that fails is named."""
+    why = []
+    preset = results.get("preset", "paravt")
+    if preset != "release":
+        why.append(f"preset={preset}, not release (the published numbers come from the release's driver)")
+    checksum = str(results.get("prompt_checksum", ""))
+    if checksum != release_checksum():
+        name = results.get("prompt_protocol")
+        why.append(
+            f"prompts {name} ({checksum.removeprefix('sha256:')[:12]}) are not the release's release-v1"
+        )
+    rule = results.get("error_rule", "paravt")
+    if rule != "release":
+        why.append(f"error_rule={rule}: errors left out of the denominator (the release scores them wrong)")
+    if bench == "charades":
+        why.append(CHARADES_INPUT.removeprefix("not comparable: "))
+    if _subtitle_mode(results, bench) == "aligned":
+        why.append(
+            "subtitles aligned to the sampled frames (lmms-eval's), not every cue as the release gave them"
+        )
     for p in results["protocols"]:
         m = results["protocols"][p].get(bench) or {}
         if bench == "mmvu" and m.get("oe_scored_by") and not m.get("oe_comparable"):
-            return "MMVU open-ended items scored by token F1, not the judge: not comparable"
-    return ""
+            why.append("MMVU open-ended items scored by token F1, not the judge")
+            break
+    return "not comparable: " + "; ".join(why) if why else ""
 
 
 def _gate_banner(results: dict[str, Any]) -> str:
     gate = results.get("gate") or {}
     if gate.get("passed", True):
         return ""
-    share = 100 * results["totals"]["error_share"]
-    return (f"<p class='gate'>Error share {share:.1f}% exceeds max_error_share {100 * gate['max_error_share']:.1f}%: "
-            "the stage failed after writing these results.</p>")  # fmt: skip
+    failing = gate.get("failing") or {}
+    where = ", ".join(f"{html.escape(k)} {100 * v:.1f}%" for k, v in failing.items())
+    return (f"<p class='gate'>Error share exceeds max_error_share {100 * gate['max_error_share']:.1f}% "
+            f"in {where or 'the run'}: the stage failed after writing these results.</p>")  # fmt: skip
 
 
 def _detail(value: Any) -> str:

@@ -52,8 +52,9 @@ def _record(sample: Sample, protocol: str, **fields: Any) -> dict[str, Any]:
         "id": sample.id,
         "benchmark": sample.benchmark,
         "protocol": protocol,
-        "question": sample.question,
+        "question": sample.question_for(protocol),
         "gold": sample.gold,
+        **({"gold_interval": list(sample.gold_interval)} if sample.gold_interval else {}),
         "qtype": sample.qtype,
         **fields,
     }
@@ -99,7 +100,7 @@ async def run_one(
         return error_record(sample, protocol, "row_error", sample.error, attempts=0)
     try:
         cfg = protocols.agent_config(protocol, bench, sample, base, preset)
-        row = EpisodeRow(video=sample.video, question=sample.question, row_id=sample.id,
+        row = EpisodeRow(video=sample.video, question=sample.question_for(protocol), row_id=sample.id,
                          question_type=sample.qtype)  # fmt: skip
         started = time.perf_counter()
         attempt = 0

@@ -17,7 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from paravt_core.rewards.accuracy import aaccuracy_reward, read_mcq_letter
+from paravt_core.rewards.accuracy import (
+    aaccuracy_reward,
+    answer_span,
+    interval_iou,
+    parse_interval,
+    read_mcq_letter,
+)
 
 from .benchmarks import Sample
 
@@ -45,6 +51,13 @@ async def score_sample(sample: Sample, prediction: str, judge: Any = None) -> Sc
         if sample.letters and letter not in sample.letters:
             return Score(0.0, letter, "letter_out_of_range", "mcq")
         return Score(float(letter == sample.gold), letter, None, "mcq")
+    if sample.qtype == "tvg" and sample.gold_interval is not None:  # the gold seconds as numbers, not re-read
+        if not answer_span(prediction).strip():
+            return Score(0.0, None, "empty_answer", "tvg")
+        pred = parse_interval(prediction)
+        if pred is None:
+            return Score(0.0, None, "unparseable_interval", "tvg")
+        return Score(interval_iou(pred, sample.gold_interval), list(pred), None, "tvg")
     mode = "llm" if (sample.qtype == "oe" and judge is not None) else "f1"
     result = await aaccuracy_reward(
         prediction, sample.gold, sample.qtype, mode, judge, question=sample.question

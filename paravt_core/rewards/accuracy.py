@@ -42,6 +42,8 @@ RewardMode = Literal["f1", "exact", "llm"]
 MCQ_LETTERS = "ABCDEFGHIJ"
 
 _STRIP_BLOCKS = re.compile(r"<(think|tool_call|tool_code|tool_response)>.*?(</\1>|$)", re.DOTALL)
+# A reply cut off (or ended) inside its reasoning: "<think>... so the answer is A" with no </think>.
+_UNCLOSED_THINK = re.compile(r"<think>((?:(?!</think>).)*)$", re.DOTALL)
 _TAG = re.compile(r"</?(think|answer|tool_call|tool_code|tool_response)>")
 
 # MCQ forms. Letters are matched upper-case only (except a span that is one letter and nothing else), so the
@@ -53,11 +55,15 @@ _L = r"[(\[]?([A-J])[)\]]?(?![\w'])"
 # answer is A, but the answer is B" -> B).
 _STATEMENT = re.compile(
     r"(?:(?i:\banswer\b)(?:\s+(?i:is|would\s+be|should\s+be|will\s+be|must\s+be))?\s*[:\-=]?"
+    r"|答案\s*(?:应该|应)?\s*(?:是|为)?\s*[:：]?|选择?"  # "答案是B", "答案为 C", "选C", "选择D" (lmms-eval reads them)
     r"|(?i:\b(?:option|choice)\s+(?:is|would\s+be|should\s+be))\s*:?"
     r"|(?i:\bi\s+(?:would\s+|will\s+)?(?:choose|select|pick|go\s+with)))"
     r"\s*(?:(?i:option|choice)\s*)?" + _L
 )
-_IS_CORRECT = re.compile(r"(?<![\w'])" + _L + r"\s+(?i:is)\s+(?:(?i:the)\s+)?(?i:correct|right|best)\b")
+_IS_CORRECT = re.compile(
+    r"(?<![\w'])" + _L + r"\s+(?i:is)\s+(?:(?i:the)\s+)?"
+    r"(?i:correct|right|best|closest|most\s+(?:likely|accurate|appropriate|plausible|suitable))\b"
+)
 # A letter followed by another offered as an alternative: "A or B", "B/C", "A, B", "A and B", "A B".
 # A second letter after a bare space counts only when nothing but punctuation, another letter or the end follows
 # it ("A B", "A B."): in "C) A blue square" the A is the article of the option's text.
@@ -118,7 +124,11 @@ def answer_span(text: str) -> str:
     body = extract_answer_text(text)
     if body is not None:
         return body
-    return _TAG.sub(" ", _STRIP_BLOCKS.sub(" ", text)).strip()
+    span = _TAG.sub(" ", _STRIP_BLOCKS.sub(" ", text)).strip()
+    unclosed = _UNCLOSED_THINK.search(text)
+    if not span and unclosed:  # only reasoning, never closed: it is all the reply says (lmms-eval reads it)
+        return _TAG.sub(" ", _STRIP_BLOCKS.sub(" ", unclosed.group(1))).strip()
+    return span
 
 
 def parse_mcq_letter(text: str) -> str | None:

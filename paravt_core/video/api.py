@@ -269,7 +269,14 @@ class _CropPlan:
 
 
 def _plan_crop(
-    table: FrameTable, start: object, end: object, *, fps: float, min_frames: int, max_frames: int
+    table: FrameTable,
+    start: object,
+    end: object,
+    *,
+    fps: float,
+    min_frames: int,
+    max_frames: int,
+    rounding: str = "nearest",
 ) -> _CropPlan:
     requested = (parse_time(start, "start_time"), parse_time(end, "end_time"))
     s, e = requested
@@ -287,7 +294,10 @@ def _plan_crop(
             f"(the video runs from {first:.1f} to {duration:.1f} seconds)"
         )
     s, e = max(s, first), min(e, duration)  # clamp to the timeline; the tool text says so
-    count = crop_frame_count(s, e, fps=fps, min_frames=min_frames, max_frames=max_frames)
+    span = duration - first
+    video_fps = len(table.times) / span if span > 0 else None  # average rate, as torchcodec reports it
+    count = crop_frame_count(s, e, fps=fps, min_frames=min_frames, max_frames=max_frames, rounding=rounding,
+                             video_fps=video_fps)  # fmt: skip
     # Sample between the window's edges, but never past the last frame's own timestamp.
     last = max(s, min(e, table.times[-1]))
     indices = frames_at(table.times, uniform_times(s, last, count))
@@ -306,6 +316,7 @@ def crop(
     min_pixels: int = DEFAULT_MIN_PIXELS,
     cache: DecoderCache | None = None,
     max_workers: int | None = None,
+    rounding: str = "nearest",
 ) -> Frames:
     """Frames of [start, end] at ``fps`` (even count in [min_frames, max_frames]), uniform in time.
 
@@ -322,6 +333,7 @@ def crop(
         max_pixels=max_pixels,
         min_pixels=min_pixels,
         cache=cache,
+        rounding=rounding,
     )[0]
     if isinstance(result, CropError):
         raise result.cause if isinstance(result.cause, VideoError) else result
@@ -352,6 +364,7 @@ def run_crops(
     max_pixels: int = DEFAULT_MAX_PIXELS,
     min_pixels: int = DEFAULT_MIN_PIXELS,
     cache: DecoderCache | None = None,
+    rounding: str = "nearest",
 ) -> list[Frames | CropError]:
     """All crops of one turn, decoded together and concurrently over the shared handle cache.
 
@@ -363,7 +376,7 @@ def run_crops(
     try:
         path, table, cache = _table(uri, cache)
         size = _frame_size(table, max_pixels, min_pixels)
-        options = {"fps": fps, "min_frames": min_frames, "max_frames": max_frames}
+        options = {"fps": fps, "min_frames": min_frames, "max_frames": max_frames, "rounding": rounding}
         try:
             results = _checked(
                 cache, table, lambda t: _serve_crops(cache, t, windows, size, max_workers, options)

@@ -47,9 +47,24 @@ def nearest_keyframe(times: Sequence[float], keyframes: Sequence[int], t: float)
     return after if times[after] - t < t - times[before] else before
 
 
-def crop_frame_count(start: float, end: float, *, fps: float, min_frames: int, max_frames: int) -> int:
-    """Frames for a crop of [start, end] at ``fps``: rounded to an even count, clamped to
-    [min_frames, max_frames] (Qwen3-VL groups frames in pairs, so counts are even)."""
+def crop_frame_count(
+    start: float,
+    end: float,
+    *,
+    fps: float,
+    min_frames: int,
+    max_frames: int,
+    rounding: str = "nearest",
+    video_fps: float | None = None,
+) -> int:
+    """Frames for a crop of [start, end] at ``fps``, clamped to [min_frames, max_frames] and even (Qwen3-VL
+    groups frames in pairs).
+
+    ``rounding="nearest"`` (ours): the nearest even count, halves up. ``rounding="floor"``: qwen-vl-utils
+    0.0.14's ``smart_nframes`` with ``fps`` (the released eval driver's crops): the window's frame count
+    (``floor(end * video_fps) - ceil(start * video_fps) + 1`` source frames when ``video_fps`` is known, as its
+    ``calculate_video_frame_range`` counts them; else ``end - start`` seconds) x ``fps`` / ``video_fps``,
+    clamped to [min_frames rounded up to even, max_frames rounded down to even], then rounded DOWN to even."""
     if min_frames < 1 or max_frames < min_frames:
         raise ValueError(f"need 1 <= min_frames <= max_frames, got {min_frames}, {max_frames}")
     if fps <= 0 or not math.isfinite(fps):
@@ -58,6 +73,14 @@ def crop_frame_count(start: float, end: float, *, fps: float, min_frames: int, m
     hi = max_frames - (max_frames % 2)  # largest even <= max_frames
     if hi < lo:  # e.g. min=max=3: no even count in range, honour the range
         return max_frames
+    if rounding == "floor":
+        seconds = end - start
+        if video_fps and video_fps > 0:
+            seconds = (math.floor(end * video_fps) - math.ceil(start * video_fps) + 1) / video_fps
+        wanted = min(max(seconds * fps, lo), hi)
+        return max(lo, 2 * math.floor(wanted / 2))
+    if rounding != "nearest":
+        raise ValueError(f"rounding must be 'nearest' or 'floor', got {rounding!r}")
     wanted = 2 * math.floor((end - start) * fps / 2 + 0.5)  # nearest even, halves up
     return min(hi, max(lo, wanted))
 

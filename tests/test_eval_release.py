@@ -1,0 +1,457 @@
+"""preset=release reproduces the released eval driver (EvolvingLMMs-Lab/ParaVT, commit cf55249,
+``paravt/eval/driver.py`` and ``paravt/eval/utils.py``): its crop frame counts, prompt texts and layouts, error
+rule and comparability (issue 34). Expected values are worked out by hand from those files and from
+qwen-vl-utils 0.0.14's ``vision_process.py`` (quoted in each test)."""
+
+from __future__ import annotations
+
+import pytest
+
+from paravt_core.agent.config import AgentConfig
+from paravt_core.eval.protocols import preset_agent
+from paravt_core.synth import Event, write_video
+from paravt_core.video import api as video_api
+from paravt_core.video.sampling import crop_frame_count
+
+# ---------------------------------------------------------------------------------------------------------
+# Item 4: crop frame counts. qwen-vl-utils 0.0.14 smart_nframes (fps branch):
+#   min_frames = ceil_by_factor(1, 2) = 2; max_frames = floor_by_factor(16, 2) = 16
+#   nframes = total_frames / video_fps * fps, total_frames = floor(end*vfps) - ceil(start*vfps) + 1
+#   nframes = floor_by_factor(min(max(nframes, 2), 16), 2)
+# At 30 fps: 3 s -> 91 frames -> 3.03 -> 2; 7 s -> 211 -> 7.03 -> 6; 16 s -> 481 -> 16.03 -> 16.
+# Ours (nearest even, halves up): 3 s -> 4, 7 s -> 8, 16 s -> 16.
+
+
+@pytest.mark.parametrize(("seconds", "release", "ours"), [(3.0, 2, 4), (7.0, 6, 8), (16.0, 16, 16)])
+def test_crop_frame_count_as_qwen_vl_utils_0_0_14(seconds, release, ours):
+    kw = {"fps": 1.0, "min_frames": 1, "max_frames": 16}
+    assert crop_frame_count(10.0, 10.0 + seconds, rounding="floor", video_fps=30.0, **kw) == release
+    assert crop_frame_count(10.0, 10.0 + seconds, rounding="floor", **kw) == release  # no rate known
+    assert crop_frame_count(10.0, 10.0 + seconds, **kw) == ours
+
+
+def test_crop_frame_count_floor_counts_source_frames_like_qwen():
+    # 7.98 s at 25 fps from 0: floor(199.5) - 0 + 1 = 200 frames = 8.0 s -> 8 (seconds alone: 7.98 -> 6)
+    kw = {"fps": 1.0, "min_frames": 1, "max_frames": 16, "rounding": "floor"}
+    assert crop_frame_count(0.0, 7.98, video_fps=25.0, **kw) == 8
+    assert crop_frame_count(0.0, 7.98, **kw) == 6
+
+
+def test_release_preset_crops_round_down_on_a_real_video(tmp_path):
+    path = tmp_path / "v.mp4"
+    write_video(path, [Event("circle", "red", 1.0, 20.0, (10, 10, 60, 60))], 20.0, 10.0, (128, 96))
+    cfg = preset_agent("release", AgentConfig())
+    assert cfg.crop.rounding == "floor" and AgentConfig().crop.rounding == "nearest"
+    opts = {"fps": cfg.crop.fps, "min_frames": cfg.crop.min_frames, "max_frames": cfg.crop.max_frames,
+            "max_pixels": 64 * 96, "min_pixels": 32 * 32}  # fmt: skip
+    counts = [len(c) for c in video_api.run_crops(str(path), [(2, 5), (2, 9), (2, 18)], **opts,
+                                                   rounding=cfg.crop.rounding)]  # fmt: skip
+    assert counts == [2, 6, 16]
+    ours = [len(c) for c in video_api.run_crops(str(path), [(2, 5), (2, 9), (2, 18)], **opts)]
+    assert ours == [4, 8, 16]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Item 1: the release-v1 prompt set. The hashes are sha256 of the driver's own constants at commit cf55249,
+# rendered as the driver renders them (GENERAL_AGENTIC_SYSTEM.format(tool_schema=TOOL_SCHEMA) etc.), computed
+# from EvolvingLMMs-Lab/ParaVT paravt/eval/driver.py, not from our set.
+RELEASE_SYSTEM_SHA256 = {
+    "agentic_general": "d51e7e18d1aa2bb0e10add346557fa72a0d572d490425ee419a6da02f2637603",
+    "agentic_minimal": "a6933f68e4de6a8da13321a285a267ff73013fd8baea7e1e7a51fbf527093fe4",
+    "direct": "5ebc29666ce3c1db4fef150af4f1de57412363f8d8cfb87f9ce6d3bf934586d2",
+    "reasoning": "b17c98b728e2fc63884f0ebe09f4e465a41f4b5333adca3838c412cce459fe1e",
+}
+# paravt-v1's checksum before the optional layout fields existed: adding them must not change it.
+PARAVT_V1_CHECKSUM = "sha256:c91d7f015b4c5d7b6e166a832bc48f439af8ae02eaafb28917eccd121b38ba79"
+LETTER_ONLY = "Answer with the option letter only."  # utils.py load_samples mcq_instr (not direct)
+DIRECT_HINT = (  # utils.py load_samples mcq_instr under prompt_mode == "direct"
+    "Think step by step, use crop_video if needed, then provide your answer in <answer>X</answer> tags "
+    "where X is the option letter."
+)
+
+
+def _release_ctx(media_root: str = "", subtitles: str = ""):
+    from paravt_core.agent.prompts import load_prompt_set
+    from paravt_core.eval import benchmarks as B
+
+    return B.Context(media_root, subtitles, texts=load_prompt_set("release-v1").benchmark)
+
+
+def test_release_v1_system_prompts_are_the_drivers_byte_for_byte():
+    import hashlib
+
+    from paravt_core.agent.prompts import load_prompt_set
+
+    ps = load_prompt_set("release-v1")
+    got = {m: hashlib.sha256(ps.system_prompt(m).encode()).hexdigest() for m in RELEASE_SYSTEM_SHA256}
+    assert got == RELEASE_SYSTEM_SHA256
+    general = ps.system_prompt("agentic_general")
+    assert "**multiple <tool_call> blocks in one turn**" in general and "Format strictly as:" in general
+    assert general.endswith(
+        "Always wrap your reasoning in <think> tags and your final answer in <answer> tags."
+    )
+    assert load_prompt_set("paravt-v1").checksum == PARAVT_V1_CHECKSUM
+
+
+def test_preset_release_selects_release_v1_unless_a_set_is_named():
+    from paravt_core.agent.prompts import load_prompt_set
+    from paravt_core.config import load_config
+    from paravt_core.eval.config import EvalConfig
+    from paravt_core.eval.protocols import RELEASE_PROMPT_SET
+
+    assert EvalConfig(preset="release").agent.prompt_set == RELEASE_PROMPT_SET == "release-v1"
+    assert EvalConfig().agent.prompt_set == "paravt-v1"
+    named = load_config(EvalConfig, overrides=["preset=release", "agent.prompt_set=paravt-v1"])
+    assert named.agent.prompt_set == "paravt-v1"  # named: kept (the report then says the prompts differ)
+    # the resolved config names the set, so reloading it (shards, compiled pipelines) keeps it
+    again = EvalConfig.model_validate(EvalConfig(preset="release").model_dump(mode="json"))
+    assert again.agent.prompt_set == "release-v1"
+    assert load_prompt_set("release-v1").checksum != PARAVT_V1_CHECKSUM
+
+
+def test_release_v1_videomme_letters_options_twice_and_direct_asks_differently():
+    from paravt_core.eval import benchmarks as B
+
+    row = {"videoID": "fxA", "question_id": "001-1", "duration": "short", "question": "Which shape?",
+           "options": ["A. A red circle.", "B. A blue square."], "answer": "A"}  # fmt: skip
+    (s,) = B.to_samples("videomme", [row], _release_ctx())
+    assert s.question_for("agentic") == (
+        f"Question: Which shape?\nOptions:\nA. A. A red circle.\nB. B. A blue square.\n{LETTER_ONLY}"
+    )
+    assert s.question_for("reasoning") == s.question
+    assert s.question_for("direct") == (
+        f"Question: Which shape?\nOptions:\nA. A. A red circle.\nB. B. A blue square.\n{DIRECT_HINT}"
+    )
+    # paravt-v1 keeps its own layout and one question for every protocol
+    (ours,) = B.to_samples("videomme", [row], B.Context(""))
+    assert ours.question_for("direct") == ours.question and "A. A." not in ours.question
+
+
+def test_release_v1_videomme_subtitles_line_by_line_and_left_out_when_missing(tmp_path):
+    from paravt_core.eval import benchmarks as B
+
+    subs = tmp_path / "subtitle"
+    subs.mkdir()
+    (subs / "fxA.srt").write_text(
+        "1\n00:00:01,000 --> 00:00:02,000\n<i>Hello</i> there\nsecond line\n\n2\n00:00:03,000 --> 00:00:04,000\nBye\n"
+    )
+    rows = [{"videoID": v, "question_id": f"{v}-1", "duration": "short", "question": "Q?",
+             "options": ["A. x", "B. y"], "answer": "B"} for v in ("fxA", "fxB")]  # fmt: skip
+    a, b = B.to_samples("videomme_wsub", rows, _release_ctx(str(tmp_path)))
+    body = f"Question: Q?\nOptions:\nA. A. x\nB. B. y\n{LETTER_ONLY}"
+    assert a.question == f"This video's subtitles are listed below:\nHello there\nsecond line\nBye\n\n{body}"
+    assert b.question == body  # fxB has no subtitle file: no block
+    ours_a, ours_b = B.to_samples("videomme_wsub", rows, B.Context(str(tmp_path)))
+    assert "Hello there second line\nBye\nQuestion:" in ours_a.question
+    assert "(no subtitles available)" in ours_b.question
+
+
+def test_release_v1_lvbench_mlvu_longvideobench_mmvu_layouts():
+    from paravt_core.eval import benchmarks as B
+
+    ctx = _release_ctx()
+    lvb = {"uid": "9", "video_path": "v.mp4", "question": "What is last?\n(A) red\n(B) blue", "answer": "B",
+           "question_type": ["entity recognition"]}  # fmt: skip
+    (s,) = B.to_samples("lvbench", [lvb], ctx)
+    assert s.question == f"What is last?\n(A) red\n(B) blue\n{LETTER_ONLY}"
+    assert s.question_for("direct") == f"What is last?\n(A) red\n(B) blue\n{DIRECT_HINT}"
+    mlvu = {"video_name": "m.mp4", "question": "Which color?\n(A) red\n(B) blue", "candidates": ["red", "blue"],
+            "answer": "blue", "task_type": "plotQA", "question_id": "m1"}  # fmt: skip
+    (s,) = B.to_samples("mlvu", [mlvu], ctx)
+    assert (
+        s.question == f"Question: Which color?\n(A) red\n(B) blue\nOptions:\nA. red\nB. blue\n{LETTER_ONLY}"
+    )
+    lvideo = {"id": "l1", "video_path": "l.mp4", "question": " Who waves? ", "option0": "a", "option1": "b",
+              "option2": "N/A", "correct_choice": 1, "duration_group": 15}  # fmt: skip
+    (s,) = B.to_samples("longvideobench", [lvideo], ctx)
+    assert s.question == f"Question:  Who waves? \nOptions:\nA. a\nB. b\n{LETTER_ONLY}"  # not stripped
+    oe = {"id": "o1", "video": "https://huggingface.co/datasets/yale-nlp/MMVU/resolve/main/videos/Art/0.mp4",
+          "question": "Why does it glow?", "choices": {}, "answer": "heat", "question_type": "open-ended",
+          "metadata": {"subject": "Art"}}  # fmt: skip
+    (s,) = B.to_samples("mmvu", [oe], ctx)
+    assert s.question == f"Question: Why does it glow?\nOptions:\n\n{LETTER_ONLY}"
+    assert (s.qtype, s.forced, s.gold) == ("oe", "mcq", "heat")
+    (ours,) = B.to_samples("mmvu", [oe], B.Context(""))
+    assert (ours.question, ours.forced) == ("Question: Why does it glow?", "")
+
+
+def test_release_v1_mmvu_open_ended_gets_the_letter_forced_answer():
+    from paravt_core.eval import benchmarks as B
+    from paravt_core.eval.protocols import agent_config
+
+    oe = {"id": "o1", "video_path": "videos/Art/0.mp4", "question": "Why?", "choices": {}, "answer": "heat",
+          "question_type": "open-ended"}  # fmt: skip
+    base = preset_agent("release", AgentConfig(prompt_set="release-v1"))
+    (rel,) = B.to_samples("mmvu", [oe], _release_ctx())
+    (ours,) = B.to_samples("mmvu", [oe], B.Context(""))
+    assert agent_config("agentic", B.get("mmvu"), rel, base, "release").forced_answer == "mcq"
+    assert agent_config("agentic", B.get("mmvu"), ours, AgentConfig(), "paravt").forced_answer is None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Items 2 and 3: the release's error rule, the per-benchmark error limit, comparability. The release
+# (utils.py run_dataset at cf55249): MCQ accuracy = sum(correct) / len(results with correct is not None), and a
+# failed sample's base_result has correct=False -> errors are wrong answers. Charades: mIoU over results without
+# an "error" key; an API failure inside the agent loop is the reply "[API error: ...]", scored (IoU 0).
+
+
+def _ok(score, **meta):
+    return {"status": "ok", "score": score, "meta": meta, "tool_calls": 0, "qtype": "mcq"}
+
+
+def _error(reason, **meta):
+    return {"status": "error", "score": None, "error": {"reason": reason}, "meta": meta}
+
+
+def test_release_error_rule_scores_multiple_choice_errors_wrong():
+    from paravt_core.eval.metrics import benchmark_metrics, headline
+
+    recs = [_ok(1.0), _ok(1.0), _ok(1.0), _ok(0.0), _error("context_overflow")]
+    ours, release = benchmark_metrics("videomme", recs), benchmark_metrics("videomme", recs, "release")
+    assert (headline(ours), ours["denominator"]) == (75.0, 4)  # 3 of 4 scored
+    assert (headline(release), release["denominator"]) == (60.0, 5)  # 3 of 5: the error is wrong
+    mmvu = [_ok(1.0, kind="multiple-choice"), _ok(0.0, kind="multiple-choice"),
+            _error("video_error", kind="multiple-choice"), _ok(0.5, kind="open-ended")]  # fmt: skip
+    m = benchmark_metrics("mmvu", mmvu, "release")
+    assert (m["headline"], headline(m)) == ("mc_accuracy_errors_as_wrong", pytest.approx(100 / 3))
+    assert headline(benchmark_metrics("mmvu", mmvu)) == 50.0
+
+
+def test_release_error_rule_for_charades_scores_in_loop_failures_zero_and_leaves_out_the_rest():
+    from paravt_core.eval.metrics import benchmark_metrics, headline
+
+    recs = [_ok(0.2), _ok(0.5), _ok(0.8), _error("engine_timeout"), _error("video_error")]
+    assert headline(benchmark_metrics("charades", recs)) == pytest.approx(50.0)  # 1.5 / 3
+    m = benchmark_metrics("charades", recs, "release")
+    assert (headline(m), m["denominator"]) == (pytest.approx(37.5), 4)  # 1.5 / 4: the video error stays out
+
+
+def test_error_rule_follows_the_preset_unless_set():
+    from paravt_core.eval.config import EvalConfig
+
+    assert EvalConfig(preset="release").resolved_error_rule == "release"
+    assert EvalConfig().resolved_error_rule == "paravt"
+    assert EvalConfig(preset="release", error_rule="paravt").resolved_error_rule == "paravt"
+
+
+def test_the_error_limit_is_per_benchmark_not_pooled():
+    from paravt_core.eval.metrics import benchmark_metrics
+    from paravt_core.eval.stage import error_gate
+
+    # 3 errors in 10 videomme_wsub samples, none in 100 lvbench: pooled 3 / 110 = 2.7% < 5%, but 30% > 5%
+    per = {"agentic": {"videomme_wsub": benchmark_metrics("videomme_wsub", [_ok(1.0)] * 7 + [_error("x")] * 3),
+                       "lvbench": benchmark_metrics("lvbench", [_ok(1.0)] * 100)}}  # fmt: skip
+    gate = error_gate(per, 0.05)
+    assert gate["passed"] is False and gate["failing"] == {"agentic.videomme_wsub": pytest.approx(0.3)}
+    assert error_gate(per, 0.3)["passed"] is True
+
+
+def _report_results(preset="release", checksum=None, rule="release"):
+    from paravt_core.eval import report
+    from paravt_core.eval.metrics import benchmark_metrics
+
+    recs = {"videomme": [_ok(1.0), _ok(0.0), _error("engine_error")], "charades": [_ok(0.5)]}
+    return {"preset": preset, "error_rule": rule, "prompt_protocol": "x",
+            "prompt_checksum": checksum or report.release_checksum(),
+            "protocols": {"agentic": {b: benchmark_metrics(b, r, rule) for b, r in recs.items()}}}  # fmt: skip
+
+
+def test_comparability_requires_preset_prompts_and_error_rule_and_names_each_failure():
+    from paravt_core.agent.prompts import load_prompt_set
+    from paravt_core.eval.report import comparability
+
+    assert comparability(_report_results(), "videomme") == ""
+    ours = load_prompt_set("paravt-v1").checksum
+    why = comparability(_report_results(checksum=ours), "videomme")
+    assert why.startswith("not comparable: prompts x (c91d7f015b4c) are not the release's release-v1")
+    why = comparability(_report_results(rule="paravt"), "videomme")
+    assert why == ("not comparable: error_rule=paravt: errors left out of the denominator (the release scores "
+                   "them wrong)")  # fmt: skip
+    why = comparability(_report_results(preset="paravt", checksum=ours, rule="paravt"), "videomme")
+    assert why.count("; ") == 2 and "preset=paravt" in why and "prompts" in why and "error_rule" in why
+    # Charades: the release's input was the whole video as video_url, ours labelled frames -> never a delta
+    assert "video_url" in comparability(_report_results(), "charades")
+
+
+def test_the_report_cell_shows_both_denominators():
+    from paravt_core.eval import report
+
+    html = report.render_html({**_report_results(), "model": "m", "published_model": "ParaVT-8B",
+                               "totals": {"samples": 4, "scored": 3, "errors": 1, "error_share": 0.25},
+                               "errors_by_reason": {}, "gate": {"passed": True}}, {})  # fmt: skip
+    # videomme: 1 of 2 scored = 50.0 left out; 1 of 3 = 33.3 as the release scores it (the headline)
+    assert "errors left out: 50.0 · errors wrong (release rule): 33.3" in html
+    assert "<b>33.3</b>" in html and "-28.8" in html  # 33.3 - 62.1 published, comparable
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The stage under preset=release on fixture rows in the benchmarks' real schemas, with the tiny model's
+# processor (the main agent's replies scripted: the random tiny model would write 2048 tokens per turn on
+# 64 frames). The report says "comparable" only where preset, prompts and error rule are the release's.
+
+
+def _release_run(tmp_path, tiny_model, eval_fixtures, **overrides):
+    import json
+    from pathlib import Path
+
+    from paravt_core.eval.stage import run
+    from tests.eval_support import KeyedEngine, fixture_entry, tiny_eval_config
+
+    benches = [fixture_entry(eval_fixtures, n) for n in ("videomme", "lvbench", "charades")]
+    script = {"a red circle appears": ["The event happens in the 1.0 - 3.0 seconds."]}
+    engine = KeyedEngine(tiny_model.processor, script, default="<answer>B</answer>")
+    cfg = tiny_eval_config(tmp_path, "tiny", benches, preset="release", published_model="ParaVT-8B",
+                           runner={"concurrency": 2, "retries": 0, "backoff_s": 0.0}, **overrides)  # fmt: skip
+    run(cfg, engine=engine, processor=tiny_model.processor)
+    out = Path(cfg.output)
+    return json.loads((out / "results.json").read_text()), (out / "report.html").read_text(), out
+
+
+def test_stage_under_preset_release_is_comparable_only_where_everything_is_the_releases(
+    tiny_model, eval_fixtures, tmp_path
+):
+    import json
+
+    from paravt_core.eval import report
+
+    results, html, out = _release_run(tmp_path, tiny_model, eval_fixtures)
+    assert (results["prompt_protocol"], results["error_rule"]) == ("release-v1", "release")
+    assert results["prompt_checksum"] == report.release_checksum()
+    first = json.loads((out / "samples/agentic/videomme.jsonl").read_text().splitlines()[0])
+    assert "\nOptions:\nA. A. " in first["question"] and first["question"].endswith(LETTER_ONLY)
+    table = html.split("<h2>Headline")[1].split("</table>")[0]
+    rows = {r.split("<th>")[1].split(" <small>")[0]: r for r in table.split("<tr>")[2:]}
+    assert report.COMPARABLE in rows["videomme"] and report.COMPARABLE in rows["lvbench"]
+    assert report.COMPARABLE not in rows["charades"] and "video_url" in rows["charades"]
+
+
+def test_stage_under_preset_release_with_our_prompts_names_the_prompts(tiny_model, eval_fixtures, tmp_path):
+    agent = {
+        **__import__("tests.eval_support", fromlist=["TINY_AGENT"]).TINY_AGENT,
+        "prompt_set": "paravt-v1",
+    }
+    results, html, _ = _release_run(tmp_path, tiny_model, eval_fixtures, agent=agent)
+    assert results["prompt_protocol"] == "paravt-v1"
+    from paravt_core.eval import report
+
+    assert report.COMPARABLE not in html
+    assert "not comparable: prompts paravt-v1 (c91d7f015b4c) are not the release&#x27;s release-v1" in html
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Item 5: MMVU. lmms-eval 0.7.3 tasks/mmvu/utils.py mmvu_aggregate_results_val: 100 * correct / answered over
+# every item (multiple choice and open-ended alike).
+
+
+def test_mmvu_shows_lmms_evals_all_items_number_beside_ours_labelled():
+    from paravt_core.eval import report
+    from paravt_core.eval.metrics import benchmark_metrics
+
+    recs = [
+        {**_ok(1.0, kind="multiple-choice"), "qtype": "mcq"},
+        {**_ok(1.0, kind="multiple-choice"), "qtype": "mcq"},
+        {**_ok(0.0, kind="multiple-choice"), "qtype": "mcq"},
+        {**_ok(1.0, kind="open-ended"), "qtype": "oe", "score_source": "judge"},
+        {**_ok(0.0, kind="open-ended"), "qtype": "oe", "score_source": "judge"},
+    ]
+    m = benchmark_metrics("mmvu", recs)
+    # ours: 2 of 3 multiple choice = 66.7; lmms-eval's: 3 right of all 5 items = 60.0
+    assert (m["headline"], m["mc_accuracy"], m["all_items_accuracy"]) == (
+        "mc_accuracy",
+        pytest.approx(200 / 3),
+        60.0,
+    )
+    html = report.render_html({"preset": "paravt", "protocols": {"agentic": {"mmvu": m}}, "model": "x",
+                               "totals": {"samples": 5, "scored": 5, "errors": 0, "error_share": 0.0},
+                               "errors_by_reason": {}, "gate": {"passed": True}}, {})  # fmt: skip
+    assert "lmms-eval mmvu_val (all items, multiple choice + open-ended): 60.0" in html
+    assert (
+        report.kfp_metrics(
+            {
+                "protocols": {"agentic": {"mmvu": m}},
+                "totals": {"samples": 5, "scored": 5, "errors": 0, "error_share": 0.0},
+            }
+        )["agentic.mmvu.all_items_accuracy"]
+        == 60.0
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Item 7: LVBench options lists, Charades gold as numbers, the LongVideoBench note, aligned subtitles.
+
+
+def test_lvbench_rows_with_an_options_list_are_lettered_as_lmms_eval_does():
+    from paravt_core.eval import benchmarks as B
+
+    # lmms-eval 0.7.3 tasks/lvbench/utils.py lvbench_doc_to_text: question + "\n" + "(A) opt" lines
+    row = {"uid": "7", "video_path": "v.mp4", "question": "What happens last?", "options": ["red", "blue"],
+           "answer": "B", "question_type": ["key information retrieval"]}  # fmt: skip
+    (s,) = B.to_samples("lvbench", [row], B.Context(""))
+    assert s.error is None and (s.gold, s.letters) == ("B", "AB")
+    assert s.question.startswith("Question: What happens last?\n(A) red\n(B) blue\n")
+
+
+def test_charades_gold_is_scored_as_numbers_not_reparsed_text():
+    import asyncio
+
+    from paravt_core.eval import benchmarks as B
+    from paravt_core.eval.scoring import score_sample
+
+    row = {
+        "video": "AO8RW.mp4",
+        "caption": "a person is putting a book on a shelf",
+        "timestamp": [5e-05, 6.2],
+    }
+    (s,) = B.to_samples("charades", [row], B.Context(""))
+    assert s.gold_interval == (5e-05, 6.2)
+    score = asyncio.run(score_sample(s, "The event happens in the 0.0 - 6.2 seconds."))
+    # IoU of [0, 6.2] with [0.00005, 6.2] = 6.19995 / 6.2 (the text "5e-05, 6.2" would read as 5 - 6.2)
+    assert score.score == pytest.approx(6.19995 / 6.2) and score.parsed == [0.0, 6.2]
+
+
+def test_longvideobench_note_says_what_the_release_does_with_an_unreadable_answer():
+    from paravt_core.eval.metrics import benchmark_metrics
+
+    m = benchmark_metrics("longvideobench", [{**_ok(0.0), "score_reason": "unparseable_letter"}])
+    assert "as the release does" not in m["notes"][0]
+    assert "the release reads the reply's first character" in m["notes"][0]
+
+
+def test_aligned_subtitles_keep_the_cues_covering_the_sampled_frames():
+    from paravt_core.eval.formats import aligned_subtitles
+
+    # 100 frames at 10 fps, 4 sampled: linspace(0, 99, 4) -> 0, 33, 66, 99 (int). Cue frames: [0, 20) holds 0;
+    # [21, 30) none; [30, 40) holds 33; [95, 100) holds 99.
+    cues = [(0.0, 2.0, "one"), (2.1, 3.0, "two"), (3.0, 4.0, "three"), (9.5, 10.0, "four")]
+    assert aligned_subtitles(cues, 10.0, 100, 4) == "one\nthree\nfour"
+
+
+def test_videomme_wsub_aligned_on_a_real_video_and_labelled_in_the_report(tmp_path):
+    from paravt_core.eval import benchmarks as B
+    from paravt_core.eval import report
+    from paravt_core.eval.metrics import benchmark_metrics
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "subtitle").mkdir()
+    write_video(tmp_path / "data" / "fxA.mp4", [Event("circle", "red", 0.0, 10.0, (10, 10, 60, 60))], 10.0, 4.0,
+                (64, 48))  # fmt: skip
+    # 40 frames at 4 fps; 4 sampled: 0, 13, 26, 39. Cues in frames: [0, 4) 0; [8, 12) none; [12, 16) 13;
+    # [36, 40) 39.
+    (tmp_path / "subtitle" / "fxA.srt").write_text(
+        "1\n00:00:00,000 --> 00:00:01,000\nHi\n\n2\n00:00:02,000 --> 00:00:03,000\nskipped\n\n"
+        "3\n00:00:03,000 --> 00:00:04,000\nmiddle\n\n4\n00:00:09,000 --> 00:00:10,000\nend\n"
+    )
+    row = {"videoID": "fxA", "question_id": "1", "duration": "short", "question": "Q?",
+           "options": ["A. x", "B. y"], "answer": "A"}  # fmt: skip
+    (s,) = B.to_samples("videomme_wsub", [row], B.Context(str(tmp_path), subtitle_frames=4))
+    assert s.question.startswith("This video's subtitles are listed below:\nHi\nmiddle\nend\nQuestion: Q?")
+    (full,) = B.to_samples("videomme_wsub", [row], B.Context(str(tmp_path)))
+    assert "Hi\nskipped\nmiddle\nend\n" in full.question
+    m = {**benchmark_metrics("videomme_wsub", [_ok(1.0)], "release"), "subtitles": "aligned"}
+    results = {"preset": "release", "error_rule": "release", "prompt_protocol": "release-v1",
+               "prompt_checksum": report.release_checksum(), "protocols": {"agentic": {"videomme_wsub": m}}}  # fmt: skip
+    assert "subtitles aligned to the sampled frames" in report.comparability(results, "videomme_wsub")
+    html = report.render_html({**results, "model": "x", "published_model": "ParaVT-8B", "errors_by_reason": {},
+                               "totals": {"samples": 1, "scored": 1, "errors": 0, "error_share": 0.0},
+                               "gate": {"passed": True}}, {})  # fmt: skip
+    assert report.SUBTITLES["aligned"] in html
