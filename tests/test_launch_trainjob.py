@@ -106,6 +106,40 @@ def test_trainjob_validates_against_the_crd_schema_and_says_what_each_node_runs(
         jsonschema.validate(bad, schema)
 
 
+def _node_pod(m: dict) -> dict:
+    """The pod template a TrainJob's runtime patch puts on its "node" pods."""
+    (patch,) = m["spec"]["runtimePatches"]
+    (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert node["name"] == "node"
+    return node["template"]["spec"]["template"]
+
+
+def test_the_nodes_run_as_the_service_account_that_holds_the_pull_secret():
+    """A pod without ``serviceAccountName`` runs as the namespace's ``default`` account and gets that
+    account's pull secrets (Kubernetes, plugin/pkg/admission/serviceaccount/admission.go), which the prod
+    overlay never gives the registry secret: ImagePullBackOff. The nodes name ``paravt-trainer`` (the
+    overlays' account with the secret): on a TrainJob through the runtime patch's pod spec
+    (``PodSpecPatch.serviceAccountName``, trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go,
+    strategic-merged onto the JobSet by pkg/runtime/core/trainingruntime.go, mergeRuntimePatches), on a
+    PyTorchJob in every replica's pod template."""
+    from pipelines.platform import TRAINER_SERVICE_ACCOUNT, node_spec
+
+    assert TRAINER_SERVICE_ACCOUNT == "paravt-trainer"
+    node = NodeSpec(**node_spec("sft", "registry/paravt-sft:1"))  # what the compiled step gets
+    name = job_name(RUN, "sft")
+    common = dict(nodes=4, gpus_per_node=8, config_yaml=CONFIG, job_labels=labels(RUN, "sft"))
+    m = trainjob_manifest(name, NS, "sft", node, **common)
+    jsonschema.validate(m, crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    assert _node_pod(m)["spec"]["serviceAccountName"] == "paravt-trainer"
+    p = pytorchjob_manifest(name, NS, "sft", node, **common)
+    jsonschema.validate(p, crd(PYTORCHJOB_CRD)["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    reps = p["spec"]["pytorchReplicaSpecs"]
+    assert {r: reps[r]["template"]["spec"]["serviceAccountName"] for r in reps} == {
+        "Master": "paravt-trainer",
+        "Worker": "paravt-trainer",
+    }
+
+
 def test_job_name_is_one_per_run_and_stage():
     a, b = job_name(RUN, "sft"), job_name(RUN, "rl")
     assert a == job_name(RUN, "sft") and a != b and job_name("other-run", "sft") != a

@@ -63,6 +63,7 @@ def test_overlay_validates_strictly(rendered) -> None:
             "Namespace",
             "ServiceAccount",
             "ServiceAccount",
+            "ServiceAccount",
             "Role",
             "Role",
             "Role",
@@ -133,6 +134,20 @@ def test_image_pull_secret_on_the_service_accounts(rendered) -> None:
     overlay, docs, _ = rendered
     for sa in by_kind(docs, "ServiceAccount"):
         assert sa.get("imagePullSecrets", []) == ([{"name": "paravt-registry"}] if overlay == "prod" else [])
+
+
+def test_the_multinode_nodes_account_holds_the_pull_secret_and_nothing_else(rendered) -> None:
+    """The TrainJob / PyTorchJob pods name ``paravt-trainer`` (pipelines/platform.py, node_spec): a pod with
+    no ``imagePullSecrets`` gets its service account's (Kubernetes, plugin/pkg/admission/serviceaccount/
+    admission.go), and one with no ``serviceAccountName`` runs as the namespace's ``default``, which the
+    overlays never give the registry secret. The account gets no Role and no API token: nodes only train."""
+    overlay, docs, _ = rendered
+    accounts = {d["metadata"]["name"]: d for d in by_kind(docs, "ServiceAccount")}
+    trainer = accounts[platform.TRAINER_SERVICE_ACCOUNT]
+    assert trainer.get("imagePullSecrets", []) == ([{"name": "paravt-registry"}] if overlay == "prod" else [])
+    assert trainer["automountServiceAccountToken"] is False
+    bound = {s["name"] for b in by_kind(docs, "RoleBinding") for s in b["subjects"]}
+    assert platform.TRAINER_SERVICE_ACCOUNT not in bound
 
 
 def test_rbac_is_least_privilege(rendered) -> None:

@@ -80,6 +80,8 @@ class NodeSpec:
     shm: str = ""  # size of a memory-backed /dev/shm ("" = none)
     image_pull_secrets: list[str] = dataclasses.field(default_factory=list)
     active_deadline_s: int = 0  # 0 = none
+    # The nodes' service account: it carries the registry's pull secret (manifests/); "" = namespace default.
+    service_account: str = ""
 
 
 def job_name(run_id: str, stage: str) -> str:
@@ -156,8 +158,8 @@ def trainjob_manifest(
 ) -> dict[str, Any]:
     """A ``trainer.kubeflow.org/v1alpha1`` TrainJob (schema of trainer v2.3.0): the trainer section
     carries image, command, env (secrets by ``secretKeyRef``), nodes, processes and resources; what it
-    has no field for (volumes, node selection, pull secrets) goes through ``runtimePatches`` onto the
-    "node" pods."""
+    has no field for (volumes, node selection, pull secrets, service account) goes through
+    ``runtimePatches`` onto the "node" pods."""
     volumes, mounts = _volumes(spec)
     pod: dict[str, Any] = {}
     if mounts:
@@ -169,6 +171,8 @@ def trainjob_manifest(
         pod["tolerations"] = list(spec.tolerations)
     if spec.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
+    if spec.service_account:
+        pod["serviceAccountName"] = spec.service_account
     patch = {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": pod}}}}]}
     job_spec: dict[str, Any] = {
         "runtimeRef": {"name": runtime, "apiGroup": TRAINJOB[0], "kind": "ClusterTrainingRuntime"},
@@ -226,6 +230,8 @@ def pytorchjob_manifest(
         pod["tolerations"] = list(spec.tolerations)
     if spec.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
+    if spec.service_account:
+        pod["serviceAccountName"] = spec.service_account
 
     def replica(count: int) -> dict[str, Any]:
         return {"replicas": count, "restartPolicy": "Never", "template": {"spec": pod}}
