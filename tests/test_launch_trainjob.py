@@ -140,6 +140,31 @@ def test_the_nodes_run_as_the_service_account_that_holds_the_pull_secret():
     }
 
 
+def test_the_nodes_opt_out_of_the_istio_sidecar():
+    """KFP disables Istio injection only on the Argo templates of its own workflow (KFP 2.17.0,
+    backend/src/apiserver/template/v2_template.go: ``SetAnnotationsToAllTemplatesIfKeyNotExist(
+    AnnotationKeyIstioSidecarInject, AnnotationValueIstioSidecarInjectDisabled)``, i.e.
+    ``sidecar.istio.io/inject: "false"``, backend/src/common/util/consts.go), not on the objects a step
+    creates. In a profile namespace our node pods would get an istio-proxy that keeps running after
+    torchrun exits, and the job would never complete. The annotation goes on the pod template: the
+    TrainJob's runtime patch (``PodTemplatePatch.metadata``: labels and annotations, trainer v2.3.0) and
+    the PyTorchJob's replica templates."""
+    want = {"sidecar.istio.io/inject": "false"}
+    m = manifest()
+    jsonschema.validate(m, crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    assert _node_pod(m)["metadata"]["annotations"] == want
+    bare = trainjob_manifest(  # no volume, selector or secret: the patch is still there, for the annotation
+        "x", NS, "sft", NodeSpec(image="i"), nodes=2, gpus_per_node=1, config_yaml="", job_labels={}
+    )
+    assert _node_pod(bare) == {"metadata": {"annotations": want}, "spec": {}}
+    p = pytorchjob_manifest(
+        "x", NS, "sft", spec(), nodes=3, gpus_per_node=8, config_yaml=CONFIG, job_labels=labels(RUN, "sft")
+    )
+    jsonschema.validate(p, crd(PYTORCHJOB_CRD)["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    for replica in p["spec"]["pytorchReplicaSpecs"].values():
+        assert replica["template"]["metadata"]["annotations"] == want
+
+
 def test_job_name_is_one_per_run_and_stage():
     a, b = job_name(RUN, "sft"), job_name(RUN, "rl")
     assert a == job_name(RUN, "sft") and a != b and job_name("other-run", "sft") != a

@@ -172,6 +172,10 @@ def test_nightly_schedule_job(rendered) -> None:
     (job,) = by_kind(docs, "Job")
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "paravt-scheduler"
+    # KFP 2.17.0 turns Istio injection off only on its own workflow's pods (backend/src/apiserver/template/
+    # v2_template.go, sidecar.istio.io/inject: "false"); an injected istio-proxy would outlive the command
+    # and the Job would never complete in a profile namespace.
+    assert job["spec"]["template"]["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
     (container,) = pod["containers"]
     image = {"dev": "paravt-eval:dev", "prod": "registry.example.com/paravt/paravt-eval@sha256:" + "0" * 64}

@@ -50,6 +50,10 @@ CONFIG_ENV = "PARAVT_STAGE_CONFIG"
 CONFIG_FILE = "${TMPDIR:-/tmp}/paravt-stage.yaml"  # expanded by the node's shell
 MANAGER = "paravt.io/launcher"  # owner of our runtimePatches entry
 FINISHED = {"Complete", "Failed"}
+# Kubeflow profile namespaces inject an istio-proxy sidecar that outlives the training container, so a
+# job's pods never finish; KFP turns injection off only on its own pods (KFP 2.17.0,
+# backend/src/apiserver/template/v2_template.go). Ours say so themselves.
+POD_ANNOTATIONS = {"sidecar.istio.io/inject": "false"}
 
 
 class JobFailed(RuntimeError):
@@ -173,7 +177,8 @@ def trainjob_manifest(
         pod["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
     if spec.service_account:
         pod["serviceAccountName"] = spec.service_account
-    patch = {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": pod}}}}]}
+    template = {"metadata": {"annotations": dict(POD_ANNOTATIONS)}, "spec": pod}
+    patch = {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": template}}}]}
     job_spec: dict[str, Any] = {
         "runtimeRef": {"name": runtime, "apiGroup": TRAINJOB[0], "kind": "ClusterTrainingRuntime"},
         "trainer": {
@@ -185,10 +190,7 @@ def trainjob_manifest(
             "resourcesPerNode": _resources(spec, gpus_per_node),
         },
     }
-    if pod:
-        job_spec["runtimePatches"] = [
-            {"manager": MANAGER, "trainingRuntimeSpec": {"template": {"spec": patch}}}
-        ]
+    job_spec["runtimePatches"] = [{"manager": MANAGER, "trainingRuntimeSpec": {"template": {"spec": patch}}}]
     if spec.active_deadline_s:
         job_spec["activeDeadlineSeconds"] = spec.active_deadline_s
     return {
@@ -234,7 +236,8 @@ def pytorchjob_manifest(
         pod["serviceAccountName"] = spec.service_account
 
     def replica(count: int) -> dict[str, Any]:
-        return {"replicas": count, "restartPolicy": "Never", "template": {"spec": pod}}
+        template = {"metadata": {"annotations": dict(POD_ANNOTATIONS)}, "spec": pod}
+        return {"replicas": count, "restartPolicy": "Never", "template": template}
 
     replicas = {"Master": replica(1)}
     if nodes > 1:
