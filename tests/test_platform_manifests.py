@@ -4,8 +4,12 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -72,7 +76,7 @@ def test_overlay_validates_strictly(rendered) -> None:
             "RoleBinding",
             "RoleBinding",
         ]
-        + ["ConfigMap", "ConfigMap", "ConfigMap", "PersistentVolumeClaim", "Job"]
+        + ["ConfigMap", "ConfigMap", "ConfigMap", "PersistentVolumeClaim", "Job", "Job"]
     )
     # kubernetes-validate reports one "passed" line per resource.
     assert report.count("passed for resource") == len(docs)
@@ -167,9 +171,14 @@ def test_rbac_is_least_privilege(rendered) -> None:
     assert secret_rule["resourceNames"] == [platform.S3_SECRET_NAME]
 
 
+def job_named(docs: list[dict], name: str) -> dict:
+    (job,) = [d for d in by_kind(docs, "Job") if d["metadata"]["name"] == name]
+    return job
+
+
 def test_nightly_schedule_job(rendered) -> None:
     overlay, docs, _ = rendered
-    (job,) = by_kind(docs, "Job")
+    job = job_named(docs, "paravt-nightly-schedule")
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "paravt-scheduler"
     # KFP 2.17.0 turns Istio injection off only on its own workflow's pods (backend/src/apiserver/template/
@@ -191,6 +200,58 @@ def test_nightly_schedule_job(rendered) -> None:
     token = next(v for v in pod["volumes"] if v["name"] == "kfp-token")
     assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "pipelines.kubeflow.org"
     assert "KFP_TOKEN=" in script and "cat /var/run/secrets/kubeflow/pipelines/token" in script
+
+
+def _images_uid() -> str:
+    users = {re.search(r"^USER (\d+):(\d+)$", (ROOT / f).read_text(), re.M).groups() for f in DOCKERFILES}
+    ((uid, gid),) = users  # one user for every image
+    assert uid == gid
+    return uid
+
+
+DOCKERFILES = ("Dockerfile.sft", "Dockerfile.rl", "Dockerfile.eval")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the Job's chown as root, as the Job does")
+def test_media_owner_job_makes_the_volume_writable_by_the_images_user(rendered) -> None:
+    """The NFS CSI driver creates a volume's directory as root, mode 755 (csi-driver-nfs v4.13.4,
+    pkg/nfs/controllerserver.go: ``MkdirAll(path, 0777)`` under its umask, chmod only when the class sets
+    ``mountPermissions``, docs/driver-parameters.md), and the stages run as uid 10001: the data stage's
+    extraction fails with EACCES. Both overlays carry a one-off Job that gives the directory to that uid.
+    Its script runs here for real, on a directory made the way the driver makes it."""
+    overlay, docs, _ = rendered
+    job = job_named(docs, "paravt-media-owner")
+    pod = job["spec"]["template"]["spec"]
+    assert job["spec"]["template"]["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+    assert pod["serviceAccountName"] == platform.TRAINER_SERVICE_ACCOUNT  # pull secret, no token
+    ((container,), (volume,)) = pod["containers"], pod["volumes"]
+    assert volume["persistentVolumeClaim"]["claimName"] == platform.MEDIA_PVC_NAME
+    assert container["volumeMounts"] == [{"name": volume["name"], "mountPath": platform.MEDIA_MOUNT_PATH}]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    uid = _images_uid()
+    assert env == {"MEDIA": platform.MEDIA_MOUNT_PATH, "OWNER": uid}
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}
+
+    base = Path(tempfile.mkdtemp())
+    try:
+        base.chmod(0o755)
+        media = base / "media"
+        media.mkdir(mode=0o755)  # as the driver leaves it: root's, 755
+
+        def write_as_user() -> int:
+            probe = ["sh", "-c", f'touch "{media}/probe"']
+            return subprocess.run(probe, user=int(uid), group=int(uid), capture_output=True).returncode
+
+        assert write_as_user() != 0  # the data stage's failure: permission denied
+        script = [*container["command"], *container["args"]]
+        for _ in range(2):  # applied twice: the second run changes nothing and still succeeds
+            proc = subprocess.run(script, env={**env, "MEDIA": str(media), "PATH": os.environ["PATH"]},
+                                  capture_output=True, text=True, timeout=30)  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+            assert proc.stdout.strip() == f"{media}: owner {uid}:{uid}, mode 2775"
+        assert write_as_user() == 0
+    finally:
+        shutil.rmtree(base)
 
 
 def test_secret_template_has_the_keys_and_no_values(tmp_path) -> None:
