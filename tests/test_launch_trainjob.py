@@ -6,7 +6,9 @@ with the job's reason, re-attach on retry, a deleted job, and the RBAC those cal
 from __future__ import annotations
 
 import functools
+import os
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -573,3 +575,99 @@ def test_a_flaky_api_server_is_retried_but_a_forbidden_read_fails_at_once():
         with pytest.raises(ApiException) as err:
             Launcher(emu.client(), NS, poll_s=0.01, log=log.append).get(name)
         assert err.value.status == 403
+
+
+def _kubeconfig(emu: Emulator, path: Path) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "emu", "cluster": {"server": emu.host}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "u"}}],
+                "current-context": "emu",
+            }
+        )
+    )
+    return path
+
+
+def _complete(emu: Emulator, ns: str, name: str) -> None:
+    cond = {"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "done"}
+    emu.set_status(
+        "trainjobs", ns, name, {"conditions": [cond | {"lastTransitionTime": "2026-11-25T09:00:00Z"}]}
+    )
+
+
+def test_sigterm_to_the_step_deletes_its_job_and_a_rerun_creates_it_again(tmp_path, monkeypatch, capsys):
+    """Terminating a run (or the step's deadline) stops the step with SIGTERM: Argo v4.0.5 signals the main
+    container (workflow/controller/pod/queue.go, terminateContainers: SIGTERM, SIGKILL after the grace
+    period), its emissary passes the signal to the step's process group (workflow/executor/osspecific,
+    Kill). Without a handler the TrainJob stays, holding 2x8 GPUs until its activeDeadlineSeconds (48 h).
+    The component's body gets SIGTERM while following the job in the emulator: the job is deleted and the
+    step exits 143; a rerun of the step creates the job once more, with the same config (the same output
+    URI, whose checkpoints the stage resumes from)."""
+    from kfp.dsl import HTML, Metrics, Model
+
+    from components.multinode import sft_trainjob_op
+
+    ns, name = "default", job_name(RUN, "sft")  # no in-cluster namespace file here: "default"
+    kubeconfig = tmp_path / "kubeconfig"
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    before = signal.getsignal(signal.SIGTERM)
+    jobs: list[dict] = []
+    with Emulator() as emu:
+        emu.register_crd(crd())
+        _kubeconfig(emu, kubeconfig)
+
+        def running() -> None:
+            emu.set_status("trainjobs", ns, name, {"jobsStatus": [{"name": "node", "active": 2, "ready": 2}]})
+
+        def terminate() -> None:
+            jobs.append(emu.get("trainjobs", ns, name))
+            os.kill(os.getpid(), signal.SIGTERM)  # what Argo's emissary does to the step's process group
+
+        _controller(emu, name, [running, lambda: time.sleep(0.3), terminate])
+        outputs = [HTML(name="c"), Metrics(name="m"), Model(name="o")]
+        with pytest.raises(SystemExit) as exited:
+            sft_trainjob_op.python_func(
+                config_yaml=(ROOT / "configs/sft/tiny.yaml").read_text(),
+                overrides=[],
+                data_uri="s3://bucket/runs/x/data",
+                model_uri="s3://bucket/models/base",
+                nodes=2,
+                gpus_per_node=8,
+                api="trainjob",
+                runtime="torch-distributed",
+                poll_s=0.05,
+                node_spec={"image": "registry/paravt-sft:1"},
+                media_pvc="",
+                curve=outputs[0],
+                metrics=outputs[1],
+                model=outputs[2],
+                output="s3://bucket/runs/x/sft",
+                run_id=RUN,
+            )
+        assert exited.value.code == 143
+        assert emu.get("trainjobs", ns, name) is None  # the GPUs are free now
+        assert (emu.count("create", "trainjobs"), emu.count("delete", "trainjobs")) == (1, 1)
+        assert signal.getsignal(signal.SIGTERM) is before  # the step's handler is gone again
+        assert f"TrainJob {name}: SIGTERM; deleting the job" in capsys.readouterr().out
+
+        # The retried step: nothing to re-attach to, so the job is created once more, the same job.
+        emu.created.clear()
+        ctl = _controller(
+            emu, name, [lambda: jobs.append(emu.get("trainjobs", ns, name)), lambda: _complete(emu, ns, name)]
+        )
+        config = next(e["value"] for e in jobs[0]["spec"]["trainer"]["env"] if e["name"] == CONFIG_ENV)
+        log: list[str] = []
+        launch_stage("sft", config, run_id=RUN, nodes=2, gpus_per_node=8, api="trainjob",
+                     spec=NodeSpec(image="registry/paravt-sft:1"), namespace=ns, poll_s=0.05,
+                     client=emu.client(), log=log.append, timeout_s=30)  # fmt: skip
+        ctl.join(5)
+        assert emu.count("create", "trainjobs") == 2 and emu.get("trainjobs", ns, name) is None
+        assert f"TrainJob {name}: created in {ns}" in log and not any("re-attaching" in line for line in log)
+    assert jobs[1]["spec"] == jobs[0]["spec"]
+    assert "output: s3://bucket/runs/x/sft" in config

@@ -13,6 +13,10 @@ What the pipeline's multi-node step does (``components/multinode.py``):
 3. ``follow``: reads the job every ``poll_s``, prints each status change, streams the rank-0 pod's log,
    raises ``JobFailed`` with the job's condition message when it fails, ``JobGone`` when it is deleted
    under us, and deletes it once it completed.
+4. SIGTERM to the step (the run terminated, the step's deadline): the job is deleted before the step
+   exits, so its GPUs are freed at once instead of at the job's own deadline; a retry creates it again
+   and the stage resumes from its checkpoints. (An owner reference to the step's pod would do it too,
+   but would also delete the job when Argo retries the step, which must re-attach instead.)
 
 Why the ``kubernetes`` client's ``CustomObjectsApi`` and not the Kubeflow SDK's ``TrainerClient``
 (``kubeflow==0.5.0``): its ``train()`` first reads the cluster-scoped ``ClusterTrainingRuntime``
@@ -23,13 +27,15 @@ image. One client for both kinds keeps one code path.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
 import re
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 TRAINJOB = ("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
@@ -62,6 +68,11 @@ class JobFailed(RuntimeError):
 
 class JobGone(RuntimeError):
     """The job disappeared (deleted by someone) before it finished."""
+
+
+class Terminated(BaseException):
+    """The step's pod got SIGTERM (a terminated run, the pod's deadline, a deleted pod). A BaseException,
+    like KeyboardInterrupt, so that no ``except Exception`` on the way (a client's retry) swallows it."""
 
 
 @dataclasses.dataclass
@@ -398,9 +409,13 @@ class Launcher:
                         f"{self.kind} {name} did not finish in {timeout_s:.0f}s (state {state})"
                     )
                 time.sleep(self.poll_s)
+        except Terminated:
+            stop.set()  # no wait for the log streamer (a daemon): the job's deletion comes first
+            raise
         finally:
-            stop.set()
-            streamer.join(timeout=max(5.0, 2 * self.poll_s))
+            if not stop.is_set():
+                stop.set()
+                streamer.join(timeout=max(5.0, 2 * self.poll_s))
         if state == "Failed":
             raise JobFailed(f"{self.kind} {self.namespace}/{name} failed: {reason or 'no reason given'}")
         self.delete(name)
@@ -454,6 +469,38 @@ class Launcher:
             if last_round:
                 return
             stop.wait(self.poll_s)
+
+
+@contextlib.contextmanager
+def delete_on_sigterm(launcher: Launcher, name: str) -> Iterator[None]:
+    """While the block runs, SIGTERM deletes job ``name`` and ends the process with 143 (128 + 15).
+
+    Argo (v4.0.5) stops a running step by sending SIGTERM to its main container, then SIGKILL after the
+    pod's grace period (workflow/controller/pod/queue.go, terminateContainers), and its emissary passes
+    the signal to the step's whole process group (workflow/executor/osspecific, Kill); KFP 2.17 terminates
+    a run that way (backend/src/common/util/execution_spec.go sets the workflow's activeDeadlineSeconds to
+    0). Signal handlers exist only in the main thread: elsewhere the block runs unguarded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the delete short
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except Terminated:
+        launcher.log(
+            f"{launcher.kind} {name}: SIGTERM; deleting the job to free its nodes "
+            "(a retry creates it again and the stage resumes from its checkpoints)"
+        )
+        launcher.delete(name)
+        launcher.log(f"{launcher.kind} {name}: deleted")
+        raise SystemExit(128 + signal.SIGTERM) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def rank0_address(api: str, name: str) -> str:
@@ -515,7 +562,8 @@ def launch_stage(
     timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """Run ``stage`` (its resolved config as YAML text) on ``nodes`` nodes and wait for it; returns the
-    finished job object. Raises ``JobFailed`` / ``JobGone`` (the step fails with that message)."""
+    finished job object. Raises ``JobFailed`` / ``JobGone`` (the step fails with that message); SIGTERM
+    deletes the job and exits 143 (``delete_on_sigterm``)."""
     if nodes < 2:
         raise ValueError("launch_stage is the multi-node path; one node runs torchrun in the pod")
     namespace = namespace or in_cluster_namespace()
@@ -530,4 +578,5 @@ def launch_stage(
     launcher = Launcher(
         client if client is not None else api_client(), namespace, api, poll_s=poll_s, log=log
     )
-    return launcher.run(manifest, timeout_s=timeout_s)
+    with delete_on_sigterm(launcher, name):
+        return launcher.run(manifest, timeout_s=timeout_s)
