@@ -81,8 +81,9 @@ def build_train_pipeline(sft_launch: LaunchConfig | None = None, rl_launch: Laun
         ``key=value`` overrides (as ``paravt <stage> --config``); GPUs per stage (text: KFP 2.17's driver
         reads the count as a string); ``eval_shards``: eval tasks per benchmark, each on a disjoint
         slice of its samples by id, merged into one result (1: one task per benchmark); ``media_pvc``: the
-        PersistentVolumeClaim with the extracted media, mounted at ``media_root`` (where the data stage extracts, unless its config says otherwise; empty:
-        the config decides). Returns the report URI."""
+        PersistentVolumeClaim with the extracted media, mounted at /mnt/media; ``media_root``: where the data
+        stage extracts, a directory under that mount (anything else is refused: the mount cannot move;
+        empty: the config decides). Returns the report URI."""
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER  # passed alone: the driver resolves only exact placeholders
         data = data_op(
             config_yaml=data_config_yaml,
@@ -90,6 +91,7 @@ def build_train_pipeline(sft_launch: LaunchConfig | None = None, rl_launch: Laun
             run_prefix=run_prefix,
             run_id=run_id,
             media_root=media_root,
+            media_mount=MEDIA_MOUNT_PATH,  # another media_root is refused: the mount is fixed
         )
         configure_task(data, "data", media_pvc=media_pvc)
 

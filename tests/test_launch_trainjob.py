@@ -414,6 +414,31 @@ def test_a_retry_after_a_failed_job_deletes_it_and_starts_again():
     assert any("ended Failed; deleting it to start again" in line for line in log)
 
 
+def test_a_retry_after_a_completed_job_reads_it_as_done():
+    """A step that died after its job completed (say while publishing the outputs) is retried: the job
+    it finds is ``Complete`` (trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go,
+    ``TrainJobComplete``; PyTorchJob ``Succeeded``): the stage's outputs are written, so it is not run
+    again (deleting and re-creating it would schedule 2x8 GPUs to find the stage's _COMPLETE marker)."""
+    name = job_name(RUN, "sft")
+    log: list[str] = []
+    with Emulator() as emu:
+        emu.register_crd(crd())
+        old = manifest()
+        old["status"] = {
+            "conditions": [
+                {"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "done",
+                 "lastTransitionTime": "2026-11-25T09:00:00Z"}
+            ]
+        }  # fmt: skip
+        emu.put("trainjobs", NS, old)
+        assert Launcher(emu.client(), NS, poll_s=0.05, log=log.append).start(manifest()) == "completed"
+        _launch(emu, log)
+        assert emu.count("create", "trainjobs") == 0  # never created again
+        assert emu.count("delete", "trainjobs") == 1 and emu.get("trainjobs", NS, name) is None
+    assert f"TrainJob {name}: the job of an earlier attempt completed; not running it again" in log
+    assert f"TrainJob {name}: Complete (done)" in log
+
+
 def test_a_job_deleted_under_us_is_reported():
     name = job_name(RUN, "rl")
     with Emulator() as emu:

@@ -136,3 +136,56 @@ def test_a_one_node_step_refuses_a_multinode_config(stage, tmp_path):
                 trained=Model(name="t"),
                 **common,
             )
+
+
+def test_the_deadline_reaches_the_job_as_an_integer(ir):
+    """KFP keeps a STRUCT input's numbers as protobuf doubles, so the compiled node_spec holds
+    ``active_deadline_s: 172800.0`` and the step gets a float back. The controllers read the field into
+    an int64 (trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go ``ActiveDeadlineSeconds int64``;
+    training-operator v1.9.0 pkg/apis/kubeflow.org/v1/common_types.go ``*int64``), and Go's encoding/json
+    refuses ``172800.0`` for an int64. The manifests built from the IR's node_spec carry an int."""
+    import json
+
+    from paravt_core.launch.trainjob import NodeSpec, pytorchjob_manifest, trainjob_manifest
+
+    tasks = ir["spec"]["root"]["dag"]["tasks"]
+    for task, hours in (("sft-trainjob-op", 48), ("rl-trainjob-op", 72)):
+        node = tasks[task]["inputs"]["parameters"]["node_spec"]["runtimeValue"]["constant"]
+        assert node["active_deadline_s"] == hours * 3600.0 and type(node["active_deadline_s"]) is float
+        spec = NodeSpec(**node)
+        common = dict(nodes=2, gpus_per_node=8, config_yaml="", job_labels={})
+        t = trainjob_manifest("x", "ns", "sft", spec, **common)["spec"]["activeDeadlineSeconds"]
+        p = pytorchjob_manifest("x", "ns", "sft", spec, **common)["spec"]["runPolicy"][
+            "activeDeadlineSeconds"
+        ]
+        assert (type(t), type(p)) == (int, int) and t == p == hours * 3600
+        assert json.dumps({"activeDeadlineSeconds": t}) == f'{{"activeDeadlineSeconds": {hours * 3600}}}'
+    with pytest.raises(ValueError, match=r"active_deadline_s=1\.5: whole seconds"):
+        NodeSpec(image="i", active_deadline_s=1.5)
+
+
+def test_media_root_outside_the_mount_is_refused(ir, tmp_path):
+    """The media volume's mount path is a constant of the IR: kfp-kubernetes' ``PvcMount.mount_path`` is a
+    plain string with no parameter form (KFP 2.17.0 kubernetes_platform/proto/kubernetes_executor_config.
+    proto), so a ``media_root`` pipeline parameter cannot move it. The data step gets the mount and refuses
+    a root outside it (the extraction would stay inside its pod) before doing anything."""
+    from kfp.dsl import Artifact, Dataset, Metrics
+
+    from components.data import data_op
+
+    execs = ir["platform"]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    (mount,) = execs["exec-data-op"]["pvcMount"]
+    data = ir["spec"]["root"]["dag"]["tasks"]["data-op"]["inputs"]["parameters"]
+    assert data["media_mount"]["runtimeValue"]["constant"] == mount["mountPath"] == "/mnt/media"
+    assert data["media_root"]["componentInputParameter"] == "media_root"
+    outputs = dict(audit=Artifact(name="a"), metrics=Metrics(name="m"), dataset=Dataset(name="d"))
+    for root in ("/data/videos", "/mnt/media-other", "/mnt"):
+        with pytest.raises(ValueError, match=f"media_root '{root}' is not under the media volume's mount"):
+            data_op.python_func(config_yaml="{}", overrides=[], run_id="r", media_root=root,
+                                media_mount="/mnt/media", **outputs)  # fmt: skip
+    # Under the mount (or the mount itself) passes the check: the step goes on to read its config.
+    for root in ("/mnt/media", "/mnt/media/", "/mnt/media/videos"):
+        with pytest.raises(Exception) as err:
+            data_op.python_func(config_yaml="[not a mapping", overrides=[], run_id="r", media_root=root,
+                                media_mount="/mnt/media", **outputs)  # fmt: skip
+        assert "not under the media volume" not in str(err.value)

@@ -5,7 +5,8 @@ What the pipeline's multi-node step does (``components/multinode.py``):
 
 1. ``job_name(run_id, stage)``: one name per run and stage, so a retried step finds the job of its
    first attempt. A job of that name that is still going is re-attached to (never a second create); a
-   finished one is deleted and created again (a failed one: the stage resumes from its checkpoints).
+   completed one is read as done (the step only publishes its outputs); a failed one is deleted and
+   created again (the stage resumes from its checkpoints).
 2. The manifest (pure functions, validated in the tests against the vendored TrainJob CRD schema):
    the stage's image, ``nodes`` x ``gpus_per_node``, the resolved stage config in an env var (written
    to a file by the node's shell, then ``torchrun``), secrets as ``secretKeyRef`` (names and keys,
@@ -97,6 +98,15 @@ class NodeSpec:
     active_deadline_s: int = 0  # 0 = none
     # The nodes' service account: it carries the registry's pull secret (manifests/); "" = namespace default.
     service_account: str = ""
+
+    def __post_init__(self) -> None:
+        # node_spec reaches the step as a STRUCT input, whose numbers come back as floats (172800.0); the
+        # controllers read activeDeadlineSeconds into an int64 (Go's encoding/json refuses 172800.0 there).
+        deadline = self.active_deadline_s
+        if isinstance(deadline, float):
+            if not deadline.is_integer():
+                raise ValueError(f"node_spec.active_deadline_s={deadline!r}: whole seconds expected")
+            self.active_deadline_s = int(deadline)
 
 
 def job_name(run_id: str, stage: str) -> str:
@@ -363,7 +373,8 @@ class Launcher:
     # --- the step --------------------------------------------------------------------------------
     def start(self, manifest: dict[str, Any]) -> str:
         """Create the job, or re-attach to the run's job when it is still going; returns what happened:
-        "created", "re-attached" or "recreated" (the previous attempt's job had finished)."""
+        "created", "re-attached", "completed" (an earlier attempt's job completed: ``follow`` finds it
+        done) or "recreated" (an earlier attempt's job failed: created again, the stage resumes)."""
         name = manifest["metadata"]["name"]
         existing = self.get(name)
         how = "created"
@@ -372,6 +383,9 @@ class Launcher:
             if state not in FINISHED:
                 self.log(f"{self.kind} {name}: re-attaching to the job of an earlier attempt ({state})")
                 return "re-attached"
+            if state == "Complete":  # the stage's outputs are written: no second run of the job
+                self.log(f"{self.kind} {name}: the job of an earlier attempt completed; not running it again")
+                return "completed"
             self.log(
                 f"{self.kind} {name}: the earlier attempt's job ended {state}; deleting it to start again"
             )
