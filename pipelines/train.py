@@ -4,10 +4,12 @@ Every stage writes under the run's root (``<root>/data``, ``/sft``, ``/rl``, ``/
 ``/report``): ``run_prefix`` when given, else the run's directory under the pipeline root (object
 storage on a cluster; components/locations.py). The data and the SFT and RL checkpoints are also the
 tasks' ``Dataset`` / ``Model`` artifacts (their URIs are those directories: no copy), and SFT and RL take
-them as ``Input[Dataset]`` / ``Input[Model]``, so ML Metadata links data -> SFT -> RL (lineage in the UI).
+the data as ``Input[Dataset]``, so ML Metadata links data -> SFT and data -> RL (lineage in the UI); RL
+takes SFT's checkpoint as its URI (text), see below.
 On a cluster KFP 2.17's launcher downloads every input artifact's prefix into the pod before the step
 runs (backend/src/v2/component/launcher_v2.go, downloadArtifacts): the data directory (rows and audit,
-no media) and, for RL, the SFT checkpoint; the stages themselves read the S3 locations.
+no media); not the SFT checkpoint (~16 GB, into node-local scratch on every attempt, with no way to
+request that disk through KFP), which RL gets as a URI; the stages themselves read the S3 locations.
 Each stage resumes from its own checkpoints, so a retried
 task (KFP's task retries, or ``paravt pipeline retry``) continues where it stopped. Run it on a
 cluster (``paravt pipeline submit train``) or locally with ``kfp.local.SubprocessRunner(use_venv=False)``
@@ -137,7 +139,7 @@ def build_train_pipeline(sft_launch: LaunchConfig | None = None, rl_launch: Laun
                 config_yaml=rl_config_yaml,
                 overrides=rl_overrides,
                 data=data.outputs["dataset"],
-                model=sft.outputs["model"],
+                model=sft.outputs["Output"],  # the checkpoint's URI: no 16 GB copy into the pod
                 **common,
             )
             configure_task(rl, "rl", gpus=rl_gpus, media_pvc=media_pvc)

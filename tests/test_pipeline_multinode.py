@@ -131,7 +131,7 @@ def test_a_one_node_step_refuses_a_multinode_config(stage, tmp_path):
         else:
             rl_op.python_func(
                 data=Dataset(name="d", uri="s3://b/d"),
-                model=Model(name="m", uri="s3://b/m"),
+                model="s3://b/m",
                 curves=Artifact(name="c"),
                 trained=Model(name="t"),
                 **common,
