@@ -72,6 +72,8 @@ def test_overlay_validates_strictly(rendered) -> None:
             "Role",
             "Role",
             "Role",
+            "Role",
+            "RoleBinding",
             "RoleBinding",
             "RoleBinding",
             "RoleBinding",
@@ -174,6 +176,36 @@ def test_rbac_is_least_privilege(rendered) -> None:
 def job_named(docs: list[dict], name: str) -> dict:
     (job,) = [d for d in by_kind(docs, "Job") if d["metadata"]["name"] == name]
     return job
+
+
+# Every Kubernetes API call the pipeline pods make with paravt-pipeline-runner's token, read from the
+# callers' sources: (verb, resource, resourceName or None) -> where.
+RUNNER_CALLS = {
+    ("get", "configmaps", "kfp-launcher"): "KFP 2.17.0 backend/src/v2/config/env.go (driver, launcher)",
+    ("get", "secrets", platform.S3_SECRET_NAME): "KFP 2.17.0 backend/src/v2/objectstore/object_store.go",
+    ("get", "pods", None): "KFP 2.17.0 backend/src/v2/driver/k8s.go, component/launcher_v2.go (own pod)",
+    # Argo v4.0.5 executor (cmd/argoexec/executor/init.go; docs/workflow-rbac.md, ">= v3.4": only these).
+    # Its pod patch (workflow/executor/executor.go, AddAnnotation) has no caller left in v4.0.5.
+    ("create", "workflowtaskresults", None): "Argo v4.0.5",
+    ("patch", "workflowtaskresults", None): "Argo v4.0.5",
+}
+
+
+def test_runner_role_grants_exactly_what_kfp_and_argo_call(rendered) -> None:
+    """The pipeline pods' Role: each call of KFP's driver and launcher and of Argo's executor is granted,
+    and nothing else (no pod watch or patch: those served the router's discovery, now its own Role)."""
+    _, docs, _ = rendered
+    roles = {r["metadata"]["name"]: r for r in by_kind(docs, "Role")}
+    granted = {
+        (verb, res, name)
+        for rule in roles["paravt-pipeline-runner"]["rules"]
+        for res in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or [None]
+    }
+    assert granted == set(RUNNER_CALLS)
+    discovery = roles["paravt-rollout-discovery"]["rules"]
+    assert discovery == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
 
 
 def test_nightly_schedule_job(rendered) -> None:
