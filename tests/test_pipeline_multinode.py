@@ -94,8 +94,26 @@ def test_multinode_rl_needs_a_reachable_rollout_server():
         check_rl_multinode("sglang", "")
     check_rl_multinode("sglang", "http://paravt-rollout:30000")
     check_rl_multinode("transformers", "")
-    assert rank0_address("trainjob", "paravt-rl-abc") == "paravt-rl-abc-node-0-0.paravt-rl-abc"
-    assert rank0_address("pytorchjob", "paravt-rl-abc") == "paravt-rl-abc-master-0"
+
+
+def test_the_rank0_address_is_fully_qualified():
+    """The rollout server joining the weight push may live in another namespace, where a short name does
+    not resolve. Trainer v2.3.0 names rank 0 ``<job>-node-0-0.<job>`` (pkg/runtime/framework/plugins/torch/
+    torch.go, PET_MASTER_ADDR: hostname under JobSet's headless Service); the training operator v1.9.0
+    ``<job>-master-0`` (pkg/controller.v1/pytorch/envvar.go, replicaName: that replica's Service). Both
+    resolve cluster-wide as ``<name>.<namespace>.svc.<cluster domain>`` (Kubernetes DNS for Services)."""
+    assert (
+        rank0_address("trainjob", "paravt-rl-abc", "team-a")
+        == "paravt-rl-abc-node-0-0.paravt-rl-abc.team-a.svc.cluster.local"
+    )
+    assert (
+        rank0_address("pytorchjob", "paravt-rl-abc", "team-a")
+        == "paravt-rl-abc-master-0.team-a.svc.cluster.local"
+    )
+    assert (
+        rank0_address("trainjob", "j", "ns", cluster_domain="corp.example")
+        == "j-node-0-0.j.ns.svc.corp.example"
+    )
 
 
 def test_no_secret_value_in_the_ir(tmp_path, monkeypatch):

@@ -517,11 +517,15 @@ def delete_on_sigterm(launcher: Launcher, name: str) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def rank0_address(api: str, name: str) -> str:
-    """The DNS name of the job's rank-0 pod inside the namespace: JobSet gives each pod the hostname
-    ``<jobset>-<replicated job>-<job index>-<pod index>`` under a headless Service named after the job
-    set; the training operator makes a Service per replica, ``<job>-master-0``."""
-    return f"{name}-node-0-0.{name}" if api == "trainjob" else f"{name}-master-0"
+def rank0_address(api: str, name: str, namespace: str, cluster_domain: str = "cluster.local") -> str:
+    """The fully qualified DNS name of the job's rank-0 pod, resolvable from any namespace (the rollout
+    server that joins the weight push may run elsewhere; a short name resolves only through the
+    resolver's search list of the asking pod's own namespace). Trainer v2.3.0's torch plugin gives the
+    nodes ``<job>-node-0-0.<job>`` (pkg/runtime/framework/plugins/torch/torch.go, PET_MASTER_ADDR): the pod's
+    hostname under JobSet's headless Service named after the job; the training operator (v1.9.0,
+    pkg/controller.v1/pytorch/envvar.go, replicaName) makes one Service per replica, ``<job>-master-0``."""
+    short = f"{name}-node-0-0.{name}" if api == "trainjob" else f"{name}-master-0"
+    return f"{short}.{namespace}.svc.{cluster_domain}"
 
 
 def check_rl_multinode(engine_kind: str, base_url: str) -> None:
