@@ -16,6 +16,8 @@ cluster (``paravt pipeline submit train``) or locally with ``kfp.local.Subproces
 (``pipelines/local.py``, ``make demo``).
 """
 
+import inspect
+
 from kfp import dsl
 
 from components.data import data_op
@@ -54,7 +56,6 @@ def build_train_pipeline(sft_launch: LaunchConfig | None = None, rl_launch: Laun
     ``components/multinode.py``). ``None`` or one node: the stage trains in its own GPU pod."""
     sft_launch, rl_launch = sft_launch or LaunchConfig(), rl_launch or LaunchConfig()
 
-    @dsl.pipeline(name=PIPELINE_NAME, description="ParaVT: data -> SFT -> PARA-GRPO -> eval -> report")
     def train_pipeline(
         run_prefix: str = "",
         base_model: str = "Qwen/Qwen3-VL-8B-Instruct",
@@ -160,7 +161,36 @@ def build_train_pipeline(sft_launch: LaunchConfig | None = None, rl_launch: Laun
         configure_task(report, "report")
         return report.outputs["Output"]
 
-    return train_pipeline
+    # A multi-node stage's GPUs are launch.nodes x launch.gpus_per_node of its config, fixed in the IR: its
+    # GPU parameter would be a knob that does nothing, so the compiled pipeline does not have it.
+    unused = {
+        f"{stage}_gpus" for stage, launch in (("sft", sft_launch), ("rl", rl_launch)) if launch.nodes > 1
+    }
+    description = "ParaVT: data -> SFT -> PARA-GRPO -> eval -> report"
+    return dsl.pipeline(name=PIPELINE_NAME, description=description)(_without(train_pipeline, unused))
+
+
+def _without(func, names: set[str]):
+    """``func`` with the parameters ``names`` (which must have defaults) left out of its signature: KFP
+    makes every parameter of a pipeline function a pipeline input (kfp 2.17 dsl/graph_component.py reads
+    ``inspect.signature`` and calls the function positionally in that order). Python has no conditional
+    parameters, hence the rewritten signature."""
+    if not names:
+        return func
+    signature = inspect.signature(func)
+    kept = [p for p in signature.parameters.values() if p.name not in names]
+
+    def pipeline(*args):
+        return func(**dict(zip([p.name for p in kept], args, strict=True)))
+
+    pipeline.__signature__ = signature.replace(parameters=kept)
+    pipeline.__name__, pipeline.__qualname__, pipeline.__doc__ = (
+        func.__name__,
+        func.__qualname__,
+        func.__doc__,
+    )
+    pipeline.__module__ = func.__module__
+    return pipeline
 
 
 train_pipeline = build_train_pipeline()

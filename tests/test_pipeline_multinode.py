@@ -207,3 +207,20 @@ def test_media_root_outside_the_mount_is_refused(ir, tmp_path):
             data_op.python_func(config_yaml="[not a mapping", overrides=[], run_id="r", media_root=root,
                                 media_mount="/mnt/media", **outputs)  # fmt: skip
         assert "not under the media volume" not in str(err.value)
+
+
+def test_a_multinode_stage_has_no_gpu_parameter(ir, tmp_path):
+    """KFP makes every parameter of the pipeline function a run input (kfp 2.17 dsl/graph_component.py,
+    from ``inspect.signature``), shown in the run form. A multi-node stage's GPUs are its config's
+    ``launch.nodes`` x ``launch.gpus_per_node``, fixed in the IR, so ``sft_gpus`` / ``rl_gpus`` there would
+    be knobs that do nothing; a one-node stage keeps its own (a STRING: KFP 2.17's driver reads it as text)."""
+    params = ir["spec"]["root"]["inputDefinitions"]["parameters"]
+    assert not {"sft_gpus", "rl_gpus"} & set(params)
+    assert params["eval_gpus"]["parameterType"] == "STRING"
+    out = tmp_path / "sft2.yaml"  # SFT on two nodes, RL on one: only rl_gpus is left
+    compile_pipeline("train", str(out), warn=False, sft_config=SFT2)
+    spec = next(yaml.safe_load_all(out.read_text()))
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert "sft_gpus" not in params and params["rl_gpus"]["defaultValue"] == "8"
+    accelerator = spec["deploymentSpec"]["executors"]["exec-rl-op"]["container"]["resources"]["accelerator"]
+    assert accelerator["resourceCount"] == "{{$.inputs.parameters['pipelinechannel--rl_gpus']}}"
