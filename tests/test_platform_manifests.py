@@ -208,6 +208,24 @@ def test_runner_role_grants_exactly_what_kfp_and_argo_call(rendered) -> None:
     assert discovery == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
 
 
+def test_readme_submit_example_runs_the_pods_as_the_runner_account(rendered) -> None:
+    """Without ``--service-account`` KFP runs the workflow's pods as the API server's default account (KFP
+    2.17.0 backend/src/apiserver/template/template.go, setDefaultServiceAccount: the
+    DefaultPipelineRunnerServiceAccount flag, ``pipeline-runner``; Kubeflow's profiles set
+    ``default-editor``), which has neither the runner's Roles nor the registry's pull secret."""
+    _, docs, _ = rendered
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("paravt pipeline submit train --host")
+    command = readme[start : readme.index("\n", readme.index("--service-account", start))]
+    assert "\n" not in command.replace("\\\n", "")  # one shell command, continued with backslashes
+    account = re.search(r"--service-account (\S+)", command).group(1)
+    assert account == "paravt-pipeline-runner"
+    bound = {
+        b["roleRef"]["name"] for b in by_kind(docs, "RoleBinding") if b["subjects"][0]["name"] == account
+    }
+    assert {"paravt-pipeline-runner", "paravt-trainjob-launcher"} <= bound
+
+
 def test_nightly_schedule_job(rendered) -> None:
     overlay, docs, _ = rendered
     job = job_named(docs, "paravt-nightly-schedule")
