@@ -439,6 +439,35 @@ def test_a_retry_after_a_completed_job_reads_it_as_done():
     assert f"TrainJob {name}: Complete (done)" in log
 
 
+def test_a_retry_waits_for_a_job_still_being_deleted_then_creates_it():
+    """After a SIGTERM the job is deleted with ``propagationPolicy: Foreground``: the API server keeps the
+    object, with ``metadata.deletionTimestamp`` set, until its dependents are gone (Kubernetes garbage
+    collector, foreground cascading deletion). A retry in that window must not re-attach to it (it would
+    vanish under the step: JobGone); it waits for it to go and creates the job again."""
+    name = job_name(RUN, "sft")
+    log: list[str] = []
+    with Emulator() as emu:
+        emu.register_crd(crd())
+        going = manifest()
+        going["metadata"]["deletionTimestamp"] = "2026-11-25T09:00:00Z"
+        going["status"] = {"jobsStatus": [{"name": "node", "active": 2}]}  # its pods still stopping
+        emu.put("trainjobs", NS, going)
+        waiting = f"TrainJob {name}: the earlier attempt's job is being deleted; waiting for it to go"
+
+        def garbage_collector() -> None:  # the pods are gone a while after the step started waiting
+            deadline = time.monotonic() + 20
+            while waiting not in log and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.2)
+            emu.remove("trainjobs", NS, name)
+
+        threading.Thread(target=garbage_collector, daemon=True).start()
+        _controller(emu, name, [lambda: _complete(emu, NS, name)])
+        _launch(emu, log)
+        assert emu.count("create", "trainjobs") == 1 and emu.get("trainjobs", NS, name) is None
+    assert waiting in log and not any("re-attaching" in line for line in log)
+
+
 def test_a_job_deleted_under_us_is_reported():
     name = job_name(RUN, "rl")
     with Emulator() as emu:

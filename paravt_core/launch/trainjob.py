@@ -378,6 +378,12 @@ class Launcher:
         name = manifest["metadata"]["name"]
         existing = self.get(name)
         how = "created"
+        if existing is not None and (existing.get("metadata") or {}).get("deletionTimestamp"):
+            # Being deleted (an earlier attempt's SIGTERM; foreground deletion waits for the pods):
+            # re-attaching would end in JobGone, so wait until it is gone and create it again.
+            self.log(f"{self.kind} {name}: the earlier attempt's job is being deleted; waiting for it to go")
+            self._wait_gone(name, timeout_s=600.0)
+            existing, how = None, "recreated"
         if existing is not None:
             state, reason = job_state(self.api, existing)
             if state not in FINISHED:
