@@ -9,8 +9,8 @@ The SFT checkpoint arrives as its URI (text), not as an ``Input[Model]``: KFP 2.
 input artifact's whole prefix into the pod before the step starts (backend/src/v2/component/launcher_v2.go,
 downloadArtifacts), into an emptyDir on the node's disk (compiler/argocompiler/container.go, s3-scratch),
 and KFP has no ephemeral-storage request to reserve that disk. That would be ~16 GB (8B, bf16) on every
-attempt, never read: the stage loads the checkpoint from S3 itself. ML Metadata still links the data. A retried task
-resumes from the newest complete checkpoint under ``output``. Returns the URI of the final HF checkpoint.
+attempt, never read: the stage loads the checkpoint from S3 itself. ML Metadata still links the data.
+A retried task resumes from the newest complete checkpoint under ``output``. Returns the URI of the final HF checkpoint.
 """
 
 from kfp import dsl
@@ -33,8 +33,8 @@ def rl_op(
     run_id: str = "",
 ) -> str:
     """Run ``paravt rl`` on ``data`` (the data step's ``Dataset``, recorded as this step's input) from
-    ``model`` (the URI of the SFT step's final checkpoint: read from S3 by the stage, not downloaded); return the URI of the trained model
-    (``<output>/final``), also the ``trained`` artifact (no copy). ``output`` empty: ``<run root>/rl``
+    ``model`` (the URI of the SFT step's final checkpoint: read from S3 by the stage, not downloaded);
+    return the URI of the trained model (``<output>/final``), also the ``trained`` artifact (no copy). ``output`` empty: ``<run root>/rl``
     (components/locations.py)."""
     import tempfile
 

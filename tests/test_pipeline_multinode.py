@@ -213,7 +213,8 @@ def test_a_multinode_stage_has_no_gpu_parameter(ir, tmp_path):
     """KFP makes every parameter of the pipeline function a run input (kfp 2.17 dsl/graph_component.py,
     from ``inspect.signature``), shown in the run form. A multi-node stage's GPUs are its config's
     ``launch.nodes`` x ``launch.gpus_per_node``, fixed in the IR, so ``sft_gpus`` / ``rl_gpus`` there would
-    be knobs that do nothing; a one-node stage keeps its own (a STRING: KFP 2.17's driver reads it as text)."""
+    be knobs that do nothing; a one-node stage keeps its own (a STRING: KFP 2.17's driver reads it as
+    text)."""
     params = ir["spec"]["root"]["inputDefinitions"]["parameters"]
     assert not {"sft_gpus", "rl_gpus"} & set(params)
     assert params["eval_gpus"]["parameterType"] == "STRING"
