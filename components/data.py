@@ -21,12 +21,15 @@ def data_op(
     run_prefix: str = "",
     run_id: str = "",
     media_root: str = "",
+    media_mount: str = "",
 ) -> str:
     """Run ``paravt data``; return the URI of the materialized data (a completed output prefix), also
     the ``dataset`` artifact (no copy). In a pipeline (``run_id`` set) what the config leaves at its
     default goes to shared storage, never into the pod: the output to ``<run root>/data`` (components/
     locations.py), and with ``media_root`` (the media volume's mount) the extraction root to
-    ``media_root`` and the downloaded archives to ``<media_root>/.downloads``."""
+    ``media_root`` and the downloaded archives to ``<media_root>/.downloads``. ``media_mount``: where the
+    pipeline mounted the media volume (fixed when compiling); a ``media_root`` outside it is refused, since
+    the extraction would stay inside this pod where no later stage sees it."""
     import json
     import tempfile
 
@@ -36,6 +39,12 @@ def data_op(
     from paravt_core.config import DataConfig, load_config
     from paravt_core.data.stage import run
 
+    mount = media_mount.rstrip("/")
+    if media_root and mount and not (media_root.rstrip("/") + "/").startswith(mount + "/"):
+        raise ValueError(
+            f"media_root {media_root!r} is not under the media volume's mount {media_mount!r}: the "
+            "extraction would stay in this pod; use a directory under the mount (the volume cannot move)"
+        )
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config_yaml)
     cfg = load_config(DataConfig, f.name, [str(o) for o in overrides])

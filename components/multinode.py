@@ -99,6 +99,7 @@ def rl_trainjob_op(
     from paravt_core.launch.trainjob import (
         NodeSpec,
         check_rl_multinode,
+        in_cluster_namespace,
         job_name,
         launch_stage,
         rank0_address,
@@ -113,9 +114,8 @@ def rl_trainjob_op(
     cfg.launch.nodes, cfg.launch.gpus_per_node, cfg.launch.api = nodes, gpus_per_node, api
     check_rl_multinode(cfg.engine.kind, cfg.engine.base_url)
     if cfg.engine.weight_sync == "distributed" and cfg.engine.nccl_address in ("", "127.0.0.1"):
-        cfg.engine.nccl_address = rank0_address(
-            api, job_name(run_id, "rl")
-        )  # where the server joins the push
+        # where the server joins the push: the job's rank-0 pod, by its fully qualified name
+        cfg.engine.nccl_address = rank0_address(api, job_name(run_id, "rl"), in_cluster_namespace())
     launch_stage(
         "rl",
         config_to_yaml(cfg),

@@ -3,8 +3,14 @@
 Thin by design, like ``components/data.py``: the body imports paravt_core and runs the stage through
 ``paravt_core.rl.launch`` (SGLang server(s) on ``engine.gpus``, the learner under ``torchrun`` on the other
 GPUs; one process on a CPU machine with the in-process engine). The data URI (the data step's output), the starting model (the SFT step's final
-checkpoint) and the output URI are set on top of the YAML config and the dotted overrides. A retried task
-resumes from the newest complete checkpoint under ``output``. Returns the URI of the final HF checkpoint.
+checkpoint) and the output URI are set on top of the YAML config and the dotted overrides.
+
+The SFT checkpoint arrives as its URI (text), not as an ``Input[Model]``: KFP 2.17's launcher copies every
+input artifact's whole prefix into the pod before the step starts (backend/src/v2/component/launcher_v2.go,
+downloadArtifacts), into an emptyDir on the node's disk (compiler/argocompiler/container.go, s3-scratch),
+and KFP has no ephemeral-storage request to reserve that disk. That would be ~16 GB (8B, bf16) on every
+attempt, never read: the stage loads the checkpoint from S3 itself. ML Metadata still links the data.
+A retried task resumes from the newest complete checkpoint under ``output``. Returns the URI of the final HF checkpoint.
 """
 
 from kfp import dsl
@@ -18,7 +24,7 @@ def rl_op(
     config_yaml: str,
     overrides: list,
     data: Input[Dataset],
-    model: Input[Model],
+    model: str,
     curves: Output[Artifact],
     metrics: Output[Metrics],
     trained: Output[Model],
@@ -26,9 +32,9 @@ def rl_op(
     run_prefix: str = "",
     run_id: str = "",
 ) -> str:
-    """Run ``paravt rl`` on ``data`` (the data step's ``Dataset``) from ``model`` (the SFT step's
-    ``Model``; KFP records both as this step's inputs); return the URI of the trained model
-    (``<output>/final``), also the ``trained`` artifact (no copy). ``output`` empty: ``<run root>/rl``
+    """Run ``paravt rl`` on ``data`` (the data step's ``Dataset``, recorded as this step's input) from
+    ``model`` (the URI of the SFT step's final checkpoint: read from S3 by the stage, not downloaded);
+    return the URI of the trained model (``<output>/final``), also the ``trained`` artifact (no copy). ``output`` empty: ``<run root>/rl``
     (components/locations.py)."""
     import tempfile
 
@@ -45,6 +51,6 @@ def rl_op(
     if cfg.launch.nodes > 1:  # the DAG was compiled for one node: say how to get the multi-node step
         raise ValueError(f"launch.nodes={cfg.launch.nodes}: compile with --rl-config <this config>")
     output = output or storage.join(run_root(run_prefix, run_id, trained.uri), "rl")
-    cfg.data, cfg.model, cfg.output = location(data), location(model), output  # S3 directories
+    cfg.data, cfg.model, cfg.output = location(data), model, output  # S3 directories
     summary = launch(cfg)  # python -m torch.distributed.run --nproc-per-node N -m paravt_core.cli rl ...
     return publish_rl(output, summary, curves=curves, metrics=metrics, trained=trained, run_id=run_id)

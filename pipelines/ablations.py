@@ -74,6 +74,7 @@ def ablations_pipeline(
         run_prefix=run_prefix,
         run_id=run_id,
         media_root=media_root,
+        media_mount=MEDIA_MOUNT_PATH,  # another media_root is refused: the mount is fixed
     )
     configure_task(data, "data", media_pvc=media_pvc)
 

@@ -28,6 +28,9 @@ S3_CONFIG_KEYS = {"AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION": 
 # Secrets to pull the images with (comma-separated names), read when the pipeline is compiled; the
 # manifests' overlays can instead give them to the service accounts the pods run as.
 IMAGE_PULL_SECRETS_ENV = "PARAVT_IMAGE_PULL_SECRETS"
+# The multi-node jobs' pods run as this service account (manifests/base/serviceaccounts.yaml: no RBAC,
+# no token; the overlays give it the registry's pull secret like the other accounts).
+TRAINER_SERVICE_ACCOUNT = "paravt-trainer"
 MEDIA_PVC_NAME = "paravt-media"
 MEDIA_MOUNT_PATH = "/mnt/media"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -216,7 +219,7 @@ def node_spec(stage: str, image: str) -> dict:
     """What every node of a multi-node ``stage`` job gets (``paravt_core.launch.trainjob.NodeSpec`` as a
     dict, a compile-time input of the step): the stage's CPU, memory, GPU model, tolerations, /dev/shm and
     deadline, the S3 credentials by Secret reference (no value) and endpoint by ConfigMap, the pull
-    secrets; the media claim is added by the step (a pipeline parameter)."""
+    secrets and the nodes' service account; the media claim is added by the step (a pipeline parameter)."""
     spec = STAGES[stage]
     return {
         "image": image,
@@ -235,6 +238,7 @@ def node_spec(stage: str, image: str) -> dict:
         "shm": spec.shm,
         "image_pull_secrets": image_pull_secrets(),
         "active_deadline_s": spec.timeout_seconds,
+        "service_account": TRAINER_SERVICE_ACCOUNT,
     }
 
 

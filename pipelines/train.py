@@ -4,15 +4,19 @@ Every stage writes under the run's root (``<root>/data``, ``/sft``, ``/rl``, ``/
 ``/report``): ``run_prefix`` when given, else the run's directory under the pipeline root (object
 storage on a cluster; components/locations.py). The data and the SFT and RL checkpoints are also the
 tasks' ``Dataset`` / ``Model`` artifacts (their URIs are those directories: no copy), and SFT and RL take
-them as ``Input[Dataset]`` / ``Input[Model]``, so ML Metadata links data -> SFT -> RL (lineage in the UI).
+the data as ``Input[Dataset]``, so ML Metadata links data -> SFT and data -> RL (lineage in the UI); RL
+takes SFT's checkpoint as its URI (text), see below.
 On a cluster KFP 2.17's launcher downloads every input artifact's prefix into the pod before the step
 runs (backend/src/v2/component/launcher_v2.go, downloadArtifacts): the data directory (rows and audit,
-no media) and, for RL, the SFT checkpoint; the stages themselves read the S3 locations.
+no media); not the SFT checkpoint (~16 GB, into node-local scratch on every attempt, with no way to
+request that disk through KFP), which RL gets as a URI; the stages themselves read the S3 locations.
 Each stage resumes from its own checkpoints, so a retried
 task (KFP's task retries, or ``paravt pipeline retry``) continues where it stopped. Run it on a
 cluster (``paravt pipeline submit train``) or locally with ``kfp.local.SubprocessRunner(use_venv=False)``
 (``pipelines/local.py``, ``make demo``).
 """
+
+import inspect
 
 from kfp import dsl
 
@@ -52,7 +56,6 @@ def build_train_pipeline(sft_launch: LaunchConfig | None = None, rl_launch: Laun
     ``components/multinode.py``). ``None`` or one node: the stage trains in its own GPU pod."""
     sft_launch, rl_launch = sft_launch or LaunchConfig(), rl_launch or LaunchConfig()
 
-    @dsl.pipeline(name=PIPELINE_NAME, description="ParaVT: data -> SFT -> PARA-GRPO -> eval -> report")
     def train_pipeline(
         run_prefix: str = "",
         base_model: str = "Qwen/Qwen3-VL-8B-Instruct",
@@ -81,8 +84,9 @@ def build_train_pipeline(sft_launch: LaunchConfig | None = None, rl_launch: Laun
         ``key=value`` overrides (as ``paravt <stage> --config``); GPUs per stage (text: KFP 2.17's driver
         reads the count as a string); ``eval_shards``: eval tasks per benchmark, each on a disjoint
         slice of its samples by id, merged into one result (1: one task per benchmark); ``media_pvc``: the
-        PersistentVolumeClaim with the extracted media, mounted at ``media_root`` (where the data stage extracts, unless its config says otherwise; empty:
-        the config decides). Returns the report URI."""
+        PersistentVolumeClaim with the extracted media, mounted at /mnt/media; ``media_root``: where the data
+        stage extracts, a directory under that mount (anything else is refused: the mount cannot move;
+        empty: the config decides). Returns the report URI."""
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER  # passed alone: the driver resolves only exact placeholders
         data = data_op(
             config_yaml=data_config_yaml,
@@ -90,6 +94,7 @@ def build_train_pipeline(sft_launch: LaunchConfig | None = None, rl_launch: Laun
             run_prefix=run_prefix,
             run_id=run_id,
             media_root=media_root,
+            media_mount=MEDIA_MOUNT_PATH,  # another media_root is refused: the mount is fixed
         )
         configure_task(data, "data", media_pvc=media_pvc)
 
@@ -135,7 +140,7 @@ def build_train_pipeline(sft_launch: LaunchConfig | None = None, rl_launch: Laun
                 config_yaml=rl_config_yaml,
                 overrides=rl_overrides,
                 data=data.outputs["dataset"],
-                model=sft.outputs["model"],
+                model=sft.outputs["Output"],  # the checkpoint's URI: no 16 GB copy into the pod
                 **common,
             )
             configure_task(rl, "rl", gpus=rl_gpus, media_pvc=media_pvc)
@@ -156,7 +161,36 @@ def build_train_pipeline(sft_launch: LaunchConfig | None = None, rl_launch: Laun
         configure_task(report, "report")
         return report.outputs["Output"]
 
-    return train_pipeline
+    # A multi-node stage's GPUs are launch.nodes x launch.gpus_per_node of its config, fixed in the IR: its
+    # GPU parameter would be a knob that does nothing, so the compiled pipeline does not have it.
+    unused = {
+        f"{stage}_gpus" for stage, launch in (("sft", sft_launch), ("rl", rl_launch)) if launch.nodes > 1
+    }
+    description = "ParaVT: data -> SFT -> PARA-GRPO -> eval -> report"
+    return dsl.pipeline(name=PIPELINE_NAME, description=description)(_without(train_pipeline, unused))
+
+
+def _without(func, names: set[str]):
+    """``func`` with the parameters ``names`` (which must have defaults) left out of its signature: KFP
+    makes every parameter of a pipeline function a pipeline input (kfp 2.17 dsl/graph_component.py reads
+    ``inspect.signature`` and calls the function positionally in that order). Python has no conditional
+    parameters, hence the rewritten signature."""
+    if not names:
+        return func
+    signature = inspect.signature(func)
+    kept = [p for p in signature.parameters.values() if p.name not in names]
+
+    def pipeline(*args):
+        return func(**dict(zip([p.name for p in kept], args, strict=True)))
+
+    pipeline.__signature__ = signature.replace(parameters=kept)
+    pipeline.__name__, pipeline.__qualname__, pipeline.__doc__ = (
+        func.__name__,
+        func.__qualname__,
+        func.__doc__,
+    )
+    pipeline.__module__ = func.__module__
+    return pipeline
 
 
 train_pipeline = build_train_pipeline()

@@ -6,7 +6,9 @@ with the job's reason, re-attach on retry, a deleted job, and the RBAC those cal
 from __future__ import annotations
 
 import functools
+import os
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -104,6 +106,65 @@ def test_trainjob_validates_against_the_crd_schema_and_says_what_each_node_runs(
     del bad["spec"]["runtimeRef"]["name"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+def _node_pod(m: dict) -> dict:
+    """The pod template a TrainJob's runtime patch puts on its "node" pods."""
+    (patch,) = m["spec"]["runtimePatches"]
+    (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert node["name"] == "node"
+    return node["template"]["spec"]["template"]
+
+
+def test_the_nodes_run_as_the_service_account_that_holds_the_pull_secret():
+    """A pod without ``serviceAccountName`` runs as the namespace's ``default`` account and gets that
+    account's pull secrets (Kubernetes, plugin/pkg/admission/serviceaccount/admission.go), which the prod
+    overlay never gives the registry secret: ImagePullBackOff. The nodes name ``paravt-trainer`` (the
+    overlays' account with the secret): on a TrainJob through the runtime patch's pod spec
+    (``PodSpecPatch.serviceAccountName``, trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go,
+    strategic-merged onto the JobSet by pkg/runtime/core/trainingruntime.go, mergeRuntimePatches), on a
+    PyTorchJob in every replica's pod template."""
+    from pipelines.platform import TRAINER_SERVICE_ACCOUNT, node_spec
+
+    assert TRAINER_SERVICE_ACCOUNT == "paravt-trainer"
+    node = NodeSpec(**node_spec("sft", "registry/paravt-sft:1"))  # what the compiled step gets
+    name = job_name(RUN, "sft")
+    common = dict(nodes=4, gpus_per_node=8, config_yaml=CONFIG, job_labels=labels(RUN, "sft"))
+    m = trainjob_manifest(name, NS, "sft", node, **common)
+    jsonschema.validate(m, crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    assert _node_pod(m)["spec"]["serviceAccountName"] == "paravt-trainer"
+    p = pytorchjob_manifest(name, NS, "sft", node, **common)
+    jsonschema.validate(p, crd(PYTORCHJOB_CRD)["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    reps = p["spec"]["pytorchReplicaSpecs"]
+    assert {r: reps[r]["template"]["spec"]["serviceAccountName"] for r in reps} == {
+        "Master": "paravt-trainer",
+        "Worker": "paravt-trainer",
+    }
+
+
+def test_the_nodes_opt_out_of_the_istio_sidecar():
+    """KFP disables Istio injection only on the Argo templates of its own workflow (KFP 2.17.0,
+    backend/src/apiserver/template/v2_template.go: ``SetAnnotationsToAllTemplatesIfKeyNotExist(
+    AnnotationKeyIstioSidecarInject, AnnotationValueIstioSidecarInjectDisabled)``, i.e.
+    ``sidecar.istio.io/inject: "false"``, backend/src/common/util/consts.go), not on the objects a step
+    creates. In a profile namespace our node pods would get an istio-proxy that keeps running after
+    torchrun exits, and the job would never complete. The annotation goes on the pod template: the
+    TrainJob's runtime patch (``PodTemplatePatch.metadata``: labels and annotations, trainer v2.3.0) and
+    the PyTorchJob's replica templates."""
+    want = {"sidecar.istio.io/inject": "false"}
+    m = manifest()
+    jsonschema.validate(m, crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    assert _node_pod(m)["metadata"]["annotations"] == want
+    bare = trainjob_manifest(  # no volume, selector or secret: the patch is still there, for the annotation
+        "x", NS, "sft", NodeSpec(image="i"), nodes=2, gpus_per_node=1, config_yaml="", job_labels={}
+    )
+    assert _node_pod(bare) == {"metadata": {"annotations": want}, "spec": {}}
+    p = pytorchjob_manifest(
+        "x", NS, "sft", spec(), nodes=3, gpus_per_node=8, config_yaml=CONFIG, job_labels=labels(RUN, "sft")
+    )
+    jsonschema.validate(p, crd(PYTORCHJOB_CRD)["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    for replica in p["spec"]["pytorchReplicaSpecs"].values():
+        assert replica["template"]["metadata"]["annotations"] == want
 
 
 def test_job_name_is_one_per_run_and_stage():
@@ -353,6 +414,60 @@ def test_a_retry_after_a_failed_job_deletes_it_and_starts_again():
     assert any("ended Failed; deleting it to start again" in line for line in log)
 
 
+def test_a_retry_after_a_completed_job_reads_it_as_done():
+    """A step that died after its job completed (say while publishing the outputs) is retried: the job
+    it finds is ``Complete`` (trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go,
+    ``TrainJobComplete``; PyTorchJob ``Succeeded``): the stage's outputs are written, so it is not run
+    again (deleting and re-creating it would schedule 2x8 GPUs to find the stage's _COMPLETE marker)."""
+    name = job_name(RUN, "sft")
+    log: list[str] = []
+    with Emulator() as emu:
+        emu.register_crd(crd())
+        old = manifest()
+        old["status"] = {
+            "conditions": [
+                {"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "done",
+                 "lastTransitionTime": "2026-11-25T09:00:00Z"}
+            ]
+        }  # fmt: skip
+        emu.put("trainjobs", NS, old)
+        assert Launcher(emu.client(), NS, poll_s=0.05, log=log.append).start(manifest()) == "completed"
+        _launch(emu, log)
+        assert emu.count("create", "trainjobs") == 0  # never created again
+        assert emu.count("delete", "trainjobs") == 1 and emu.get("trainjobs", NS, name) is None
+    assert f"TrainJob {name}: the job of an earlier attempt completed; not running it again" in log
+    assert f"TrainJob {name}: Complete (done)" in log
+
+
+def test_a_retry_waits_for_a_job_still_being_deleted_then_creates_it():
+    """After a SIGTERM the job is deleted with ``propagationPolicy: Foreground``: the API server keeps the
+    object, with ``metadata.deletionTimestamp`` set, until its dependents are gone (Kubernetes garbage
+    collector, foreground cascading deletion). A retry in that window must not re-attach to it (it would
+    vanish under the step: JobGone); it waits for it to go and creates the job again."""
+    name = job_name(RUN, "sft")
+    log: list[str] = []
+    with Emulator() as emu:
+        emu.register_crd(crd())
+        going = manifest()
+        going["metadata"]["deletionTimestamp"] = "2026-11-25T09:00:00Z"
+        going["status"] = {"jobsStatus": [{"name": "node", "active": 2}]}  # its pods still stopping
+        emu.put("trainjobs", NS, going)
+        waiting = f"TrainJob {name}: the earlier attempt's job is being deleted; waiting for it to go"
+
+        def garbage_collector() -> None:  # the pods are gone a while after the step started waiting
+            deadline = time.monotonic() + 20
+            while waiting not in log and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.2)
+            emu.remove("trainjobs", NS, name)
+
+        threading.Thread(target=garbage_collector, daemon=True).start()
+        _controller(emu, name, [lambda: _complete(emu, NS, name)])
+        _launch(emu, log)
+        assert emu.count("create", "trainjobs") == 1 and emu.get("trainjobs", NS, name) is None
+    assert waiting in log and not any("re-attaching" in line for line in log)
+
+
 def test_a_job_deleted_under_us_is_reported():
     name = job_name(RUN, "rl")
     with Emulator() as emu:
@@ -440,21 +555,18 @@ def test_pytorchjob_master_and_workers_and_its_success():
 
 
 def test_rbac_grants_exactly_the_calls_the_launcher_made():
-    """Run the launcher through every path (create, re-attach, failed, deleted, logs) in the emulator,
-    collect the (verb, resource) pairs it really called, and check the Role grants them and no more."""
+    """Run the launcher through its paths (create, rank-0 logs, completion, both kinds; a failed job
+    re-created; a completed one read as done; SIGTERM) in the emulator, collect the (verb, resource) pairs
+    it really called, and check the Role grants exactly those: nothing missing, nothing more."""
     name = job_name(RUN, "sft")
-    with Emulator() as emu:
-        done = {
-            "conditions": [
-                {
-                    "type": "Complete",
-                    "status": "True",
-                    "reason": "x",
-                    "message": "",
-                    "lastTransitionTime": "2026-11-25T09:00:00Z",
-                }
-            ]
-        }
+    used: set[tuple[str, str]] = set()
+    done = {
+        "conditions": [
+            {"type": "Complete", "status": "True", "reason": "x", "message": "",
+             "lastTransitionTime": "2026-11-25T09:00:00Z"}
+        ]
+    }  # fmt: skip
+    with Emulator() as emu:  # TrainJob: created, Running with its rank-0 pod's log, Complete, deleted
 
         def running() -> None:
             _rank0_pod(emu, name)
@@ -464,18 +576,34 @@ def test_rbac_grants_exactly_the_calls_the_launcher_made():
             emu, name, [running, lambda: time.sleep(0.2), lambda: emu.set_status("trainjobs", NS, name, done)]
         )
         _launch(emu, [])
-        used = set(emu.requests)
+        # A retry that finds a failed job (deleted, created again) and one that finds it complete.
+        failed = manifest() | {"status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+        emu.put("trainjobs", NS, failed)
+        emu.created.clear()
+        _controller(emu, name, [lambda: emu.set_status("trainjobs", NS, name, done)])
+        _launch(emu, [])
+        emu.put("trainjobs", NS, manifest() | {"status": done})
+        _launch(emu, [])
+        used |= set(emu.requests)
+    with Emulator() as emu:  # PyTorchJob
+        cond = {"type": "Succeeded", "status": "True", "reason": "x", "message": ""}
+        _controller(emu, name, [lambda: emu.set_status("pytorchjobs", NS, name, {"conditions": [cond]})])
+        _launch(emu, [], api="pytorchjob")
+        used |= set(emu.requests)
     docs = [d for d in yaml.safe_load_all((ROOT / "manifests/base/rbac.yaml").read_text()) if d]
     role = next(
         d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "paravt-trainjob-launcher"
     )
     granted = {(v, r) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    assert used <= granted, used - granted
+    assert used == granted, (used - granted, granted - used)
     groups = {r: rule["apiGroups"] for rule in role["rules"] for r in rule["resources"]}
     assert groups["trainjobs"] == ["trainer.kubeflow.org"] and groups["pytorchjobs"] == ["kubeflow.org"]
-    assert granted == {
-        (v, r) for r in ("trainjobs", "pytorchjobs") for v in ("create", "get", "list", "watch", "delete")
-    } | {("get", "pods"), ("list", "pods"), ("get", "pods/log")}
+    # Worked out by hand from the launcher's code: get/create/delete on both kinds, pods listed by label,
+    # the rank-0 pod's log; no list/watch on the jobs, no pod get.
+    assert granted == {(v, r) for r in ("trainjobs", "pytorchjobs") for v in ("create", "get", "delete")} | {
+        ("list", "pods"),
+        ("get", "pods/log"),
+    }
     binding = next(
         d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "paravt-trainjob-launcher"
     )
@@ -514,3 +642,99 @@ def test_a_flaky_api_server_is_retried_but_a_forbidden_read_fails_at_once():
         with pytest.raises(ApiException) as err:
             Launcher(emu.client(), NS, poll_s=0.01, log=log.append).get(name)
         assert err.value.status == 403
+
+
+def _kubeconfig(emu: Emulator, path: Path) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "emu", "cluster": {"server": emu.host}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "u"}}],
+                "current-context": "emu",
+            }
+        )
+    )
+    return path
+
+
+def _complete(emu: Emulator, ns: str, name: str) -> None:
+    cond = {"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "done"}
+    emu.set_status(
+        "trainjobs", ns, name, {"conditions": [cond | {"lastTransitionTime": "2026-11-25T09:00:00Z"}]}
+    )
+
+
+def test_sigterm_to_the_step_deletes_its_job_and_a_rerun_creates_it_again(tmp_path, monkeypatch, capsys):
+    """Terminating a run (or the step's deadline) stops the step with SIGTERM: Argo v4.0.5 signals the main
+    container (workflow/controller/pod/queue.go, terminateContainers: SIGTERM, SIGKILL after the grace
+    period), its emissary passes the signal to the step's process group (workflow/executor/osspecific,
+    Kill). Without a handler the TrainJob stays, holding 2x8 GPUs until its activeDeadlineSeconds (48 h).
+    The component's body gets SIGTERM while following the job in the emulator: the job is deleted and the
+    step exits 143; a rerun of the step creates the job once more, with the same config (the same output
+    URI, whose checkpoints the stage resumes from)."""
+    from kfp.dsl import HTML, Metrics, Model
+
+    from components.multinode import sft_trainjob_op
+
+    ns, name = "default", job_name(RUN, "sft")  # no in-cluster namespace file here: "default"
+    kubeconfig = tmp_path / "kubeconfig"
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    before = signal.getsignal(signal.SIGTERM)
+    jobs: list[dict] = []
+    with Emulator() as emu:
+        emu.register_crd(crd())
+        _kubeconfig(emu, kubeconfig)
+
+        def running() -> None:
+            emu.set_status("trainjobs", ns, name, {"jobsStatus": [{"name": "node", "active": 2, "ready": 2}]})
+
+        def terminate() -> None:
+            jobs.append(emu.get("trainjobs", ns, name))
+            os.kill(os.getpid(), signal.SIGTERM)  # what Argo's emissary does to the step's process group
+
+        _controller(emu, name, [running, lambda: time.sleep(0.3), terminate])
+        outputs = [HTML(name="c"), Metrics(name="m"), Model(name="o")]
+        with pytest.raises(SystemExit) as exited:
+            sft_trainjob_op.python_func(
+                config_yaml=(ROOT / "configs/sft/tiny.yaml").read_text(),
+                overrides=[],
+                data_uri="s3://bucket/runs/x/data",
+                model_uri="s3://bucket/models/base",
+                nodes=2,
+                gpus_per_node=8,
+                api="trainjob",
+                runtime="torch-distributed",
+                poll_s=0.05,
+                node_spec={"image": "registry/paravt-sft:1"},
+                media_pvc="",
+                curve=outputs[0],
+                metrics=outputs[1],
+                model=outputs[2],
+                output="s3://bucket/runs/x/sft",
+                run_id=RUN,
+            )
+        assert exited.value.code == 143
+        assert emu.get("trainjobs", ns, name) is None  # the GPUs are free now
+        assert (emu.count("create", "trainjobs"), emu.count("delete", "trainjobs")) == (1, 1)
+        assert signal.getsignal(signal.SIGTERM) is before  # the step's handler is gone again
+        assert f"TrainJob {name}: SIGTERM; deleting the job" in capsys.readouterr().out
+
+        # The retried step: nothing to re-attach to, so the job is created once more, the same job.
+        emu.created.clear()
+        ctl = _controller(
+            emu, name, [lambda: jobs.append(emu.get("trainjobs", ns, name)), lambda: _complete(emu, ns, name)]
+        )
+        config = next(e["value"] for e in jobs[0]["spec"]["trainer"]["env"] if e["name"] == CONFIG_ENV)
+        log: list[str] = []
+        launch_stage("sft", config, run_id=RUN, nodes=2, gpus_per_node=8, api="trainjob",
+                     spec=NodeSpec(image="registry/paravt-sft:1"), namespace=ns, poll_s=0.05,
+                     client=emu.client(), log=log.append, timeout_s=30)  # fmt: skip
+        ctl.join(5)
+        assert emu.count("create", "trainjobs") == 2 and emu.get("trainjobs", ns, name) is None
+        assert f"TrainJob {name}: created in {ns}" in log and not any("re-attaching" in line for line in log)
+    assert jobs[1]["spec"] == jobs[0]["spec"]
+    assert "output: s3://bucket/runs/x/sft" in config

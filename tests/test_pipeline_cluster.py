@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from paravt_core.cli import main
-from tests.kfp_test_server import KfpTestServer
+from tests.kfp_test_server import API, KfpTestServer, required_permission
 
 TOKEN = "tok-3f9a-not-for-printing"
 
@@ -322,12 +322,17 @@ def test_scheduler_role_is_enough_for_the_scheduler_job_and_the_old_one_was_not(
         params,
         "--exist-ok",
     ]
-    with KfpTestServer(token=TOKEN, grants=_role_grants("paravt-scheduler")) as server:
+    granted = _role_grants("paravt-scheduler")
+    with KfpTestServer(token=TOKEN, grants=granted) as server:
         assert main(argv + _conn(server)) == 0
         assert len(server.state.recurring_runs) == 1
         assert main(argv + _conn(server)) == 0  # re-applied Job: found by name, nothing created
         assert len(server.state.recurring_runs) == 1
+        used = {required_permission(r.method, r.path.removeprefix(API)) for r in server.state.requests}
     _no_token_printed(capsys)
+    # And nothing more: the Role grants exactly what the two applies were authorized for.
+    assert used - {None} == granted == {("experiments", "list"), ("experiments", "create"),
+                                        ("jobs", "list"), ("jobs", "create")}  # fmt: skip
     # The Role as it was (recurring runs as `recurringruns`): KFP refuses the list of recurring runs.
     old = {("experiments", v) for v in ("get", "list", "create")} | {
         ("recurringruns", v) for v in ("get", "list", "create")

@@ -94,17 +94,23 @@ def test_train_dag_wiring_images_and_resources(tmp_path, monkeypatch) -> None:
     # (fan-in); tests/test_pipeline_eval_shards.py checks the eval step itself.
     assert tasks["sft-op"]["dependentTasks"] == ["data-op"]
     assert sorted(tasks["rl-op"]["dependentTasks"]) == ["data-op", "sft-op"]
-    # Lineage: SFT and RL take the upstream Dataset / Model artifacts (not their URIs as text), so the
-    # driver resolves them from ML Metadata and records them as the tasks' inputs.
+    # Lineage: SFT and RL take the data step's Dataset artifact (not its URI as text), so the driver
+    # resolves it from ML Metadata and records it as the tasks' input.
     assert tasks["sft-op"]["inputs"]["artifacts"] == {
         "data": {"taskOutputArtifact": {"producerTask": "data-op", "outputArtifactKey": "dataset"}}
     }
+    # RL's starting checkpoint is SFT's output URI, not an input artifact: KFP 2.17.0's launcher copies
+    # every input artifact's prefix into the pod before the step (backend/src/v2/component/launcher_v2.go,
+    # downloadArtifacts; into the emptyDir of compiler/argocompiler/container.go, s3-scratch) and the IR
+    # has no ephemeral-storage request: ~16 GB of node disk on every attempt, for a checkpoint the stage
+    # reads from S3 itself.
     assert tasks["rl-op"]["inputs"]["artifacts"] == {
         "data": {"taskOutputArtifact": {"producerTask": "data-op", "outputArtifactKey": "dataset"}},
-        "model": {"taskOutputArtifact": {"producerTask": "sft-op", "outputArtifactKey": "model"}},
     }
-    for task in ("sft-op", "rl-op"):
-        assert not {"data", "data_uri", "model"} & set(tasks[task]["inputs"]["parameters"]), task
+    assert tasks["rl-op"]["inputs"]["parameters"]["model"] == {
+        "taskOutputParameter": {"producerTask": "sft-op", "outputParameterKey": "Output"}
+    }
+    assert not {"data", "data_uri", "model"} & set(tasks["sft-op"]["inputs"]["parameters"])
     inputs = {
         name: {k: v["artifactType"]["schemaTitle"] for k, v in c["inputDefinitions"]["artifacts"].items()}
         for name, c in spec["components"].items()
@@ -112,7 +118,7 @@ def test_train_dag_wiring_images_and_resources(tmp_path, monkeypatch) -> None:
     }
     assert inputs == {
         "comp-sft-op": {"data": "system.Dataset"},
-        "comp-rl-op": {"data": "system.Dataset", "model": "system.Model"},
+        "comp-rl-op": {"data": "system.Dataset"},
     }
     loop = tasks["for-loop-1"]
     assert loop["parameterIterator"]["items"]["inputParameter"] == "pipelinechannel--eval-shards-op-Output"

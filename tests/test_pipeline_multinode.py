@@ -94,8 +94,26 @@ def test_multinode_rl_needs_a_reachable_rollout_server():
         check_rl_multinode("sglang", "")
     check_rl_multinode("sglang", "http://paravt-rollout:30000")
     check_rl_multinode("transformers", "")
-    assert rank0_address("trainjob", "paravt-rl-abc") == "paravt-rl-abc-node-0-0.paravt-rl-abc"
-    assert rank0_address("pytorchjob", "paravt-rl-abc") == "paravt-rl-abc-master-0"
+
+
+def test_the_rank0_address_is_fully_qualified():
+    """The rollout server joining the weight push may live in another namespace, where a short name does
+    not resolve. Trainer v2.3.0 names rank 0 ``<job>-node-0-0.<job>`` (pkg/runtime/framework/plugins/torch/
+    torch.go, PET_MASTER_ADDR: hostname under JobSet's headless Service); the training operator v1.9.0
+    ``<job>-master-0`` (pkg/controller.v1/pytorch/envvar.go, replicaName: that replica's Service). Both
+    resolve cluster-wide as ``<name>.<namespace>.svc.<cluster domain>`` (Kubernetes DNS for Services)."""
+    assert (
+        rank0_address("trainjob", "paravt-rl-abc", "team-a")
+        == "paravt-rl-abc-node-0-0.paravt-rl-abc.team-a.svc.cluster.local"
+    )
+    assert (
+        rank0_address("pytorchjob", "paravt-rl-abc", "team-a")
+        == "paravt-rl-abc-master-0.team-a.svc.cluster.local"
+    )
+    assert (
+        rank0_address("trainjob", "j", "ns", cluster_domain="corp.example")
+        == "j-node-0-0.j.ns.svc.corp.example"
+    )
 
 
 def test_no_secret_value_in_the_ir(tmp_path, monkeypatch):
@@ -131,8 +149,79 @@ def test_a_one_node_step_refuses_a_multinode_config(stage, tmp_path):
         else:
             rl_op.python_func(
                 data=Dataset(name="d", uri="s3://b/d"),
-                model=Model(name="m", uri="s3://b/m"),
+                model="s3://b/m",
                 curves=Artifact(name="c"),
                 trained=Model(name="t"),
                 **common,
             )
+
+
+def test_the_deadline_reaches_the_job_as_an_integer(ir):
+    """KFP keeps a STRUCT input's numbers as protobuf doubles, so the compiled node_spec holds
+    ``active_deadline_s: 172800.0`` and the step gets a float back. The controllers read the field into
+    an int64 (trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go ``ActiveDeadlineSeconds int64``;
+    training-operator v1.9.0 pkg/apis/kubeflow.org/v1/common_types.go ``*int64``), and Go's encoding/json
+    refuses ``172800.0`` for an int64. The manifests built from the IR's node_spec carry an int."""
+    import json
+
+    from paravt_core.launch.trainjob import NodeSpec, pytorchjob_manifest, trainjob_manifest
+
+    tasks = ir["spec"]["root"]["dag"]["tasks"]
+    for task, hours in (("sft-trainjob-op", 48), ("rl-trainjob-op", 72)):
+        node = tasks[task]["inputs"]["parameters"]["node_spec"]["runtimeValue"]["constant"]
+        assert node["active_deadline_s"] == hours * 3600.0 and type(node["active_deadline_s"]) is float
+        spec = NodeSpec(**node)
+        common = dict(nodes=2, gpus_per_node=8, config_yaml="", job_labels={})
+        t = trainjob_manifest("x", "ns", "sft", spec, **common)["spec"]["activeDeadlineSeconds"]
+        p = pytorchjob_manifest("x", "ns", "sft", spec, **common)["spec"]["runPolicy"][
+            "activeDeadlineSeconds"
+        ]
+        assert (type(t), type(p)) == (int, int) and t == p == hours * 3600
+        assert json.dumps({"activeDeadlineSeconds": t}) == f'{{"activeDeadlineSeconds": {hours * 3600}}}'
+    with pytest.raises(ValueError, match=r"active_deadline_s=1\.5: whole seconds"):
+        NodeSpec(image="i", active_deadline_s=1.5)
+
+
+def test_media_root_outside_the_mount_is_refused(ir, tmp_path):
+    """The media volume's mount path is a constant of the IR: kfp-kubernetes' ``PvcMount.mount_path`` is a
+    plain string with no parameter form (KFP 2.17.0 kubernetes_platform/proto/kubernetes_executor_config.
+    proto), so a ``media_root`` pipeline parameter cannot move it. The data step gets the mount and refuses
+    a root outside it (the extraction would stay inside its pod) before doing anything."""
+    from kfp.dsl import Artifact, Dataset, Metrics
+
+    from components.data import data_op
+
+    execs = ir["platform"]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    (mount,) = execs["exec-data-op"]["pvcMount"]
+    data = ir["spec"]["root"]["dag"]["tasks"]["data-op"]["inputs"]["parameters"]
+    assert data["media_mount"]["runtimeValue"]["constant"] == mount["mountPath"] == "/mnt/media"
+    assert data["media_root"]["componentInputParameter"] == "media_root"
+    outputs = dict(audit=Artifact(name="a"), metrics=Metrics(name="m"), dataset=Dataset(name="d"))
+    for root in ("/data/videos", "/mnt/media-other", "/mnt"):
+        with pytest.raises(ValueError, match=f"media_root '{root}' is not under the media volume's mount"):
+            data_op.python_func(config_yaml="{}", overrides=[], run_id="r", media_root=root,
+                                media_mount="/mnt/media", **outputs)  # fmt: skip
+    # Under the mount (or the mount itself) passes the check: the step goes on to read its config.
+    for root in ("/mnt/media", "/mnt/media/", "/mnt/media/videos"):
+        with pytest.raises(Exception) as err:
+            data_op.python_func(config_yaml="[not a mapping", overrides=[], run_id="r", media_root=root,
+                                media_mount="/mnt/media", **outputs)  # fmt: skip
+        assert "not under the media volume" not in str(err.value)
+
+
+def test_a_multinode_stage_has_no_gpu_parameter(ir, tmp_path):
+    """KFP makes every parameter of the pipeline function a run input (kfp 2.17 dsl/graph_component.py,
+    from ``inspect.signature``), shown in the run form. A multi-node stage's GPUs are its config's
+    ``launch.nodes`` x ``launch.gpus_per_node``, fixed in the IR, so ``sft_gpus`` / ``rl_gpus`` there would
+    be knobs that do nothing; a one-node stage keeps its own (a STRING: KFP 2.17's driver reads it as
+    text)."""
+    params = ir["spec"]["root"]["inputDefinitions"]["parameters"]
+    assert not {"sft_gpus", "rl_gpus"} & set(params)
+    assert params["eval_gpus"]["parameterType"] == "STRING"
+    out = tmp_path / "sft2.yaml"  # SFT on two nodes, RL on one: only rl_gpus is left
+    compile_pipeline("train", str(out), warn=False, sft_config=SFT2)
+    spec = next(yaml.safe_load_all(out.read_text()))
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert "sft_gpus" not in params and params["rl_gpus"]["defaultValue"] == "8"
+    accelerator = spec["deploymentSpec"]["executors"]["exec-rl-op"]["container"]["resources"]["accelerator"]
+    assert accelerator["resourceCount"] == "{{$.inputs.parameters['pipelinechannel--rl_gpus']}}"

@@ -4,8 +4,12 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -63,15 +67,18 @@ def test_overlay_validates_strictly(rendered) -> None:
             "Namespace",
             "ServiceAccount",
             "ServiceAccount",
+            "ServiceAccount",
             "Role",
             "Role",
             "Role",
             "Role",
+            "Role",
+            "RoleBinding",
             "RoleBinding",
             "RoleBinding",
             "RoleBinding",
         ]
-        + ["ConfigMap", "ConfigMap", "ConfigMap", "PersistentVolumeClaim", "Job"]
+        + ["ConfigMap", "ConfigMap", "ConfigMap", "PersistentVolumeClaim", "Job", "Job"]
     )
     # kubernetes-validate reports one "passed" line per resource.
     assert report.count("passed for resource") == len(docs)
@@ -135,6 +142,20 @@ def test_image_pull_secret_on_the_service_accounts(rendered) -> None:
         assert sa.get("imagePullSecrets", []) == ([{"name": "paravt-registry"}] if overlay == "prod" else [])
 
 
+def test_the_multinode_nodes_account_holds_the_pull_secret_and_nothing_else(rendered) -> None:
+    """The TrainJob / PyTorchJob pods name ``paravt-trainer`` (pipelines/platform.py, node_spec): a pod with
+    no ``imagePullSecrets`` gets its service account's (Kubernetes, plugin/pkg/admission/serviceaccount/
+    admission.go), and one with no ``serviceAccountName`` runs as the namespace's ``default``, which the
+    overlays never give the registry secret. The account gets no Role and no API token: nodes only train."""
+    overlay, docs, _ = rendered
+    accounts = {d["metadata"]["name"]: d for d in by_kind(docs, "ServiceAccount")}
+    trainer = accounts[platform.TRAINER_SERVICE_ACCOUNT]
+    assert trainer.get("imagePullSecrets", []) == ([{"name": "paravt-registry"}] if overlay == "prod" else [])
+    assert trainer["automountServiceAccountToken"] is False
+    bound = {s["name"] for b in by_kind(docs, "RoleBinding") for s in b["subjects"]}
+    assert platform.TRAINER_SERVICE_ACCOUNT not in bound
+
+
 def test_rbac_is_least_privilege(rendered) -> None:
     _, docs, _ = rendered
     assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
@@ -152,11 +173,68 @@ def test_rbac_is_least_privilege(rendered) -> None:
     assert secret_rule["resourceNames"] == [platform.S3_SECRET_NAME]
 
 
+def job_named(docs: list[dict], name: str) -> dict:
+    (job,) = [d for d in by_kind(docs, "Job") if d["metadata"]["name"] == name]
+    return job
+
+
+# Every Kubernetes API call the pipeline pods make with paravt-pipeline-runner's token, read from the
+# callers' sources: (verb, resource, resourceName or None) -> where.
+RUNNER_CALLS = {
+    ("get", "configmaps", "kfp-launcher"): "KFP 2.17.0 backend/src/v2/config/env.go (driver, launcher)",
+    ("get", "secrets", platform.S3_SECRET_NAME): "KFP 2.17.0 backend/src/v2/objectstore/object_store.go",
+    ("get", "pods", None): "KFP 2.17.0 backend/src/v2/driver/k8s.go, component/launcher_v2.go (own pod)",
+    # Argo v4.0.5 executor (cmd/argoexec/executor/init.go; docs/workflow-rbac.md, ">= v3.4": only these).
+    # Its pod patch (workflow/executor/executor.go, AddAnnotation) has no caller left in v4.0.5.
+    ("create", "workflowtaskresults", None): "Argo v4.0.5",
+    ("patch", "workflowtaskresults", None): "Argo v4.0.5",
+}
+
+
+def test_runner_role_grants_exactly_what_kfp_and_argo_call(rendered) -> None:
+    """The pipeline pods' Role: each call of KFP's driver and launcher and of Argo's executor is granted,
+    and nothing else (no pod watch or patch: those served the router's discovery, now its own Role)."""
+    _, docs, _ = rendered
+    roles = {r["metadata"]["name"]: r for r in by_kind(docs, "Role")}
+    granted = {
+        (verb, res, name)
+        for rule in roles["paravt-pipeline-runner"]["rules"]
+        for res in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or [None]
+    }
+    assert granted == set(RUNNER_CALLS)
+    discovery = roles["paravt-rollout-discovery"]["rules"]
+    assert discovery == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+
+
+def test_readme_submit_example_runs_the_pods_as_the_runner_account(rendered) -> None:
+    """Without ``--service-account`` KFP runs the workflow's pods as the API server's default account (KFP
+    2.17.0 backend/src/apiserver/template/template.go, setDefaultServiceAccount: the
+    DefaultPipelineRunnerServiceAccount flag, ``pipeline-runner``; Kubeflow's profiles set
+    ``default-editor``), which has neither the runner's Roles nor the registry's pull secret."""
+    _, docs, _ = rendered
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("paravt pipeline submit train --host")
+    command = readme[start : readme.index("\n", readme.index("--service-account", start))]
+    assert "\n" not in command.replace("\\\n", "")  # one shell command, continued with backslashes
+    account = re.search(r"--service-account (\S+)", command).group(1)
+    assert account == "paravt-pipeline-runner"
+    bound = {
+        b["roleRef"]["name"] for b in by_kind(docs, "RoleBinding") if b["subjects"][0]["name"] == account
+    }
+    assert {"paravt-pipeline-runner", "paravt-trainjob-launcher"} <= bound
+
+
 def test_nightly_schedule_job(rendered) -> None:
     overlay, docs, _ = rendered
-    (job,) = by_kind(docs, "Job")
+    job = job_named(docs, "paravt-nightly-schedule")
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "paravt-scheduler"
+    # KFP 2.17.0 turns Istio injection off only on its own workflow's pods (backend/src/apiserver/template/
+    # v2_template.go, sidecar.istio.io/inject: "false"); an injected istio-proxy would outlive the command
+    # and the Job would never complete in a profile namespace.
+    assert job["spec"]["template"]["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
     (container,) = pod["containers"]
     image = {"dev": "paravt-eval:dev", "prod": "registry.example.com/paravt/paravt-eval@sha256:" + "0" * 64}
@@ -172,6 +250,58 @@ def test_nightly_schedule_job(rendered) -> None:
     token = next(v for v in pod["volumes"] if v["name"] == "kfp-token")
     assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "pipelines.kubeflow.org"
     assert "KFP_TOKEN=" in script and "cat /var/run/secrets/kubeflow/pipelines/token" in script
+
+
+def _images_uid() -> str:
+    users = {re.search(r"^USER (\d+):(\d+)$", (ROOT / f).read_text(), re.M).groups() for f in DOCKERFILES}
+    ((uid, gid),) = users  # one user for every image
+    assert uid == gid
+    return uid
+
+
+DOCKERFILES = ("Dockerfile.sft", "Dockerfile.rl", "Dockerfile.eval")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the Job's chown as root, as the Job does")
+def test_media_owner_job_makes_the_volume_writable_by_the_images_user(rendered) -> None:
+    """The NFS CSI driver creates a volume's directory as root, mode 755 (csi-driver-nfs v4.13.4,
+    pkg/nfs/controllerserver.go: ``MkdirAll(path, 0777)`` under its umask, chmod only when the class sets
+    ``mountPermissions``, docs/driver-parameters.md), and the stages run as uid 10001: the data stage's
+    extraction fails with EACCES. Both overlays carry a one-off Job that gives the directory to that uid.
+    Its script runs here for real, on a directory made the way the driver makes it."""
+    overlay, docs, _ = rendered
+    job = job_named(docs, "paravt-media-owner")
+    pod = job["spec"]["template"]["spec"]
+    assert job["spec"]["template"]["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+    assert pod["serviceAccountName"] == platform.TRAINER_SERVICE_ACCOUNT  # pull secret, no token
+    ((container,), (volume,)) = pod["containers"], pod["volumes"]
+    assert volume["persistentVolumeClaim"]["claimName"] == platform.MEDIA_PVC_NAME
+    assert container["volumeMounts"] == [{"name": volume["name"], "mountPath": platform.MEDIA_MOUNT_PATH}]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    uid = _images_uid()
+    assert env == {"MEDIA": platform.MEDIA_MOUNT_PATH, "OWNER": uid}
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}
+
+    base = Path(tempfile.mkdtemp())
+    try:
+        base.chmod(0o755)
+        media = base / "media"
+        media.mkdir(mode=0o755)  # as the driver leaves it: root's, 755
+
+        def write_as_user() -> int:
+            probe = ["sh", "-c", f'touch "{media}/probe"']
+            return subprocess.run(probe, user=int(uid), group=int(uid), capture_output=True).returncode
+
+        assert write_as_user() != 0  # the data stage's failure: permission denied
+        script = [*container["command"], *container["args"]]
+        for _ in range(2):  # applied twice: the second run changes nothing and still succeeds
+            proc = subprocess.run(script, env={**env, "MEDIA": str(media), "PATH": os.environ["PATH"]},
+                                  capture_output=True, text=True, timeout=30)  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+            assert proc.stdout.strip() == f"{media}: owner {uid}:{uid}, mode 2775"
+        assert write_as_user() == 0
+    finally:
+        shutil.rmtree(base)
 
 
 def test_secret_template_has_the_keys_and_no_values(tmp_path) -> None:

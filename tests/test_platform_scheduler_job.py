@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.kfp_test_server import KfpTestServer
-from tests.test_platform_manifests import by_kind, render
+from tests.test_platform_manifests import job_named, render
 
 ROOT = Path(__file__).resolve().parents[1]
 # The Job's command, with what it reports about itself: torch imported? peak RSS (VmHWM).
@@ -31,7 +31,7 @@ print(json.dumps({"rc": rc, "torch": "torch" in sys.modules, "peak_bytes": peak}
 
 
 def _job_memory_limit_bytes() -> int:
-    (job,) = by_kind(render("prod"), "Job")
+    job = job_named(render("prod"), "paravt-nightly-schedule")
     limit = job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
     assert limit.endswith("Gi")
     return int(limit[:-2]) << 30

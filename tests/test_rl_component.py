@@ -16,13 +16,12 @@ def test_rl_component_ir(tmp_path, monkeypatch):
     spec = yaml.safe_load(text)
     component = spec["components"]["comp-rl-op"]
     params = component["inputDefinitions"]["parameters"]
-    assert set(params) == {"config_yaml", "overrides", "output", "run_prefix", "run_id"}
-    # The data and the starting model arrive as typed artifacts (KFP records them as the step's inputs).
+    assert set(params) == {"config_yaml", "overrides", "model", "output", "run_prefix", "run_id"}
+    # The data arrives as a typed artifact (KFP records it as the step's input); the starting model as its
+    # URI, so that KFP's launcher does not copy the checkpoint into the pod (tests/test_pipeline_compile.py).
+    assert params["model"]["parameterType"] == "STRING"
     artifacts = component["inputDefinitions"]["artifacts"]
-    assert {k: v["artifactType"]["schemaTitle"] for k, v in artifacts.items()} == {
-        "data": "system.Dataset",
-        "model": "system.Model",
-    }
+    assert {k: v["artifactType"]["schemaTitle"] for k, v in artifacts.items()} == {"data": "system.Dataset"}
     assert set(component["outputDefinitions"]["artifacts"]) == {"curves", "metrics", "trained"}
     assert component["outputDefinitions"]["parameters"]["Output"]["parameterType"] == "STRING"
     executor = spec["deploymentSpec"]["executors"]["exec-rl-op"]["container"]

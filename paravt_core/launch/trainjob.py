@@ -5,7 +5,8 @@ What the pipeline's multi-node step does (``components/multinode.py``):
 
 1. ``job_name(run_id, stage)``: one name per run and stage, so a retried step finds the job of its
    first attempt. A job of that name that is still going is re-attached to (never a second create); a
-   finished one is deleted and created again (a failed one: the stage resumes from its checkpoints).
+   completed one is read as done (the step only publishes its outputs); a failed one is deleted and
+   created again (the stage resumes from its checkpoints).
 2. The manifest (pure functions, validated in the tests against the vendored TrainJob CRD schema):
    the stage's image, ``nodes`` x ``gpus_per_node``, the resolved stage config in an env var (written
    to a file by the node's shell, then ``torchrun``), secrets as ``secretKeyRef`` (names and keys,
@@ -13,6 +14,10 @@ What the pipeline's multi-node step does (``components/multinode.py``):
 3. ``follow``: reads the job every ``poll_s``, prints each status change, streams the rank-0 pod's log,
    raises ``JobFailed`` with the job's condition message when it fails, ``JobGone`` when it is deleted
    under us, and deletes it once it completed.
+4. SIGTERM to the step (the run terminated, the step's deadline): the job is deleted before the step
+   exits, so its GPUs are freed at once instead of at the job's own deadline; a retry creates it again
+   and the stage resumes from its checkpoints. (An owner reference to the step's pod would do it too,
+   but would also delete the job when Argo retries the step, which must re-attach instead.)
 
 Why the ``kubernetes`` client's ``CustomObjectsApi`` and not the Kubeflow SDK's ``TrainerClient``
 (``kubeflow==0.5.0``): its ``train()`` first reads the cluster-scoped ``ClusterTrainingRuntime``
@@ -23,13 +28,15 @@ image. One client for both kinds keeps one code path.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
 import re
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 TRAINJOB = ("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
@@ -50,6 +57,10 @@ CONFIG_ENV = "PARAVT_STAGE_CONFIG"
 CONFIG_FILE = "${TMPDIR:-/tmp}/paravt-stage.yaml"  # expanded by the node's shell
 MANAGER = "paravt.io/launcher"  # owner of our runtimePatches entry
 FINISHED = {"Complete", "Failed"}
+# Kubeflow profile namespaces inject an istio-proxy sidecar that outlives the training container, so a
+# job's pods never finish; KFP turns injection off only on its own pods (KFP 2.17.0,
+# backend/src/apiserver/template/v2_template.go). Ours say so themselves.
+POD_ANNOTATIONS = {"sidecar.istio.io/inject": "false"}
 
 
 class JobFailed(RuntimeError):
@@ -58,6 +69,11 @@ class JobFailed(RuntimeError):
 
 class JobGone(RuntimeError):
     """The job disappeared (deleted by someone) before it finished."""
+
+
+class Terminated(BaseException):
+    """The step's pod got SIGTERM (a terminated run, the pod's deadline, a deleted pod). A BaseException,
+    like KeyboardInterrupt, so that no ``except Exception`` on the way (a client's retry) swallows it."""
 
 
 @dataclasses.dataclass
@@ -80,6 +96,17 @@ class NodeSpec:
     shm: str = ""  # size of a memory-backed /dev/shm ("" = none)
     image_pull_secrets: list[str] = dataclasses.field(default_factory=list)
     active_deadline_s: int = 0  # 0 = none
+    # The nodes' service account: it carries the registry's pull secret (manifests/); "" = namespace default.
+    service_account: str = ""
+
+    def __post_init__(self) -> None:
+        # node_spec reaches the step as a STRUCT input, whose numbers come back as floats (172800.0); the
+        # controllers read activeDeadlineSeconds into an int64 (Go's encoding/json refuses 172800.0 there).
+        deadline = self.active_deadline_s
+        if isinstance(deadline, float):
+            if not deadline.is_integer():
+                raise ValueError(f"node_spec.active_deadline_s={deadline!r}: whole seconds expected")
+            self.active_deadline_s = int(deadline)
 
 
 def job_name(run_id: str, stage: str) -> str:
@@ -156,8 +183,8 @@ def trainjob_manifest(
 ) -> dict[str, Any]:
     """A ``trainer.kubeflow.org/v1alpha1`` TrainJob (schema of trainer v2.3.0): the trainer section
     carries image, command, env (secrets by ``secretKeyRef``), nodes, processes and resources; what it
-    has no field for (volumes, node selection, pull secrets) goes through ``runtimePatches`` onto the
-    "node" pods."""
+    has no field for (volumes, node selection, pull secrets, service account) goes through
+    ``runtimePatches`` onto the "node" pods."""
     volumes, mounts = _volumes(spec)
     pod: dict[str, Any] = {}
     if mounts:
@@ -169,7 +196,10 @@ def trainjob_manifest(
         pod["tolerations"] = list(spec.tolerations)
     if spec.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
-    patch = {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": pod}}}}]}
+    if spec.service_account:
+        pod["serviceAccountName"] = spec.service_account
+    template = {"metadata": {"annotations": dict(POD_ANNOTATIONS)}, "spec": pod}
+    patch = {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": template}}}]}
     job_spec: dict[str, Any] = {
         "runtimeRef": {"name": runtime, "apiGroup": TRAINJOB[0], "kind": "ClusterTrainingRuntime"},
         "trainer": {
@@ -181,10 +211,7 @@ def trainjob_manifest(
             "resourcesPerNode": _resources(spec, gpus_per_node),
         },
     }
-    if pod:
-        job_spec["runtimePatches"] = [
-            {"manager": MANAGER, "trainingRuntimeSpec": {"template": {"spec": patch}}}
-        ]
+    job_spec["runtimePatches"] = [{"manager": MANAGER, "trainingRuntimeSpec": {"template": {"spec": patch}}}]
     if spec.active_deadline_s:
         job_spec["activeDeadlineSeconds"] = spec.active_deadline_s
     return {
@@ -226,9 +253,12 @@ def pytorchjob_manifest(
         pod["tolerations"] = list(spec.tolerations)
     if spec.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
+    if spec.service_account:
+        pod["serviceAccountName"] = spec.service_account
 
     def replica(count: int) -> dict[str, Any]:
-        return {"replicas": count, "restartPolicy": "Never", "template": {"spec": pod}}
+        template = {"metadata": {"annotations": dict(POD_ANNOTATIONS)}, "spec": pod}
+        return {"replicas": count, "restartPolicy": "Never", "template": template}
 
     replicas = {"Master": replica(1)}
     if nodes > 1:
@@ -343,15 +373,25 @@ class Launcher:
     # --- the step --------------------------------------------------------------------------------
     def start(self, manifest: dict[str, Any]) -> str:
         """Create the job, or re-attach to the run's job when it is still going; returns what happened:
-        "created", "re-attached" or "recreated" (the previous attempt's job had finished)."""
+        "created", "re-attached", "completed" (an earlier attempt's job completed: ``follow`` finds it
+        done) or "recreated" (an earlier attempt's job failed: created again, the stage resumes)."""
         name = manifest["metadata"]["name"]
         existing = self.get(name)
         how = "created"
+        if existing is not None and (existing.get("metadata") or {}).get("deletionTimestamp"):
+            # Being deleted (an earlier attempt's SIGTERM; foreground deletion waits for the pods):
+            # re-attaching would end in JobGone, so wait until it is gone and create it again.
+            self.log(f"{self.kind} {name}: the earlier attempt's job is being deleted; waiting for it to go")
+            self._wait_gone(name, timeout_s=600.0)
+            existing, how = None, "recreated"
         if existing is not None:
             state, reason = job_state(self.api, existing)
             if state not in FINISHED:
                 self.log(f"{self.kind} {name}: re-attaching to the job of an earlier attempt ({state})")
                 return "re-attached"
+            if state == "Complete":  # the stage's outputs are written: no second run of the job
+                self.log(f"{self.kind} {name}: the job of an earlier attempt completed; not running it again")
+                return "completed"
             self.log(
                 f"{self.kind} {name}: the earlier attempt's job ended {state}; deleting it to start again"
             )
@@ -389,9 +429,13 @@ class Launcher:
                         f"{self.kind} {name} did not finish in {timeout_s:.0f}s (state {state})"
                     )
                 time.sleep(self.poll_s)
+        except Terminated:
+            stop.set()  # no wait for the log streamer (a daemon): the job's deletion comes first
+            raise
         finally:
-            stop.set()
-            streamer.join(timeout=max(5.0, 2 * self.poll_s))
+            if not stop.is_set():
+                stop.set()
+                streamer.join(timeout=max(5.0, 2 * self.poll_s))
         if state == "Failed":
             raise JobFailed(f"{self.kind} {self.namespace}/{name} failed: {reason or 'no reason given'}")
         self.delete(name)
@@ -447,11 +491,47 @@ class Launcher:
             stop.wait(self.poll_s)
 
 
-def rank0_address(api: str, name: str) -> str:
-    """The DNS name of the job's rank-0 pod inside the namespace: JobSet gives each pod the hostname
-    ``<jobset>-<replicated job>-<job index>-<pod index>`` under a headless Service named after the job
-    set; the training operator makes a Service per replica, ``<job>-master-0``."""
-    return f"{name}-node-0-0.{name}" if api == "trainjob" else f"{name}-master-0"
+@contextlib.contextmanager
+def delete_on_sigterm(launcher: Launcher, name: str) -> Iterator[None]:
+    """While the block runs, SIGTERM deletes job ``name`` and ends the process with 143 (128 + 15).
+
+    Argo (v4.0.5) stops a running step by sending SIGTERM to its main container, then SIGKILL after the
+    pod's grace period (workflow/controller/pod/queue.go, terminateContainers), and its emissary passes
+    the signal to the step's whole process group (workflow/executor/osspecific, Kill); KFP 2.17 terminates
+    a run that way (backend/src/common/util/execution_spec.go sets the workflow's activeDeadlineSeconds to
+    0). Signal handlers exist only in the main thread: elsewhere the block runs unguarded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the delete short
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except Terminated:
+        launcher.log(
+            f"{launcher.kind} {name}: SIGTERM; deleting the job to free its nodes "
+            "(a retry creates it again and the stage resumes from its checkpoints)"
+        )
+        launcher.delete(name)
+        launcher.log(f"{launcher.kind} {name}: deleted")
+        raise SystemExit(128 + signal.SIGTERM) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def rank0_address(api: str, name: str, namespace: str, cluster_domain: str = "cluster.local") -> str:
+    """The fully qualified DNS name of the job's rank-0 pod, resolvable from any namespace (the rollout
+    server that joins the weight push may run elsewhere; a short name resolves only through the
+    resolver's search list of the asking pod's own namespace). Trainer v2.3.0's torch plugin gives the
+    nodes ``<job>-node-0-0.<job>`` (pkg/runtime/framework/plugins/torch/torch.go, PET_MASTER_ADDR): the pod's
+    hostname under JobSet's headless Service named after the job; the training operator (v1.9.0,
+    pkg/controller.v1/pytorch/envvar.go, replicaName) makes one Service per replica, ``<job>-master-0``."""
+    short = f"{name}-node-0-0.{name}" if api == "trainjob" else f"{name}-master-0"
+    return f"{short}.{namespace}.svc.{cluster_domain}"
 
 
 def check_rl_multinode(engine_kind: str, base_url: str) -> None:
@@ -506,7 +586,8 @@ def launch_stage(
     timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """Run ``stage`` (its resolved config as YAML text) on ``nodes`` nodes and wait for it; returns the
-    finished job object. Raises ``JobFailed`` / ``JobGone`` (the step fails with that message)."""
+    finished job object. Raises ``JobFailed`` / ``JobGone`` (the step fails with that message); SIGTERM
+    deletes the job and exits 143 (``delete_on_sigterm``)."""
     if nodes < 2:
         raise ValueError("launch_stage is the multi-node path; one node runs torchrun in the pod")
     namespace = namespace or in_cluster_namespace()
@@ -521,4 +602,5 @@ def launch_stage(
     launcher = Launcher(
         client if client is not None else api_client(), namespace, api, poll_s=poll_s, log=log
     )
-    return launcher.run(manifest, timeout_s=timeout_s)
+    with delete_on_sigterm(launcher, name):
+        return launcher.run(manifest, timeout_s=timeout_s)
