@@ -6,8 +6,10 @@ into batched generate calls for the in-process engine, one request per episode t
 advantages, decoupled PPO loss, one AdamW step) -> the new weights pushed to the rollout engine (policy
 version + 1). Every ``checkpoint.every`` steps (and at the end) a checkpoint is written; a rerun of the
 same command resumes from the newest complete one and reproduces the uninterrupted run step for step
-(sampling seeds depend only on the seed and the step). The end result is a Hugging Face checkpoint at
-``<output>/final``.
+(sampling seeds depend only on the seed and the step). Every check that can refuse (the engine settings, the
+checkpoint's reference model, compared by resolved location, the data, loading the models) runs before the
+output is touched: a refused rerun of a finished run leaves it finished. The end result is a Hugging Face
+checkpoint at ``<output>/final``.
 
 Outputs: ``metrics.jsonl`` (one line per step), ``metrics.json`` (last step + totals), ``curves.png``,
 ``trajectories/step_XXXXXXXX.jsonl`` (a few sampled episodes per step), ``checkpoints/``, ``final/``,
@@ -21,7 +23,8 @@ metrics), and every rank trains on its share; after the step the full weights ar
 rank 0 and pushed to its engine. Checkpoints are collective and resume on any number of ranks.
 
 Rollout engine (``engine.kind``): the in-process transformers engine, or an SGLang server (``engine.base_url``,
-or launched for ``model`` on a GPU machine) that receives every new version from disk or over NCCL
+or launched for ``model`` on a GPU machine: on ``engine.gpus`` when set, never on a GPU of the learner's, and
+under torchrun only there, see ``server_placement``) that receives every new version from disk or over NCCL
 (``weight_sync.py``), or a fleet of SGLang servers behind ``sglang-router`` (``engine.servers`` > 1,
 ``engines/fleet.py``): every push goes to each server from disk, each one's version is checked before the
 next step's rollouts, and the router's per-server counters go into the step's metrics (``fleet_*``).
@@ -32,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -99,7 +103,102 @@ def _broadcast(d: Dist, obj: Any) -> Any:
     return box[0]
 
 
-def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tuple[Any, Any]:
+def same_location(a: str, b: str) -> bool:
+    """``a`` and ``b`` name the same model: local paths (``file://`` too) compared as resolved directories
+    (``demo-out/run/sft/final`` from the repository root is ``<root>/demo-out/run/sft/final``), URIs and hub
+    ids as written (a trailing ``/`` aside)."""
+
+    def where(uri: str) -> str:
+        uri = uri.removeprefix("file://")
+        if storage.is_s3(uri) or "://" in uri:
+            return uri.rstrip("/")
+        from paravt_core.models import _HUB_ID
+
+        if not os.path.exists(uri) and _HUB_ID.match(uri):  # a hub id, not a folder here
+            return uri
+        return os.path.realpath(uri)
+
+    return where(a) == where(b)
+
+
+def restore_images_kwargs(cfg: RlConfig) -> dict[str, Any]:
+    """The image processor settings the followers rebuild rank 0's frames with: the episode encoder's budget
+    (``agent.processor_pixels``), the one the launched server gets as ``--mm-process-config`` too."""
+    lo, hi = cfg.agent.processor_pixels
+    return image_processor_kwargs(max_pixels=hi, min_pixels=lo)
+
+
+def _local_gpus(d: Dist, device: str, environ: dict[str, str]) -> set[int]:
+    """This node's GPUs (node indices) the learner's processes use: every local rank's under torchrun, else
+    ``device``'s; through ``CUDA_VISIBLE_DEVICES`` when it is set."""
+    visible = [int(x) for x in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip().isdigit()]
+    if d.sharded:
+        indices = list(range(int(environ.get("LOCAL_WORLD_SIZE", d.world))))
+    elif device.startswith("cuda"):
+        indices = [int(device.partition(":")[2] or 0)]
+    else:
+        return set()
+    return {visible[i] if i < len(visible) else i for i in indices}
+
+
+def server_placement(cfg: RlConfig, d: Dist, environ: dict[str, str] | None = None) -> dict[str, str] | None:
+    """``CUDA_VISIBLE_DEVICES`` for the SGLang server the stage starts itself (no ``engine.base_url``), or None
+    (not pinned: one process, no ``engine.gpus``). Under torchrun that server would inherit learner rank 0's
+    GPU, so it needs ``engine.gpus``, and they must be GPUs no learner process of this node uses."""
+    e = cfg.engine
+    if e.kind != "sglang" or e.base_url or e.servers > 1 or e.service_selector:
+        return None
+    environ = dict(os.environ if environ is None else environ)
+    if not e.gpus:
+        if d.sharded:
+            raise ConfigError(
+                "engine.kind=sglang without engine.base_url under torchrun: the server would start on learner "
+                "rank 0's GPU; set engine.gpus to GPUs no learner rank uses, or run the stage through "
+                "`python -m paravt_core.rl.launch`"
+            )
+        return None
+    shared = sorted(set(e.gpus) & _local_gpus(d, str(d.device) if d.sharded else cfg.device, environ))
+    if shared:
+        raise ConfigError(
+            f"engine.gpus {list(e.gpus)}: GPU(s) {shared} are the learner's; give the server others"
+        )
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, e.gpus))}
+
+
+def _check_engine(cfg: RlConfig, d: Dist) -> None:
+    """The rollout engine's settings that can be refused without starting anything."""
+    e = cfg.engine
+    if e.kind == "transformers":
+        return
+    if e.servers > 1 or e.service_selector:
+        if not e.base_url:
+            raise ConfigError(
+                "engine.servers > 1: run the stage through `python -m paravt_core.rl.launch` (it starts the "
+                "servers and the router), or give engine.base_url of a running router"
+            )
+        if e.weight_sync != "disk":
+            raise ConfigError("a rollout fleet takes weight pushes from disk: engine.weight_sync=disk")
+    server_placement(cfg, d)
+    if e.weight_sync != "distributed":
+        staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
+        if storage.is_s3(staging):
+            raise ConfigError(f"engine.staging_dir must be a directory the server can read, not {staging}")
+
+
+def _check_resume(cfg: RlConfig, reference_uri: str) -> None:
+    """A checkpoint to resume from was trained against the same reference model (read before anything)."""
+    resumed = checkpoint.latest_complete(cfg.output)
+    if not resumed:
+        return
+    state = json.loads(storage.read_bytes(storage.join(resumed, "trainer.json")))
+    if not same_location(str(state.get("reference_model")), reference_uri):
+        raise ConfigError(
+            f"checkpoint {resumed} was trained against reference {state.get('reference_model')!r}, "
+            f"not {reference_uri!r}"
+        )
+
+
+def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any, d: Dist) -> tuple[Any, Any]:
     """(rank 0's rollout engine, the weight sync that pushes the learner's weights to it)."""
     from paravt_core.models import load
 
@@ -114,16 +213,10 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
         return inner, InProcessSync(inner)
     from paravt_core.engines.sglang_engine import SGLangEngine
 
+    _check_engine(cfg, d)
     if e.servers > 1 or e.service_selector:  # a rollout fleet behind sglang-router (engines/fleet.py)
         from paravt_core.engines.fleet import FleetEngine
 
-        if not e.base_url:
-            raise ConfigError(
-                "engine.servers > 1: run the stage through `python -m paravt_core.rl.launch` (it starts the "
-                "servers and the router), or give engine.base_url of a running router"
-            )
-        if e.weight_sync != "disk":
-            raise ConfigError("a rollout fleet takes weight pushes from disk: engine.weight_sync=disk")
         inner = FleetEngine(
             e.base_url,
             worker_urls=e.worker_urls,
@@ -140,11 +233,16 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
             deterministic_inference=e.deterministic_inference,
         )
     else:  # a GPU machine: start the server on the starting checkpoint, with the agent's pixel budget
-        if e.gpus:
-            raise ConfigError(
-                "engine.gpus reserves GPUs for the server: run the stage through `python -m paravt_core.rl.launch`"
-            )
         from paravt_core.models import resolve_model_dir
+
+        pinned = server_placement(cfg, d)  # engine.gpus, off the learner's GPUs (None: not pinned)
+        placement: dict[str, Any] = {}
+        if pinned is not None:
+            placement = {
+                "env": {**os.environ, **pinned},
+                "tp_size": e.tp_size or len(e.gpus),
+                "base_gpu_id": 0,
+            }
 
         inner = SGLangEngine.launch(
             str(resolve_model_dir(cfg.model)),  # --model-path opens local directories, not s3:// URIs
@@ -153,6 +251,7 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
             max_pixels=cfg.agent.processor_pixels[1],
             min_pixels=cfg.agent.processor_pixels[0],
             deterministic_inference=e.deterministic_inference,
+            **placement,
         )
     if e.weight_sync == "distributed":
         return inner, NcclSync(
@@ -165,8 +264,6 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
             dtype=dtype,  # the served weights' dtype, whatever the learner keeps
         )
     staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
-    if storage.is_s3(staging):
-        raise ConfigError(f"engine.staging_dir must be a directory the server can read, not {staging}")
     return inner, DiskSync(inner, policy.model, staging, pause_mode=e.pause_mode)
 
 
@@ -222,7 +319,7 @@ class _Run:
         if not resumed:
             return 0
         state = checkpoint.load(resumed, self.learner.root, self.learner.optimizer, staging_root=self.staging)
-        if state.get("reference_model") != self.reference_uri:
+        if not same_location(str(state.get("reference_model")), self.reference_uri):
             raise ConfigError(
                 f"checkpoint {resumed} was trained against reference {state.get('reference_model')!r}, "
                 f"not {self.reference_uri!r}"
@@ -473,10 +570,11 @@ def run(cfg: RlConfig) -> StageResult:
     d = setup_distributed(cfg.train.dist_timeout_s)
     lead = d.rank == 0
     out = cfg.output
-    if lead:
-        if storage.is_complete(out):
-            storage.clear_complete(out)  # a rerun rewrites the outputs: never leave them looking complete
-        announce_config("rl", cfg, out)
+    reference_uri = cfg.reference_model or cfg.model
+    # every check that can refuse runs before the output is touched: a refused rerun of a finished run
+    # leaves it finished (its _COMPLETE and config.yaml as they were)
+    _check_engine(cfg, d)
+    _check_resume(cfg, reference_uri)
     judge = _judge(cfg) if lead else None
     data = load_prompts(cfg.data)
     if not data.prompts:
@@ -489,12 +587,11 @@ def run(cfg: RlConfig) -> StageResult:
     device = str(d.device) if d.sharded else cfg.device
     if not d.sharded:
         d = dataclasses.replace(d, device=torch.device(device))
-    reference_uri = cfg.reference_model or cfg.model
     learner, policy = _learner(cfg, d, dtype, reference_uri)
     engine: Any = None
     sync: Any = None
     if lead:  # the rollout engine lives on rank 0 only
-        inner, sync = _rollout_engine(cfg, policy, device, dtype)
+        inner, sync = _rollout_engine(cfg, policy, device, dtype, d)
         # in-process engine: episodes' turns coalesced into lock-step batches; a server batches continuously,
         # so every episode turn goes to it on its own (engines/independent.py)
         engine = (
@@ -502,6 +599,10 @@ def run(cfg: RlConfig) -> StageResult:
             if cfg.engine.kind == "transformers"
             else IndependentEngine(inner, max_concurrency=cfg.engine.max_concurrency, seed=cfg.seed)
         )
+    if lead:  # everything is loaded and started: from here on the output is rewritten
+        if storage.is_complete(out):
+            storage.clear_complete(out)  # a rerun rewrites the outputs: never leave them looking complete
+        announce_config("rl", cfg, out)
     r = _Run(
         cfg=cfg,
         d=d,
@@ -512,9 +613,7 @@ def run(cfg: RlConfig) -> StageResult:
         engine=engine,
         sync=sync,
         handoff=LeadHandoff(d, cfg.train.follower_wait_s),
-        images_kwargs=image_processor_kwargs(
-            max_pixels=cfg.agent.max_pixels, min_pixels=cfg.agent.min_pixels
-        ),
+        images_kwargs=restore_images_kwargs(cfg),
         staging=tempfile.mkdtemp(prefix="paravt-rl-"),
         reference_uri=reference_uri,
         pool=ThreadPoolExecutor(max_workers=1, thread_name_prefix="paravt-rollout"),
