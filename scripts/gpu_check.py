@@ -2,25 +2,33 @@
 
 Needs 2 GPUs (the NCCL push cannot put two ranks of one group on one GPU; the others need one) and the RL
 image's Python (``sglang==0.5.23``). On a random-initialized Qwen3-VL-shaped model (Qwen3-VL-2B's shapes,
-``benchmarks/sft_gpu_check.py build``; nothing downloaded) and synthetic data through the data stage:
+``benchmarks/sft_gpu_check.py build``; nothing downloaded) and synthetic data through the data stage. Every
+item is built so that a wrong server makes it FAIL (``tests/test_gpu_check.py`` feeds each one such a
+server): the server's weights are read back as SGLang's own checksums (``POST /weights_checker``
+``{"action": "checksum"}``, answered with ``per_engine_checksum``), and parity is a bounded difference of the
+log-probs both sides give one fixed continuation, never "the greedy outputs happen to agree".
 
  1. ``sglang_launch``: our launch command (``--mm-process-config`` with the agent's pixel budget) on GPU 1,
-    pinned with ``CUDA_VISIBLE_DEVICES``, healthy within the timeout;
+    pinned with ``CUDA_VISIBLE_DEVICES``, healthy within the timeout; the launch weights' checksum is kept;
  2. ``prompt_token_parity``: a 4-frame image request (224x224 frames) - the server's ``prompt_tokens`` equals
     our expanded prompt length (it made the same image tokens as our processor);
- 3. ``greedy_parity``: the same prompt, greedy, on SGLang and on the transformers engine (GPU 0, bf16): 8
-    tokens agree up to a near tie and their log-probs are within 0.1 (``greedy_agree``: a random model's
-    next-token distribution is nearly flat, so bf16 rounding may break a tie either way);
- 4. ``disk_push``: perturbed weights through ``DiskSync`` (``/update_weights_from_disk``): the greedy output
-    changes and agrees with the transformers engine's on the same perturbed weights;
- 5. ``nccl_push``: the original weights back through ``NcclSync`` (pause, begin, 1 GiB buckets, end,
-    continue): the greedy output agrees with the first greedy run's;
+ 3. ``logprob_parity``: a fixed continuation (the transformers engine's greedy tokens on the launch weights)
+    scored on SGLang (``input_token_logprobs``) and on transformers (GPU 0, bf16): every token's log-prob
+    within ``TOLERANCE``. Two unrelated models differ by about a nat or more per token;
+ 4. ``disk_push``: perturbed weights through ``DiskSync`` (``/update_weights_from_disk``): the checksum
+    differs from the launch weights', and the continuation's log-probs match transformers on the same
+    perturbed weights;
+ 5. ``nccl_push``: the launch weights back through ``NcclSync`` (pause, begin, 1 GiB buckets, end,
+    continue): the checksum equals the launch weights' again (after ``disk_push`` changed it) and the
+    log-probs match the launch weights';
  6. ``sft_step``: one FSDP2 step of ``paravt sft`` (torchrun, 1 GPU, bf16 + gradient checkpointing);
- 7. ``rl_step``: one step of ``paravt rl`` through the topology launcher (``python -m paravt_core.rl.launch``:
-    server on GPU 1, the learner on GPU 0, the NCCL push): policy version 1.
+ 7. ``sft_step_2gpu``: the same step with 2 FSDP2 ranks (GPUs 0 and 1) - skipped on a one-GPU machine;
+ 8. ``rl_step``: one step of ``paravt rl`` with the launcher's own plan (``paravt_core.rl.launch.plan``:
+    server on GPU 1, the learner on GPU 0, the NCCL push): the step trained sequences and the server's weight
+    checksum changed.
 
 Writes ``<work>/gpu-check.json`` and ``gpu-check.md`` (pass / fail / skipped per item, detail, seconds);
-exits 1 if any selected item did not pass.
+exits 1 if any selected item did not pass (a skipped one included).
 
     python scripts/gpu_check.py [--work build/gpu-check] [--port 30000] [--only sft_step ...]
 
@@ -49,18 +57,28 @@ MAX_PIXELS, MIN_PIXELS = 224 * 224, 32 * 32
 ITEMS = [
     "sglang_launch",
     "prompt_token_parity",
-    "greedy_parity",
+    "logprob_parity",
     "disk_push",
     "nccl_push",
     "sft_step",
+    "sft_step_2gpu",
     "rl_step",
 ]
 NEEDS = {  # an item is skipped when one of these did not pass
     "prompt_token_parity": ["sglang_launch"],
-    "greedy_parity": ["sglang_launch"],
+    "logprob_parity": ["sglang_launch"],
     "disk_push": ["sglang_launch"],
-    "nccl_push": ["sglang_launch", "greedy_parity"],
+    # the launch weights' checksum coming back proves the NCCL push only after the disk push changed it
+    "nccl_push": ["sglang_launch", "disk_push"],
 }
+# bf16 on both sides, different kernels: a few hundredths of a nat apart per token; unrelated weights (or
+# weights loaded under the wrong names) are about a nat or more apart on the continuation's tokens
+TOLERANCE = 0.25
+CONTINUATION_TOKENS = 8
+
+
+class Skip(Exception):
+    """An item that cannot run on this machine (e.g. 2 GPUs needed): recorded as skipped, with the reason."""
 
 
 @dataclasses.dataclass
@@ -72,8 +90,8 @@ class Item:
 
 
 def run_items(checks: dict[str, Callable[[], str]]) -> list[Item]:
-    """Run each check in ``ITEMS`` order; a check returns its detail or raises (fail); one whose ``NEEDS`` did
-    not pass is skipped. A failure never stops the others."""
+    """Run each check in ``ITEMS`` order; a check returns its detail or raises (fail; ``Skip``: skipped); one
+    whose ``NEEDS`` did not pass is skipped. A failure never stops the others."""
     done: dict[str, Item] = {}
     for name in ITEMS:
         missing = [n for n in NEEDS.get(name, []) if done.get(n) is None or done[n].status != "pass"]
@@ -87,6 +105,8 @@ def run_items(checks: dict[str, Callable[[], str]]) -> list[Item]:
         try:
             detail = checks[name]()
             status = "pass"
+        except Skip as why:
+            detail, status = str(why), "skipped"
         except Exception as err:  # recorded in the report
             detail = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
             status = "fail"
@@ -94,28 +114,92 @@ def run_items(checks: dict[str, Callable[[], str]]) -> list[Item]:
     return [done[n] for n in ITEMS]
 
 
-def greedy_agree(a: Any, b: Any, tol: float = 0.1) -> str:
-    """Greedy outputs ``a`` and ``b`` (completions with ``token_ids`` and ``logprobs``) agree: the same tokens
-    up to the first difference, log-probs within ``tol`` there, and at a difference both engines' chosen
-    tokens equally likely within ``tol`` (a tie that bf16 rounding may break either way: a random model's
-    next-token distribution is nearly flat). Returns a detail line; raises ``AssertionError`` otherwise."""
-    n = min(len(a.token_ids), len(b.token_ids))
-    k = next((i for i in range(n) if a.token_ids[i] != b.token_ids[i]), n)
-    upto = min(k + 1, n)  # the diverging position's own log-probs are compared too
-    gaps = [abs(a.logprobs[i] - b.logprobs[i]) for i in range(upto)]
-    gap = max(gaps, default=0.0)
-    if gap > tol:
+def checksum_of(answer: dict[str, Any]) -> str:
+    """The whole server's weight checksum from a ``/weights_checker`` ``checksum`` answer (SGLang 0.5.23,
+    ``entrypoints/http_server.py:check_weights``: ``{"success", "message", "ranks": [{"checksums": {name:
+    hash}, "per_gpu_checksum", ...}], "per_engine_checksum"}``, the last a sha256 over every rank's)."""
+    if not answer.get("success"):
+        raise AssertionError(f"/weights_checker refused: {answer.get('message')!r}")
+    ranks = answer.get("ranks") or []
+    if not ranks or not all(r.get("checksums") for r in ranks):
+        raise AssertionError("/weights_checker answered no tensor checksums")
+    value = answer.get("per_engine_checksum")
+    if not isinstance(value, str) or not value:
+        raise AssertionError(f"/weights_checker answered no per_engine_checksum: {sorted(answer)}")
+    return value
+
+
+def weights_checksum(base_url: str, timeout_s: float = 600.0) -> str:
+    """The served weights' checksum, computed by the server itself over every tensor it holds."""
+    import httpx
+
+    reply = httpx.post(base_url + "/weights_checker", json={"action": "checksum"}, timeout=timeout_s)
+    try:
+        answer = reply.json()
+    except ValueError as err:
+        raise AssertionError(f"/weights_checker: HTTP {reply.status_code}, not JSON") from err
+    return checksum_of(answer)
+
+
+def logprob_gap(served: list[float], ours: list[float], tol: float = TOLERANCE) -> str:
+    """The continuation's log-probs on both sides agree token by token within ``tol`` (nats); a detail line,
+    or ``AssertionError`` naming the largest difference."""
+    if len(served) != len(ours) or not ours:
+        raise AssertionError(f"{len(served)} served log-probs for {len(ours)} tokens")
+    gaps = [abs(a - b) for a, b in zip(served, ours, strict=True)]
+    worst = max(range(len(gaps)), key=gaps.__getitem__)
+    if gaps[worst] > tol:
         raise AssertionError(
-            f"log-probs differ by {gap:.3f} > {tol} (tokens {a.token_ids} vs {b.token_ids}, first difference at {k})"
+            f"log-probs differ by {gaps[worst]:.3f} > {tol} at token {worst} "
+            f"(served {served[worst]:.3f}, ours {ours[worst]:.3f})"
         )
-    if k == n and len(a.token_ids) != len(b.token_ids):
-        raise AssertionError(f"lengths differ: {a.token_ids} vs {b.token_ids}")
-    tie = (
-        ""
-        if k == n
-        else f", a near tie at token {k} (chosen log-probs {a.logprobs[k]:.3f} / {b.logprobs[k]:.3f})"
+    return f"{len(gaps)} tokens, max log-prob gap {gaps[worst]:.4f}, mean {sum(gaps) / len(gaps):.4f}"
+
+
+def score_payload(request: Any, continuation: list[int], image_token_id: int) -> dict[str, Any]:
+    """A ``/generate`` body that makes SGLang score ``request``'s prompt followed by ``continuation``: the
+    log-prob of every input token from position 0 (``logprob_start_len`` 0; the prompt's image pads are
+    collapsed to one per image as for any request)."""
+    from paravt_core.engines.base import GenerationRequest, SamplingParams
+    from paravt_core.engines.sglang_engine import generate_payload
+
+    scored = GenerationRequest(
+        input_ids=[*request.input_ids, *continuation],
+        images=request.images,
+        sampling=SamplingParams(temperature=0.0, max_new_tokens=1),
     )
-    return f"{k} of {n} tokens equal{tie}, max log-prob gap {gap:.4f}"
+    body = generate_payload([scored], image_token_id=image_token_id, single=True)
+    body["logprob_start_len"] = 0
+    return body
+
+
+def served_scores(answer: dict[str, Any], continuation: list[int]) -> list[float]:
+    """The continuation's log-probs from a scoring answer: the last ``len(continuation)`` entries of
+    ``meta_info.input_token_logprobs`` (``[logprob, token_id, text]``), whose ids must be the continuation."""
+    entries = (answer.get("meta_info") or {}).get("input_token_logprobs") or []
+    tail = entries[-len(continuation) :] if len(entries) >= len(continuation) else []
+    ids = [int(e[1]) for e in tail]
+    if ids != list(continuation):
+        raise AssertionError(f"the server scored tokens {ids}, not the continuation {continuation}")
+    return [float(e[0]) for e in tail]
+
+
+def local_scores(model: Any, request: Any, continuation: list[int]) -> list[float]:
+    """The continuation's log-probs under ``model`` (transformers, one forward pass, float32 log-softmax)."""
+    import torch
+
+    ids = torch.tensor([[*request.input_ids, *continuation]], device=model.device)
+    types = (ids == model.config.image_token_id).long()  # 1 at image pads (M-RoPE positions)
+    with torch.no_grad():
+        logits = model(
+            input_ids=ids,
+            mm_token_type_ids=types,
+            pixel_values=request.pixel_values.to(model.device, model.dtype),
+            image_grid_thw=request.image_grid_thw.to(model.device),
+        ).logits[0]
+    n = len(continuation)
+    logprobs = torch.log_softmax(logits[-n - 1 : -1].float(), dim=-1)
+    return logprobs.gather(1, ids[0, -n:, None]).squeeze(1).tolist()
 
 
 def write_report(items: list[Item], work: Path, environment: dict[str, Any]) -> Path:
@@ -134,10 +218,12 @@ def write_report(items: list[Item], work: Path, environment: dict[str, Any]) -> 
     return path
 
 
-def sft_command(model_dir: str, data_dir: str, output: str, python: str = sys.executable) -> list[str]:
-    """One FSDP2 step of the published SFT recipe on GPU 0 (shapes of the model at ``model_dir``)."""
+def sft_command(
+    model_dir: str, data_dir: str, output: str, python: str = sys.executable, nproc: int = 1
+) -> list[str]:
+    """One FSDP2 step of the published SFT recipe on ``nproc`` GPUs (shapes of the model at ``model_dir``)."""
     return [
-        python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
+        python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
         "-m", "paravt_core.cli", "sft", "--config", str(ROOT / "configs" / "sft" / "qwen3vl_8b.yaml"),
         f"model.uri={model_dir}", f"data.input={data_dir}", f"output={output}",
         "trainer.steps=1", "trainer.grad_accum=1", "checkpoint.every=1", "data.num_workers=2",
@@ -145,7 +231,7 @@ def sft_command(model_dir: str, data_dir: str, output: str, python: str = sys.ex
 
 
 def rl_overrides(model_dir: str, data_dir: str, output: str, port: int) -> list[str]:
-    """One RL step through the launcher: server on GPU 1, learner on GPU 0, NCCL push."""
+    """One RL step through the launcher's topology: server on GPU 1, learner on GPU 0, NCCL push."""
     return [
         f"model={model_dir}", f"data={data_dir}", f"output={output}",
         "device=cuda", "dtype=bfloat16", "steps=1", "checkpoint.every=1",
@@ -154,31 +240,38 @@ def rl_overrides(model_dir: str, data_dir: str, output: str, port: int) -> list[
     ]  # fmt: skip
 
 
-def rl_command(
-    model_dir: str, data_dir: str, output: str, port: int, python: str = sys.executable
-) -> list[str]:
-    config = str(ROOT / "configs" / "rl" / "tiny.yaml")
-    return [
-        python,
-        "-m",
-        "paravt_core.rl.launch",
-        "--config",
-        config,
-        *rl_overrides(model_dir, data_dir, output, port),
-    ]
+def rl_plan(
+    model_dir: str, data_dir: str, output: str, port: int, config_path: str, python: str = sys.executable
+) -> Any:
+    """The launcher's own plan (``paravt_core.rl.launch.plan``) for one RL step on 2 GPUs; the resolved
+    config is written to ``config_path`` (what ``launch`` does). ``rl_step`` runs its server and learner
+    itself, so that it can read the server's weights between them."""
+    from paravt_core.config import config_to_yaml, load_config
+    from paravt_core.rl.config import RlConfig
+    from paravt_core.rl.launch import plan
+
+    cfg = load_config(
+        RlConfig, ROOT / "configs" / "rl" / "tiny.yaml", rl_overrides(model_dir, data_dir, output, port)
+    )
+    Path(config_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(config_path).write_text(config_to_yaml(cfg))
+    return plan(cfg, config_path, gpus=2, model_dir=model_dir, python=python)
 
 
 class GpuChecks:
-    """The seven checks; state (the server, the engines, first greedy tokens) passes from one to the next."""
+    """The checks; state (the server, the local model, the launch weights' checksum, the continuation)
+    passes from one to the next. ``device``: where the transformers side runs."""
 
-    def __init__(self, work: Path, port: int):
-        self.work, self.port = work, port
+    def __init__(self, work: Path, port: int, device: str = "cuda:0"):
+        self.work, self.port, self.device = work, port, device
         self.model_dir = str(work / "qwen3vl-2b-random")
         self.data_dir = str(work / "data")
         self.server: Any = None
         self.client: Any = None
         self.local: Any = None
-        self.first: Any = None  # SGLang's greedy completion on the original weights
+        self.launch_checksum: str | None = None  # the server's weights as launched
+        self.pushed_checksum: str | None = None  # after disk_push
+        self.continuation: list[int] | None = None
 
     # -- setup (not an item: a failure here fails every item that needs it) --------------------------------
     def prepare(self) -> None:
@@ -199,11 +292,18 @@ class GpuChecks:
             ]
             data_run(load_config(DataConfig, None, overrides))
 
+    def connect(self, base_url: str, local: Any) -> None:
+        """Talk to the server at ``base_url``; ``local``: the transformers side (``models.load``)."""
+        from paravt_core.engines.sglang_engine import SGLangEngine
+
+        self.local = local
+        self.client = SGLangEngine(base_url, processor=local.processor)
+
     def request(self, processor: Any):
         import numpy as np
         import torch
 
-        from paravt_core.engines.base import GenerationRequest, SamplingParams
+        from paravt_core.engines.base import GenerationRequest, SamplingParams, image_processor_kwargs
 
         rng = np.random.default_rng(0)
         frames = [torch.from_numpy(rng.integers(0, 256, (3, 224, 224), dtype=np.uint8)) for _ in range(4)]
@@ -211,8 +311,6 @@ class GpuChecks:
         text = processor.apply_chat_template(
             [{"role": "user", "content": parts}], add_generation_prompt=True, tokenize=False
         )
-        from paravt_core.engines.base import image_processor_kwargs
-
         out = processor(
             text=[text],
             images=frames,
@@ -224,7 +322,7 @@ class GpuChecks:
             images=frames,
             pixel_values=out["pixel_values"],
             image_grid_thw=out["image_grid_thw"],
-            sampling=SamplingParams(temperature=0.0, max_new_tokens=8),
+            sampling=SamplingParams(temperature=0.0, max_new_tokens=CONTINUATION_TOKENS),
         )
 
     def _generate(self, engine: Any, request: Any):
@@ -238,13 +336,37 @@ class GpuChecks:
 
         return asyncio.run(go())
 
+    def _continuation(self) -> list[int]:
+        """The fixed continuation: the transformers engine's greedy tokens on the launch weights (once)."""
+        if self.continuation is None:
+            from paravt_core.engines.transformers_engine import TransformersEngine
+
+            engine = TransformersEngine(self.local.model, self.local.processor)
+            self.continuation = list(self._generate(engine, self.request(self.local.processor)).token_ids)
+        return self.continuation
+
+    def _parity(self, model: Any) -> str:
+        """The continuation scored by the server and by ``model``: ``logprob_gap``'s detail."""
+        import httpx
+
+        request = self.request(self.local.processor)
+        continuation = self._continuation()
+        body = score_payload(request, continuation, self.client.image_token_id)
+        reply = httpx.post(self.client.base_url + "/generate", json=body, timeout=600.0)
+        reply.raise_for_status()
+        served = served_scores(reply.json(), continuation)
+        return logprob_gap(served, local_scores(model, request, continuation))
+
+    def checksum(self) -> str:
+        return weights_checksum(self.client.base_url)
+
     # -- items ---------------------------------------------------------------------------------------------
     def sglang_launch(self) -> str:
         import os
 
         import torch
 
-        from paravt_core.engines.sglang_engine import SGLangEngine, SGLangServer, launch_command
+        from paravt_core.engines.sglang_engine import SGLangServer, launch_command
         from paravt_core.models import load
 
         if torch.cuda.device_count() < 2:
@@ -257,9 +379,9 @@ class GpuChecks:
         self.server = SGLangServer(cmd, f"http://127.0.0.1:{self.port}", log_path=log, env=env).start(
             timeout_s=900
         )
-        self.local = load(self.model_dir, device="cuda:0", dtype=torch.bfloat16)
-        self.client = SGLangEngine(self.server.base_url, processor=self.local.processor)
-        return " ".join(cmd)
+        self.connect(self.server.base_url, load(self.model_dir, device=self.device, dtype=torch.bfloat16))
+        self.launch_checksum = self.checksum()
+        return f"weights checksum {self.launch_checksum[:16]}; " + " ".join(cmd)
 
     def prompt_token_parity(self) -> str:
         request = self.request(self.local.processor)
@@ -268,14 +390,8 @@ class GpuChecks:
             raise AssertionError(f"server {completion.prompt_tokens} != ours {len(request.input_ids)}")
         return f"prompt_tokens {completion.prompt_tokens} on both sides"
 
-    def greedy_parity(self) -> str:
-        from paravt_core.engines.transformers_engine import TransformersEngine
-
-        request = self.request(self.local.processor)
-        served = self._generate(self.client, request)
-        ours = self._generate(TransformersEngine(self.local.model, self.local.processor), request)
-        self.first = served
-        return "sglang vs transformers: " + greedy_agree(served, ours)
+    def logprob_parity(self) -> str:
+        return "sglang vs transformers, launch weights: " + self._parity(self.local.model)
 
     def _perturbed(self) -> dict:
         import torch
@@ -289,20 +405,23 @@ class GpuChecks:
         }
 
     def disk_push(self) -> str:
-        from paravt_core.engines.transformers_engine import TransformersEngine
         from paravt_core.models import load
         from paravt_core.rl.weight_sync import DiskSync
 
+        if self.launch_checksum is None:
+            raise AssertionError("no checksum of the launch weights (sglang_launch)")
+        self._continuation()  # fixed on the launch weights, before they change
         weights = self._perturbed()
         DiskSync(self.client, self.local.model, str(self.work / "staging")).push(weights, 1)
-        request = self.request(self.local.processor)
-        served = self._generate(self.client, request)
-        reference = load(self.model_dir, device="cuda:0", dtype=self.local.model.dtype)
+        self.pushed_checksum = self.checksum()
+        if self.pushed_checksum == self.launch_checksum:
+            raise AssertionError(
+                "the server's weight checksum is unchanged by the disk push: it did not land"
+            )
+        reference = load(self.model_dir, device=self.device, dtype=self.local.model.dtype)
         reference.model.load_state_dict(weights)
-        ours = self._generate(TransformersEngine(reference.model, reference.processor), request)
-        if self.first is not None and served.token_ids == self.first.token_ids:
-            raise AssertionError("greedy tokens unchanged by the perturbed weights: the push did not land")
-        return "served after the push vs transformers on the pushed weights: " + greedy_agree(served, ours)
+        parity = self._parity(reference.model)
+        return f"checksum changed; served vs transformers on the pushed weights: {parity}"
 
     def nccl_push(self) -> str:
         from paravt_core.rl.weight_sync import NcclSync
@@ -310,34 +429,81 @@ class GpuChecks:
         sync = NcclSync(self.client, master_address="127.0.0.1", master_port=29611, server_ranks=1)
         original = {k: v.detach() for k, v in self.local.model.state_dict().items()}
         sync.push(original, 2)
-        served = self._generate(self.client, self.request(self.local.processor))
-        if self.first is None:
-            raise AssertionError("greedy_parity did not record the original weights' output")
-        detail = greedy_agree(served, self.first)
-        return f"{len(sync.pushed_buckets)} bucket(s); back to the original weights' output: {detail}"
+        after = self.checksum()
+        if after != self.launch_checksum:
+            raise AssertionError(
+                f"after pushing the launch weights the checksum is {after[:16]}, not the launch weights' "
+                f"{(self.launch_checksum or '')[:16]}"
+                + (
+                    " (still the disk push's: the NCCL push did not land)"
+                    if after == self.pushed_checksum
+                    else ""
+                )
+            )
+        parity = self._parity(self.local.model)
+        return f"{len(sync.pushed_buckets)} bucket(s); launch checksum back; log-probs: {parity}"
 
     def stop_server(self) -> None:
         if self.server is not None:
             self.server.stop()
             self.server = None
 
-    def sft_step(self) -> str:
-        output = self.work / "sft"
-        subprocess.run(sft_command(self.model_dir, self.data_dir, str(output)), check=True)
+    def _sft(self, output: Path, nproc: int) -> str:
+        subprocess.run(sft_command(self.model_dir, self.data_dir, str(output), nproc=nproc), check=True)
         records = [json.loads(x) for x in (output / "metrics.jsonl").read_text().splitlines()]
         if len(records) != 1:
             raise AssertionError(f"{len(records)} steps recorded, expected 1")
         shown = {k: records[0].get(k) for k in ("loss", "grad_norm", "tokens", "peak_mem_gib")}
-        return f"1 FSDP2 step: {json.dumps(shown)}"
+        if not all(isinstance(shown[k], (int, float)) and shown[k] > 0 for k in ("loss", "grad_norm")):
+            raise AssertionError(f"the step did not train: {json.dumps(shown)}")
+        return f"1 FSDP2 step on {nproc} GPU(s): {json.dumps(shown)}"
+
+    def sft_step(self) -> str:
+        return self._sft(self.work / "sft", 1)
+
+    def sft_step_2gpu(self) -> str:
+        import torch
+
+        if torch.cuda.device_count() < 2:
+            raise Skip(f"needs 2 GPUs, found {torch.cuda.device_count()}")
+        self.stop_server()  # GPU 1 is needed whole
+        return self._sft(self.work / "sft-2gpu", 2)
 
     def rl_step(self) -> str:
-        self.stop_server()  # the launcher starts its own server on GPU 1
+        import os
+
+        from paravt_core.engines.sglang_engine import SGLangServer
+
+        self.stop_server()  # the launcher's plan starts its own server on GPU 1
         output = self.work / "rl"
-        subprocess.run(rl_command(self.model_dir, self.data_dir, str(output), self.port), check=True)
-        summary = json.loads((output / "metrics.json").read_text())
-        if summary.get("policy_version") != 1:
-            raise AssertionError(f"policy_version {summary.get('policy_version')} after one step")
-        return "1 step through the launcher, NCCL push: policy_version 1"
+        p = rl_plan(self.model_dir, self.data_dir, str(output), self.port, str(self.work / "rl.yaml"))
+        log = str(self.work / "sglang-server-rl.log")
+        server = SGLangServer(p.server_command, p.base_url, log_path=log, env={**os.environ, **p.server_env})
+        server.start(timeout_s=900)
+        try:
+            before = weights_checksum(p.base_url)
+            subprocess.run(p.learner_command, env={**os.environ, **p.learner_env}, check=True)
+            after = weights_checksum(p.base_url)
+        finally:
+            server.stop()
+        return rl_verdict(output, before, after)
+
+
+def rl_verdict(output: Path, before: str, after: str) -> str:
+    """One RL step's outputs and the server's checksums before and after it: the step trained sequences,
+    reached policy version 1, and the served weights changed."""
+    steps = [json.loads(x) for x in (output / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((output / "metrics.json").read_text())
+    trained = steps[-1].get("trained_sequences", 0) if steps else 0
+    if not trained or trained <= 0:
+        raise AssertionError(f"the step trained no sequence (trained_sequences {trained})")
+    if summary.get("policy_version") != 1:
+        raise AssertionError(f"policy_version {summary.get('policy_version')} after one step")
+    if after == before:
+        raise AssertionError(
+            "the server's weight checksum is unchanged after the step: the push did not land"
+        )
+    return f"1 step, {trained:g} sequences trained, server checksum {before[:12]} -> {after[:12]}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,16 +4,17 @@ rule, and the commands it runs (their configs load, the launcher plan pins the s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from paravt_core.config import SftConfig, load_config
 from paravt_core.rl.config import RlConfig
-from paravt_core.rl.launch import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -24,25 +25,34 @@ def test_items_run_in_order_and_failures_skip_their_dependants(tmp_path):
     def boom():
         raise RuntimeError("server exited with code 1")
 
+    def one_gpu():
+        raise gpu_check.Skip("needs 2 GPUs, found 1")
+
     items = gpu_check.run_items(
-        {"sglang_launch": boom, "sft_step": lambda: "1 step", "rl_step": lambda: "ok"}
+        {
+            "sglang_launch": boom,
+            "sft_step": lambda: "1 step",
+            "sft_step_2gpu": one_gpu,
+            "rl_step": lambda: "ok",
+        }
     )
     status = {i.name: (i.status, i.detail.splitlines()[0]) for i in items}
     assert [i.name for i in items] == gpu_check.ITEMS
     assert status == {
         "sglang_launch": ("fail", "RuntimeError: server exited with code 1"),
         "prompt_token_parity": ("skipped", "needs sglang_launch"),
-        "greedy_parity": ("skipped", "needs sglang_launch"),
+        "logprob_parity": ("skipped", "needs sglang_launch"),
         "disk_push": ("skipped", "needs sglang_launch"),
-        "nccl_push": ("skipped", "needs sglang_launch, greedy_parity"),
+        "nccl_push": ("skipped", "needs sglang_launch, disk_push"),
         "sft_step": ("pass", "1 step"),
+        "sft_step_2gpu": ("skipped", "needs 2 GPUs, found 1"),
         "rl_step": ("pass", "ok"),
     }
     md = gpu_check.write_report(items, tmp_path, {"gpus": 2}).read_text()
     assert (
         "| sglang_launch | FAIL |" in md
         and "| sft_step | PASS |" in md
-        and md.rstrip().endswith("2/7 passed")
+        and md.rstrip().endswith("2/8 passed")
     )
     saved = json.loads((tmp_path / "gpu-check.json").read_text())
     assert [i["status"] for i in saved["items"]] == [
@@ -52,6 +62,7 @@ def test_items_run_in_order_and_failures_skip_their_dependants(tmp_path):
         "skipped",
         "skipped",
         "pass",
+        "skipped",
         "pass",
     ]
 
@@ -62,35 +73,59 @@ def test_only_the_selected_items_run():
     assert [(i.name, i.status, i.detail) for i in items] == [
         ("sglang_launch", "skipped", "not selected"),
         ("prompt_token_parity", "skipped", "needs sglang_launch"),
-        ("greedy_parity", "skipped", "needs sglang_launch"),
+        ("logprob_parity", "skipped", "needs sglang_launch"),
         ("disk_push", "skipped", "needs sglang_launch"),
-        ("nccl_push", "skipped", "needs sglang_launch, greedy_parity"),
+        ("nccl_push", "skipped", "needs sglang_launch, disk_push"),
         ("sft_step", "pass", "1 step"),
+        ("sft_step_2gpu", "skipped", "not selected"),
         ("rl_step", "skipped", "not selected"),
     ]
     with pytest.raises(SystemExit):
         gpu_check.main(["--only", "sft-step"])  # not an item: argparse refuses it before any work
 
 
-def _c(tokens, logprobs):
-    return SimpleNamespace(token_ids=tokens, logprobs=logprobs)
+def _answer(checksums: dict[str, str], engine: str) -> dict:
+    """``/weights_checker``'s body as SGLang 0.5.23 builds it (``entrypoints/http_server.py:check_weights``)."""
+    info = {"role": "target", "tp_rank": 0, "tp_size": 1, "dp_rank": 0, "dp_size": 1, "pp_rank": 0}
+    info.update(pp_size=1, rank=0, size=1)
+    rank = {"checksums": checksums, "per_gpu_checksum": "ab" * 32, "parallelism_info": [info]}
+    return {"success": True, "message": "", "ranks": [rank], "per_engine_checksum": engine}
 
 
-def test_greedy_agree():
-    assert gpu_check.greedy_agree(_c([1, 2, 3], [-1.0, -2.0, -3.0]), _c([1, 2, 3], [-1.05, -2.0, -2.95])) == (
-        "3 of 3 tokens equal, max log-prob gap 0.0500"
+def test_checksum_of_reads_the_engine_checksum_and_refuses_empty_answers():
+    assert gpu_check.checksum_of(_answer({"lm_head.weight": "0123456789abcdef"}, "cd" * 32)) == "cd" * 32
+    with pytest.raises(AssertionError, match="refused: 'Unsupported'"):
+        gpu_check.checksum_of({"success": False, "message": "Unsupported"})
+    with pytest.raises(AssertionError, match="no tensor checksums"):  # a server holding no weights at all
+        gpu_check.checksum_of(_answer({}, "cd" * 32))
+    with pytest.raises(AssertionError, match="no per_engine_checksum"):
+        gpu_check.checksum_of({**_answer({"w": "00"}, ""), "per_engine_checksum": None})
+
+
+def test_logprob_gap():
+    assert gpu_check.logprob_gap([-1.0, -2.0, -3.0], [-1.05, -2.0, -2.95]) == (
+        "3 tokens, max log-prob gap 0.0500, mean 0.0333"
     )
-    # a near tie broken differently at token 1: both chose a token of about the same probability
-    assert "1 of 3 tokens equal, a near tie at token 1" in gpu_check.greedy_agree(
-        _c([1, 5, 6], [-1.0, -2.00, -1.0]), _c([1, 7, 8], [-1.0, -2.04, -3.0])
-    )
-    with pytest.raises(AssertionError, match="differ by 0.500"):  # not a tie: one engine was far more sure
-        gpu_check.greedy_agree(_c([1, 5], [-1.0, -1.5]), _c([1, 7], [-1.0, -2.0]))
-    with pytest.raises(AssertionError, match="lengths differ"):
-        gpu_check.greedy_agree(_c([1, 2], [-1.0, -1.0]), _c([1], [-1.0]))
+    with pytest.raises(AssertionError, match="differ by 0.500 > 0.25 at token 1"):
+        gpu_check.logprob_gap([-1.0, -1.5], [-1.0, -2.0])
+    with pytest.raises(AssertionError, match="1 served log-probs for 2 tokens"):
+        gpu_check.logprob_gap([-1.0], [-1.0, -1.0])
 
 
-def test_commands_load_and_plan(sglang_checker):
+def test_requests_are_what_sglang_accepts(sglang_checker, tiny_model):
+    """The scoring body passes SGLang's own ``GenerateReqInput`` checks; ``/weights_checker``'s body is its
+    ``CheckWeightsReqInput``."""
+    checks = gpu_check.GpuChecks(Path("/unused"), 0, device="cpu")
+    request = checks.request(tiny_model.processor)
+    image_pad = tiny_model.processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    body = gpu_check.score_payload(request, [11, 12, 13], image_pad)
+    assert body["logprob_start_len"] == 0 and body["input_ids"][-3:] == [11, 12, 13]
+    assert body["input_ids"].count(image_pad) == 4 and len(body["image_data"]) == 4
+    assert sglang_checker.generate_error(body) is None
+    assert sglang_checker.io_struct("CheckWeightsReqInput", {"action": "checksum"})["error"] is None
+
+
+def test_commands_load_and_plan(sglang_checker, tmp_path):
     sft = gpu_check.sft_command("/w/model", "/w/data", "/w/sft", python="python")
     assert sft[:5] == ["python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1"]
     at = sft.index("--config")
@@ -101,12 +136,14 @@ def test_commands_load_and_plan(sglang_checker):
         True,
         True,
     )
-    rl = gpu_check.rl_command("/w/model", "/w/data", "/w/rl", 30000, python="python")
-    assert rl[:3] == ["python", "-m", "paravt_core.rl.launch"]
-    rl_cfg = load_config(RlConfig, rl[4], rl[5:])
-    p = plan(rl_cfg, "/w/rl.yaml", gpus=2, model_dir="/w/model", python="python")
+    sft2 = gpu_check.sft_command("/w/model", "/w/data", "/w/sft", python="python", nproc=2)
+    assert sft2[4] == "--nproc-per-node=2" and sft2[5:] == sft[5:]
+    p = gpu_check.rl_plan("/w/model", "/w/data", "/w/rl", 30000, str(tmp_path / "rl.yaml"), python="python")
+    rl_cfg = load_config(RlConfig, tmp_path / "rl.yaml", [])
+    assert (rl_cfg.steps, rl_cfg.engine.weight_sync, rl_cfg.engine.gpus) == (1, "distributed", [1])
     assert p.server_env == {"CUDA_VISIBLE_DEVICES": "1"} and p.learner_env == {"CUDA_VISIBLE_DEVICES": "0"}
     assert "engine.server_ranks=1" in p.learner_command and "--nproc-per-node=1" in p.learner_command
+    assert str(tmp_path / "rl.yaml") in p.learner_command
     args = sglang_checker.server_args(p.server_command[3:])
     assert args["error"] is None and args["args"]["model_path"] == "/w/model"
 
@@ -116,3 +153,162 @@ def test_without_a_gpu_every_item_fails_with_the_reason(tmp_path, capsys):
     saved = json.loads((tmp_path / "gpu-check.json").read_text())
     assert {i["status"] for i in saved["items"]} == {"fail"}
     assert "no CUDA device" in capsys.readouterr().out
+
+
+# -- each item against a wrong server ------------------------------------------------------------------------
+# A stand-in for the SGLang server (no GPU here): it serves the weights of the model it holds, answering
+# /weights_checker with a checksum over them and scoring requests with that model; ``lands`` False makes every
+# weight push a no-op that still answers success (what SGLang does with names its load_weights skips).
+
+
+def _checksum(model) -> str:
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().float().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+class WrongServer:
+    def __init__(self, model, checks: gpu_check.GpuChecks, processor, *, lands: bool = True):
+        self.model, self.lands = model, lands
+        request = checks.request(processor)
+        image_pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+        self.prompt = gpu_check.score_payload(request, [], image_pad)["input_ids"]
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, payload) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                if self.path == "/weights_checker":
+                    names = {k: "00" for k in server.model.state_dict()}
+                    return self._send(_answer(names, _checksum(server.model)))
+                if self.path == "/generate":  # scoring: the prompt, then the continuation
+                    continuation = body["input_ids"][len(server.prompt) :]
+                    scores = gpu_check.local_scores(server.model, request, continuation)
+                    entries = [[None, t, None] for t in server.prompt] + [
+                        [lp, t, None] for lp, t in zip(scores, continuation, strict=True)
+                    ]
+                    return self._send({"meta_info": {"input_token_logprobs": entries}})
+                if self.path == "/update_weights_from_disk" and server.lands:
+                    from safetensors.torch import load_file
+
+                    for f in Path(body["model_path"]).glob("*.safetensors"):
+                        server.model.load_state_dict(load_file(str(f)), strict=False)
+                self._send({"success": True, "message": "ok"})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+
+
+@pytest.fixture
+def checks_on(tiny_model_dir, tmp_path):
+    """``GpuChecks`` (CPU) connected to a ``WrongServer`` holding ``served`` (a model directory)."""
+    from paravt_core.models import load
+
+    servers = []
+
+    def make(served: str, *, lands: bool = True) -> gpu_check.GpuChecks:
+        checks = gpu_check.GpuChecks(tmp_path, 0, device="cpu")
+        checks.model_dir = tiny_model_dir
+        local = load(tiny_model_dir)
+        servers.append(WrongServer(load(served).model, checks, local.processor, lands=lands))
+        checks.connect(servers[-1].url, local)
+        checks.stand_in = servers[-1]
+        checks.launch_checksum = checks.checksum()
+        return checks
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def unrelated_model_dir(tmp_path_factory) -> str:
+    from paravt_core.models import build_tiny_model
+
+    return build_tiny_model(str(tmp_path_factory.mktemp("unrelated")), seed=7)
+
+
+def test_logprob_parity_passes_on_the_same_weights_and_fails_on_unrelated_ones(
+    checks_on, tiny_model_dir, unrelated_model_dir
+):
+    assert "max log-prob gap 0.0000" in checks_on(tiny_model_dir).logprob_parity()
+    with pytest.raises(AssertionError, match="log-probs differ by"):
+        checks_on(unrelated_model_dir).logprob_parity()
+
+
+def test_disk_push_fails_when_the_push_never_lands(checks_on, tiny_model_dir):
+    landed = checks_on(tiny_model_dir).disk_push()
+    assert landed.startswith("checksum changed; served vs transformers on the pushed weights: ")
+    assert "max log-prob gap 0.0000" in landed
+    with pytest.raises(AssertionError, match="checksum is unchanged by the disk push: it did not land"):
+        checks_on(tiny_model_dir, lands=False).disk_push()
+
+
+class _LoadingSync:
+    """The NCCL push's effect on the stand-in server: the pushed tensors become its weights (or, ``lands``
+    False, nothing happens)."""
+
+    server: WrongServer | None = None
+
+    def __init__(self, client, **_):
+        self.pushed_buckets = [1]
+
+    def push(self, weights, version):
+        if self.server is not None and self.server.lands:
+            self.server.model.load_state_dict(weights)
+
+
+def test_nccl_push_fails_when_the_launch_weights_do_not_come_back(checks_on, tiny_model_dir, monkeypatch):
+    import paravt_core.rl.weight_sync as weight_sync
+
+    monkeypatch.setattr(weight_sync, "NcclSync", _LoadingSync)
+    for lands in (True, False):
+        checks = checks_on(tiny_model_dir, lands=True)
+        checks.disk_push()  # the server now holds perturbed weights
+        _LoadingSync.server = checks.stand_in
+        checks.stand_in.lands = lands
+        if lands:
+            assert "launch checksum back; log-probs: " in checks.nccl_push()
+        else:
+            with pytest.raises(AssertionError, match="still the disk push's: the NCCL push did not land"):
+                checks.nccl_push()
+
+
+def test_rl_verdict_needs_trained_sequences_and_changed_server_weights(tmp_path):
+    def outputs(trained: float, version: int) -> Path:
+        (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 0, "trained_sequences": trained}) + "\n")
+        (tmp_path / "metrics.json").write_text(json.dumps({"policy_version": version}))
+        return tmp_path
+
+    assert gpu_check.rl_verdict(outputs(6.0, 1), "a" * 64, "b" * 64) == (
+        "1 step, 6 sequences trained, server checksum aaaaaaaaaaaa -> bbbbbbbbbbbb"
+    )
+    with pytest.raises(AssertionError, match="trained no sequence"):
+        gpu_check.rl_verdict(outputs(0.0, 1), "a" * 64, "b" * 64)
+    with pytest.raises(AssertionError, match="policy_version 0"):
+        gpu_check.rl_verdict(outputs(6.0, 0), "a" * 64, "b" * 64)
+    with pytest.raises(AssertionError, match="unchanged after the step: the push did not land"):
+        gpu_check.rl_verdict(outputs(6.0, 1), "a" * 64, "a" * 64)
+
+
+def test_two_gpu_sft_step_is_skipped_with_the_reason_on_fewer_gpus(tmp_path):
+    items = gpu_check.run_items({"sft_step_2gpu": gpu_check.GpuChecks(tmp_path, 0).sft_step_2gpu})
+    assert [(i.status, i.detail) for i in items if i.name == "sft_step_2gpu"] == [
+        ("skipped", "needs 2 GPUs, found 0")
+    ]

@@ -285,10 +285,12 @@ class SGLangServer:
         cls, model_path: str, *, host: str = "127.0.0.1", port: int = 30000, **kwargs: Any
     ) -> SGLangServer:
         log_path = kwargs.pop("log_path", None)
+        env = kwargs.pop("env", None)  # e.g. CUDA_VISIBLE_DEVICES pinning it (rl/stage.py:server_placement)
         return cls(
             launch_command(model_path, host=host, port=port, **kwargs),
             f"http://{host}:{port}",
             log_path=log_path,
+            env=env,
         )
 
     def start(self, *, timeout_s: float = 900.0, poll_s: float = 2.0) -> SGLangServer:

@@ -65,7 +65,7 @@ class RolloutEngineConfig(StrictModel):
     )
     gpus: list[int] = Field(
         default_factory=list,
-        description="GPUs (node indices) the launcher (rl/launch.py) starts the SGLang server on; learner: the rest",
+        description="GPUs (node indices) of the SGLang server (rl/launch.py or the stage's own launch); learner: the rest",
     )
     tp_size: int = Field(
         default=0, ge=0, description="sglang launch: tensor-parallel size; 0: all of engine.gpus"

@@ -136,8 +136,8 @@ def plan(
                 dp_size=dp,
                 base_gpu_id=0,  # of the GPUs CUDA_VISIBLE_DEVICES shows it
                 mem_fraction_static=e.mem_fraction_static,
-                max_pixels=cfg.agent.max_pixels,
-                min_pixels=cfg.agent.min_pixels,
+                max_pixels=cfg.agent.processor_pixels[1],  # the encoder's budget (one for all)
+                min_pixels=cfg.agent.processor_pixels[0],
                 deterministic_inference=e.deterministic_inference,
             )
             server_cmd[0] = python
@@ -214,8 +214,8 @@ def _fleet_plan(
                     dp_size=per // tp,
                     base_gpu_id=0,
                     mem_fraction_static=e.mem_fraction_static,
-                    max_pixels=cfg.agent.max_pixels,
-                    min_pixels=cfg.agent.min_pixels,
+                    max_pixels=cfg.agent.processor_pixels[1],  # the encoder's budget (one for all)
+                    min_pixels=cfg.agent.processor_pixels[0],
                     deterministic_inference=e.deterministic_inference,
                 )
                 cmd[0] = python

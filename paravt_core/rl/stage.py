@@ -6,8 +6,10 @@ into batched generate calls for the in-process engine, one request per episode t
 advantages, decoupled PPO loss, one AdamW step) -> the new weights pushed to the rollout engine (policy
 version + 1). Every ``checkpoint.every`` steps (and at the end) a checkpoint is written; a rerun of the
 same command resumes from the newest complete one and reproduces the uninterrupted run step for step
-(sampling seeds depend only on the seed and the step). The end result is a Hugging Face checkpoint at
-``<output>/final``.
+(sampling seeds depend only on the seed and the step). Every check that can refuse (the engine settings, the
+checkpoint's reference model, compared by resolved location, the data, loading the models) runs before the
+output is touched: a refused rerun of a finished run leaves it finished. The end result is a Hugging Face
+checkpoint at ``<output>/final``.
 
 Outputs: ``metrics.jsonl`` (one line per step), ``metrics.json`` (last step + totals), ``curves.png``,
 ``trajectories/step_XXXXXXXX.jsonl`` (a few sampled episodes per step), ``checkpoints/``, ``final/``,
@@ -21,7 +23,8 @@ metrics), and every rank trains on its share; after the step the full weights ar
 rank 0 and pushed to its engine. Checkpoints are collective and resume on any number of ranks.
 
 Rollout engine (``engine.kind``): the in-process transformers engine, or an SGLang server (``engine.base_url``,
-or launched for ``model`` on a GPU machine) that receives every new version from disk or over NCCL
+or launched for ``model`` on a GPU machine: on ``engine.gpus`` when set, never on a GPU of the learner's, and
+under torchrun only there, see ``server_placement``) that receives every new version from disk or over NCCL
 (``weight_sync.py``), or a fleet of SGLang servers behind ``sglang-router`` (``engine.servers`` > 1,
 ``engines/fleet.py``): every push goes to each server from disk, each one's version is checked before the
 next step's rollouts, and the router's per-server counters go into the step's metrics (``fleet_*``).
@@ -32,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -52,7 +56,7 @@ from paravt_core.stage import StageResult, announce_config, check_output, consol
 from paravt_core.train.dist import Dist, LeadHandoff, setup_distributed
 from paravt_core.train.fsdp import CoreOptions
 
-from .data import RlPrompt, load_prompts
+from .data import RlDataset, RlPrompt, load_prompts
 from .handoff import compact, restore
 from .learner import Learner, state_checksum
 from .metrics import curves_png, final_summary, step_metrics, trajectory_lines
@@ -99,7 +103,102 @@ def _broadcast(d: Dist, obj: Any) -> Any:
     return box[0]
 
 
-def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tuple[Any, Any]:
+def same_location(a: str, b: str) -> bool:
+    """``a`` and ``b`` name the same model: local paths (``file://`` too) compared as resolved directories
+    (``demo-out/run/sft/final`` from the repository root is ``<root>/demo-out/run/sft/final``), URIs and hub
+    ids as written (a trailing ``/`` aside)."""
+
+    def where(uri: str) -> str:
+        uri = uri.removeprefix("file://")
+        if storage.is_s3(uri) or "://" in uri:
+            return uri.rstrip("/")
+        from paravt_core.models import _HUB_ID
+
+        if not os.path.exists(uri) and _HUB_ID.match(uri):  # a hub id, not a folder here
+            return uri
+        return os.path.realpath(uri)
+
+    return where(a) == where(b)
+
+
+def restore_images_kwargs(cfg: RlConfig) -> dict[str, Any]:
+    """The image processor settings the followers rebuild rank 0's frames with: the episode encoder's budget
+    (``agent.processor_pixels``), the one the launched server gets as ``--mm-process-config`` too."""
+    lo, hi = cfg.agent.processor_pixels
+    return image_processor_kwargs(max_pixels=hi, min_pixels=lo)
+
+
+def _local_gpus(d: Dist, device: str, environ: dict[str, str]) -> set[int]:
+    """This node's GPUs (node indices) the learner's processes use: every local rank's under torchrun, else
+    ``device``'s; through ``CUDA_VISIBLE_DEVICES`` when it is set."""
+    visible = [int(x) for x in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip().isdigit()]
+    if d.sharded:
+        indices = list(range(int(environ.get("LOCAL_WORLD_SIZE", d.world))))
+    elif device.startswith("cuda"):
+        indices = [int(device.partition(":")[2] or 0)]
+    else:
+        return set()
+    return {visible[i] if i < len(visible) else i for i in indices}
+
+
+def server_placement(cfg: RlConfig, d: Dist, environ: dict[str, str] | None = None) -> dict[str, str] | None:
+    """``CUDA_VISIBLE_DEVICES`` for the SGLang server the stage starts itself (no ``engine.base_url``), or None
+    (not pinned: one process, no ``engine.gpus``). Under torchrun that server would inherit learner rank 0's
+    GPU, so it needs ``engine.gpus``, and they must be GPUs no learner process of this node uses."""
+    e = cfg.engine
+    if e.kind != "sglang" or e.base_url or e.servers > 1 or e.service_selector:
+        return None
+    environ = dict(os.environ if environ is None else environ)
+    if not e.gpus:
+        if d.sharded:
+            raise ConfigError(
+                "engine.kind=sglang without engine.base_url under torchrun: the server would start on learner "
+                "rank 0's GPU; set engine.gpus to GPUs no learner rank uses, or run the stage through "
+                "`python -m paravt_core.rl.launch`"
+            )
+        return None
+    shared = sorted(set(e.gpus) & _local_gpus(d, str(d.device) if d.sharded else cfg.device, environ))
+    if shared:
+        raise ConfigError(
+            f"engine.gpus {list(e.gpus)}: GPU(s) {shared} are the learner's; give the server others"
+        )
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, e.gpus))}
+
+
+def _check_engine(cfg: RlConfig, d: Dist) -> None:
+    """The rollout engine's settings that can be refused without starting anything."""
+    e = cfg.engine
+    if e.kind == "transformers":
+        return
+    if e.servers > 1 or e.service_selector:
+        if not e.base_url:
+            raise ConfigError(
+                "engine.servers > 1: run the stage through `python -m paravt_core.rl.launch` (it starts the "
+                "servers and the router), or give engine.base_url of a running router"
+            )
+        if e.weight_sync != "disk":
+            raise ConfigError("a rollout fleet takes weight pushes from disk: engine.weight_sync=disk")
+    server_placement(cfg, d)
+    if e.weight_sync != "distributed":
+        staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
+        if storage.is_s3(staging):
+            raise ConfigError(f"engine.staging_dir must be a directory the server can read, not {staging}")
+
+
+def _check_resume(cfg: RlConfig, reference_uri: str) -> None:
+    """A checkpoint to resume from was trained against the same reference model (read before anything)."""
+    resumed = checkpoint.latest_complete(cfg.output)
+    if not resumed:
+        return
+    state = json.loads(storage.read_bytes(storage.join(resumed, "trainer.json")))
+    if not same_location(str(state.get("reference_model")), reference_uri):
+        raise ConfigError(
+            f"checkpoint {resumed} was trained against reference {state.get('reference_model')!r}, "
+            f"not {reference_uri!r}"
+        )
+
+
+def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any, d: Dist) -> tuple[Any, Any]:
     """(rank 0's rollout engine, the weight sync that pushes the learner's weights to it)."""
     from paravt_core.models import load
 
@@ -114,16 +213,10 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
         return inner, InProcessSync(inner)
     from paravt_core.engines.sglang_engine import SGLangEngine
 
+    _check_engine(cfg, d)
     if e.servers > 1 or e.service_selector:  # a rollout fleet behind sglang-router (engines/fleet.py)
         from paravt_core.engines.fleet import FleetEngine
 
-        if not e.base_url:
-            raise ConfigError(
-                "engine.servers > 1: run the stage through `python -m paravt_core.rl.launch` (it starts the "
-                "servers and the router), or give engine.base_url of a running router"
-            )
-        if e.weight_sync != "disk":
-            raise ConfigError("a rollout fleet takes weight pushes from disk: engine.weight_sync=disk")
         inner = FleetEngine(
             e.base_url,
             worker_urls=e.worker_urls,
@@ -140,11 +233,16 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
             deterministic_inference=e.deterministic_inference,
         )
     else:  # a GPU machine: start the server on the starting checkpoint, with the agent's pixel budget
-        if e.gpus:
-            raise ConfigError(
-                "engine.gpus reserves GPUs for the server: run the stage through `python -m paravt_core.rl.launch`"
-            )
         from paravt_core.models import resolve_model_dir
+
+        pinned = server_placement(cfg, d)  # engine.gpus, off the learner's GPUs (None: not pinned)
+        placement: dict[str, Any] = {}
+        if pinned is not None:
+            placement = {
+                "env": {**os.environ, **pinned},
+                "tp_size": e.tp_size or len(e.gpus),
+                "base_gpu_id": 0,
+            }
 
         inner = SGLangEngine.launch(
             str(resolve_model_dir(cfg.model)),  # --model-path opens local directories, not s3:// URIs
@@ -153,6 +251,7 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
             max_pixels=cfg.agent.processor_pixels[1],
             min_pixels=cfg.agent.processor_pixels[0],
             deterministic_inference=e.deterministic_inference,
+            **placement,
         )
     if e.weight_sync == "distributed":
         return inner, NcclSync(
@@ -165,8 +264,6 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
             dtype=dtype,  # the served weights' dtype, whatever the learner keeps
         )
     staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
-    if storage.is_s3(staging):
-        raise ConfigError(f"engine.staging_dir must be a directory the server can read, not {staging}")
     return inner, DiskSync(inner, policy.model, staging, pause_mode=e.pause_mode)
 
 
@@ -185,40 +282,263 @@ def fleet_step(engine: Any, seen: dict[str, Any]) -> dict[str, Any]:
     return {f"fleet_{k}": v for k, v in delta.items()}
 
 
-def run(cfg: RlConfig) -> StageResult:
-    check_output("rl", cfg.output)
-    import torch
+@dataclasses.dataclass
+class _Run:
+    """One RL run's parts, built by ``run``; each part of a step is a method, and ``run`` is the loop that
+    calls them in order (rollout -> handoff + learn -> push -> record -> checkpoint), the way torchtitan's
+    train loop reads. ``engine`` and ``sync`` exist on rank 0 only."""
 
-    d = setup_distributed(cfg.train.dist_timeout_s)
-    lead = d.rank == 0
-    out = cfg.output
-    if lead:
-        if storage.is_complete(out):
-            storage.clear_complete(out)  # a rerun rewrites the outputs: never leave them looking complete
-        announce_config("rl", cfg, out)
-    judge = _judge(cfg) if lead else None
-    data = load_prompts(cfg.data)
-    if not data.prompts:
-        raise FileNotFoundError(f"{cfg.data}: no usable RL prompt (skipped: {dict(data.skipped)})")
-    if lead:
-        console.print(
-            f"rl: {len(data.prompts)} prompts from {len(data.files)} file(s), "
-            + (
-                f"{sum(data.skipped.values())} rows skipped ("
-                + ", ".join(f"{k}={v}" for k, v in sorted(data.skipped.items()))
-                + ")"
-                if data.skipped
-                else "no row skipped"
+    cfg: RlConfig
+    d: Dist
+    learner: Learner
+    policy: Any
+    data: RlDataset
+    judge: Any
+    engine: Any
+    sync: Any
+    handoff: LeadHandoff
+    images_kwargs: dict[str, Any]
+    staging: str
+    reference_uri: str
+    pool: ThreadPoolExecutor
+    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    totals: Counter = dataclasses.field(default_factory=Counter)
+    # the fleet's counters at the last step (for per-step differences)
+    fleet_seen: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Bounded staleness: rollouts of steps [step, queued) already submitted to ``pool``
+    ahead: deque[Future[StepRollouts]] = dataclasses.field(default_factory=deque)
+    queued: int = 0
+
+    @property
+    def lead(self) -> bool:
+        return self.d.rank == 0
+
+    def resume(self) -> int:
+        """Restore the newest complete checkpoint (collective) and push its weights; the first step to run."""
+        resumed = checkpoint.latest_complete(self.cfg.output)
+        if not resumed:
+            return 0
+        state = checkpoint.load(resumed, self.learner.root, self.learner.optimizer, staging_root=self.staging)
+        if not same_location(str(state.get("reference_model")), self.reference_uri):
+            raise ConfigError(
+                f"checkpoint {resumed} was trained against reference {state.get('reference_model')!r}, "
+                f"not {self.reference_uri!r}"
             )
-            + (f", learner sharded over {d.world} ranks" if d.sharded else "")
+        start, self.history = int(state["step"]), list(state["history"])
+        weights = self.learner.weights()
+        if self.lead:
+            self.sync.push(weights, int(state["policy_version"]))
+            console.print(
+                f"rl: resumed from {resumed} (step {start}, policy version {self.sync.version})",
+                soft_wrap=True,
+            )
+        return start
+
+    def rollout(self, step: int) -> StepRollouts:
+        """Step ``step``'s episodes on the rollout engine (rank 0; may run in the worker thread)."""
+        cfg = self.cfg
+        self.engine.reseed(sampling_seed(cfg.seed, step))
+        prompts = prompts_for_step(self.data.prompts, step, cfg.prompts_per_step, cfg.seed)
+        return asyncio.run(
+            arollout_step(
+                prompts,
+                self.engine,
+                cfg.agent,
+                cfg.paravt,
+                group_size=cfg.group_size,
+                version=self.sync.version,
+                judge=self.judge,
+            )
         )
 
-    torch.manual_seed(cfg.seed)
-    dtype = getattr(torch, cfg.dtype)
-    device = str(d.device) if d.sharded else cfg.device
-    if not d.sharded:
-        d = dataclasses.replace(d, device=torch.device(device))
-    reference_uri = cfg.reference_model or cfg.model
+    def next_rollouts(self, step: int) -> StepRollouts:
+        """Step ``step``'s rollouts: produced now, or (``max_staleness`` = s > 0) taken from the queue that
+        keeps the next s steps' rollouts running in the worker thread while the learner trains; each new
+        weight version is pushed to the engine between its generate calls. A sample is trained at most s
+        versions after the version it started under; the decoupled loss uses the behaviour log-probs
+        recorded at sampling."""
+        cfg = self.cfg
+        if cfg.max_staleness == 0:
+            verify = getattr(self.sync, "verify", None)
+            if verify is not None:  # a fleet: every server serves the pushed version, else no rollouts
+                verify()
+            return self.rollout(step)
+        while self.queued <= min(step + cfg.max_staleness, cfg.steps - 1):
+            self.ahead.append(self.pool.submit(self.rollout, self.queued))
+            self.queued += 1
+        return self.ahead.popleft().result()
+
+    def staleness(self, step: int, rollouts: StepRollouts, version: int) -> list[int]:
+        """Each sample's age in versions; refuses a step whose every episode failed in the engine."""
+        samples = rollouts.samples
+        failed = [s for s in samples if s.episode.finish_reason in ("engine_error", "engine_timeout")]
+        if len(failed) == len(samples):
+            raise EngineError(
+                f"rl step {step}: the rollout engine failed every episode ({failed[0].episode.error})"
+            )
+        staleness = [version - s.policy_version for s in samples]
+        if max(staleness) > self.cfg.max_staleness:  # the queue depth makes this impossible: guard it
+            raise RuntimeError(
+                f"rl step {step}: a sample is {max(staleness)} versions old (bound {self.cfg.max_staleness})"
+            )
+        return staleness
+
+    def learn(self, step: int, samples: list[Any] | None) -> dict[str, Any]:
+        """Hand the step's samples to the other ranks (rank 0: frames as uint8, no pixels; the others wait
+        on the store, outside any collective) and train every rank on its share."""
+        if self.lead:
+            self.handoff.share(step, compact(samples))
+            return self.learner.step(samples)
+        return self.learner.step(
+            restore(self.handoff.share(step, None), self.policy.processor, self.images_kwargs)
+        )
+
+    def push(self, version: int) -> tuple[dict[str, Any], float]:
+        """Gather the new weights (collective) and push them to the engine as ``version`` (rank 0); the
+        weights and the push's seconds."""
+        t0 = time.perf_counter()
+        weights = self.learner.weights()
+        if self.lead:
+            self.sync.push(weights, version)
+        return weights, time.perf_counter() - t0
+
+    def record(
+        self,
+        step: int,
+        rollouts: StepRollouts,
+        learned: dict[str, Any],
+        staleness: list[int],
+        sync_s: float,
+    ) -> None:
+        """The step's metrics line, console line and sampled trajectories (rank 0)."""
+        cfg, out, samples = self.cfg, self.cfg.output, rollouts.samples
+        fleet = fleet_step(self.engine, self.fleet_seen)
+        self.totals.update(rollouts.counts)
+        self.totals.update(f"finish:{s.episode.finish_reason}" for s in samples)
+        extra = {
+            "policy_version": self.sync.version,
+            "staleness_max": max(staleness),
+            "staleness_mean": float(np.mean(staleness)),
+            "untrained_samples": sum(s.episode.finish_reason in NO_SAMPLE_REASONS for s in samples),
+            "rollout_s": rollouts.seconds,
+            "sync_s": sync_s,
+            "handoff_bytes": self.handoff.bytes_sent,  # step payload to the other ranks (all of them)
+            "engine_batches": self.engine.batches,
+            "counts": dict(rollouts.counts),
+            **fleet,
+            **(self.judge.counters() if self.judge is not None else {}),
+        }
+        metrics = step_metrics(step, samples, learned, extra)
+        self.history.append(metrics)
+        console.print(
+            f"rl step {step + 1}/{cfg.steps}: reward {metrics['reward_mean']:.3f} "
+            f"(acc {metrics['accuracy_mean']:.3f} fmt {metrics['format_mean']:.3f} "
+            f"tool {metrics['tool_mean']:.3f}) loss {metrics.get('loss', 0.0):.3g} "
+            f"rollout {rollouts.seconds:.1f}s learner {metrics.get('learner_s', 0.0):.1f}s",
+            soft_wrap=True,
+        )
+        lines = trajectory_lines(step, samples, cfg.trajectories_per_step, cfg.seed)
+        storage.write_bytes(
+            storage.join(out, "trajectories", f"step_{step:08d}.jsonl"),
+            "".join(x + "\n" for x in lines).encode(),
+        )
+        write_jsonl(storage.join(out, "metrics.jsonl"), self.history)
+
+    def save_checkpoint(self, done: int, weights: dict[str, Any]) -> None:
+        """Every ``checkpoint.every`` steps and at the end (collective); rank 0 adds the trainer state."""
+        cfg = self.cfg
+        if done % cfg.checkpoint.every != 0 and done != cfg.steps:
+            return
+        state = (
+            {
+                "step": done,
+                "policy_version": self.sync.version,
+                "reference_model": self.reference_uri,
+                "model": cfg.model,
+                "data_position": done * cfg.prompts_per_step,
+                "history": self.history,
+                "weights_sha256": state_checksum(weights),
+            }
+            if self.lead
+            else {}
+        )
+        checkpoint.save(
+            cfg.output,
+            done,
+            self.learner.root,
+            self.learner.optimizer,
+            state,
+            staging_root=self.staging,
+            keep_last=cfg.checkpoint.keep_last,
+        )
+
+    def step(self, step: int) -> None:
+        """One RL step on this rank."""
+        if not self.lead:  # the other ranks: rank 0's samples (store wait, no collective) -> their share
+            self.learn(step, None)
+            weights, _ = self.push(step + 1)
+            self.save_checkpoint(step + 1, weights)
+            return
+        rollouts = self.next_rollouts(step)
+        version = self.sync.version
+        staleness = self.staleness(step, rollouts, version)
+        learned = self.learn(step, rollouts.samples)
+        weights, sync_s = self.push(version + 1)
+        self.record(step, rollouts, learned, staleness, sync_s)
+        self.save_checkpoint(step + 1, weights)
+        faults.check("rl", step + 1)  # resilience tests: fail here once, like a preempted pod
+
+    def finish(self, final: str) -> StageResult:
+        """Rank 0: the run's summary, curves and ``_COMPLETE``."""
+        cfg, out, history, data = self.cfg, self.cfg.output, self.history, self.data
+        write_jsonl(storage.join(out, "metrics.jsonl"), history)
+        storage.write_bytes(storage.join(out, "curves.png"), curves_png(history))
+        summary = {
+            "steps": len(history),
+            "prompts": len(data.prompts),
+            "skipped_rows": dict(data.skipped),
+            "reward_first": history[0]["reward_mean"] if history else None,
+            "reward_last": history[-1]["reward_mean"] if history else None,
+            "policy_version": self.sync.version,
+            "counts": dict(self.totals),
+            "last_step": history[-1] if history else None,
+            **final_summary(history, cfg.final_steps),  # f_tau / kappa of the ablation table, f_tau curve
+        }
+        storage.write_bytes(storage.join(out, "metrics.json"), json.dumps(summary, indent=2).encode())
+        storage.mark_complete(out, {"stage": "rl", "steps": len(history)})
+        return StageResult(
+            "rl",
+            outputs={
+                "final": final,
+                "metrics": storage.join(out, "metrics.jsonl"),
+                "checkpoints": storage.join(out, checkpoint.CHECKPOINTS),
+            },
+            metrics={
+                k: v
+                for k, v in summary.items()
+                if k not in ("last_step", "f_tau_curve", "format_reward_curve")
+            },
+        )
+
+
+def _announce_data(data: RlDataset, d: Dist) -> None:
+    console.print(
+        f"rl: {len(data.prompts)} prompts from {len(data.files)} file(s), "
+        + (
+            f"{sum(data.skipped.values())} rows skipped ("
+            + ", ".join(f"{k}={v}" for k, v in sorted(data.skipped.items()))
+            + ")"
+            if data.skipped
+            else "no row skipped"
+        )
+        + (f", learner sharded over {d.world} ranks" if d.sharded else "")
+    )
+
+
+def _learner(cfg: RlConfig, d: Dist, dtype: Any, reference_uri: str) -> tuple[Learner, Any]:
+    """The learner (policy + reference, sharded under torchrun) and the policy's model handle."""
+    import torch
+
     opts = CoreOptions(
         freeze_vision=cfg.train.freeze_vision,
         # bf16 on a GPU: float32 master weights, bf16 compute, float32 reductions
@@ -240,10 +560,38 @@ def run(cfg: RlConfig) -> StageResult:
     )
     if policy.model is None:  # rank 0 of torchrun: the weights live in the shards
         policy = dataclasses.replace(policy, model=learner.model)
+    return learner, policy
+
+
+def run(cfg: RlConfig) -> StageResult:
+    check_output("rl", cfg.output)
+    import torch
+
+    d = setup_distributed(cfg.train.dist_timeout_s)
+    lead = d.rank == 0
+    out = cfg.output
+    reference_uri = cfg.reference_model or cfg.model
+    # every check that can refuse runs before the output is touched: a refused rerun of a finished run
+    # leaves it finished (its _COMPLETE and config.yaml as they were)
+    _check_engine(cfg, d)
+    _check_resume(cfg, reference_uri)
+    judge = _judge(cfg) if lead else None
+    data = load_prompts(cfg.data)
+    if not data.prompts:
+        raise FileNotFoundError(f"{cfg.data}: no usable RL prompt (skipped: {dict(data.skipped)})")
+    if lead:
+        _announce_data(data, d)
+
+    torch.manual_seed(cfg.seed)
+    dtype = getattr(torch, cfg.dtype)
+    device = str(d.device) if d.sharded else cfg.device
+    if not d.sharded:
+        d = dataclasses.replace(d, device=torch.device(device))
+    learner, policy = _learner(cfg, d, dtype, reference_uri)
     engine: Any = None
     sync: Any = None
     if lead:  # the rollout engine lives on rank 0 only
-        inner, sync = _rollout_engine(cfg, policy, device, dtype)
+        inner, sync = _rollout_engine(cfg, policy, device, dtype, d)
         # in-process engine: episodes' turns coalesced into lock-step batches; a server batches continuously,
         # so every episode turn goes to it on its own (engines/independent.py)
         engine = (
@@ -251,187 +599,38 @@ def run(cfg: RlConfig) -> StageResult:
             if cfg.engine.kind == "transformers"
             else IndependentEngine(inner, max_concurrency=cfg.engine.max_concurrency, seed=cfg.seed)
         )
-    handoff = LeadHandoff(d, cfg.train.follower_wait_s)
-    images_kwargs = image_processor_kwargs(max_pixels=cfg.agent.max_pixels, min_pixels=cfg.agent.min_pixels)
-
-    staging = tempfile.mkdtemp(prefix="paravt-rl-")
-    history: list[dict[str, Any]] = []
-    start = 0
-    resumed = checkpoint.latest_complete(out)
-    if resumed:
-        state = checkpoint.load(resumed, learner.root, learner.optimizer, staging_root=staging)
-        if state.get("reference_model") != reference_uri:
-            raise ConfigError(
-                f"checkpoint {resumed} was trained against reference {state.get('reference_model')!r}, "
-                f"not {reference_uri!r}"
-            )
-        start, history = int(state["step"]), list(state["history"])
-        weights = learner.weights()
-        if lead:
-            sync.push(weights, int(state["policy_version"]))
-            console.print(
-                f"rl: resumed from {resumed} (step {start}, policy version {sync.version})",
-                soft_wrap=True,
-            )
-
-    totals: Counter = Counter()
-    fleet_seen: dict[str, Any] = {}  # the fleet's counters at the last step (for per-step differences)
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="paravt-rollout")
+    if lead:  # everything is loaded and started: from here on the output is rewritten
+        if storage.is_complete(out):
+            storage.clear_complete(out)  # a rerun rewrites the outputs: never leave them looking complete
+        announce_config("rl", cfg, out)
+    r = _Run(
+        cfg=cfg,
+        d=d,
+        learner=learner,
+        policy=policy,
+        data=data,
+        judge=judge,
+        engine=engine,
+        sync=sync,
+        handoff=LeadHandoff(d, cfg.train.follower_wait_s),
+        images_kwargs=restore_images_kwargs(cfg),
+        staging=tempfile.mkdtemp(prefix="paravt-rl-"),
+        reference_uri=reference_uri,
+        pool=ThreadPoolExecutor(max_workers=1, thread_name_prefix="paravt-rollout"),
+    )
     try:
-
-        def rollout(step: int) -> StepRollouts:
-            engine.reseed(sampling_seed(cfg.seed, step))
-            prompts = prompts_for_step(data.prompts, step, cfg.prompts_per_step, cfg.seed)
-            step_rollouts = asyncio.run(
-                arollout_step(
-                    prompts,
-                    engine,
-                    cfg.agent,
-                    cfg.paravt,
-                    group_size=cfg.group_size,
-                    version=sync.version,
-                    judge=judge,
-                )
-            )
-            return step_rollouts
-
-        # Bounded staleness: with max_staleness = s > 0, the rollouts of the next s steps are produced (one
-        # step at a time, in a worker thread) while the learner trains; each new weight version is pushed
-        # to the engine between its generate calls. A sample is trained at most s versions after the
-        # version it started under; the decoupled loss uses the behaviour log-probs recorded at sampling.
-        ahead: deque[Future[StepRollouts]] = deque()  # rollouts of steps [step, queued)
-        queued = start
+        start = r.queued = r.resume()
         for step in range(start, cfg.steps):
-            if not lead:  # the other ranks: rank 0's samples (store wait, no collective) -> their share
-                learner.step(restore(handoff.share(step, None), policy.processor, images_kwargs))
-                learner.weights()
-                done = step + 1
-                if done % cfg.checkpoint.every == 0 or done == cfg.steps:
-                    checkpoint.save(
-                        out,
-                        done,
-                        learner.root,
-                        learner.optimizer,
-                        {},
-                        staging_root=staging,
-                        keep_last=cfg.checkpoint.keep_last,
-                    )
-                continue
-            if cfg.max_staleness == 0:
-                verify = getattr(sync, "verify", None)
-                if verify is not None:  # a fleet: every server serves the pushed version, else no rollouts
-                    verify()
-                rollouts = rollout(step)
-            else:
-                while queued <= min(step + cfg.max_staleness, cfg.steps - 1):
-                    ahead.append(pool.submit(rollout, queued))
-                    queued += 1
-                rollouts = ahead.popleft().result()
-            version = sync.version
-            samples = rollouts.samples
-            failed = [s for s in samples if s.episode.finish_reason in ("engine_error", "engine_timeout")]
-            if len(failed) == len(samples):
-                raise EngineError(
-                    f"rl step {step}: the rollout engine failed every episode ({failed[0].episode.error})"
-                )
-            staleness = [version - s.policy_version for s in samples]
-            if max(staleness) > cfg.max_staleness:  # the queue depth above makes this impossible: guard it
-                raise RuntimeError(
-                    f"rl step {step}: a sample is {max(staleness)} versions old (bound {cfg.max_staleness})"
-                )
-            handoff.share(step, compact(samples))  # the other ranks' view: frames as uint8, no pixels
-            learned = learner.step(samples)
-            t0 = time.perf_counter()
-            weights = learner.weights()
-            sync.push(weights, version + 1)
-            sync_s = time.perf_counter() - t0
-            fleet = fleet_step(engine, fleet_seen)
-            totals.update(rollouts.counts)
-            totals.update(f"finish:{s.episode.finish_reason}" for s in samples)
-            extra = {
-                "policy_version": sync.version,
-                "staleness_max": max(staleness),
-                "staleness_mean": float(np.mean(staleness)),
-                "untrained_samples": sum(s.episode.finish_reason in NO_SAMPLE_REASONS for s in samples),
-                "rollout_s": rollouts.seconds,
-                "sync_s": sync_s,
-                "handoff_bytes": handoff.bytes_sent,  # step payload to the other ranks (all of them)
-                "engine_batches": engine.batches,
-                "counts": dict(rollouts.counts),
-                **fleet,
-                **(judge.counters() if judge is not None else {}),
-            }
-            metrics = step_metrics(step, samples, learned, extra)
-            history.append(metrics)
-            console.print(
-                f"rl step {step + 1}/{cfg.steps}: reward {metrics['reward_mean']:.3f} "
-                f"(acc {metrics['accuracy_mean']:.3f} fmt {metrics['format_mean']:.3f} "
-                f"tool {metrics['tool_mean']:.3f}) loss {metrics.get('loss', 0.0):.3g} "
-                f"rollout {rollouts.seconds:.1f}s learner {metrics.get('learner_s', 0.0):.1f}s",
-                soft_wrap=True,
-            )
-            lines = trajectory_lines(step, samples, cfg.trajectories_per_step, cfg.seed)
-            storage.write_bytes(
-                storage.join(out, "trajectories", f"step_{step:08d}.jsonl"),
-                "".join(x + "\n" for x in lines).encode(),
-            )
-            write_jsonl(storage.join(out, "metrics.jsonl"), history)
-            done = step + 1
-            if done % cfg.checkpoint.every == 0 or done == cfg.steps:
-                state = {
-                    "step": done,
-                    "policy_version": sync.version,
-                    "reference_model": reference_uri,
-                    "model": cfg.model,
-                    "data_position": done * cfg.prompts_per_step,
-                    "history": history,
-                    "weights_sha256": state_checksum(weights),
-                }
-                checkpoint.save(
-                    out,
-                    done,
-                    learner.root,
-                    learner.optimizer,
-                    state,
-                    staging_root=staging,
-                    keep_last=cfg.checkpoint.keep_last,
-                )
-            faults.check("rl", done)  # resilience tests: fail here once, like a preempted pod
+            r.step(step)
         final = checkpoint.save_final(
-            out, learner.root, policy.processor, staging_root=staging, submodule="inner"
+            out, learner.root, policy.processor, staging_root=r.staging, submodule="inner"
         )
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        shutil.rmtree(staging, ignore_errors=True)
+        r.pool.shutdown(wait=True, cancel_futures=True)
+        shutil.rmtree(r.staging, ignore_errors=True)
         server = getattr(getattr(sync, "engine", None), "server", None)
         if server is not None:  # an SGLang server this run launched
             server.stop()
     if not lead:
         return StageResult("rl", outputs={"final": final}, metrics={"rank": d.rank})
-
-    write_jsonl(storage.join(out, "metrics.jsonl"), history)
-    storage.write_bytes(storage.join(out, "curves.png"), curves_png(history))
-    summary = {
-        "steps": len(history),
-        "prompts": len(data.prompts),
-        "skipped_rows": dict(data.skipped),
-        "reward_first": history[0]["reward_mean"] if history else None,
-        "reward_last": history[-1]["reward_mean"] if history else None,
-        "policy_version": sync.version,
-        "counts": dict(totals),
-        "last_step": history[-1] if history else None,
-        **final_summary(history, cfg.final_steps),  # f_tau / kappa of the ablation table, f_tau curve
-    }
-    storage.write_bytes(storage.join(out, "metrics.json"), json.dumps(summary, indent=2).encode())
-    storage.mark_complete(out, {"stage": "rl", "steps": len(history)})
-    return StageResult(
-        "rl",
-        outputs={
-            "final": final,
-            "metrics": storage.join(out, "metrics.jsonl"),
-            "checkpoints": storage.join(out, checkpoint.CHECKPOINTS),
-        },
-        metrics={
-            k: v for k, v in summary.items() if k not in ("last_step", "f_tau_curve", "format_reward_curve")
-        },
-    )
+    return r.finish(final)
