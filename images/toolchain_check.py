@@ -53,10 +53,16 @@ def check_triton(work: Path) -> None:
     include = sysconfig.get_paths(scheme="posix_prefix" if scheme == "posix_local" else scheme)["include"]
     if not (Path(include) / "Python.h").is_file():
         fail(f"no Python.h in {include} (python3.11-dev)")
-    cc = build._find_compiler("c")  # raises "Failed to find C compiler" without one
+    try:
+        cc = build._find_compiler("c")
+    except RuntimeError as err:  # Triton's own message: "Failed to find C compiler. ..."
+        fail(f"Triton's compiler lookup: {err}")
     src = work / "paravt_cc_check.c"
     src.write_text(EXT_C)
-    so = build._build("paravt_cc_check", str(src), str(work), [], [], [], [])
+    try:
+        so = build._build("paravt_cc_check", str(src), str(work), [], [], [], [])
+    except Exception as err:  # the compiler's exit status, with its command line
+        fail(f"Triton's builder could not compile an extension with {cc}: {err}")
     spec = importlib.util.spec_from_file_location("paravt_cc_check", so)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
