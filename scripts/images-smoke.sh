@@ -65,7 +65,8 @@ fi
 # The default of the Dockerfiles' BASE_IMAGE argument (the same in all three: a test checks it).
 BASE=$(sed -n 's/^ARG BASE_IMAGE=//p' Dockerfile.sft)
 if [ "$BASE_KIND" = fresh ] || ! skopeo inspect "${TLS[@]}" "docker://$BASE" >/dev/null 2>&1; then
-  if [ "$BASE_KIND" = fresh ]; then podman rmi -f localhost/paravt-base:bookworm >/dev/null 2>&1 || true; fi
+  # untag, not rmi: the built images keep their layers; base-image.sh then makes a new one.
+  if [ "$BASE_KIND" = fresh ]; then podman untag localhost/paravt-base:bookworm >/dev/null 2>&1 || true; fi
   say "making the base (scripts/base-image.sh) and pushing it to $REGISTRY"
   BASE=$(BASE_IMAGE_DIR="$WORK/base" scripts/base-image.sh --push "$REGISTRY" "${TLS[@]}")
 fi
