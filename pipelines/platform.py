@@ -34,9 +34,12 @@ MEDIA_MOUNT_PATH = "/mnt/media"
 # claim so a retried or resumed RL pod loads them instead of compiling again. Each library's own variable
 # points it there (Triton: knobs.py TRITON_CACHE_DIR; SGLang 0.5.23: SGLANG_JIT_CACHE_DIR; flashinfer:
 # FLASHINFER_WORKSPACE_BASE, under which it keeps .cache/flashinfer). Their cache keys hold the GPU arch
-# and toolchain, so pods on other GPU models share the claim without mixing builds.
+# and toolchain, so pods on other GPU models share the claim without mixing builds. Under the image user's
+# home (uid 10001): with the variables set and no claim mounted (docker run), the libraries can still create
+# it (flashinfer creates its directory at import and fails where it cannot). The claim, like the media claim,
+# must be writable by uid 10001.
 KERNEL_CACHE_PVC_NAME = "paravt-kernel-cache"
-KERNEL_CACHE_MOUNT_PATH = "/var/cache/paravt-kernels"
+KERNEL_CACHE_MOUNT_PATH = "/home/paravt/.cache/kernels"
 KERNEL_CACHE_ENV = {
     "TRITON_CACHE_DIR": f"{KERNEL_CACHE_MOUNT_PATH}/triton",
     "SGLANG_JIT_CACHE_DIR": f"{KERNEL_CACHE_MOUNT_PATH}/sglang-jit",

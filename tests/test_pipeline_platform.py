@@ -158,13 +158,13 @@ def test_rl_stage_mounts_the_kernel_cache_and_points_the_jit_caches_into_it(tmp_
     rl, sft = k8s["exec-probe-op"], k8s["exec-probe-op-2"]
     media, cache = rl["pvcMount"]
     assert media["mountPath"] == "/mnt/media"
-    assert cache["mountPath"] == "/var/cache/paravt-kernels"
+    assert cache["mountPath"] == "/home/paravt/.cache/kernels"
     assert cache["pvcNameParameter"] == {"runtimeValue": {"constant": "paravt-kernel-cache"}}
     env = spec["deploymentSpec"]["executors"]["exec-probe-op"]["container"]["env"]
     assert {e["name"]: e["value"] for e in env} == {
-        "TRITON_CACHE_DIR": "/var/cache/paravt-kernels/triton",
-        "SGLANG_JIT_CACHE_DIR": "/var/cache/paravt-kernels/sglang-jit",
-        "FLASHINFER_WORKSPACE_BASE": "/var/cache/paravt-kernels",
+        "TRITON_CACHE_DIR": "/home/paravt/.cache/kernels/triton",
+        "SGLANG_JIT_CACHE_DIR": "/home/paravt/.cache/kernels/sglang-jit",
+        "FLASHINFER_WORKSPACE_BASE": "/home/paravt/.cache/kernels",
     }
     # Only the RL step compiles SGLang's kernels: the SFT step gets neither the claim nor the variables.
     assert [m["mountPath"] for m in sft["pvcMount"]] == ["/mnt/media"]
@@ -190,7 +190,7 @@ def test_kernel_cache_variables_are_the_ones_the_libraries_read(tmp_path) -> Non
         timeout=120,
     )
     assert triton.returncode == 0, triton.stderr
-    assert triton.stdout.strip() == "/var/cache/paravt-kernels/triton"
+    assert triton.stdout.strip() == "/home/paravt/.cache/kernels/triton"
     site = sglang_site()
     code = "from sglang.kernels.jit.utils.compile.cache import cache_root; print(cache_root())"
     sglang = subprocess.run(
@@ -201,4 +201,4 @@ def test_kernel_cache_variables_are_the_ones_the_libraries_read(tmp_path) -> Non
         timeout=300,
     )
     assert sglang.returncode == 0, sglang.stderr[-2000:]
-    assert sglang.stdout.strip().splitlines()[-1] == "/var/cache/paravt-kernels/sglang-jit"
+    assert sglang.stdout.strip().splitlines()[-1] == "/home/paravt/.cache/kernels/sglang-jit"
