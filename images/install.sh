@@ -5,8 +5,9 @@
 #       system packages, a Python 3.11 venv at /opt/paravt, the build backend and every third-party
 #       dependency of /src/pyproject.toml (plus the image's extras) with images/requirements.lock as
 #       constraints, and the non-root user. Needs only pyproject.toml and images/ from the source.
-#   install.sh code
-#       paravt itself from /src (no dependency resolution, no network), checks, configs, cleanup.
+#   install.sh code [--sglang]
+#       paravt itself from /src (no dependency resolution, no network), checks (images/toolchain_check.py;
+#       --sglang: also nvcc and SGLang's JIT toolchain), configs, cleanup.
 set -eu
 phase=${1:?usage: install.sh deps|code ...}
 shift
@@ -16,8 +17,12 @@ PIP="/opt/paravt/bin/pip --no-cache-dir --disable-pip-version-check -q"
 if [ "$phase" = deps ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
-    # ffmpeg: the video decoders (torchcodec, PyAV) and the synthetic-data encoder.
-    apt-get install -y -q --no-install-recommends python3.11 python3.11-venv ffmpeg ca-certificates
+    # ffmpeg: the video decoders (torchcodec, PyAV) and the synthetic-data encoder. python3.11-dev, gcc,
+    # g++, libc6-dev: Triton builds its launcher with a C compiler and Python.h at first use, SGLang's JIT
+    # kernels (nvcc) hand host code to `c++`. libibverbs1 + ibverbs-providers: InfiniBand userspace, so
+    # multi-node NCCL uses the fabric instead of falling back to TCP sockets.
+    apt-get install -y -q --no-install-recommends python3.11 python3.11-venv python3.11-dev gcc g++ libc6-dev \
+        ffmpeg ca-certificates libibverbs1 ibverbs-providers
     rm -rf /var/lib/apt/lists/*
 
     # --lock-override FILE: pins that replace the lock's for the same packages (the RL image's SGLang
@@ -44,6 +49,19 @@ PYEOF
     $PY -c "import kfp, torch, transformers"
     rm -f /tmp/requirements.txt /tmp/constraints.txt
 
+    # CUDA_HOME (the Dockerfiles' ENV) is the pip wheels' CUDA root (torch's cuda-toolkit; in the RL
+    # image also its nvcc and cccl extras). What the CUDA toolkit's own layout has and the wheels lack:
+    # lib64 (SGLang links -L$CUDA_HOME/lib64 -lcudart), the unversioned libcudart.so, and libcuda.so for
+    # -lcuda, in lib64/stubs (where SGLang looks) and next to libcuda.so.1 (where Triton looks). They
+    # point at libcuda.so.1, which the node's driver brings at run time (NVIDIA container toolkit).
+    test -f "$CUDA_HOME/lib/libcudart.so.13"
+    ln -sfn lib "$CUDA_HOME/lib64"
+    ln -sf libcudart.so.13 "$CUDA_HOME/lib/libcudart.so"
+    multiarch=/usr/lib/$(gcc -print-multiarch)
+    mkdir -p "$CUDA_HOME/lib/stubs"
+    ln -sf "$multiarch/libcuda.so.1" "$CUDA_HOME/lib/stubs/libcuda.so"
+    ln -sf libcuda.so.1 "$multiarch/libcuda.so"
+
     # A fixed numeric uid, so Kubernetes' runAsNonRoot can verify it without a passwd lookup.
     useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin paravt
 elif [ "$phase" = code ]; then
@@ -52,6 +70,8 @@ elif [ "$phase" = code ]; then
     # What the components and the entrypoint need, checked at build time rather than in the first pod.
     $PY -c "import kfp, paravt_core, torch, transformers"
     /opt/paravt/bin/paravt --help >/dev/null
+    # The compilers Triton (every image) and SGLang (--sglang: the RL image) call at first use.
+    $PY /src/images/toolchain_check.py "$@"
     # Configs travel with the image (recipes per stage), the source tree does not.
     mkdir -p /opt/paravt/share
     if [ -d /src/configs ]; then cp -r /src/configs /opt/paravt/share/configs; fi

@@ -33,6 +33,21 @@ IMAGE_PULL_SECRETS_ENV = "PARAVT_IMAGE_PULL_SECRETS"
 TRAINER_SERVICE_ACCOUNT = "paravt-trainer"
 MEDIA_PVC_NAME = "paravt-media"
 MEDIA_MOUNT_PATH = "/mnt/media"
+# Kernels compiled at first use (Triton's launchers and kernels, SGLang's JIT kernels, flashinfer's): kept on a
+# claim so a retried or resumed RL pod loads them instead of compiling again. Each library's own variable
+# points it there (Triton: knobs.py TRITON_CACHE_DIR; SGLang 0.5.23: SGLANG_JIT_CACHE_DIR; flashinfer:
+# FLASHINFER_WORKSPACE_BASE, under which it keeps .cache/flashinfer). Their cache keys hold the GPU arch
+# and toolchain, so pods on other GPU models share the claim without mixing builds. Under the image user's
+# home (uid 10001): with the variables set and no claim mounted (docker run), the libraries can still create
+# it (flashinfer creates its directory at import and fails where it cannot). The claim, like the media claim,
+# must be writable by uid 10001.
+KERNEL_CACHE_PVC_NAME = "paravt-kernel-cache"
+KERNEL_CACHE_MOUNT_PATH = "/home/paravt/.cache/kernels"
+KERNEL_CACHE_ENV = {
+    "TRITON_CACHE_DIR": f"{KERNEL_CACHE_MOUNT_PATH}/triton",
+    "SGLANG_JIT_CACHE_DIR": f"{KERNEL_CACHE_MOUNT_PATH}/sglang-jit",
+    "FLASHINFER_WORKSPACE_BASE": KERNEL_CACHE_MOUNT_PATH,
+}
 GPU_RESOURCE = "nvidia.com/gpu"
 # Label set by NVIDIA GPU feature discovery; selecting on it picks the GPU model.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -55,7 +70,8 @@ GPU_TOLERATION = Toleration(key=GPU_RESOURCE)
 @dataclass(frozen=True)
 class StagePlatform:
     """What one stage needs from the cluster. ``gpus`` is the default count (a pipeline parameter can
-    override it); ``gpu_product`` empty = any GPU model; ``shm`` empty = no /dev/shm volume."""
+    override it); ``gpu_product`` empty = any GPU model; ``shm`` empty = no /dev/shm volume;
+    ``kernel_cache``: the compiled-kernel claim (``KERNEL_CACHE_PVC_NAME``) and the caches' variables."""
 
     cpu: str = "2"
     memory: str = "8G"
@@ -65,6 +81,7 @@ class StagePlatform:
     tolerations: tuple[Toleration, ...] = ()
     shm: str = ""
     media: bool = True
+    kernel_cache: bool = False
     timeout_seconds: int = 24 * 3600
     retries: int = 3
     cache: bool = False
@@ -78,7 +95,13 @@ STAGES: dict[str, StagePlatform] = {
         cpu="32", memory="512G", gpus=8, gpu_product=H100, shm="64Gi", timeout_seconds=48 * 3600
     ),
     "rl": StagePlatform(
-        cpu="32", memory="512G", gpus=8, gpu_product=H100, shm="64Gi", timeout_seconds=72 * 3600
+        cpu="32",
+        memory="512G",
+        gpus=8,
+        gpu_product=H100,
+        shm="64Gi",
+        kernel_cache=True,
+        timeout_seconds=72 * 3600,
     ),
     "eval": StagePlatform(
         cpu="8", memory="64G", gpus=1, gpu_product=H100, shm="16Gi", timeout_seconds=12 * 3600
@@ -133,6 +156,15 @@ def mount_media(
 ) -> dsl.PipelineTask:
     """The media volume (extracted videos) at ``mount_path``; stages read media from there."""
     return kubernetes.mount_pvc(task, pvc_name=pvc_name, mount_path=mount_path)
+
+
+def mount_kernel_cache(task: dsl.PipelineTask, pvc_name: str = KERNEL_CACHE_PVC_NAME) -> dsl.PipelineTask:
+    """The compiled-kernel claim at ``KERNEL_CACHE_MOUNT_PATH``, with Triton's, SGLang's and flashinfer's
+    cache variables pointing into it (a server the stage launches inherits them)."""
+    kubernetes.mount_pvc(task, pvc_name=pvc_name, mount_path=KERNEL_CACHE_MOUNT_PATH)
+    for name, value in KERNEL_CACHE_ENV.items():
+        task.set_env_variable(name, value)
+    return task
 
 
 def add_shared_memory(task: dsl.PipelineTask, size: str) -> dsl.PipelineTask:
@@ -205,6 +237,8 @@ def configure_task(
         add_shared_memory(task, spec.shm)
     if spec.media:
         mount_media(task, media_pvc)
+    if spec.kernel_cache:
+        mount_kernel_cache(task)
     use_s3_secret(task)
     if pull_secrets := image_pull_secrets():
         kubernetes.set_image_pull_secrets(task, pull_secrets)

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # `make images-smoke`: build the three images with podman (no Docker engine) and run a stage in a
 # container, docker-run style. Minutes and several GB: not part of `make test`.
-#   scripts/images-smoke.sh [--cuda-base | --cpu-base[=bookworm|jammy]]   (or IMAGES_SMOKE_BASE=...)
-#   --cuda-base (default): the production base, the Dockerfiles' BASE_IMAGE default (CUDA runtime pinned
-#       by digest), pulled from its registry; stops with the pull's error where the registry is unreachable.
-#   --cpu-base: no registry needed: a base made with debootstrap (minbase) from the distribution's own
-#       mirror and `podman import`: Debian bookworm (default), or Ubuntu jammy (main + universe), the
-#       distribution the CUDA base is built on, which checks install.sh's apt step on it, CUDA aside.
-#  1. Debian's podman/buildah/debootstrap/runc; the base (above), passed as BASE_IMAGE.
+#   scripts/images-smoke.sh [--pinned-base | --fresh-base]   (or IMAGES_SMOKE_BASE=pinned|fresh)
+#   --pinned-base (default): the Dockerfiles' BASE_IMAGE, a Debian 12 base made by scripts/base-image.sh
+#       (debootstrap from the Debian archive) and pushed to a registry on loopback (Debian's
+#       docker-registry, storage under the work dir), pulled by digest. Where that registry does not hold
+#       the digest (a fresh machine), the base is made again and pushed, and the build uses the new digest
+#       (debootstrap is not bit-reproducible across days; `scripts/base-image.sh --push R --pin` re-pins).
+#   --fresh-base: make the base again (debootstrap) and push it, whatever the registry holds.
+#  1. Debian's podman/buildah/debootstrap/runc/docker-registry; the base (above), passed as BASE_IMAGE.
 #  2. podman build --runtime runc (crun fails on this host's hybrid cgroups), the machine's pip setup
 #     (local wheel mirror + CA bundle) bind-mounted read-only into the build: nothing of it stays in the image.
+#     The builds' own checks (images/toolchain_check.py): Python.h, Triton's compiler lookup and a built
+#     extension; in the RL image nvcc and SGLang's toolchain discovery compiling and linking a kernel.
 #  3. `paravt data` in the sft image on synthetic data, outputs to the test S3 server on loopback
 #     (--network host, AWS_* env); the outputs are checked from the host, and the uid the stage ran as.
 #     Then `<image> <stage> --help` (and `<image> paravt <stage> --help`) for every stage verb.
@@ -20,16 +23,15 @@ ROOT=$PWD
 WORK=${IMAGES_SMOKE_DIR:-$ROOT/build/images-smoke}
 TAG=${IMAGES_SMOKE_TAG:-smoke}
 FAMILIES=${IMAGES_SMOKE_FAMILIES:-"sft eval rl"}
-BASE_KIND=${IMAGES_SMOKE_BASE:-cuda}
+BASE_KIND=${IMAGES_SMOKE_BASE:-pinned}
+REGISTRY=${IMAGES_SMOKE_REGISTRY:-localhost:5055}
 for arg in "$@"; do
   case "$arg" in
-    --cuda-base) BASE_KIND=cuda ;;
-    --cpu-base) BASE_KIND=cpu=bookworm ;;
-    --cpu-base=*) BASE_KIND=cpu=${arg#--cpu-base=} ;;
-    *) echo "usage: $0 [--cuda-base | --cpu-base[=bookworm|jammy]]"; exit 2 ;;
+    --pinned-base) BASE_KIND=pinned ;;
+    --fresh-base) BASE_KIND=fresh ;;
+    *) echo "usage: $0 [--pinned-base | --fresh-base]"; exit 2 ;;
   esac
 done
-[ "$BASE_KIND" = cpu ] && BASE_KIND=cpu=bookworm
 PY=.venv/bin/python
 RUN_FLAGS=(--runtime runc --ulimit nofile=20000:20000 --ulimit nproc=32768:32768)
 mkdir -p "$WORK"
@@ -37,7 +39,7 @@ t0=$(date +%s)
 say() { echo "[images-smoke $(( $(date +%s) - t0 ))s] $*"; }
 
 need=()
-for pkg in podman buildah debootstrap runc; do
+for pkg in podman buildah debootstrap runc docker-registry skopeo; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -45,44 +47,29 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-case "$BASE_KIND" in
-  cuda)
-    # The default of the Dockerfiles' BASE_IMAGE argument (the same in all three: a test checks it).
-    BASE=$(sed -n 's/^ARG BASE_IMAGE=//p' Dockerfile.sft)
-    if ! podman image exists "$BASE"; then
-      say "pulling the CUDA base $BASE"
-      podman pull -q "$BASE" >"$WORK/pull.log" 2>&1 || {
-        cat "$WORK/pull.log"
-        echo "images-smoke: cannot pull the CUDA base (above); --cpu-base builds on a debootstrap base instead"
-        exit 1
-      }
-    fi ;;
-  cpu=bookworm|cpu=jammy)
-    suite=${BASE_KIND#cpu=}
-    BASE=localhost/paravt-base:$suite
-    if [ "$suite" = jammy ]; then
-      # universe: python3.11 on jammy (the CUDA base's ubuntu22.04 image lists it; minbase does not)
-      mirror=http://archive.ubuntu.com/ubuntu components=main,universe
-    else
-      mirror=http://deb.debian.org/debian components=main
-    fi
-    if ! podman image exists "$BASE"; then
-      say "debootstrap minbase $suite -> $BASE"
-      rm -rf "$WORK/rootfs"
-      debootstrap --variant=minbase --components="$components" "$suite" "$WORK/rootfs" "$mirror" \
-        >"$WORK/debootstrap.log"
-      if [ "$suite" = jammy ]; then
-        # The pockets the ubuntu:22.04 image (under the CUDA base) lists: python3.11 is only in
-        # jammy-updates/universe, not in the release pocket debootstrap configures.
-        for pocket in jammy jammy-updates jammy-security; do
-          echo "deb $mirror $pocket main universe"
-        done >"$WORK/rootfs/etc/apt/sources.list"
-      fi
-      tar -C "$WORK/rootfs" -c . | podman import - "$BASE" >/dev/null
-      rm -rf "$WORK/rootfs"
-    fi ;;
-  *) echo "images-smoke: unknown base '$BASE_KIND' (--cuda-base, --cpu-base[=bookworm|jammy])"; exit 2 ;;
-esac
+case "$BASE_KIND" in pinned|fresh) ;; *) echo "images-smoke: unknown base '$BASE_KIND' (pinned, fresh)"; exit 2 ;; esac
+# The registry on loopback that holds the base (TLS off: loopback only).
+TLS=(--tls-verify=false)
+if ! curl -sf "http://$REGISTRY/v2/" >/dev/null; then
+  mkdir -p "$WORK/registry"
+  cat >"$WORK/registry.yml" <<EOF
+version: 0.1
+storage: {filesystem: {rootdirectory: $WORK/registry}}
+http: {addr: $REGISTRY}
+log: {level: warn}
+EOF
+  say "starting docker-registry on $REGISTRY"
+  docker-registry serve "$WORK/registry.yml" >"$WORK/registry.log" 2>&1 &
+  for _ in $(seq 50); do curl -sf "http://$REGISTRY/v2/" >/dev/null && break; sleep 0.2; done
+fi
+# The default of the Dockerfiles' BASE_IMAGE argument (the same in all three: a test checks it).
+BASE=$(sed -n 's/^ARG BASE_IMAGE=//p' Dockerfile.sft)
+if [ "$BASE_KIND" = fresh ] || ! skopeo inspect "${TLS[@]}" "docker://$BASE" >/dev/null 2>&1; then
+  # untag, not rmi: the built images keep their layers; base-image.sh then makes a new one.
+  if [ "$BASE_KIND" = fresh ]; then podman untag localhost/paravt-base:bookworm >/dev/null 2>&1 || true; fi
+  say "making the base (scripts/base-image.sh) and pushing it to $REGISTRY"
+  BASE=$(BASE_IMAGE_DIR="$WORK/base" scripts/base-image.sh --push "$REGISTRY" "${TLS[@]}")
+fi
 say "base image: $BASE"
 
 # pip inside the build: this machine's mirror and CA bundle, mounted read-only for the RUN only.
@@ -106,7 +93,7 @@ git archive --format=tar HEAD | tar -x -C "$WORK/context"
 for fam in $FAMILIES; do
   say "building paravt-$fam:$TAG"
   s=$(date +%s)
-  podman build --runtime runc --network host "${MOUNTS[@]}" \
+  podman build --runtime runc --network host "${TLS[@]}" "${MOUNTS[@]}" \
     --build-arg BASE_IMAGE="$BASE" --build-arg VCS_REF="$(git rev-parse HEAD)" \
     -f "$WORK/context/Dockerfile.$fam" -t "paravt-$fam:$TAG" "$WORK/context" >"$WORK/build-$fam.log" 2>&1 \
     || { tail -30 "$WORK/build-$fam.log"; exit 1; }
@@ -181,7 +168,7 @@ done
 fam=$(echo "$FAMILIES" | awk '{print $1}')
 echo "# images-smoke code edit" >> "$WORK/context/paravt_core/__init__.py"
 s=$(date +%s)
-podman build --runtime runc --network host "${MOUNTS[@]}" \
+podman build --runtime runc --network host "${TLS[@]}" "${MOUNTS[@]}" \
   --build-arg BASE_IMAGE="$BASE" --build-arg VCS_REF="$(git rev-parse HEAD)" \
   -f "$WORK/context/Dockerfile.$fam" -t "paravt-$fam:$TAG-edit" "$WORK/context" >"$WORK/rebuild-$fam.log" 2>&1 \
   || { tail -30 "$WORK/rebuild-$fam.log"; exit 1; }
@@ -193,4 +180,4 @@ say "code edit: paravt-$fam rebuilt in ${rebuild}s, dependency layer from cache"
 podman rmi "paravt-$fam:$TAG-edit" >/dev/null
 
 say "done in $(( $(date +%s) - t0 ))s; image sizes:"
-podman images --format '{{.Repository}}:{{.Tag}}  {{.Size}}' | grep -E "paravt-(sft|rl|eval):$TAG|paravt-base|nvidia/cuda"
+podman images --format '{{.Repository}}:{{.Tag}}  {{.Size}}' | grep -E "paravt-(sft|rl|eval):$TAG|paravt-base"

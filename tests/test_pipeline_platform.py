@@ -146,3 +146,59 @@ def test_image_pull_secrets_from_the_compiling_environment(tmp_path, monkeypatch
         "paravt-registry",
         "mirror-creds",
     ]
+
+
+def test_rl_stage_mounts_the_kernel_cache_and_points_the_jit_caches_into_it(tmp_path, monkeypatch) -> None:
+    @dsl.pipeline(name="probe")
+    def probe(media_pvc: str = "paravt-media"):
+        platform.configure_task(probe_op(x="a"), "rl", media_pvc=media_pvc)
+        platform.configure_task(probe_op(x="b"), "sft", media_pvc=media_pvc)
+
+    _, spec, k8s = _compile(probe, tmp_path, monkeypatch)
+    rl, sft = k8s["exec-probe-op"], k8s["exec-probe-op-2"]
+    media, cache = rl["pvcMount"]
+    assert media["mountPath"] == "/mnt/media"
+    assert cache["mountPath"] == "/home/paravt/.cache/kernels"
+    assert cache["pvcNameParameter"] == {"runtimeValue": {"constant": "paravt-kernel-cache"}}
+    env = spec["deploymentSpec"]["executors"]["exec-probe-op"]["container"]["env"]
+    assert {e["name"]: e["value"] for e in env} == {
+        "TRITON_CACHE_DIR": "/home/paravt/.cache/kernels/triton",
+        "SGLANG_JIT_CACHE_DIR": "/home/paravt/.cache/kernels/sglang-jit",
+        "FLASHINFER_WORKSPACE_BASE": "/home/paravt/.cache/kernels",
+    }
+    # Only the RL step compiles SGLang's kernels: the SFT step gets neither the claim nor the variables.
+    assert [m["mountPath"] for m in sft["pvcMount"]] == ["/mnt/media"]
+    assert "env" not in spec["deploymentSpec"]["executors"]["exec-probe-op-2"]["container"]
+
+
+def test_kernel_cache_variables_are_the_ones_the_libraries_read(tmp_path) -> None:
+    """Each variable moves its library's cache: Triton 3.8's knobs (triton/knobs.py, cache_knobs.dir) and
+    SGLang 0.5.23's JIT cache root (sglang/kernels/jit/utils/compile/cache.py, cache_root), read by the
+    libraries' own code with the variables the RL step sets."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.sglang_support import sglang_site, side_env
+
+    env = {**os.environ, **platform.KERNEL_CACHE_ENV}
+    triton = subprocess.run(
+        [sys.executable, "-c", "import triton; print(triton.knobs.cache.dir)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert triton.returncode == 0, triton.stderr
+    assert triton.stdout.strip() == "/home/paravt/.cache/kernels/triton"
+    site = sglang_site()
+    code = "from sglang.kernels.jit.utils.compile.cache import cache_root; print(cache_root())"
+    sglang = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**side_env(site), **platform.KERNEL_CACHE_ENV},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert sglang.returncode == 0, sglang.stderr[-2000:]
+    assert sglang.stdout.strip().splitlines()[-1] == "/home/paravt/.cache/kernels/sglang-jit"

@@ -78,7 +78,7 @@ def test_overlay_validates_strictly(rendered) -> None:
             "RoleBinding",
             "RoleBinding",
         ]
-        + ["ConfigMap", "ConfigMap", "ConfigMap", "PersistentVolumeClaim", "Job", "Job"]
+        + ["ConfigMap", "ConfigMap", "ConfigMap", "PersistentVolumeClaim", "PersistentVolumeClaim", "Job", "Job"]
     )
     # kubernetes-validate reports one "passed" line per resource.
     assert report.count("passed for resource") == len(docs)
@@ -108,12 +108,25 @@ def test_no_secret_is_rendered_and_launcher_names_the_pipeline_secret(rendered) 
 
 def test_media_pvc_is_the_one_the_stages_mount(rendered) -> None:
     overlay, docs, _ = rendered
-    (pvc,) = by_kind(docs, "PersistentVolumeClaim")
-    assert pvc["metadata"]["name"] == platform.MEDIA_PVC_NAME
+    pvcs = {d["metadata"]["name"]: d for d in by_kind(docs, "PersistentVolumeClaim")}
+    assert set(pvcs) == {platform.MEDIA_PVC_NAME, platform.KERNEL_CACHE_PVC_NAME}
+    pvc = pvcs[platform.MEDIA_PVC_NAME]
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
     assert pvc["spec"]["resources"]["requests"]["storage"] == {"dev": "50Gi", "prod": "4Ti"}[overlay]
     # A named ReadWriteMany class (no reliance on a cluster default): the base's, or the overlay's.
     assert pvc["spec"]["storageClassName"] == {"dev": "nfs-csi", "prod": "efs-sc"}[overlay]
+
+
+def test_kernel_cache_pvc_is_the_one_the_rl_step_mounts(rendered) -> None:
+    overlay, docs, _ = rendered
+    (pvc,) = [
+        d for d in by_kind(docs, "PersistentVolumeClaim") if d["metadata"]["name"] == "paravt-kernel-cache"
+    ]
+    assert platform.STAGES["rl"].kernel_cache and pvc["metadata"]["name"] == platform.KERNEL_CACHE_PVC_NAME
+    # ReadWriteMany in the media claim's class (a retried pod may land on another node).
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"]["storageClassName"] == {"dev": "nfs-csi", "prod": "efs-sc"}[overlay]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "20Gi"
 
 
 def test_one_s3_configuration_feeds_kfp_launcher_and_the_stages(rendered) -> None:
