@@ -194,6 +194,11 @@ def trainable(root: torch.nn.Module) -> Iterator[torch.nn.Parameter]:
 
 def grad_norm_and_clip(root: torch.nn.Module, max_norm: float) -> float:
     """Global gradient norm over the trainable parameters (all shards) before clipping to ``max_norm``."""
+    return float(clip_grads(root, max_norm))
+
+
+def clip_grads(root: torch.nn.Module, max_norm: float) -> torch.Tensor:
+    """:func:`grad_norm_and_clip` without reading the norm back: a 0-d tensor on the device (no sync)."""
     norm = torch.nn.utils.clip_grad_norm_(list(trainable(root)), max_norm)
     full = getattr(norm, "full_tensor", None)  # FSDP2: a DTensor
-    return float(full() if full is not None else norm)
+    return full() if full is not None else norm
