@@ -76,9 +76,10 @@ class PackedBatch:
     lengths: list[int] = field(default_factory=list)
     indices: list[int] = field(default_factory=list)  # Sample.index of each packed sample
     # Worked out on the host by pack() so that the step never reads a device tensor back (a sync per
-    # micro-batch): the positions that have a target, and the patches of each image then each video.
+    # micro-batch): the positions that have a target, the patches of each image and of each video.
     keep: torch.Tensor | None = None
-    media_patches: list[int] | None = None
+    image_patches: list[int] | None = None
+    video_patches: list[int] | None = None
 
     @property
     def tokens(self) -> int:
@@ -137,7 +138,8 @@ class PackedBatch:
             lengths=list(self.lengths),
             indices=list(self.indices),
             keep=move(self.keep),
-            media_patches=None if self.media_patches is None else list(self.media_patches),
+            image_patches=self.image_patches,
+            video_patches=self.video_patches,
         )
 
 
@@ -194,7 +196,6 @@ def pack(samples: Sequence[Sample]) -> PackedBatch:
     targets = torch.cat([shifted_targets(s.labels) for s in samples]).view(1, -1)
     image_grid_thw = _cat([s.image_grid_thw for s in samples])
     video_grid_thw = _cat([s.video_grid_thw for s in samples])
-    grids = [g for g in (image_grid_thw, video_grid_thw) if g is not None]
     return PackedBatch(
         input_ids=torch.cat([s.input_ids for s in samples]).view(1, -1),
         position_ids=position_ids,
@@ -207,7 +208,8 @@ def pack(samples: Sequence[Sample]) -> PackedBatch:
         lengths=[len(s) for s in samples],
         indices=[s.index for s in samples],
         keep=torch.nonzero(targets[0] != IGNORE).flatten(),
-        media_patches=[int(n) for g in grids for n in g.prod(-1).tolist()],
+        image_patches=None if image_grid_thw is None else image_grid_thw.prod(-1).tolist(),
+        video_patches=None if video_grid_thw is None else video_grid_thw.prod(-1).tolist(),
     )
 
 
@@ -241,8 +243,9 @@ def encode_media(model: Any, batch: PackedBatch, always: bool = False) -> tuple[
         blank = out.pooler_output.sum() + sum(f.sum() for f in out.deepstack_features)
         return {}, 0.0 * blank
     merge = visual.spatial_merge_size**2
-    if batch.media_patches is not None:  # known on the host: no read-back of the device's grids
-        sizes = [n // merge for n in batch.media_patches]
+    host = [batch.image_patches, batch.video_patches]
+    if all(h is not None for h, (p, _) in zip(host, parts, strict=True) if p is not None):
+        sizes = [n // merge for h, (p, _) in zip(host, parts, strict=True) if p is not None for n in h]
     else:
         sizes = (grids.prod(-1) // merge).tolist()
     pooled = torch.split(out.pooler_output, sizes)
