@@ -338,7 +338,9 @@ class SftModelConfig(StrictModel):
     )
     attn_implementation: str = Field(
         default="sdpa",
-        description='"sdpa" (CPU and GPU) or "flash_attention_2" (GPU, if installed); both keep packed samples apart',
+        description='"sdpa" (CPU and GPU; one masked [L, L] attention per pack), "packed_sdpa" (causal sdpa per '
+        'packed sample: only the samples\' own blocks are computed) or "flash_attention_2" (GPU, if installed); '
+        "all keep packed samples apart",
     )
     gradient_checkpointing: bool = Field(
         default=True, description="recompute activations in the backward pass"

@@ -268,8 +268,12 @@ def target_logits(model: Any, batch: PackedBatch, **inputs: Any) -> tuple[torch.
     keyword arguments (``batch.model_inputs()``, possibly with encoded media). Shared by the SFT loss and the
     RL learner's log-probs.
     """
+    from paravt_core.train.attention import forward_kwargs
+
     keep = batch.target_positions()
-    logits = model(**inputs, logits_to_keep=keep, use_cache=False).logits[0]
+    logits = model(
+        **inputs, logits_to_keep=keep, use_cache=False, **forward_kwargs(model, batch.lengths)
+    ).logits[0]
     return keep, logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 logits -> float32
 
 
@@ -278,8 +282,10 @@ def target_hidden(model: Any, batch: PackedBatch, **inputs: Any) -> tuple[torch.
 
     The head is applied by the caller in chunks (``paravt_core.train.logprobs``), so no [K, vocab] tensor of
     all positions exists at once. ``inputs``: as for :func:`target_logits`."""
+    from paravt_core.train.attention import forward_kwargs
+
     keep = batch.target_positions()
-    hidden = model.model(**inputs, use_cache=False)[0][0]
+    hidden = model.model(**inputs, use_cache=False, **forward_kwargs(model, batch.lengths))[0][0]
     return keep, hidden[keep]
 
 

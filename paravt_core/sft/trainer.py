@@ -45,6 +45,7 @@ from paravt_core.sft.data import (
 )
 from paravt_core.sft.inputs import REASONS, MediaSpec
 from paravt_core.sft.packing import Bin, PackedBatch, PackedLoss, Packer, Sample, pack
+from paravt_core.train.attention import set_implementation
 from paravt_core.train.dist import Dist, seed_everything, setup_distributed
 from paravt_core.train.fsdp import CoreOptions, build, clip_grads, make_adamw
 
@@ -283,8 +284,7 @@ def train(
     )
 
     def wrap(inner: Any) -> PackedLoss:
-        if cfg.model.attn_implementation != inner.config._attn_implementation:
-            inner.set_attn_implementation(cfg.model.attn_implementation)
+        set_implementation(inner, cfg.model.attn_implementation)
         return PackedLoss(inner, always_run_vision=d.sharded, chunk=cfg.train.logprob_chunk)
 
     model, loaded = build(cfg.model.uri, d, wrap, opts, dtype=torch.float32)
