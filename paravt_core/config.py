@@ -311,6 +311,11 @@ class TrainConfig(StrictModel):
     activation_checkpointing: bool = Field(
         default=True, description="RL learner: recompute decoder layers in the backward (SFT: model.*)"
     )
+    compile_layers: bool = Field(
+        default=False,
+        description="torch.compile each decoder layer (regional compile, torchtitan's approach); off until a "
+        "GPU run shows a gain",
+    )
 
 
 class LaunchConfig(StrictModel):

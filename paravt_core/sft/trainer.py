@@ -281,6 +281,7 @@ def train(
         freeze_vision=cfg.train.freeze_vision,
         mixed_precision=bf16,
         activation_checkpointing=cfg.model.gradient_checkpointing,
+        compile_layers=cfg.train.compile_layers,
     )
 
     def wrap(inner: Any) -> PackedLoss:
