@@ -313,8 +313,7 @@ class TrainConfig(StrictModel):
     )
     compile_layers: bool = Field(
         default=False,
-        description="torch.compile each decoder layer (regional compile, torchtitan's approach); off until a "
-        "GPU run shows a gain",
+        description="torch.compile each decoder layer (regional compile); off until a GPU run shows a gain",
     )
 
 
@@ -343,9 +342,8 @@ class SftModelConfig(StrictModel):
     )
     attn_implementation: str = Field(
         default="sdpa",
-        description='"sdpa" (CPU and GPU; one masked [L, L] attention per pack), "packed_sdpa" (causal sdpa per '
-        'packed sample: only the samples\' own blocks are computed) or "flash_attention_2" (GPU, if installed); '
-        "all keep packed samples apart",
+        description='"sdpa" (masked [L, L] per pack), "packed_sdpa" (per sample: skips cross-sample blocks), '
+        '"flash_attention_2"',
     )
     gradient_checkpointing: bool = Field(
         default=True, description="recompute activations in the backward pass"
