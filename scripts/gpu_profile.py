@@ -97,6 +97,39 @@ def relocate(data_dir: Path, work: Path) -> int:
     return changed
 
 
+def loader_sweep(cfg: Any, workers: list[int], samples: int) -> list[dict]:
+    """Tokens/s that the loader makes with each worker count (``cfg.data.prefetch_factor`` samples in flight per
+    worker), ``samples`` samples each after the first (start-up): what ``data.num_workers`` must reach to feed
+    the step (tokens per step / step time)."""
+    from paravt_core.models import load_processor_only
+    from paravt_core.sft.data import (
+        Dropped,
+        RankIndices,
+        SftRows,
+        StreamPosition,
+        read_rows,
+        sample_stream,
+        sft_files,
+    )
+    from paravt_core.sft.inputs import MediaSpec
+
+    loaded = load_processor_only(cfg.model.uri)
+    messages, row_ids = read_rows(sft_files(cfg.data.input, cfg.data.include))
+    rows = SftRows(messages, row_ids, loaded.processor, loaded.config, MediaSpec(**cfg.media.model_dump()), 0)
+    out = []
+    for n in workers:
+        stream = sample_stream(rows, RankIndices(StreamPosition(), 0, 1), n, cfg.data.prefetch_factor)
+        next(stream)
+        t0, tokens = time.perf_counter(), 0
+        for _ in range(samples):
+            item = next(stream)
+            tokens += 0 if isinstance(item, Dropped) else len(item)
+        seconds = time.perf_counter() - t0
+        out.append({"workers": n, "tokens_per_s": tokens / seconds, "samples_per_s": samples / seconds})
+        del stream
+    return out
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -190,6 +223,10 @@ def markdown(summary: dict, env: dict) -> str:
         "|---|---|",
         *[f"| `{k['name'][:90]}` | {k['s_per_step']:.3f} |" for k in s["heaviest_kernels"]],
     ]
+    if s.get("loader"):
+        need = sum(s["tokens_per_step"]) / max(sum(s["step_time_s"]), 1e-9)
+        lines += ["", f"| loader workers | tokens/s (the step consumed {need:,.0f}) |", "|---|---|"]
+        lines += [f"| {x['workers']} | {x['tokens_per_s']:,.0f} |" for x in s["loader"]]
     if s["sync_sites"]:
         lines += ["", "| sync site | count |", "|---|---|"]
         lines += [f"| `{k}` | {v} |" for k, v in s["sync_sites"].items()]
@@ -214,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1, help="steps run before the profiled ones")
     parser.add_argument("--docs", default="auto", help="file to append the summary to ('none'; 'auto': "
                         "docs/gpu-runs.md on a GPU, none on a CPU)")  # fmt: skip
+    parser.add_argument("--loader-workers", default="auto", help="worker counts to time the loader with, "
+                        "comma-separated ('auto': 2,4,8,12 on a GPU, 0,1 on a CPU; 'none')")  # fmt: skip
     parser.add_argument("--prepare-only", action="store_true", help="build model and data, then stop")
     parser.add_argument("overrides", nargs="*", help="SFT config overrides (key=value), after the script's")
     args = parser.parse_args(argv)
@@ -287,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
             if torch.distributed.is_initialized():
                 torch.distributed.destroy_process_group()
     records = result.records[args.warmup :]
+    sweep = args.loader_workers if args.loader_workers != "auto" else ("2,4,8,12" if cuda else "0,1")
+    loader = [] if sweep == "none" else loader_sweep(cfg, [int(w) for w in sweep.split(",")], 48)
     with torch.device("meta"):
         from transformers import AutoConfig, AutoModelForImageTextToText
 
@@ -299,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
     summary = summarize(prof, records, syncs, params, device, args.steps)
     summary["wall_s"] = time.perf_counter() - started
+    summary["loader"] = loader
     trace = out / "trace.json"
     prof.export_chrome_trace(str(trace))
     with open(trace, "rb") as src, gzip.open(str(trace) + ".gz", "wb") as dst:

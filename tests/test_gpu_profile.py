@@ -47,6 +47,8 @@ def test_gpu_profile_on_the_tiny_model(tiny_model_dir: str, sft_data_output: str
     assert len(s["losses"]) == len(s["step_time_s"]) == len(s["tokens_per_step"]) == 2
     assert abs(s["tokens_per_s"] - sum(s["tokens_per_step"]) / sum(s["step_time_s"])) < 1e-6
     assert s["parameters"] > 0 and s["environment"]["config"] == "configs/sft/tiny.yaml"
+    assert [x["workers"] for x in s["loader"]] == [0, 1]  # the loader timed per worker count
+    assert all(x["tokens_per_s"] > 0 and x["samples_per_s"] > 0 for x in s["loader"])
 
     with gzip.open(out / "trace.json.gz") as f:
         names = {e.get("name") for e in json.load(f)["traceEvents"]}
@@ -54,6 +56,7 @@ def test_gpu_profile_on_the_tiny_model(tiny_model_dir: str, sft_data_output: str
 
     text = docs.read_text()
     assert text.startswith("# Runs on a real GPU\n") and "`make gpu-profile` on CPU" in text
+    assert "| loader workers |" in text and "| sft/" not in text and "| forward |" in text
     marker = json.loads(re.search(r"<!-- gpu-run: (.*) -->", text).group(1))
     assert marker["mfu"] is None and abs(marker["tokens_per_s"] - s["tokens_per_s"]) < 1e-6
 
