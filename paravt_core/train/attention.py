@@ -77,8 +77,9 @@ def register() -> None:
 
 def forward_kwargs(model: Any, lengths: list[int]) -> dict[str, Any]:
     """What the language model's forward needs for ``packed_sdpa`` (nothing for the other implementations)."""
-    text = getattr(model.config, "text_config", model.config)
-    return {"packed_lengths": tuple(lengths)} if text._attn_implementation == NAME else {}
+    config = getattr(model, "config", None)
+    text = getattr(config, "text_config", config)
+    return {"packed_lengths": tuple(lengths)} if getattr(text, "_attn_implementation", None) == NAME else {}
 
 
 def set_implementation(model: Any, name: str) -> None:
