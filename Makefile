@@ -2,7 +2,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check mutation clean ablations-demo
+.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-step-host bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check gpu-profile mutation clean ablations-demo
 
 setup:
 	@scripts/setup.sh
@@ -37,6 +37,11 @@ GPU_PYTHON ?= python3
 gpu-check:
 	$(GPU_PYTHON) scripts/gpu_check.py
 
+# For a machine with one GPU (the image's torch is enough): 1 + 2 SFT steps at Qwen3-VL-2B shapes under
+# torch.profiler; trace and summary in build/gpu-profile/, summary appended to docs/gpu-runs.md.
+gpu-profile:
+	$(GPU_PYTHON) scripts/gpu_profile.py $(GPU_PROFILE_ARGS)
+
 # Builds the three images with podman and runs a stage in a container (minutes, several GB; not in `test`).
 images-smoke: setup
 	scripts/images-smoke.sh
@@ -45,7 +50,7 @@ images-smoke: setup
 images-dag-smoke: setup
 	scripts/images-dag-smoke.sh
 
-bench: bench-materialize bench-video bench-dispatch bench-sft bench-rollout bench-eval bench-scoring
+bench: bench-materialize bench-video bench-dispatch bench-sft bench-step-host bench-rollout bench-eval bench-scoring
 
 bench-materialize: setup
 	$(VENV)/bin/python benchmarks/materialize.py
@@ -62,6 +67,11 @@ bench-dispatch: setup
 bench-sft: setup
 	$(VENV)/bin/pip install --quiet --target .venv-bench/site --no-deps qwen-vl-utils==0.0.14
 	PYTHONPATH=.venv-bench/site $(VENV)/bin/python benchmarks/sft_inputs.py
+
+# Host cost of one SFT step (zero-cost model stand-in) before and after issue 32's step, against the step
+# time of 40 % MFU at 2B and 8B shapes on one H100.
+bench-step-host: setup
+	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/step_host.py
 
 bench-rollout: setup
 	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/rollout.py

@@ -79,7 +79,8 @@ def build(out: str, config_from: str | None) -> None:
     config.image_token_id, config.video_token_id = ids["<|image_pad|>"], ids["<|video_pad|>"]
     config.vision_start_token_id, config.vision_end_token_id = ids["<|vision_start|>"], ids["<|vision_end|>"]
     torch.manual_seed(0)
-    model = Qwen3VLForConditionalGeneration(config).to(torch.bfloat16)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # random init of 2 B: seconds on a GPU
+        model = Qwen3VLForConditionalGeneration(config).to(torch.bfloat16)
     params = sum(p.numel() for p in model.parameters())
     model.save_pretrained(out)
     processor.save_pretrained(out)

@@ -311,6 +311,10 @@ class TrainConfig(StrictModel):
     activation_checkpointing: bool = Field(
         default=True, description="RL learner: recompute decoder layers in the backward (SFT: model.*)"
     )
+    compile_layers: bool = Field(
+        default=False,
+        description="torch.compile each decoder layer (regional compile); off until a GPU run shows a gain",
+    )
 
 
 class LaunchConfig(StrictModel):
@@ -338,7 +342,8 @@ class SftModelConfig(StrictModel):
     )
     attn_implementation: str = Field(
         default="sdpa",
-        description='"sdpa" (CPU and GPU) or "flash_attention_2" (GPU, if installed); both keep packed samples apart',
+        description='"sdpa" (masked [L, L] per pack), "packed_sdpa" (per sample: skips cross-sample blocks), '
+        '"flash_attention_2"',
     )
     gradient_checkpointing: bool = Field(
         default=True, description="recompute activations in the backward pass"

@@ -7,6 +7,7 @@ times are arithmetic on the model's shapes with the assumptions printed next to 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,23 @@ GPUS = {
     "h100-80g": Gpu("h100-80g", 81559 * 2**20, 989e12, 0.95),
 }
 
-MFU = 0.40  # assumed model-FLOPs utilisation of the learners (bf16, FSDP2, sdpa)
+MFU = 0.40  # assumed model-FLOPs utilisation of the learners (bf16, FSDP2, sdpa) when no GPU run is recorded
+GPU_RUNS = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs.md"
+_RUN_MARKER = re.compile(r"<!-- gpu-run: (\{.*?\}) -->")
+
+
+def learner_mfu(runs: Path | None = None) -> tuple[float, str]:
+    """(MFU, where it comes from): the latest run in ``docs/gpu-runs.md`` that recorded one (its
+    ``<!-- gpu-run: {...} -->`` line, written by ``make gpu-profile``), else the assumed :data:`MFU`."""
+    path = GPU_RUNS if runs is None else runs
+    text = path.read_text() if path.is_file() else ""
+    for raw in reversed(_RUN_MARKER.findall(text)):
+        run = json.loads(raw)
+        if run.get("mfu"):
+            return float(run["mfu"]), f"measured: {path.name}, {run.get('date')} on {run.get('device')}"
+    return MFU, "assumed: no GPU run recorded"
+
+
 ROLLOUT_TOKENS_PER_S = 2500.0  # assumed decode throughput of one SGLang server (8B, bf16, ~56 sequences)
 PUBLISHED_HOURS = {"sft": 36.0, "rl": 50.0}  # SPEC §5, on 8 GPUs
 
@@ -105,14 +122,16 @@ def plan_sft(
     out = _stage(mem, gpu)
     n_flops = flops_per_token(model_config, length) * (4.0 if cfg.model.gradient_checkpointing else 3.0)
     tokens = gpus * cfg.trainer.grad_accum * length
-    step_s = tokens * n_flops / (gpus * gpu.bf16_flops * MFU)
+    mfu, source = learner_mfu()
+    step_s = tokens * n_flops / (gpus * gpu.bf16_flops * mfu)
     out.update(
         world=gpus,
         pack_length=length,
         time={
             "tokens_per_step": tokens,
             "flops_per_token": n_flops,
-            "mfu": MFU,
+            "mfu": mfu,
+            "mfu_source": source,
             "step_s": step_s,
             "wall_h": step_s * cfg.trainer.steps / 3600,
             "steps": cfg.trainer.steps,
@@ -175,7 +194,8 @@ def plan_rl(
     n_flops = flops_per_token(model_config, length)
     learner_tokens = episodes * length
     learner_flops = learner_tokens * n_flops * (1 + 1 + 3)  # prox fwd, reference fwd, train fwd + bwd
-    learner_s = learner_flops / (learners * gpu.bf16_flops * MFU)
+    mfu, source = learner_mfu()
+    learner_s = learner_flops / (learners * gpu.bf16_flops * mfu)
     generated = episodes * cfg.agent.max_new_tokens
     rollout_s = generated / (servers * ROLLOUT_TOKENS_PER_S)
     push_s = weights / 25e9  # ~25 GB/s NCCL over NVLink, one sender
@@ -187,7 +207,8 @@ def plan_rl(
             "episodes_per_step": episodes,
             "learner_tokens_per_step": learner_tokens,
             "flops_per_token": n_flops * 5,
-            "mfu": MFU,
+            "mfu": mfu,
+            "mfu_source": source,
             "learner_s": learner_s,
             "rollout_tokens_per_step": generated,
             "rollout_tokens_per_s_per_server": ROLLOUT_TOKENS_PER_S,
@@ -288,12 +309,12 @@ def render(result: dict[str, Any]) -> str:
     if stage == "sft":
         lines.append(
             f"time: {t['tokens_per_step']} tokens/step x {t['flops_per_token'] / 1e9:.1f} GFLOP/token at MFU "
-            f"{t['mfu']:.0%} (assumed) -> {t['step_s']:.1f} s/step, {t['wall_h']:.1f} h for {t['steps']} steps "
+            f"{t['mfu']:.1%} ({t['mfu_source']}) -> {t['step_s']:.1f} s/step, {t['wall_h']:.1f} h for {t['steps']} steps "
             f"(published: ~{t['published_h_on_8']:.0f} h on 8 GPUs)"
         )
     else:
         lines.append(
-            f"time: learner {t['learner_s']:.1f} s (MFU {t['mfu']:.0%} assumed), rollouts {t['rollout_s']:.1f} s "
+            f"time: learner {t['learner_s']:.1f} s (MFU {t['mfu']:.1%}, {t['mfu_source']}), rollouts {t['rollout_s']:.1f} s "
             f"({t['rollout_tokens_per_step']} tokens at {t['rollout_tokens_per_s_per_server']:.0f} tokens/s per "
             f"server, assumed), push {t['push_s']:.1f} s -> {t['step_s']:.1f} s/step, {t['wall_h']:.1f} h for "
             f"{t['steps']} steps (published: ~250 s/step, ~{t['published_h_on_8']:.0f} h on 8 GPUs)"

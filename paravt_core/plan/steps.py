@@ -193,8 +193,9 @@ def prepare_sft(config: Any, cfg: Any, pack_length: int, *, world: int) -> Prepa
 
     d = Dist(rank=0, world=world, device=torch.device("cpu"), sharded=True)
     model = build_model(config, torch.float32)  # the trainer's float32 master weights
-    if cfg.model.attn_implementation != model.config._attn_implementation:
-        model.set_attn_implementation(cfg.model.attn_implementation)
+    from paravt_core.train.attention import set_implementation
+
+    set_implementation(model, cfg.model.attn_implementation)
     opts = CoreOptions(  # as paravt_core.sft.trainer.train on a GPU
         freeze_vision=cfg.train.freeze_vision,
         mixed_precision=cfg.model.bf16,

@@ -51,11 +51,11 @@ from paravt_core.rl.config import OptimConfig
 from paravt_core.sft.packing import IGNORE, PackedBatch, encode_media, mrope_position_ids, pack, target_hidden
 from paravt_core.sft.packing import Sample as PackSample
 from paravt_core.train.dist import Dist
-from paravt_core.train.fsdp import CoreOptions, assemble, build, grad_norm_and_clip, make_adamw
+from paravt_core.train.fsdp import CoreOptions, assemble, build, clip_grads, make_adamw
 from paravt_core.train.logprobs import target_logprobs
 
 from .advantages import sequence_advantages, token_advantages, zero_groups
-from .loss import decoupled_ppo_loss
+from .loss import STATS, decoupled_ppo_terms, stats_of
 from .rollout import Sample
 
 
@@ -144,10 +144,21 @@ class PolicyLogprobs(torch.nn.Module):
 
 
 def packed_logprobs(root: PolicyLogprobs, batch: PackedBatch, temperature: float) -> list[torch.Tensor]:
-    """Per packed sample, its trained tokens' log-probs under ``root`` ([L_i] each, 0 elsewhere)."""
+    """Per packed sample, its trained tokens' log-probs under ``root`` ([L_i] each, 0 elsewhere), on the host."""
+    return [part.cpu() for part in torch.split(device_logprobs(root, batch, temperature), batch.lengths)]
+
+
+def device_logprobs(root: PolicyLogprobs, batch: PackedBatch, temperature: float) -> torch.Tensor:
+    """:func:`packed_logprobs` left on the device, the samples one after the other ([tokens]): no read-back."""
     param = next(root.parameters())
-    full = root(batch.to(param.device, dtype=param.dtype), temperature)
-    return [part.cpu() for part in torch.split(full, batch.lengths)]
+    return root(batch.to(param.device, dtype=param.dtype), temperature)
+
+
+def to_host(parts: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Device tensors to the host in one copy (one wait for the device instead of one per tensor)."""
+    if not parts:
+        return []
+    return list(torch.split(torch.cat(parts).cpu(), [int(p.shape[0]) for p in parts]))
 
 
 def pack_groups(lengths: Sequence[int], limit: int) -> list[list[int]]:
@@ -320,14 +331,17 @@ class Learner:
         groups, packs = self._packs(seqs, mine)
         prox_of: dict[int, torch.Tensor] = {}
         ref_of: dict[int, torch.Tensor] = {}
+        passes: list[torch.Tensor] = []  # per pass: policy then reference log-probs, on the device
         with torch.no_grad(), self.autocast():
-            for n, batch in enumerate(packs):
-                lps = packed_logprobs(self.root, batch, self.temperature)
+            for batch in packs:
+                passes.append(device_logprobs(self.root, batch, self.temperature))
                 # the sharded reference runs on padding passes too: its collectives run on every rank
-                refs = packed_logprobs(self.reference, batch, self.temperature)
-                if n < len(groups):
-                    prox_of.update(zip(groups[n], lps, strict=True))
-                    ref_of.update(zip(groups[n], refs, strict=True))
+                passes.append(device_logprobs(self.reference, batch, self.temperature))
+        host = to_host(passes)  # one read for all passes
+        for n, group in enumerate(groups):
+            lengths = packs[n].lengths
+            prox_of.update(zip(group, torch.split(host[2 * n], lengths), strict=True))
+            ref_of.update(zip(group, torch.split(host[2 * n + 1], lengths), strict=True))
         for other in d.gather((prox_of, ref_of)):  # every rank: the log-probs of the whole batch
             prox_of.update(other[0])
             ref_of.update(other[1])
@@ -348,17 +362,19 @@ class Learner:
         )
         n_tokens = float(mask.sum())  # the global count: every rank sees every sequence's mask
         self.optimizer.zero_grad(set_to_none=True)
-        keys = ("loss", "clip_fraction", "dropped_fraction", "approx_kl", "behav_kl")
-        totals = dict.fromkeys(keys, 0.0)
+        device = next(self.root.parameters()).device
+        pin = device.type == "cuda"
+        losses, sums = [], []  # per trained pass, on the device: read once after the loop
         for n, batch in enumerate(packs):
             rows = groups[n] if n < len(groups) else groups[0] if groups else [0]
             with self.autocast():
-                logp = torch.cat(packed_logprobs(self.root, batch, self.temperature))[None]  # [1, L_pack]
+                logp = device_logprobs(self.root, batch, self.temperature)[None]  # [1, L_pack]
 
             def flat(t: torch.Tensor, rows: list[int] = rows, batch: PackedBatch = batch) -> torch.Tensor:
-                return torch.cat([t[i, :n] for i, n in zip(rows, batch.lengths, strict=True)])[None]
+                host = torch.cat([t[i, :n] for i, n in zip(rows, batch.lengths, strict=True)])[None]
+                return (host.pin_memory() if pin else host).to(device, non_blocking=True)
 
-            loss, stats = decoupled_ppo_loss(
+            loss, terms = decoupled_ppo_terms(
                 logp,
                 flat(prox_t),
                 flat(behav),
@@ -372,12 +388,23 @@ class Learner:
                 (0.0 * loss).backward()
                 continue
             (loss * d.world).backward()  # FSDP averages gradients over ranks: the sum is the global mean
-            totals["loss"] += float(loss.detach())
+            losses.append(loss.detach().to(torch.float64).reshape(1))
+            sums.append(terms)
+        norm = clip_grads(self.root, self.optim_cfg.grad_clip)
+        self.optimizer.step()
+        # the step's one read: every pass's loss and statistic sums, and the norm
+        values = torch.cat([*losses, *sums, norm.detach().to(torch.float64).reshape(1)]).tolist()
+        grad_norm = values[-1]
+        keys = ("loss", "clip_fraction", "dropped_fraction", "approx_kl", "behav_kl")
+        totals = dict.fromkeys(keys, 0.0)
+        width = len(STATS) + 1
+        for k, value in enumerate(values[: len(losses)]):  # the same float arithmetic, in the same order
+            totals["loss"] += value
+            stats = stats_of(values[len(losses) + k * width : len(losses) + (k + 1) * width])
             for key in keys[1:]:
                 totals[key] += stats[key] * stats["tokens"] / max(n_tokens, 1.0)
-        totals = dict(zip(keys, d.sum([totals[k] for k in keys]), strict=True))
-        grad_norm = grad_norm_and_clip(self.root, self.optim_cfg.grad_clip)
-        self.optimizer.step()
+        reduced = d.sum([totals[k] for k in keys] + [float(len(groups))])
+        totals = dict(zip(keys, reduced[: len(keys)], strict=True))
         kl_ref = float(((behav - ref_t) * mask).sum()) / max(n_tokens, 1.0)
         return {
             **totals,
@@ -387,7 +414,7 @@ class Learner:
             "skipped_vision_tokens": float(skipped_vision),
             "skipped_too_long": float(too_long),
             "trained_tokens": n_tokens,
-            "forward_passes": d.sum([float(len(groups))])[0],
+            "forward_passes": reduced[-1],
             "subagent_sequences": float(len(seqs) - len(episodes)),
             "zero_advantage_groups": float(
                 zero_groups(episode_adv, torch.tensor([s.group for s in episodes]))

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+STATS = ("clip_fraction", "dropped_fraction", "approx_kl", "behav_kl", "ratio_mean")
+
 
 def decoupled_ppo_loss(
     logp: torch.Tensor,
@@ -32,6 +34,39 @@ def decoupled_ppo_loss(
     n_tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """(scalar loss, statistics). All inputs [B, T]; ``n_tokens`` defaults to ``mask.sum()``."""
+    loss, sums = decoupled_ppo_terms(
+        logp,
+        prox_logp,
+        behav_logp,
+        advantages,
+        mask,
+        clip_eps=clip_eps,
+        behav_weight_cap=behav_weight_cap,
+        n_tokens=n_tokens,
+    )
+    return loss, stats_of(sums.tolist())
+
+
+def stats_of(sums: list[float]) -> dict[str, float]:
+    """The statistics from :func:`decoupled_ppo_terms`' sums (read back): each a mean over trained tokens."""
+    count = max(sums[-1], 1.0)
+    return {**{k: v / count for k, v in zip(STATS, sums[:-1], strict=True)}, "tokens": sums[-1]}
+
+
+def decoupled_ppo_terms(
+    logp: torch.Tensor,
+    prox_logp: torch.Tensor,
+    behav_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_eps: float = 0.2,
+    behav_weight_cap: float | None = 5.0,
+    n_tokens: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scalar loss, float64 sums over trained tokens of [clipped, dropped, logp - prox, prox - behav, ratio,
+    1]) left on the loss's device: nothing is read back when ``n_tokens`` is given (the learner's step reads
+    the sums of all its passes at once)."""
     m = mask.to(torch.bool)
     prox = prox_logp.detach()
     behav = behav_logp.detach()
@@ -48,14 +83,14 @@ def decoupled_ppo_loss(
     total_tokens = float(m.sum()) if n_tokens is None else float(n_tokens)
     loss = (pg * weight).sum() / max(total_tokens, 1.0)
 
-    count = max(float(m.sum()), 1.0)
     with torch.no_grad():
-        stats = {
-            "clip_fraction": float(((pg_clipped > pg_unclipped) & m).sum()) / count,
-            "dropped_fraction": float((m & ~keep).sum()) / count,
-            "approx_kl": float(((logp - prox) * m).sum()) / count,
-            "behav_kl": float(((prox - behav) * m).sum()) / count,
-            "ratio_mean": float((ratio * m).sum()) / count,
-            "tokens": float(m.sum()),
-        }
-    return loss, stats
+        parts = [
+            ((pg_clipped > pg_unclipped) & m).sum(),
+            (m & ~keep).sum(),
+            ((logp - prox) * m).sum(),
+            ((prox - behav) * m).sum(),
+            (ratio * m).sum(),
+            m.sum(),
+        ]
+        sums = torch.stack([x.to(torch.float64) for x in parts])
+    return loss, sums

@@ -544,6 +544,7 @@ def _learner(cfg: RlConfig, d: Dist, dtype: Any, reference_uri: str) -> tuple[Le
         # bf16 on a GPU: float32 master weights, bf16 compute, float32 reductions
         mixed_precision=dtype == torch.bfloat16 and d.device.type == "cuda",
         activation_checkpointing=cfg.train.activation_checkpointing,
+        compile_layers=cfg.train.compile_layers,
     )
     learner, policy = Learner.from_uris(
         cfg.model,

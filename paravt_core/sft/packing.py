@@ -75,6 +75,11 @@ class PackedBatch:
     video_grid_thw: torch.Tensor | None = None
     lengths: list[int] = field(default_factory=list)
     indices: list[int] = field(default_factory=list)  # Sample.index of each packed sample
+    # Worked out on the host by pack() so that the step never reads a device tensor back (a sync per
+    # micro-batch): the positions that have a target, the patches of each image and of each video.
+    keep: torch.Tensor | None = None
+    image_patches: list[int] | None = None
+    video_patches: list[int] | None = None
 
     @property
     def tokens(self) -> int:
@@ -82,6 +87,8 @@ class PackedBatch:
 
     @property
     def loss_tokens(self) -> int:
+        if self.keep is not None:  # a shape: no read of a device tensor
+            return int(self.keep.shape[0])
         return int((self.targets != IGNORE).sum())
 
     def model_inputs(self) -> dict[str, Any]:
@@ -97,13 +104,27 @@ class PackedBatch:
                 out[name] = value
         return out
 
-    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> PackedBatch:
-        """Copy on ``device``; pixel tensors also cast to ``dtype`` when given."""
+    def target_positions(self) -> torch.Tensor:
+        """Positions that have a target ([K], on the batch's device)."""
+        if self.keep is not None:
+            return self.keep
+        return torch.nonzero(self.targets[0] != IGNORE).flatten()
 
+    def pin_memory(self) -> PackedBatch:
+        """A copy in page-locked host memory, so that ``to(cuda)`` is an asynchronous copy."""
+        return self._map(lambda t, pixels: t.pin_memory())
+
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> PackedBatch:
+        """Copy on ``device`` (asynchronous from pinned memory); pixel tensors also cast to ``dtype`` when given."""
+        return self._map(
+            lambda t, pixels: t.to(
+                device, dtype=dtype if pixels and dtype is not None else None, non_blocking=True
+            )
+        )
+
+    def _map(self, fn: Any) -> PackedBatch:
         def move(t: torch.Tensor | None, pixels: bool = False) -> torch.Tensor | None:
-            if t is None:
-                return None
-            return t.to(device, dtype=dtype if pixels and dtype is not None else None, non_blocking=True)
+            return None if t is None else fn(t, pixels)
 
         return PackedBatch(
             input_ids=move(self.input_ids),
@@ -116,6 +137,9 @@ class PackedBatch:
             video_grid_thw=move(self.video_grid_thw),
             lengths=list(self.lengths),
             indices=list(self.indices),
+            keep=move(self.keep),
+            image_patches=self.image_patches,
+            video_patches=self.video_patches,
         )
 
 
@@ -169,17 +193,23 @@ def pack(samples: Sequence[Sample]) -> PackedBatch:
     text_positions = [torch.arange(len(s), dtype=torch.long) for s in samples]
     mrope = torch.cat([s.position_ids.to(torch.long) for s in samples], dim=1)
     position_ids = torch.cat([torch.cat(text_positions).view(1, -1), mrope], dim=0).unsqueeze(1)
+    targets = torch.cat([shifted_targets(s.labels) for s in samples]).view(1, -1)
+    image_grid_thw = _cat([s.image_grid_thw for s in samples])
+    video_grid_thw = _cat([s.video_grid_thw for s in samples])
     return PackedBatch(
         input_ids=torch.cat([s.input_ids for s in samples]).view(1, -1),
         position_ids=position_ids,
         mm_token_type_ids=torch.cat([s.mm_token_type_ids for s in samples]).view(1, -1),
-        targets=torch.cat([shifted_targets(s.labels) for s in samples]).view(1, -1),
+        targets=targets,
         pixel_values=_cat([s.pixel_values for s in samples]),
-        image_grid_thw=_cat([s.image_grid_thw for s in samples]),
+        image_grid_thw=image_grid_thw,
         pixel_values_videos=_cat([s.pixel_values_videos for s in samples]),
-        video_grid_thw=_cat([s.video_grid_thw for s in samples]),
+        video_grid_thw=video_grid_thw,
         lengths=[len(s) for s in samples],
         indices=[s.index for s in samples],
+        keep=torch.nonzero(targets[0] != IGNORE).flatten(),
+        image_patches=None if image_grid_thw is None else image_grid_thw.prod(-1).tolist(),
+        video_patches=None if video_grid_thw is None else video_grid_thw.prod(-1).tolist(),
     )
 
 
@@ -212,7 +242,12 @@ def encode_media(model: Any, batch: PackedBatch, always: bool = False) -> tuple[
     if not present:
         blank = out.pooler_output.sum() + sum(f.sum() for f in out.deepstack_features)
         return {}, 0.0 * blank
-    sizes = (grids.prod(-1) // visual.spatial_merge_size**2).tolist()
+    merge = visual.spatial_merge_size**2
+    host = [batch.image_patches, batch.video_patches]
+    if all(h is not None for h, (p, _) in zip(host, parts, strict=True) if p is not None):
+        sizes = [n // merge for h, (p, _) in zip(host, parts, strict=True) if p is not None for n in h]
+    else:
+        sizes = (grids.prod(-1) // merge).tolist()
     pooled = torch.split(out.pooler_output, sizes)
     deep = [torch.split(f, sizes) for f in out.deepstack_features]
     n_images = 0 if batch.image_grid_thw is None else int(batch.image_grid_thw.shape[0])
@@ -233,8 +268,12 @@ def target_logits(model: Any, batch: PackedBatch, **inputs: Any) -> tuple[torch.
     keyword arguments (``batch.model_inputs()``, possibly with encoded media). Shared by the SFT loss and the
     RL learner's log-probs.
     """
-    keep = torch.nonzero(batch.targets[0] != IGNORE).flatten()
-    logits = model(**inputs, logits_to_keep=keep, use_cache=False).logits[0]
+    from paravt_core.train.attention import forward_kwargs
+
+    keep = batch.target_positions()
+    logits = model(
+        **inputs, logits_to_keep=keep, use_cache=False, **forward_kwargs(model, batch.lengths)
+    ).logits[0]
     return keep, logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 logits -> float32
 
 
@@ -243,8 +282,10 @@ def target_hidden(model: Any, batch: PackedBatch, **inputs: Any) -> tuple[torch.
 
     The head is applied by the caller in chunks (``paravt_core.train.logprobs``), so no [K, vocab] tensor of
     all positions exists at once. ``inputs``: as for :func:`target_logits`."""
-    keep = torch.nonzero(batch.targets[0] != IGNORE).flatten()
-    hidden = model.model(**inputs, use_cache=False)[0][0]
+    from paravt_core.train.attention import forward_kwargs
+
+    keep = batch.target_positions()
+    hidden = model.model(**inputs, use_cache=False, **forward_kwargs(model, batch.lengths))[0][0]
     return keep, hidden[keep]
 
 

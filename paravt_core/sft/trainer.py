@@ -22,10 +22,13 @@ import math
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.profiler import record_function
 
 from paravt_core import checkpoint, faults
 from paravt_core.config import SftConfig
@@ -42,8 +45,9 @@ from paravt_core.sft.data import (
 )
 from paravt_core.sft.inputs import REASONS, MediaSpec
 from paravt_core.sft.packing import Bin, PackedBatch, PackedLoss, Packer, Sample, pack
+from paravt_core.train.attention import set_implementation
 from paravt_core.train.dist import Dist, seed_everything, setup_distributed
-from paravt_core.train.fsdp import CoreOptions, build, grad_norm_and_clip, make_adamw
+from paravt_core.train.fsdp import CoreOptions, build, clip_grads, make_adamw
 
 
 class SftError(RuntimeError):
@@ -126,6 +130,83 @@ class Feed:
         return {"ready": [[s.index for s in b] for b in self.ready], "open": self.packer.pending()}
 
 
+class NextPacks:
+    """The next step's packs, made on one background thread while the device computes this step.
+
+    A queue of one step: :meth:`request` starts making the next ``n`` packs (samples from the loader's
+    workers, packing, page-locked copies when ``pin``), :meth:`take` waits for them. The feed is only ever
+    used by one thread at a time; the trainer requests no step ahead of a checkpoint, so what a checkpoint
+    records of the feed is exactly what the steps trained."""
+
+    def __init__(self, feed: Feed, n: int, pin: bool):
+        self.feed, self.n, self.pin = feed, n, pin
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sft-packs")
+        self._next: Future | None = None
+
+    def _make(self) -> tuple[list[PackedBatch], Counter[str]]:
+        before = Counter(self.feed.dropped)
+        seqs = [self.feed.next_sequence() for _ in range(self.n)]
+        if self.pin:
+            seqs = [s.pin_memory() for s in seqs]
+        return seqs, self.feed.dropped - before
+
+    def request(self) -> None:
+        if self._next is None:
+            self._next = self._pool.submit(self._make)
+
+    def take(self) -> tuple[list[PackedBatch], Counter[str]]:
+        """(this step's packs, the rows dropped while making them)."""
+        self.request()
+        future, self._next = self._next, None
+        return future.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    batches: list[PackedBatch],
+    d: Dist,
+    autocast: Any,
+    max_grad_norm: float,
+    new_drops: Counter[str],
+) -> tuple[list[float], float]:
+    """One optimizer step over ``batches`` (already on the device) -> (sums over ranks of [loss, target
+    tokens, tokens, samples, packs, drops per reason...], the gradient norm before clipping).
+
+    The host never waits inside: each micro-batch's loss is added to a device accumulator (float64, as the
+    Python floats were), the step's target count reaches the device as a non-blocking copy (one all-reduce
+    under torchrun), and the values come back once, in one read at the end of the step."""
+    local = [float(sum(b.loss_tokens for b in batches)), float(sum(b.tokens for b in batches))]
+    if d.sharded:  # the global target count, all-reduced on the device
+        targets = d.sum_tensor(d.to_device(local[:1], torch.float32)).clamp(min=1.0).reshape(())
+    else:
+        targets = max(local[0], 1.0)
+    device = batches[0].input_ids.device
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    for batch in batches:
+        with record_function("sft/forward"), autocast:
+            loss = model(batch)
+        with record_function("sft/backward"):
+            (loss * d.world / targets).backward()
+        loss_sum += loss.detach()
+    with record_function("sft/clip"):
+        norm = clip_grads(model, max_grad_norm)
+    with record_function("sft/optimizer"):
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+    with record_function("sft/log"):
+        counts = [*local, float(sum(len(b.lengths) for b in batches)), float(len(batches))]
+        counts += [float(new_drops.get(r, 0)) for r in REASONS]
+        sums = d.sum_tensor(torch.cat([loss_sum.reshape(1), d.to_device(counts)]))
+        values = torch.cat([sums, norm.detach().to(torch.float64).reshape(1)]).tolist()  # the step's one read
+    return values[:-1], values[-1]
+
+
 # ------------------------------------------------------------------------------------------ loop
 
 
@@ -176,8 +257,17 @@ def preflight_gate(cfg: SftConfig, messages: Any, row_ids: list[str]) -> None:
     )
 
 
-def train(cfg: SftConfig, log: Any = print) -> TrainResult:
-    """Run (or resume) the SFT loop of ``cfg``; every rank calls it."""
+def train(
+    cfg: SftConfig,
+    log: Any = print,
+    *,
+    on_step: Callable[[int, dict[str, Any]], None] | None = None,
+    save_checkpoints: bool = True,
+) -> TrainResult:
+    """Run (or resume) the SFT loop of ``cfg``; every rank calls it.
+
+    ``on_step(step, record)``: called after each step (the GPU profile advances its profiler there);
+    ``save_checkpoints=False``: no checkpoint and no final model (the profile measures steps only)."""
     d = setup_distributed(cfg.train.dist_timeout_s)
     staging = os.path.join(cfg.work_dir, f"rank{d.rank}")
     os.makedirs(staging, exist_ok=True)
@@ -191,11 +281,11 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
         freeze_vision=cfg.train.freeze_vision,
         mixed_precision=bf16,
         activation_checkpointing=cfg.model.gradient_checkpointing,
+        compile_layers=cfg.train.compile_layers,
     )
 
     def wrap(inner: Any) -> PackedLoss:
-        if cfg.model.attn_implementation != inner.config._attn_implementation:
-            inner.set_attn_implementation(cfg.model.attn_implementation)
+        set_implementation(inner, cfg.model.attn_implementation)
         return PackedLoss(inner, always_run_vision=d.sharded, chunk=cfg.train.logprob_chunk)
 
     model, loaded = build(cfg.model.uri, d, wrap, opts, dtype=torch.float32)
@@ -232,56 +322,49 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
     autocast = (
         torch.autocast("cuda", dtype=torch.bfloat16) if bf16 and not d.sharded else contextlib.nullcontext()
     )
+    packs = NextPacks(feed, cfg.trainer.grad_accum, pin=d.device.type == "cuda")
     progress = _progress(d.rank == 0, cfg.trainer.steps, start)
     try:
         for step in range(start + 1, cfg.trainer.steps + 1):
             t0 = time.perf_counter()
-            drops_before = Counter(feed.dropped)
-            seqs = [feed.next_sequence() for _ in range(cfg.trainer.grad_accum)]
-            local = [float(sum(s.loss_tokens for s in seqs)), float(sum(s.tokens for s in seqs))]
-            global_targets, _ = d.sum(local)
+            saves = save_checkpoints and (step % cfg.checkpoint.every == 0 or step == cfg.trainer.steps)
+            with record_function("sft/data_wait"):
+                seqs, new_drops = packs.take()
             lr = scheduler.get_last_lr()[0]
-            loss_sum = 0.0
-            for seq in seqs:
-                with autocast:
-                    loss = model(seq.to(d.device))
-                (loss * d.world / max(global_targets, 1.0)).backward()
-                loss_sum += float(loss.detach())
-            norm = grad_norm_and_clip(model, cfg.trainer.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            for seq in seqs:
-                feed.done.extend(seq.indices)
-            new_drops = feed.dropped - drops_before
-            sums = d.sum(
-                [loss_sum, local[0], local[1], float(sum(len(s.lengths) for s in seqs)), float(len(seqs))]
-                + [float(new_drops.get(r, 0)) for r in REASONS]
+            with record_function("sft/h2d"):
+                batches = [s.to(d.device) for s in seqs]
+            if step < cfg.trainer.steps and not saves:  # a checkpoint records the feed as of this step
+                packs.request()
+            sums, norm = train_step(
+                model, optimizer, scheduler, batches, d, autocast, cfg.trainer.max_grad_norm, new_drops
             )
-            rows_used += int(sums[3])
-            dropped.update({r: int(v) for r, v in zip(REASONS, sums[5:], strict=True) if v})
-            elapsed = time.perf_counter() - t0
-            record = {
-                "step": step,
-                "loss": sums[0] / max(sums[1], 1.0),
-                "lr": lr,
-                "grad_norm": norm,
-                "tokens": int(sums[2]),
-                "loss_tokens": int(sums[1]),
-                "sequences": int(sums[4]),
-                "tokens_per_s": sums[2] / elapsed,
-                "padding_share": 1.0 - sums[2] / (sums[4] * cfg.packing.length),
-                "rows_used": rows_used,
-                "rows_dropped": sum(dropped.values()),
-                "step_time_s": elapsed,
-            }
-            if d.device.type == "cuda":  # this rank's peak since the start (ranks are alike under FSDP)
-                record["peak_mem_gib"] = torch.cuda.max_memory_allocated(d.device) / 2**30
-            records.append(record)
-            _check_bad_rows(cfg, rows_used, dropped, final=False)
-            if progress is not None:
-                progress.update(step, record)
-            if step % cfg.checkpoint.every == 0 or step == cfg.trainer.steps:
+            with record_function("sft/log"):
+                for seq in seqs:
+                    feed.done.extend(seq.indices)
+                rows_used += int(sums[3])
+                dropped.update({r: int(v) for r, v in zip(REASONS, sums[5:], strict=True) if v})
+                elapsed = time.perf_counter() - t0
+                record = {
+                    "step": step,
+                    "loss": sums[0] / max(sums[1], 1.0),
+                    "lr": lr,
+                    "grad_norm": norm,
+                    "tokens": int(sums[2]),
+                    "loss_tokens": int(sums[1]),
+                    "sequences": int(sums[4]),
+                    "tokens_per_s": sums[2] / elapsed,
+                    "padding_share": 1.0 - sums[2] / (sums[4] * cfg.packing.length),
+                    "rows_used": rows_used,
+                    "rows_dropped": sum(dropped.values()),
+                    "step_time_s": elapsed,
+                }
+                if d.device.type == "cuda":  # this rank's peak since the start (ranks are alike under FSDP)
+                    record["peak_mem_gib"] = torch.cuda.max_memory_allocated(d.device) / 2**30
+                records.append(record)
+                _check_bad_rows(cfg, rows_used, dropped, final=False)
+                if progress is not None:
+                    progress.update(step, record)
+            if saves:
                 _save(
                     cfg,
                     d,
@@ -296,11 +379,16 @@ def train(cfg: SftConfig, log: Any = print) -> TrainResult:
                     dropped,
                     rows,
                 )
+            if on_step is not None:
+                on_step(step, record)
             faults.check("sft", step)  # resilience tests: fail here once, like a preempted pod
     finally:
+        packs.close()
         if progress is not None:
             progress.close()
     _check_bad_rows(cfg, rows_used, dropped, final=True)
+    if not save_checkpoints:
+        return TrainResult(records, rows_used, dict(dropped), "", resumed_from, d.world)
     final = checkpoint.save_final(
         cfg.output, model, loaded.processor, staging_root=staging, dtype=save_dtype, submodule="inner"
     )

@@ -37,6 +37,19 @@ class Dist:
         dist.all_reduce(t)
         return t.tolist()
 
+    def to_device(self, values: list[float], dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """``values`` as a tensor on the device, copied asynchronously (pinned host memory on CUDA)."""
+        host = torch.tensor(values, dtype=dtype)
+        if self.device.type == "cuda":
+            host = host.pin_memory()
+        return host.to(self.device, non_blocking=True)
+
+    def sum_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        """Element-wise sum over ranks of a device tensor, left on the device (no read-back)."""
+        if self.sharded:
+            dist.all_reduce(t)
+        return t
+
     def gather(self, obj: Any) -> list[Any]:
         if not self.sharded:
             return [obj]

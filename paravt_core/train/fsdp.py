@@ -25,6 +25,7 @@ class CoreOptions:
     freeze_vision: bool = True  # the vision tower (blocks, patch embedding, mergers) is not trained
     mixed_precision: bool = False  # FSDP2: bf16 params in compute, float32 masters and reductions
     activation_checkpointing: bool = True  # recompute each decoder layer's activations in the backward
+    compile_layers: bool = False  # torch.compile each decoder layer in place (state-dict keys unchanged)
 
 
 def decoder_layers(model: Any) -> torch.nn.ModuleList:
@@ -171,6 +172,9 @@ def prepare(model: Any, opts: CoreOptions, trainable: bool) -> None:
     freeze(model, opts)
     if opts.activation_checkpointing:
         checkpoint_layers(model)
+    if opts.compile_layers:  # after checkpointing, before sharding (torchtitan's order); Module.compile
+        for layer in decoder_layers(model):  # keeps the module and its keys, unlike torch.compile(module)
+            layer.compile()
 
 
 def param_groups(root: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -194,6 +198,11 @@ def trainable(root: torch.nn.Module) -> Iterator[torch.nn.Parameter]:
 
 def grad_norm_and_clip(root: torch.nn.Module, max_norm: float) -> float:
     """Global gradient norm over the trainable parameters (all shards) before clipping to ``max_norm``."""
+    return float(clip_grads(root, max_norm))
+
+
+def clip_grads(root: torch.nn.Module, max_norm: float) -> torch.Tensor:
+    """:func:`grad_norm_and_clip` without reading the norm back: a 0-d tensor on the device (no sync)."""
     norm = torch.nn.utils.clip_grad_norm_(list(trainable(root)), max_norm)
     full = getattr(norm, "full_tensor", None)  # FSDP2: a DTensor
-    return float(full() if full is not None else norm)
+    return full() if full is not None else norm
