@@ -8,10 +8,14 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
+# Only the standard library above and in cli_errors: until main()'s try is entered, Ctrl-C would end the
+# process with the signal (status -2 in Python, no message) instead of the one line and status 130.
 from paravt_core.cli_errors import INTERRUPTED, UsageError, classify, debug_enabled
-from paravt_core.config_base import StrictModel
+
+if TYPE_CHECKING:
+    from paravt_core.config_base import StrictModel
 
 # Smallest synthetic dataset: one video per sentinel bucket, two events of >= 1 s with gaps per video.
 MIN_SYNTH_VIDEOS = 4
@@ -516,17 +520,29 @@ def _resume_hint(args: argparse.Namespace) -> str:
     return "run the same command again"
 
 
+def _forget_unhandled_interrupt() -> None:
+    """CPython 3.11 (Python/pythonrun.c, run_eval_code_obj) marks a KeyboardInterrupt that leaves code run by
+    ``exec``/``eval`` of a string (dataclasses, namedtuple and typing do that while modules import) as
+    unhandled even when we catch it, and at exit the interpreter then kills itself with SIGINT (status -2, not
+    our 130). Each string ``exec`` clears that mark first, so an empty one after the catch forgets it."""
+    exec("None")  # noqa: S102 - a constant; the point is the interpreter's side effect described above
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = debug_enabled(argv)
     argv = [a for a in argv if a != "--debug"]  # accepted before or after the verb
-    args = build_parser().parse_args(argv)
+    # The verb before parsing: Ctrl-C can land while the parser is built (it imports the config models).
+    args = argparse.Namespace(command=next((a for a in argv if not a.startswith("-")), "").strip() or "")
     try:
+        args = build_parser().parse_args(argv)
         return int(args.fn(args) or 0)
     except KeyboardInterrupt:
         if debug:
             raise
-        print(f"paravt {args.command}: interrupted; {_resume_hint(args)}", file=sys.stderr)
+        prog = f"paravt {args.command}" if args.command else "paravt"
+        print(f"{prog}: interrupted; {_resume_hint(args)}", file=sys.stderr)
+        _forget_unhandled_interrupt()
         return INTERRUPTED
     except Exception as err:
         if debug:

@@ -13,8 +13,6 @@ import os
 import sys
 from typing import Any
 
-from paravt_core.config_base import ConfigError
-
 USAGE, FAILURE, INTERRUPTED = 2, 1, 130
 DEBUG_HINT = "rerun with --debug (or PARAVT_DEBUG=1) for the traceback"
 
@@ -110,6 +108,9 @@ def _is_user_error(err: BaseException) -> bool:
 
 def classify(err: BaseException, command: str) -> tuple[int, str]:
     """(exit status, the one line to print) for an exception that ended ``paravt <command>``."""
+    from paravt_core.config_base import ConfigError  # here, not at the top: the CLI imports this module
+    # before its Ctrl-C handling is in place, so it stays stdlib-only (pydantic alone takes ~0.3 s)
+
     prog = f"paravt {command}"
     if isinstance(err, ConfigError):
         return USAGE, f"config error: {one_line(err)}"

@@ -235,6 +235,44 @@ def test_ctrl_c_is_one_line_with_status_130_and_leaves_nothing_complete(tmp_path
     assert not (out / ".paravt-tiny-model").exists()
 
 
+# sitecustomize for the CLI's interpreter: a real SIGINT the first time MODULE is imported, sent from inside a
+# string exec (as dataclasses, namedtuple and typing run code while modules import).
+_SIGINT_AT_IMPORT = """
+import os, signal, sys
+class Trap:
+    def find_spec(self, name, path=None, target=None):
+        if name == MODULE:
+            sys.meta_path.remove(self)
+            exec("os.kill(os.getpid(), signal.SIGINT)\\nfor _ in range(10**6): pass")
+        return None
+sys.meta_path.insert(0, Trap())
+"""
+
+
+@pytest.mark.parametrize("module", ["pydantic", "torch"])
+def test_ctrl_c_during_imports_is_still_status_130(tmp_path: Path, module: str) -> None:
+    """Ctrl-C while the CLI imports its config models (pydantic) or while the build imports torch: the one
+    line and status 130, never death by the signal (status -2: an uncaught interrupt, or CPython marking an
+    interrupt that left a string exec as unhandled although the CLI caught it)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(f"MODULE = {module!r}\n" + _SIGINT_AT_IMPORT)
+    env = _env(tmp_path)
+    env["PYTHONPATH"] = f"{site}{os.pathsep}{env['PYTHONPATH']}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "paravt_core.cli", "tiny-model", str(tmp_path / "tiny")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (proc.returncode, proc.stderr) == (
+        130,
+        "paravt tiny-model: interrupted; run the same command again\n",
+    )
+    assert not (tmp_path / "tiny" / ".paravt-tiny-model").exists()
+
+
 def test_the_resume_hint_names_the_step_training_resumes_from(tmp_path: Path) -> None:
     """After Ctrl-C, sft/rl name the step after their newest complete checkpoint (the one they resume from);
     an incomplete newer checkpoint is ignored, as the stages ignore it."""
