@@ -174,6 +174,12 @@ def _cmd_pipeline_compile(args: argparse.Namespace) -> int:
     name, out = args.name_and_out if len(args.name_and_out) == 2 else ("train", args.name_and_out[0])
     if name not in pipelines():
         raise UsageError(f"unknown pipeline {name!r}; known: {', '.join(sorted(pipelines()))}")
+    if len(args.name_and_out) == 1 and out in pipelines():
+        raise UsageError(f"no output file: expected {out} OUT.yaml")
+    if not out.endswith((".yaml", ".yml")):  # KFP writes platform-specific parts (k8s) only to YAML
+        raise UsageError(
+            f"OUT must end in .yaml (the KFP compiler writes Kubernetes settings only to YAML), got {out}"
+        )
     print(compile_pipeline(name, out, sft_config=args.sft_config, rl_config=args.rl_config))
     return 0
 
@@ -188,15 +194,23 @@ def _connection(args: argparse.Namespace):
     )
 
 
+def _parameters(path: str | None) -> dict:
+    from pipelines.cluster import load_parameters
+
+    if path and not os.path.isfile(path):
+        raise UsageError(f"--params: no such file: {path}")
+    return load_parameters(path)
+
+
 def _cmd_pipeline_submit(args: argparse.Namespace) -> int:
-    from pipelines.cluster import load_parameters, submit
+    from pipelines.cluster import submit
 
     url = submit(
         _connection(args),
         args.pipeline,
         experiment=args.experiment,
         run_name=args.run_name or f"{args.pipeline.removesuffix('.yaml')}",
-        params=load_parameters(args.params),
+        params=_parameters(args.params),
         pipeline_root=args.pipeline_root,
         service_account=args.service_account,
         strict=args.strict,
@@ -206,7 +220,7 @@ def _cmd_pipeline_submit(args: argparse.Namespace) -> int:
 
 
 def _cmd_pipeline_schedule(args: argparse.Namespace) -> int:
-    from pipelines.cluster import load_parameters, schedule, set_schedule_enabled
+    from pipelines.cluster import schedule, set_schedule_enabled
 
     conn = _connection(args)
     if args.schedule_command in ("enable", "disable"):
@@ -219,7 +233,7 @@ def _cmd_pipeline_schedule(args: argparse.Namespace) -> int:
         experiment=args.experiment,
         name=args.name,
         cron=args.cron,
-        params=load_parameters(args.params),
+        params=_parameters(args.params),
         enabled=not args.disabled,
         pipeline_root=args.pipeline_root,
         service_account=args.service_account,

@@ -98,7 +98,9 @@ class DataConfig(StrictModel):
     work_dir: str = Field(
         default="./paravt-work", description="local scratch: downloads and the extracted media root"
     )
-    output: str = Field(default="./paravt-work/data", description="URI of the materialized parquets + audit")
+    output: str = Field(
+        default="./paravt-work/data", min_length=1, description="URI of the materialized parquets + audit"
+    )
     download: DownloadConfig = Field(
         default_factory=DownloadConfig, description="where media archives and parquets come from"
     )
@@ -417,7 +419,9 @@ class SftConfig(StrictModel):
     """``paravt sft``: packed SFT of Qwen3-VL on the data stage's SFT rows (SPEC §6)."""
 
     output: str = Field(
-        default="./paravt-work/sft", description="URI: checkpoints/, final/ (HF checkpoint), metrics, plot"
+        default="./paravt-work/sft",
+        min_length=1,
+        description="URI: checkpoints/, final/ (HF checkpoint), metrics, plot",
     )
     work_dir: str = Field(
         default="./paravt-work/sft-tmp", description="local scratch (staging of s3 checkpoints)"
@@ -496,7 +500,9 @@ class ReportConfig(StrictModel):
     """``paravt report``: the eval table of a run and, for nightly evals, the trend over earlier nights."""
 
     output: str = Field(
-        default="./paravt-work/report", description="URI of report.html, report.md, trend.png, metrics.json"
+        default="./paravt-work/report",
+        min_length=1,
+        description="URI of report.html, report.md, trend.png, metrics.json",
     )
     title: str = Field(default="ParaVT report", description="the report's heading")
     eval_outputs: list[str] = Field(default_factory=list, description="eval stage outputs (URIs) to tabulate")

@@ -74,6 +74,15 @@ CASES: list[tuple[list[str], int, str]] = [
     (["eval", "--shard", "5/4"], 2, "--shard"),
     (["eval", "--shard", "x"], 2, "--shard"),
     (["pipeline", "compile", "bogus", "{tmp}/p.yaml"], 2, "unknown pipeline 'bogus'"),
+    (["pipeline", "compile", "train", "{tmp}/p.json"], 2, "OUT must end in .yaml"),
+    (["pipeline", "compile", "nightly"], 2, "no output file: expected nightly OUT.yaml"),
+    (
+        ["pipeline", "submit", "x.yaml", "--params", "{tmp}/none.yaml", "--host", "http://127.0.0.1:9"],
+        2,
+        "--params: no such file",
+    ),
+    (["rl", "dtype=float8"], 2, "dtype: Input should be 'float32', 'bfloat16' or 'float16' (got 'float8')"),
+    (["sft", "output="], 2, "output: String should have at least 1 character (got '')"),
     (["agent", "run", "--model", "m"], 2, "--video, --question"),
     # config: files, keys and values
     (["data", "--config", "{tmp}/missing.yaml"], 2, "config file not found"),
@@ -212,6 +221,7 @@ def test_at_least_thirty_bad_inputs_end_as_one_line(tmp_path: Path) -> None:
     # nothing half-written is marked complete, and the foreign directory is untouched
     assert _markers(tmp_path) == before
     assert sorted(p.name for p in (tmp_path / "someone").iterdir()) == ["notes.txt"]
+    assert not (tmp_path / "p.json").exists()  # no 0-byte file left by a refused compile
     assert json.loads(storage.read_bytes(storage.join(paths["data"], "_COMPLETE")))["info"]["stage"] == "data"
 
 
