@@ -8,6 +8,7 @@ valid names at that level.
 
 from __future__ import annotations
 
+import difflib
 import sys
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
@@ -576,7 +577,9 @@ def _check_keys(model: type[BaseModel], data: Any, where: str) -> None:
         if key not in names:
             valid = sorted({info.alias or n for n, info in model.model_fields.items()})
             path = f"{where}.{key}" if where else key
-            raise ConfigError(f"unknown config key {path!r}; valid keys here: {', '.join(valid)}")
+            near = difflib.get_close_matches(str(key), valid, n=1)
+            hint = f"; did you mean {f'{where}.{near[0]}' if where else near[0]!r}?" if near else ""
+            raise ConfigError(f"unknown config key {path!r}{hint}; valid keys here: {', '.join(valid)}")
         annotation = model.model_fields[names[key]].annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             _check_keys(annotation, value, f"{where}.{key}" if where else key)

@@ -56,6 +56,8 @@ def _setup(tmp: Path) -> dict[str, str]:
     (tmp / "someone").mkdir()
     (tmp / "someone" / "notes.txt").write_text("mine\n")
     (tmp / "a-file").write_text("x")
+    (tmp / "stage" / "final").mkdir(parents=True)  # a stage output: the checkpoint is in final/
+    (tmp / "stage" / "final" / "config.json").write_text("{}")
     return {
         "tmp": str(tmp),
         "data": str(data),
@@ -80,6 +82,18 @@ CASES: list[tuple[list[str], int, str]] = [
         ["pipeline", "submit", "x.yaml", "--params", "{tmp}/none.yaml", "--host", "http://127.0.0.1:9"],
         2,
         "--params: no such file",
+    ),
+    (["sft", "trainer.step=3"], 2, "unknown config key 'trainer.step'; did you mean 'trainer.steps'?"),
+    (["eval", "benchmarks=[]", "output={tmp}/e0"], 2, "no benchmarks configured"),
+    (
+        ["eval", "benchmarks=[{{name: videome}}]", "output={tmp}/e1"],
+        2,
+        "unknown benchmark 'videome'; did you mean 'videomme'?",
+    ),
+    (
+        ["rl", "model={tmp}/stage", "output={tmp}/r1"],
+        2,
+        "is a stage output, not a model (no config.json); did you mean {tmp}/stage/final?",
     ),
     (["rl", "dtype=float8"], 2, "dtype: Input should be 'float32', 'bfloat16' or 'float16' (got 'float8')"),
     (["sft", "output="], 2, "output: String should have at least 1 character (got '')"),
