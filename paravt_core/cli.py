@@ -140,7 +140,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from paravt_core.plan.report import plan, render
+    from paravt_core.plan.report import misfit, plan, render
 
     if not os.path.isfile(args.config):
         raise UsageError(f"config file not found: {args.config}")
@@ -155,6 +155,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         overrides=args.overrides,
     )
     print(json.dumps(result, indent=2) if args.json else render(result))
+    problem = misfit(result)
+    if problem is not None:
+        print(f"paravt plan: {problem}", file=sys.stderr)
+        return 1
     return 0
 
 
