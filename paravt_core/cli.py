@@ -579,8 +579,11 @@ def _pipeline_error(err: Exception, host: str = "") -> int | None:
     import urllib3
     from kfp_server_api.exceptions import ApiException
 
-    from pipelines.cluster import ClusterError, api_error_message
+    from pipelines.cluster import ClusterError, ClusterUsageError, api_error_message
 
+    if isinstance(err, ClusterUsageError):
+        print(f"paravt pipeline: error: {err}", file=sys.stderr)
+        return 2
     if isinstance(err, ClusterError):
         print(f"paravt pipeline: {err}", file=sys.stderr)
     elif isinstance(err, ApiException | urllib3.exceptions.HTTPError):
