@@ -505,11 +505,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("agent", help="run the ParaVT agent")
     asub = p.add_subparsers(dest="agent_command", required=True)
-    ar = asub.add_parser("run", help="run one episode and print the trajectory")
     try:
-        from paravt_core.agent.run_cli import add_arguments
+        from paravt_core.agent import run_cli
     except ImportError:  # agent package not installed in this image
-        add_arguments = None
+        run_cli = None
+    ar = asub.add_parser(
+        "run",
+        help="run one episode and print the trajectory",
+        description=run_cli.__doc__ if run_cli is not None else None,  # the examples (--script too)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments = run_cli.add_arguments if run_cli is not None else None
     if add_arguments is not None:
         add_arguments(ar)
     ar.set_defaults(fn=_cmd_agent_run)

@@ -99,3 +99,27 @@ def test_agent_run_against_an_openai_compatible_server(tiny_model, tiny_model_di
     assert len(sent) == 1 and sent[0]["temperature"] == 0.0 and sent[0]["max_tokens"] == 12
     assert sent[0]["mm_processor_kwargs"] == {"size": {"shortest_edge": 784, "longest_edge": MAX_PIXELS}}
     assert "turn 0 · " in printed and "turn 1" not in printed and "answer: None" in printed
+
+
+def test_agent_run_help_shows_the_examples_scripted_replies_included(capsys):
+    """`paravt agent run --help` carries the module's examples: how to watch parallel crop_video calls."""
+    import pytest
+
+    with pytest.raises(SystemExit) as done:
+        paravt(["agent", "run", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "one episode on one video, the whole trajectory printed" in out
+    assert "--script replies.json" in out and "scripted replies" in out
+
+
+def test_a_script_that_is_not_json_is_one_line_and_status_2(tmp_path, capsys):
+    script = tmp_path / "replies.txt"
+    script.write_text("crop the first minute")
+    argv = ["agent", "run", "--model", str(tmp_path / "none"), "--video", "v.mp4", "--question", "q"]
+    assert paravt([*argv, "--script", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"paravt agent: error: --script {script}: not JSON (Expecting value: line 1 column 1 (char 0))\n"
+    )
