@@ -123,3 +123,21 @@ def test_a_script_that_is_not_json_is_one_line_and_status_2(tmp_path, capsys):
         err
         == f"paravt agent: error: --script {script}: not JSON (Expecting value: line 1 column 1 (char 0))\n"
     )
+
+
+def test_a_missing_video_or_a_stage_folder_as_model_is_named_before_loading(tmp_path, capsys):
+    """Checked before the model loads (seconds on CPU): a missing --video, and --model at a stage's output
+    instead of its final/ checkpoint."""
+    stage = tmp_path / "sft"
+    (stage / "final").mkdir(parents=True)
+    (stage / "final" / "config.json").write_text("{}")
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(b"")
+    argv = ["agent", "run", "--question", "q", "--model", str(stage)]
+    assert paravt([*argv, "--video", str(tmp_path / "nope.mp4")]) == 2
+    assert capsys.readouterr().err == f"paravt agent: error: --video {tmp_path / 'nope.mp4'}: no such file\n"
+    assert paravt([*argv, "--video", str(clip)]) == 2
+    assert capsys.readouterr().err == (
+        f"paravt agent: error: --model {stage} is a stage output, not a model (no config.json); "
+        f"did you mean {stage / 'final'}?\n"
+    )

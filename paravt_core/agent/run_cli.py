@@ -190,6 +190,17 @@ def read_script(path: str) -> list[str]:
     return replies
 
 
+def check_inputs(args: argparse.Namespace) -> None:
+    """A local video or model that is not there is a usage mistake found now, not after the model loaded."""
+    import os
+
+    from paravt_core.cli_errors import UsageError, check_model_dir
+
+    if "://" not in args.video and not os.path.isfile(args.video):
+        raise UsageError(f"--video {args.video}: no such file")
+    check_model_dir("--model ", args.model)
+
+
 def main(args: argparse.Namespace) -> int:
     from paravt_core.config import ConfigError
 
@@ -201,6 +212,7 @@ def main(args: argparse.Namespace) -> int:
         raise err if isinstance(err, ConfigError) else ConfigError(str(err)) from None
     if args.script:
         read_script(args.script)  # before the model is loaded
+    check_inputs(args)
     from .episode import arun_episode  # heavy (torch): after the config is known to be good
 
     with console.status("loading the model"):
