@@ -296,6 +296,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from pipelines.local import demo
 
+    out = args.out_dir
+    if os.path.isdir(out) and os.listdir(out) and not os.path.exists(os.path.join(out, "demo.log")):
+        # as synth and tiny-model do: never write into someone's files or a stage's finished output
+        raise UsageError(f"{out} is not empty and not an earlier `paravt demo` output; use a new directory")
     demo(args.out_dir, videos=args.videos, seconds=args.seconds)
     return 0
 

@@ -118,6 +118,7 @@ CASES: list[tuple[list[str], int, str]] = [
     (["rl", "output={data}"], 2, "holds a complete data result"),
     (["tiny-model", "{someone}"], 2, "not an earlier `paravt tiny-model` output"),
     (["synth", "{someone}"], 2, "not written by `paravt synth`"),
+    (["demo", "--out-dir", "{someone}"], 2, "is not empty and not an earlier `paravt demo` output"),
     # inputs
     (["rl", "data={tmp}/nowhere", "model={tmp}/nomodel", "output={tmp}/rl1"], 1, "no RL parquet"),
     (["sft", "data={incomplete}", "model={tmp}/nomodel", "output={tmp}/sft1"], 1, "paravt data"),
