@@ -1,13 +1,17 @@
-# The two commands of the README: `make demo` and `make test`. Both set everything up first.
+# The two commands of the README: `make demo` and `make test`. Both set up what they need first: the demo ffmpeg
+# and .venv (`scripts/setup.sh demo`); test and the other targets everything (+ Ceph and the side sites).
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-step-host bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check gpu-profile mutation clean ablations-demo
+.PHONY: setup setup-demo demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-step-host bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check gpu-profile mutation clean ablations-demo
 
 setup:
-	@scripts/setup.sh
+	@scripts/setup.sh all
 
-demo: setup
+setup-demo:
+	@scripts/setup.sh demo
+
+demo: setup-demo
 	$(VENV)/bin/paravt demo --out-dir demo-out
 
 test: setup lint

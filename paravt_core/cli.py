@@ -8,10 +8,14 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
+# Only the standard library above and in cli_errors: until main()'s try is entered, Ctrl-C would end the
+# process with the signal (status -2 in Python, no message) instead of the one line and status 130.
 from paravt_core.cli_errors import INTERRUPTED, UsageError, classify, debug_enabled
-from paravt_core.config_base import StrictModel
+
+if TYPE_CHECKING:
+    from paravt_core.config_base import StrictModel
 
 # Smallest synthetic dataset: one video per sentinel bucket, two events of >= 1 s with gaps per video.
 MIN_SYNTH_VIDEOS = 4
@@ -136,7 +140,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from paravt_core.plan.report import plan, render
+    from paravt_core.plan.report import misfit, plan, render
 
     if not os.path.isfile(args.config):
         raise UsageError(f"config file not found: {args.config}")
@@ -151,6 +155,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         overrides=args.overrides,
     )
     print(json.dumps(result, indent=2) if args.json else render(result))
+    problem = misfit(result)
+    if problem is not None:
+        print(f"paravt plan: {problem}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -170,6 +178,12 @@ def _cmd_pipeline_compile(args: argparse.Namespace) -> int:
     name, out = args.name_and_out if len(args.name_and_out) == 2 else ("train", args.name_and_out[0])
     if name not in pipelines():
         raise UsageError(f"unknown pipeline {name!r}; known: {', '.join(sorted(pipelines()))}")
+    if len(args.name_and_out) == 1 and out in pipelines():
+        raise UsageError(f"no output file: expected {out} OUT.yaml")
+    if not out.endswith((".yaml", ".yml")):  # KFP writes platform-specific parts (k8s) only to YAML
+        raise UsageError(
+            f"OUT must end in .yaml (the KFP compiler writes Kubernetes settings only to YAML), got {out}"
+        )
     print(compile_pipeline(name, out, sft_config=args.sft_config, rl_config=args.rl_config))
     return 0
 
@@ -184,15 +198,23 @@ def _connection(args: argparse.Namespace):
     )
 
 
+def _parameters(path: str | None) -> dict:
+    from pipelines.cluster import load_parameters
+
+    if path and not os.path.isfile(path):
+        raise UsageError(f"--params: no such file: {path}")
+    return load_parameters(path)
+
+
 def _cmd_pipeline_submit(args: argparse.Namespace) -> int:
-    from pipelines.cluster import load_parameters, submit
+    from pipelines.cluster import submit
 
     url = submit(
         _connection(args),
         args.pipeline,
         experiment=args.experiment,
         run_name=args.run_name or f"{args.pipeline.removesuffix('.yaml')}",
-        params=load_parameters(args.params),
+        params=_parameters(args.params),
         pipeline_root=args.pipeline_root,
         service_account=args.service_account,
         strict=args.strict,
@@ -202,7 +224,7 @@ def _cmd_pipeline_submit(args: argparse.Namespace) -> int:
 
 
 def _cmd_pipeline_schedule(args: argparse.Namespace) -> int:
-    from pipelines.cluster import load_parameters, schedule, set_schedule_enabled
+    from pipelines.cluster import schedule, set_schedule_enabled
 
     conn = _connection(args)
     if args.schedule_command in ("enable", "disable"):
@@ -215,7 +237,7 @@ def _cmd_pipeline_schedule(args: argparse.Namespace) -> int:
         experiment=args.experiment,
         name=args.name,
         cron=args.cron,
-        params=load_parameters(args.params),
+        params=_parameters(args.params),
         enabled=not args.disabled,
         pipeline_root=args.pipeline_root,
         service_account=args.service_account,
@@ -274,6 +296,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from pipelines.local import demo
 
+    out = args.out_dir
+    if os.path.isdir(out) and os.listdir(out) and not os.path.exists(os.path.join(out, "demo.log")):
+        # as synth and tiny-model do: never write into someone's files or a stage's finished output
+        raise UsageError(f"{out} is not empty and not an earlier `paravt demo` output; use a new directory")
     demo(args.out_dir, videos=args.videos, seconds=args.seconds)
     return 0
 
@@ -483,11 +509,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("agent", help="run the ParaVT agent")
     asub = p.add_subparsers(dest="agent_command", required=True)
-    ar = asub.add_parser("run", help="run one episode and print the trajectory")
     try:
-        from paravt_core.agent.run_cli import add_arguments
+        from paravt_core.agent import run_cli
     except ImportError:  # agent package not installed in this image
-        add_arguments = None
+        run_cli = None
+    ar = asub.add_parser(
+        "run",
+        help="run one episode and print the trajectory",
+        description=run_cli.__doc__ if run_cli is not None else None,  # the examples (--script too)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments = run_cli.add_arguments if run_cli is not None else None
     if add_arguments is not None:
         add_arguments(ar)
     ar.set_defaults(fn=_cmd_agent_run)
@@ -516,17 +548,29 @@ def _resume_hint(args: argparse.Namespace) -> str:
     return "run the same command again"
 
 
+def _forget_unhandled_interrupt() -> None:
+    """CPython 3.11 (Python/pythonrun.c, run_eval_code_obj) marks a KeyboardInterrupt that leaves code run by
+    ``exec``/``eval`` of a string (dataclasses, namedtuple and typing do that while modules import) as
+    unhandled even when we catch it, and at exit the interpreter then kills itself with SIGINT (status -2, not
+    our 130). Each string ``exec`` clears that mark first, so an empty one after the catch forgets it."""
+    exec("None")  # noqa: S102 - a constant; the point is the interpreter's side effect described above
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = debug_enabled(argv)
     argv = [a for a in argv if a != "--debug"]  # accepted before or after the verb
-    args = build_parser().parse_args(argv)
+    # The verb before parsing: Ctrl-C can land while the parser is built (it imports the config models).
+    args = argparse.Namespace(command=next((a for a in argv if not a.startswith("-")), "").strip() or "")
     try:
+        args = build_parser().parse_args(argv)
         return int(args.fn(args) or 0)
     except KeyboardInterrupt:
         if debug:
             raise
-        print(f"paravt {args.command}: interrupted; {_resume_hint(args)}", file=sys.stderr)
+        prog = f"paravt {args.command}" if args.command else "paravt"
+        print(f"{prog}: interrupted; {_resume_hint(args)}", file=sys.stderr)
+        _forget_unhandled_interrupt()
         return INTERRUPTED
     except Exception as err:
         if debug:
@@ -545,8 +589,11 @@ def _pipeline_error(err: Exception, host: str = "") -> int | None:
     import urllib3
     from kfp_server_api.exceptions import ApiException
 
-    from pipelines.cluster import ClusterError, api_error_message
+    from pipelines.cluster import ClusterError, ClusterUsageError, api_error_message
 
+    if isinstance(err, ClusterUsageError):
+        print(f"paravt pipeline: error: {err}", file=sys.stderr)
+        return 2
     if isinstance(err, ClusterError):
         print(f"paravt pipeline: {err}", file=sys.stderr)
     elif isinstance(err, ApiException | urllib3.exceptions.HTTPError):

@@ -13,8 +13,6 @@ import os
 import sys
 from typing import Any
 
-from paravt_core.config_base import ConfigError
-
 USAGE, FAILURE, INTERRUPTED = 2, 1, 130
 DEBUG_HINT = "rerun with --debug (or PARAVT_DEBUG=1) for the traceback"
 
@@ -110,6 +108,9 @@ def _is_user_error(err: BaseException) -> bool:
 
 def classify(err: BaseException, command: str) -> tuple[int, str]:
     """(exit status, the one line to print) for an exception that ended ``paravt <command>``."""
+    from paravt_core.config_base import ConfigError  # here, not at the top: the CLI imports this module
+    # before its Ctrl-C handling is in place, so it stays stdlib-only (pydantic alone takes ~0.3 s)
+
     prog = f"paravt {command}"
     if isinstance(err, ConfigError):
         return USAGE, f"config error: {one_line(err)}"
@@ -230,3 +231,39 @@ def preflight(stage: str, cfg: Any) -> None:
     check_writable(output)
     # Early here (before the stage's heavy imports); every stage's run checks again for components and tests.
     check_output_owner(stage, output)
+    for field in ("model", "reference_model"):  # sft's model is a section: its uri
+        value = getattr(cfg, field, None)
+        check_model_dir(f"{field}=", getattr(value, "uri", value))
+    if stage == "eval":
+        check_benchmarks(cfg)
+
+
+def check_model_dir(field: str, path: Any) -> None:
+    """A local model folder is a checkpoint (config.json), not a stage's output holding one in final/: say
+    so now, not after the stage has imported torch and started loading."""
+    if not isinstance(path, str) or not path or "://" in path or not os.path.isdir(path):
+        return
+    if os.path.isfile(os.path.join(path, "config.json")):
+        return
+    final = os.path.join(path, "final")
+    if os.path.isfile(os.path.join(final, "config.json")):
+        raise UsageError(
+            f"{field}{path} is a stage output, not a model (no config.json); did you mean {final}?"
+        )
+    raise UsageError(f"{field}{path}: no config.json there (a Hugging Face checkpoint folder is expected)")
+
+
+def check_benchmarks(cfg: Any) -> None:
+    """Eval needs benchmarks (or demo_data) and known benchmark names: usage mistakes (exit 2), before the
+    stage writes anything."""
+    import difflib
+
+    from paravt_core.eval.benchmarks import REGISTRY
+
+    if not cfg.benchmarks and not cfg.demo_data and not cfg.merge:
+        raise UsageError("no benchmarks configured: set benchmarks=[{name: videomme, ...}] or demo_data=DIR")
+    for bench in cfg.benchmarks:
+        if bench.name not in REGISTRY:
+            near = difflib.get_close_matches(bench.name, list(REGISTRY), n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise UsageError(f"unknown benchmark {bench.name!r}; {hint}known: {', '.join(REGISTRY)}")

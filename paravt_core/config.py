@@ -8,6 +8,7 @@ valid names at that level.
 
 from __future__ import annotations
 
+import difflib
 import sys
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
@@ -98,7 +99,9 @@ class DataConfig(StrictModel):
     work_dir: str = Field(
         default="./paravt-work", description="local scratch: downloads and the extracted media root"
     )
-    output: str = Field(default="./paravt-work/data", description="URI of the materialized parquets + audit")
+    output: str = Field(
+        default="./paravt-work/data", min_length=1, description="URI of the materialized parquets + audit"
+    )
     download: DownloadConfig = Field(
         default_factory=DownloadConfig, description="where media archives and parquets come from"
     )
@@ -422,7 +425,9 @@ class SftConfig(StrictModel):
     """``paravt sft``: packed SFT of Qwen3-VL on the data stage's SFT rows (SPEC §6)."""
 
     output: str = Field(
-        default="./paravt-work/sft", description="URI: checkpoints/, final/ (HF checkpoint), metrics, plot"
+        default="./paravt-work/sft",
+        min_length=1,
+        description="URI: checkpoints/, final/ (HF checkpoint), metrics, plot",
     )
     work_dir: str = Field(
         default="./paravt-work/sft-tmp", description="local scratch (staging of s3 checkpoints)"
@@ -501,7 +506,9 @@ class ReportConfig(StrictModel):
     """``paravt report``: the eval table of a run and, for nightly evals, the trend over earlier nights."""
 
     output: str = Field(
-        default="./paravt-work/report", description="URI of report.html, report.md, trend.png, metrics.json"
+        default="./paravt-work/report",
+        min_length=1,
+        description="URI of report.html, report.md, trend.png, metrics.json",
     )
     title: str = Field(default="ParaVT report", description="the report's heading")
     eval_outputs: list[str] = Field(default_factory=list, description="eval stage outputs (URIs) to tabulate")
@@ -575,7 +582,9 @@ def _check_keys(model: type[BaseModel], data: Any, where: str) -> None:
         if key not in names:
             valid = sorted({info.alias or n for n, info in model.model_fields.items()})
             path = f"{where}.{key}" if where else key
-            raise ConfigError(f"unknown config key {path!r}; valid keys here: {', '.join(valid)}")
+            near = difflib.get_close_matches(str(key), valid, n=1)
+            hint = f"; did you mean {f'{where}.{near[0]}' if where else near[0]!r}?" if near else ""
+            raise ConfigError(f"unknown config key {path!r}{hint}; valid keys here: {', '.join(valid)}")
         annotation = model.model_fields[names[key]].annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             _check_keys(annotation, value, f"{where}.{key}" if where else key)

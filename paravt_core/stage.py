@@ -40,6 +40,86 @@ def check_output(stage: str, output: str) -> None:
     check_output_owner(stage, output)
 
 
+# Fields that say where or how a run happens, not what it computes: a change in them leaves a complete output
+# valid (scratch space, cadence of checkpoints, the rollout engine's plumbing, the cluster launch, timeouts).
+RUN_ONLY_FIELDS = (
+    "output",
+    "work_dir",
+    "launch.",
+    "engine.",
+    "checkpoint.",
+    "engine_batch_size",
+    "data.num_workers",
+    "data.prefetch_factor",
+    "train.dist_timeout_s",
+    "train.follower_wait_s",
+)
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flat(item, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def _same_value(old: Any, new: Any) -> bool:
+    """Equal, or two spellings of one local location (relative vs absolute, ``a/./b``): a config saved by the
+    pipeline holds absolute paths where the YAML a user runs holds relative ones."""
+    if old == new:
+        return True
+    if isinstance(old, str) and isinstance(new, str) and old and new and "://" not in old + new:
+        return os.path.abspath(os.path.expanduser(old)) == os.path.abspath(os.path.expanduser(new))
+    return False
+
+
+def config_changes(output: str, cfg: BaseModel) -> dict[str, tuple[Any, Any]]:
+    """Dotted key -> (saved, now) for every field of ``cfg`` that differs from the ``config.yaml`` the run
+    in ``output`` saved (fields in ``RUN_ONLY_FIELDS`` aside); empty when nothing differs or nothing was saved."""
+    import yaml
+
+    uri = storage.join(output, "config.yaml")
+    if not storage.exists(uri):
+        return {}
+    saved = _flat(yaml.safe_load(storage.read_bytes(uri)) or {})
+    now = _flat(yaml.safe_load(config_to_yaml(cfg)) or {})
+    return {
+        key: (saved.get(key), now.get(key))
+        for key in sorted(set(saved) | set(now))
+        if not key.startswith(RUN_ONLY_FIELDS) and not _same_value(saved.get(key), now.get(key))
+    }
+
+
+def refuse_changed_config(
+    stage: str, output: str, cfg: BaseModel, *, may_grow: tuple[str, ...] = ()
+) -> dict[str, tuple[Any, Any]]:
+    """The rule for a complete output rerun with another config: continue it where that means something
+    (``may_grow``: numeric fields such as RL's ``steps`` that a rerun may raise; the run resumes from its
+    newest checkpoint), otherwise refuse, naming each differing key (``UsageError``: exit status 2). A complete
+    output is never silently reused for a config it was not made with. Returns the grown fields (key ->
+    (saved, now)): empty when the output is not complete or its config is the same."""
+    from paravt_core.cli_errors import UsageError
+
+    if not storage.is_complete(output):
+        return {}
+    changes = config_changes(output, cfg)
+    grown = {
+        k: v
+        for k, v in changes.items()
+        if k in may_grow and isinstance(v[0], int | float) and isinstance(v[1], int | float) and v[1] > v[0]
+    }
+    refused = {k: v for k, v in changes.items() if k not in grown}
+    if refused:
+        listed = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in refused.items())
+        raise UsageError(
+            f"{output} is a complete {stage} output made with a different config ({listed}); "
+            "use another output= (or delete this one) to run this config"
+        )
+    return grown
+
+
 def announce_config(stage: str, cfg: BaseModel, output_uri: str) -> None:
     """Save the resolved config as ``config.yaml`` beside the stage outputs and say where, in one line; the
     whole config is printed only with ``PARAVT_SHOW_CONFIG=1`` (``paravt config show STAGE`` prints it too)."""

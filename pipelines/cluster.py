@@ -28,6 +28,11 @@ class ClusterError(RuntimeError):
     """A request the user has to fix (bad parameters, bad cron, a run that cannot be retried...)."""
 
 
+class ClusterUsageError(ClusterError):
+    """A mistake in the command line itself (a cron with the wrong field count, an unknown pipeline parameter
+    or pipeline name, parameters that are not a mapping): exit status 2, like every usage mistake."""
+
+
 @dataclass
 class Connection:
     """Where the KFP API is and how to authenticate. The token is looked up, never stored here."""
@@ -90,7 +95,7 @@ def check_cron(cron: str) -> str:
     """KFP (robfig/cron) wants 6 fields, seconds first; a 5-field crontab line would shift every field."""
     fields = cron.split()
     if len(fields) != 6:
-        raise ClusterError(
+        raise ClusterUsageError(
             f"cron {cron!r} has {len(fields)} fields; KFP needs 6, seconds first (nightly at 02:00: '0 0 2 * * *')"
         )
     return " ".join(fields)
@@ -102,7 +107,7 @@ def load_parameters(path: str | None) -> dict[str, Any]:
         return {}
     data = yaml.safe_load(Path(path).read_text()) or {}
     if not isinstance(data, dict):
-        raise ClusterError(f"{path}: parameters must be a YAML mapping of pipeline parameter -> value")
+        raise ClusterUsageError(f"{path}: parameters must be a YAML mapping of pipeline parameter -> value")
     return data
 
 
@@ -116,7 +121,7 @@ def check_parameters(package: str, params: dict[str, Any]) -> None:
     known = pipeline_parameters(package)
     unknown = sorted(set(params) - known)
     if unknown:
-        raise ClusterError(
+        raise ClusterUsageError(
             f"unknown pipeline parameter(s) {', '.join(unknown)}; the pipeline takes: {', '.join(sorted(known))}"
         )
 
@@ -167,7 +172,7 @@ def package_path(pipeline: str) -> Iterator[str]:
     elif Path(pipeline).is_file():
         yield pipeline
     else:
-        raise ClusterError(
+        raise ClusterUsageError(
             f"{pipeline!r} is neither a pipeline name ({', '.join(sorted(pipelines()))}) nor a compiled YAML file"
         )
 

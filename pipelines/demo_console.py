@@ -104,13 +104,15 @@ def stage_summary(task: str, run_prefix: Path, data_dir: Path) -> str:
 
 
 class TaskWatcher:
-    """Follows the runner's log and calls ``say`` once per finished task (a thread; ``stop`` ends it)."""
+    """Follows the runner's log and calls ``say`` once per finished task (a thread; ``stop`` ends it). Only
+    what this run appends counts: the log of an earlier demo in the same directory is kept, not replayed."""
 
     def __init__(self, log_path: Path, on_finish: Callable[[str, str, float], None], poll_s: float = 0.3):
         self.log_path, self.on_finish, self.poll_s = log_path, on_finish, poll_s
         self._stop = threading.Event()
         self._started: dict[str, float] = {}
         self._seen = 0
+        self._offset = log_path.stat().st_size if log_path.exists() else 0
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def __enter__(self) -> TaskWatcher:
@@ -124,7 +126,9 @@ class TaskWatcher:
 
     def _scan(self) -> None:
         try:
-            text = self.log_path.read_text(errors="replace")
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self._offset)
+                text = fh.read().decode(errors="replace")
         except OSError:
             return
         events = parse_task_events(text)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Set up everything `make demo` / `make test` need on a fresh Debian machine; safe to rerun.
-#  1. Debian packages: ffmpeg (videos) and Ceph (mon, osd, radosgw: the test S3 server).
+# Set up what `make demo` / `make test` need on a fresh Debian machine; safe to rerun.
+#   scripts/setup.sh [--plan] [demo|all]   (all is the default; --plan prints the steps and runs nothing)
+# demo (what `make demo` runs): steps 1 (ffmpeg only) and 2. all (`make test` and every other target): 1-5.
+#  1. Debian packages: ffmpeg (videos); with all also Ceph (mon, osd, radosgw: the test S3 server).
 #  2. .venv with the pinned Python stack (torch comes from the machine's local wheel mirror).
 #  3. .venv-bench/sglang-site: SGLang 0.5.23's own Python package (its wheel, --no-deps) and the pure-Python
 #     modules its request, argument and weight-update modules import, for the contract tests
@@ -13,9 +15,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw)
+PLAN=0
+if [ "${1:-}" = "--plan" ]; then PLAN=1; shift; fi
+MODE=${1:-all}
+case "$MODE" in
+  demo) DEB_PACKAGES=(ffmpeg); STEPS=(debian venv) ;;
+  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw); STEPS=(debian venv sglang_site lmms_site router_site) ;;
+  *) echo "scripts/setup.sh: unknown mode '$MODE' (demo or all)" >&2; exit 2 ;;
+esac
 PYTHON=${PYTHON:-python3.11}
 
+debian() {
 missing=()
 for pkg in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -28,7 +38,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+}
 
+venv() {
 if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv with $PYTHON"
   "$PYTHON" -m venv .venv
@@ -42,6 +54,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -c "import torch, transformers, kfp, paravt_core" # fail here, not in the first test
   echo "$want" > "$stamp"
 fi
+}
+
+sglang_site() {
 # SGLang's package for the contract tests: pins are sglang's own where its metadata pins, else the versions the
 # tests were written against.
 SGLANG_SITE=.venv-bench/sglang-site
@@ -63,6 +78,9 @@ if [ ! -f "$site_stamp" ] || [ "$(cat "$site_stamp")" != "$site_want" ]; then
   PYTHONPATH=$SGLANG_SITE PARAVT_SGLANG_SITE=$SGLANG_SITE .venv/bin/python tests/sglang_side.py check </dev/null
   echo "$site_want" > "$site_stamp"
 fi
+}
+
+lmms_site() {
 LMMS_SITE=.venv-bench/lmms-eval-site
 if [ ! -f "$LMMS_SITE/lmms_eval-0.7.3.dist-info/METADATA" ]; then
   echo "[setup] installing lmms-eval 0.7.3 (--no-deps) into $LMMS_SITE"
@@ -70,6 +88,9 @@ if [ ! -f "$LMMS_SITE/lmms_eval-0.7.3.dist-info/METADATA" ]; then
     lmms-eval==0.7.3 loguru==0.7.3 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
   test -f "$LMMS_SITE/lmms_eval/tasks/_task_utils/mcq_extract.py" # fail here, not in the oracle test
 fi
+}
+
+router_site() {
 ROUTER_SITE=.venv-router
 ROUTER_SITE_PACKAGES=(
   sglang-router==0.3.2 setproctitle==1.3.8 orjson==3.13.0 uvicorn==0.54.0 fastapi==0.165.0 starlette==1.10.0
@@ -87,4 +108,13 @@ if [ ! -f "$router_stamp" ] || [ "$(cat "$router_stamp")" != "$router_want" ]; t
   PYTHONPATH=$ROUTER_SITE .venv/bin/python -m sglang_router.launch_router --help >/dev/null
   echo "$router_want" > "$router_stamp"
 fi
-echo "[setup] ready"
+}
+
+for step in "${STEPS[@]}"; do
+  if [ "$PLAN" -eq 1 ]; then
+    if [ "$step" = debian ]; then echo "debian ${DEB_PACKAGES[*]}"; else echo "$step"; fi
+  else
+    "$step"
+  fi
+done
+[ "$PLAN" -eq 1 ] || echo "[setup] ready ($MODE)"

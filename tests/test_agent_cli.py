@@ -79,8 +79,9 @@ def test_agent_run_real_model_and_errors(tiny_model_dir, video, tmp_path, capsys
     assert f"answer: None    finish: {data['finish_reason']}" in printed
     assert f"turn 0 · {data['turns'][0]['tokens']} tokens · " in printed
 
-    assert paravt(base + ["--video", str(tmp_path / "missing.mp4")] + FAST) == 1
-    assert "finish: video_error" in capsys.readouterr().out
+    # a missing local video: named before the model loads (issue 35), not an episode ending in video_error
+    assert paravt(base + ["--video", str(tmp_path / "missing.mp4")] + FAST) == 2
+    assert capsys.readouterr().err.endswith(f"--video {tmp_path / 'missing.mp4'}: no such file\n")
 
     assert paravt(base + ["--video", str(video), "max_turnz=2"]) == 2  # the stages' key=value grammar
     err = capsys.readouterr().err
@@ -99,3 +100,45 @@ def test_agent_run_against_an_openai_compatible_server(tiny_model, tiny_model_di
     assert len(sent) == 1 and sent[0]["temperature"] == 0.0 and sent[0]["max_tokens"] == 12
     assert sent[0]["mm_processor_kwargs"] == {"size": {"shortest_edge": 784, "longest_edge": MAX_PIXELS}}
     assert "turn 0 · " in printed and "turn 1" not in printed and "answer: None" in printed
+
+
+def test_agent_run_help_shows_the_examples_scripted_replies_included(capsys):
+    """`paravt agent run --help` carries the module's examples: how to watch parallel crop_video calls."""
+    import pytest
+
+    with pytest.raises(SystemExit) as done:
+        paravt(["agent", "run", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "one episode on one video, the whole trajectory printed" in out
+    assert "--script replies.json" in out and "scripted replies" in out
+
+
+def test_a_script_that_is_not_json_is_one_line_and_status_2(tmp_path, capsys):
+    script = tmp_path / "replies.txt"
+    script.write_text("crop the first minute")
+    argv = ["agent", "run", "--model", str(tmp_path / "none"), "--video", "v.mp4", "--question", "q"]
+    assert paravt([*argv, "--script", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"paravt agent: error: --script {script}: not JSON (Expecting value: line 1 column 1 (char 0))\n"
+    )
+
+
+def test_a_missing_video_or_a_stage_folder_as_model_is_named_before_loading(tmp_path, capsys):
+    """Checked before the model loads (seconds on CPU): a missing --video, and --model at a stage's output
+    instead of its final/ checkpoint."""
+    stage = tmp_path / "sft"
+    (stage / "final").mkdir(parents=True)
+    (stage / "final" / "config.json").write_text("{}")
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(b"")
+    argv = ["agent", "run", "--question", "q", "--model", str(stage)]
+    assert paravt([*argv, "--video", str(tmp_path / "nope.mp4")]) == 2
+    assert capsys.readouterr().err == f"paravt agent: error: --video {tmp_path / 'nope.mp4'}: no such file\n"
+    assert paravt([*argv, "--video", str(clip)]) == 2
+    assert capsys.readouterr().err == (
+        f"paravt agent: error: --model {stage} is a stage output, not a model (no config.json); "
+        f"did you mean {stage / 'final'}?\n"
+    )

@@ -56,6 +56,8 @@ def _setup(tmp: Path) -> dict[str, str]:
     (tmp / "someone").mkdir()
     (tmp / "someone" / "notes.txt").write_text("mine\n")
     (tmp / "a-file").write_text("x")
+    (tmp / "stage" / "final").mkdir(parents=True)  # a stage output: the checkpoint is in final/
+    (tmp / "stage" / "final" / "config.json").write_text("{}")
     return {
         "tmp": str(tmp),
         "data": str(data),
@@ -74,6 +76,26 @@ CASES: list[tuple[list[str], int, str]] = [
     (["eval", "--shard", "5/4"], 2, "--shard"),
     (["eval", "--shard", "x"], 2, "--shard"),
     (["pipeline", "compile", "bogus", "{tmp}/p.yaml"], 2, "unknown pipeline 'bogus'"),
+    (["pipeline", "compile", "train", "{tmp}/p.json"], 2, "OUT must end in .yaml"),
+    (["pipeline", "compile", "nightly"], 2, "no output file: expected nightly OUT.yaml"),
+    (
+        ["pipeline", "submit", "x.yaml", "--params", "{tmp}/none.yaml", "--host", "http://127.0.0.1:9"],
+        2,
+        "--params: no such file",
+    ),
+    (["sft", "trainer.step=3"], 2, "unknown config key 'trainer.step'; did you mean 'trainer.steps'?"),
+    (
+        ["eval", "benchmarks=[{{name: videome}}]", "output={tmp}/e1"],
+        2,
+        "unknown benchmark 'videome'; did you mean 'videomme'?",
+    ),
+    (
+        ["rl", "model={tmp}/stage", "output={tmp}/r1"],
+        2,
+        "is a stage output, not a model (no config.json); did you mean {tmp}/stage/final?",
+    ),
+    (["rl", "dtype=float8"], 2, "dtype: Input should be 'float32', 'bfloat16' or 'float16' (got 'float8')"),
+    (["sft", "output="], 2, "output: String should have at least 1 character (got '')"),
     (["agent", "run", "--model", "m"], 2, "--video, --question"),
     # config: files, keys and values
     (["data", "--config", "{tmp}/missing.yaml"], 2, "config file not found"),
@@ -96,16 +118,17 @@ CASES: list[tuple[list[str], int, str]] = [
     (["rl", "output={data}"], 2, "holds a complete data result"),
     (["tiny-model", "{someone}"], 2, "not an earlier `paravt tiny-model` output"),
     (["synth", "{someone}"], 2, "not written by `paravt synth`"),
+    (["demo", "--out-dir", "{someone}"], 2, "is not empty and not an earlier `paravt demo` output"),
     # inputs
     (["rl", "data={tmp}/nowhere", "model={tmp}/nomodel", "output={tmp}/rl1"], 1, "no RL parquet"),
     (["sft", "data={incomplete}", "model={tmp}/nomodel", "output={tmp}/sft1"], 1, "paravt data"),
     (["sft", "output={tmp}/a-file/out"], 1, "is a file, not a directory"),
     (
         ["eval", "benchmarks=[{{name: nosuch}}]", "output={tmp}/e1", "work_dir={tmp}/e1w"],
-        1,
-        "unknown benchmark",
+        2,
+        "unknown benchmark 'nosuch'",
     ),
-    (["eval", "output={tmp}/e0", "work_dir={tmp}/e0w"], 1, "no benchmarks configured"),
+    (["eval", "output={tmp}/e0", "work_dir={tmp}/e0w"], 2, "no benchmarks configured"),
     (
         [
             "eval",
@@ -154,8 +177,24 @@ CASES: list[tuple[list[str], int, str]] = [
     # the KFP host: a typo in a parameter name is refused before the host is contacted; then the host is named
     (
         ["pipeline", "submit", "train", "--params", "{tmp}/params.yaml", "--host", "http://127.0.0.1:9"],
-        1,
-        "unknown pipeline parameter(s) run_prefx",
+        2,
+        "paravt pipeline: error: unknown pipeline parameter(s) run_prefx",
+    ),
+    (
+        [
+            "pipeline",
+            "schedule",
+            "create",
+            "train",
+            "--name",
+            "n",
+            "--cron",
+            "0 2 * * *",
+            "--host",
+            "http://127.0.0.1:9",
+        ],
+        2,
+        "paravt pipeline: error: cron '0 2 * * *' has 5 fields",
     ),
     (
         ["pipeline", "status", "run-1", "--host", "http://127.0.0.1:9"],
@@ -212,6 +251,7 @@ def test_at_least_thirty_bad_inputs_end_as_one_line(tmp_path: Path) -> None:
     # nothing half-written is marked complete, and the foreign directory is untouched
     assert _markers(tmp_path) == before
     assert sorted(p.name for p in (tmp_path / "someone").iterdir()) == ["notes.txt"]
+    assert not (tmp_path / "p.json").exists()  # no 0-byte file left by a refused compile
     assert json.loads(storage.read_bytes(storage.join(paths["data"], "_COMPLETE")))["info"]["stage"] == "data"
 
 
@@ -233,6 +273,44 @@ def test_ctrl_c_is_one_line_with_status_130_and_leaves_nothing_complete(tmp_path
     assert proc.returncode == 130, stderr
     assert stderr == "paravt tiny-model: interrupted; run the same command again\n", stderr
     assert not (out / ".paravt-tiny-model").exists()
+
+
+# sitecustomize for the CLI's interpreter: a real SIGINT the first time MODULE is imported, sent from inside a
+# string exec (as dataclasses, namedtuple and typing run code while modules import).
+_SIGINT_AT_IMPORT = """
+import os, signal, sys
+class Trap:
+    def find_spec(self, name, path=None, target=None):
+        if name == MODULE:
+            sys.meta_path.remove(self)
+            exec("os.kill(os.getpid(), signal.SIGINT)\\nfor _ in range(10**6): pass")
+        return None
+sys.meta_path.insert(0, Trap())
+"""
+
+
+@pytest.mark.parametrize("module", ["pydantic", "torch"])
+def test_ctrl_c_during_imports_is_still_status_130(tmp_path: Path, module: str) -> None:
+    """Ctrl-C while the CLI imports its config models (pydantic) or while the build imports torch: the one
+    line and status 130, never death by the signal (status -2: an uncaught interrupt, or CPython marking an
+    interrupt that left a string exec as unhandled although the CLI caught it)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(f"MODULE = {module!r}\n" + _SIGINT_AT_IMPORT)
+    env = _env(tmp_path)
+    env["PYTHONPATH"] = f"{site}{os.pathsep}{env['PYTHONPATH']}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "paravt_core.cli", "tiny-model", str(tmp_path / "tiny")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (proc.returncode, proc.stderr) == (
+        130,
+        "paravt tiny-model: interrupted; run the same command again\n",
+    )
+    assert not (tmp_path / "tiny" / ".paravt-tiny-model").exists()
 
 
 def test_the_resume_hint_names_the_step_training_resumes_from(tmp_path: Path) -> None:

@@ -242,3 +242,12 @@ def test_total_uncompressed_size_is_bounded(tmp_path: Path) -> None:
         )
     assert "1100 bytes" in str(err.value) and "extract.max_archive_bytes=1000" in str(err.value)
     assert _files(root) == {}
+
+
+def test_the_progress_bar_goes_to_stderr_not_stdout(tmp_path: Path, capfd) -> None:
+    """stdout carries only the stage's JSON result (`paravt data ... | jq`): the extraction bar goes to stderr."""
+    source, _ = build_dataset(tmp_path)
+    extract_all(_archives(source), str(tmp_path / "root"), workers=2, progress=True)
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert "extract" in err.lower() or "selfqa" in err, err

@@ -35,12 +35,29 @@ def test_task_events_are_read_through_the_colour_codes() -> None:
 
 def test_the_watcher_reports_each_finished_task_once_with_its_duration(tmp_path: Path) -> None:
     log = tmp_path / "demo.log"
-    log.write_text(LOG)
     seen: list[tuple[str, str, float]] = []
     with TaskWatcher(log, lambda t, s, d: seen.append((t, s, round(d, 3))), poll_s=0.01):
-        pass
+        log.write_text(LOG)
     # sft started 06:12:52.004 and "finished" 23:59:59.500 the same day: 17 h 47 min 7.496 s
     assert seen == [("data-op", "SUCCESS", 1.93), ("sft-op", "FAILURE", 64027.496)]
+
+
+def test_a_rerun_reports_only_its_own_tasks_not_the_previous_runs(tmp_path: Path) -> None:
+    """demo.log is appended to: a second demo in the same directory must not print the first one's lines
+    (with their old times) again."""
+    log = tmp_path / "demo.log"
+    log.write_text(LOG)  # the earlier run: data-op and sft-op
+    seen: list[tuple[str, str, float]] = []
+    again = (
+        "07:00:00.000 - INFO - Executing task \x1b[96m'rl-op'\x1b[0m\n"
+        "07:00:03.250 - INFO - Task \x1b[96m'rl-op'\x1b[0m finished with status \x1b[92mSUCCESS\x1b[0m\n"
+    )
+    with (
+        TaskWatcher(log, lambda t, s, d: seen.append((t, s, round(d, 3))), poll_s=0.01),
+        open(log, "a") as fh,
+    ):
+        fh.write(again)
+    assert seen == [("rl-op", "SUCCESS", 3.25)]
 
 
 def test_stage_lines_carry_the_stages_own_numbers(tmp_path: Path) -> None:

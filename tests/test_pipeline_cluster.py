@@ -90,7 +90,7 @@ def test_submit_compiled_file_default_namespace_checks_health(kfp_server, tmp_pa
 
 def test_submit_rejects_unknown_parameter_before_any_run(kfp_server, tmp_path, capsys) -> None:
     argv = ["pipeline", "submit", "train", "--params", _params_file(tmp_path, {"data_confg_yaml": "{}"})]
-    assert main(argv + _conn(kfp_server)) == 1
+    assert main(argv + _conn(kfp_server)) == 2  # a usage mistake
     _, err = _no_token_printed(capsys)
     assert "unknown pipeline parameter(s) data_confg_yaml" in err and "data_config_yaml" in err
     assert kfp_server.state.calls("POST", "/runs") == []
@@ -157,7 +157,7 @@ def test_schedule_created_disabled(kfp_server, capsys) -> None:
 
 def test_schedule_rejects_five_field_cron(kfp_server, capsys) -> None:
     argv = ["pipeline", "schedule", "create", "train", "--name", "n", "--cron", "0 2 * * *"]
-    assert main(argv + _conn(kfp_server)) == 1
+    assert main(argv + _conn(kfp_server)) == 2  # a usage mistake
     _, err = capsys.readouterr()
     assert "has 5 fields; KFP needs 6, seconds first" in err
     assert kfp_server.state.requests == []  # refused before talking to the server

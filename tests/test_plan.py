@@ -265,3 +265,28 @@ def test_oversized_config_does_not_fit_and_names_the_largest_component(tiny_mode
     text = report.render({"config": SFT_8B, "gpus": 2, "gpu": "16m", "gpu_gib": 1 / 64, "model": "tiny",
                           "params": report.param_parts(config), "stage": "sft", "sft": out})  # fmt: skip
     assert "DOES NOT FIT" in text and f"largest component: {out['largest']}" in text
+
+
+def test_a_plan_that_does_not_fit_exits_1_with_the_fix(tiny_model_dir, monkeypatch, capsys):
+    """`paravt plan` ends with status 1 and one stderr line naming what to change when the plan does not fit
+    (the plan itself: the tiny model on a 16 MiB GPU, computed as above; the 8B one takes minutes on CPU)."""
+    from transformers import AutoConfig
+
+    from paravt_core.cli import main
+
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    cfg = load_config(SftConfig, SFT_8B, ["media.video_max_frames=8", "media.video_max_pixels=4096"])
+    out = report.plan_sft(config, cfg, 2, report.Gpu("16m", 16 * 2**20, 1e12, 1.0), pack_length=4096)
+    result = {"config": SFT_8B, "gpus": 2, "gpu": "16m", "gpu_gib": 1 / 64, "model": "tiny",
+              "params": report.param_parts(config), "stage": "sft", "sft": out}  # fmt: skip
+    monkeypatch.setattr(report, "plan", lambda *a, **k: result)
+    assert main(["plan", "--config", str(SFT_8B), "--gpus", "2"]) == 1
+    captured = capsys.readouterr()
+    assert "verdict: DOES NOT FIT" in captured.out
+    assert captured.err == (
+        f"paravt plan: DOES NOT FIT: the per-rank peak {out['peak_gib']:.1f} GiB exceeds "
+        f"{out['usable_gib']:.1f} GiB usable; try more GPUs (--gpus), a smaller pack (--pack-length)\n"
+    )
+    fits = {**result, "sft": {**out, "fits": True}}
+    monkeypatch.setattr(report, "plan", lambda *a, **k: fits)
+    assert main(["plan", "--config", str(SFT_8B), "--gpus", "2"]) == 0

@@ -171,3 +171,34 @@ def test_report_shows_training_metrics_and_plots(tmp_path) -> None:
     assert base64.b64encode(nested).decode() not in page
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "## SFT" in md and "| last_loss | 1.25 |" in md and "| mean_reward | 0.5 |" in md
+
+
+def test_every_training_number_of_the_report_is_explained_in_one_line() -> None:
+    """The SFT and RL numbers the demo's report shows (their metrics.json keys) each carry a one-line
+    meaning beside them, in the Markdown and the HTML."""
+    from paravt_core.report import render
+    from paravt_core.sft.metrics import summary
+
+    records = [
+        {"step": s, "loss": 5.0 - s, "tokens": 100, "step_time_s": 0.5, "padding_share": 0.25, "sequences": 2}
+        for s in (1, 2, 3, 4)
+    ]
+    sft = {k: v for k, v in summary(records, 8, {"missing_media": 1}).items() if isinstance(v, int | float)}
+    sft["world_size"] = 1
+    # the RL stage's metrics.json numbers, as the demo's run wrote them
+    rl_keys = ["f_tau_final", "final_steps", "format_reward_final", "kappa_final", "policy_version", "prompts",
+               "reward_first", "reward_last", "steps"]  # fmt: skip
+    for name, metrics in (("SFT", sft), ("RL", dict.fromkeys(rl_keys, 0.5))):
+        section = {"name": name, "output": "x", "metrics": metrics, "plots": {}}
+        text = render.training_markdown(section)
+        for key in metrics:
+            note = render.metric_note(name, key)
+            assert note and f"| {key} | {metrics[key]:.6g} | {note} |" in text, (name, key)
+        page = render.report_html(
+            "t", eval_table=[], training=[section], trend=None, trend_png_bytes=None, today=""
+        )
+        assert render.metric_note("RL", "kappa_final") in page or name == "SFT"
+    assert (
+        render.metric_note("RL", "kappa_final")
+        == "kappa: tool calls per rollout, mean over the last final_steps steps"
+    )

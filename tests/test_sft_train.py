@@ -398,8 +398,7 @@ def test_s3_input_and_output_checkpoints_resume_and_final_loads(
         "scheduler.pt",
         "trainer.json",
     ]
-    # A longer run on the same output continues from the newest checkpoint, read back from S3.
-    storage.clear_complete(out)
+    # A longer run on the same (complete) output continues from the newest checkpoint, read back from S3.
     second = run(load_config(SftConfig, TINY, [*base, "trainer.steps=3"]))
     assert second.metrics["resumed_from"] == step2
     records = [json.loads(line) for line in storage.read_bytes(f"{out}/metrics.jsonl").decode().splitlines()]

@@ -170,11 +170,35 @@ def build_engine(args: argparse.Namespace, cfg: AgentConfig | None = None):
     if args.script:
         from paravt_core.engines.scripted import RoutedEngine, ScriptedEngine
 
-        replies = json.loads(Path(args.script).read_text())
-        if not isinstance(replies, list) or not all(isinstance(r, str) for r in replies):
-            raise SystemExit(f"{args.script}: expected a JSON list of strings")
+        replies = read_script(args.script)
         engine = RoutedEngine(ScriptedEngine(processor, replies), engine)
     return engine, processor
+
+
+def read_script(path: str) -> list[str]:
+    """The scripted main-agent replies: a JSON list of strings (a usage mistake otherwise, exit status 2)."""
+    from paravt_core.cli_errors import UsageError
+
+    try:
+        replies = json.loads(Path(path).read_text())
+    except OSError as err:
+        raise UsageError(f"--script {path}: {err.strerror or err}") from None
+    except ValueError as err:
+        raise UsageError(f"--script {path}: not JSON ({err})") from None
+    if not isinstance(replies, list) or not all(isinstance(r, str) for r in replies):
+        raise UsageError(f"--script {path}: expected a JSON list of strings (the main agent's replies)")
+    return replies
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """A local video or model that is not there is a usage mistake found now, not after the model loaded."""
+    import os
+
+    from paravt_core.cli_errors import UsageError, check_model_dir
+
+    if "://" not in args.video and not os.path.isfile(args.video):
+        raise UsageError(f"--video {args.video}: no such file")
+    check_model_dir("--model ", args.model)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -186,6 +210,9 @@ def main(args: argparse.Namespace) -> int:
         cfg.bind_prompt_set()
     except ValueError as err:  # the CLI prints it as one line on stderr, exit status 2
         raise err if isinstance(err, ConfigError) else ConfigError(str(err)) from None
+    if args.script:
+        read_script(args.script)  # before the model is loaded
+    check_inputs(args)
     from .episode import arun_episode  # heavy (torch): after the config is known to be good
 
     with console.status("loading the model"):

@@ -43,6 +43,7 @@ from rich.progress import (
 
 from paravt_core import storage
 from paravt_core.data.validate import DataError
+from paravt_core.stage import console
 
 MARKER_DIR = ".paravt-extract"
 _CHUNK = 1 << 20
@@ -282,7 +283,8 @@ def extract_all(
         TimeRemainingColumn(),
         TextColumn("{task.fields[archives]}"),
     )
-    with Progress(*columns, disable=not progress or not todo, transient=False) as bar:
+    # On the stages' stderr console: stdout carries only the stage's JSON result.
+    with Progress(*columns, console=console, disable=not progress or not todo, transient=False) as bar:
         task = bar.add_task("extract", total=sum(s for _, _, s in todo), archives=f"0/{len(todo)} archives")
         finished = 0
 

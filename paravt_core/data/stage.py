@@ -31,7 +31,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from paravt_core import storage
-from paravt_core.config import DataConfig, config_to_yaml
+from paravt_core.config import DataConfig
 from paravt_core.data import download, extract, sentinel
 from paravt_core.data.audit import build_audit, check_gate, print_audit
 from paravt_core.data.materialize import (
@@ -283,7 +283,6 @@ def run(cfg: DataConfig) -> StageResult:
     if was_complete:
         info = (storage.completion_info(output) or {}).get("info", {})
         if info.get("fingerprint") == fp:
-            console.print(config_to_yaml(cfg))
             console.print(
                 f"[bold]paravt data[/]: inputs and config unchanged; reusing the complete output {output}"
             )

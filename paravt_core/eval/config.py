@@ -93,7 +93,9 @@ class EvalConfig(StrictModel):
         description='published numbers shown beside ours: ParaVT-8B, Qwen3-VL-8B, LongVT-RFT-7B; "auto": from model; "": none',
     )
     output: str = Field(
-        default="./paravt-work/eval", description="URI of records, results.json, metrics.json, report.html"
+        default="./paravt-work/eval",
+        min_length=1,
+        description="URI of records, results.json, metrics.json, report.html",
     )
     work_dir: str = Field(
         default="./paravt-work/eval-work",

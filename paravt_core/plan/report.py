@@ -266,6 +266,24 @@ def plan(
     return result
 
 
+def misfit(result: dict[str, Any]) -> str | None:
+    """One line saying what does not fit and what to change, or None when the plan fits (``paravt plan``
+    then exits 1: a script can tell a plan that fits from one that does not)."""
+    stage = result["stage"]
+    s = result[stage]
+    problems = []
+    if not s["fits"]:
+        problems.append(f"the per-rank peak {s['peak_gib']:.1f} GiB exceeds {s['usable_gib']:.1f} GiB usable")
+    if "server" in s and not s["server"]["push_fits"]:
+        problems.append("the weight-push bucket does not fit beside SGLang's static pool")
+    if not problems:
+        return None
+    fixes = ["more GPUs (--gpus)", "a smaller pack (--pack-length)"]
+    if stage == "rl":
+        fixes.append("a lower --mem-fraction-static")
+    return f"DOES NOT FIT: {'; '.join(problems)}; try {', '.join(fixes)}"
+
+
 def render(result: dict[str, Any]) -> str:
     """The plan as text (what ``paravt plan`` prints)."""
     p = result["params"]

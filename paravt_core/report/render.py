@@ -82,9 +82,47 @@ def eval_markdown(table: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# One line per number of a training stage's metrics.json, shown beside it in the report (section name, key).
+METRIC_NOTES: dict[tuple[str, str], str] = {
+    ("SFT", "steps"): "optimizer steps run",
+    ("SFT", "loss_first"): "mean training loss over the first loss_window_steps steps",
+    ("SFT", "loss_last"): "mean training loss over the last loss_window_steps steps",
+    (
+        "SFT",
+        "loss_window_steps",
+    ): "steps averaged into loss_first and loss_last (a quarter of the run, at most 5)",
+    ("SFT", "tokens"): "tokens trained on, all steps together",
+    ("SFT", "tokens_per_s"): "tokens trained on per second of step time",
+    ("SFT", "padding_share"): "share of the packed sequences' tokens that are padding",
+    ("SFT", "rows_used"): "data rows trained on (a row seen in two epochs counts twice)",
+    (
+        "SFT",
+        "rows_dropped_total",
+    ): "data rows skipped by the SFT checks (reasons: rows_dropped in metrics.json)",
+    ("SFT", "world_size"): "training processes (ranks)",
+    ("RL", "steps"): "policy updates run",
+    ("RL", "prompts"): "RL prompts the steps sample from",
+    ("RL", "reward_first"): "mean reward of the first step's rollouts",
+    ("RL", "reward_last"): "mean reward of the last step's rollouts",
+    ("RL", "policy_version"): "weight versions pushed to the rollout engine",
+    ("RL", "final_steps"): "last steps averaged into the *_final numbers",
+    (
+        "RL",
+        "f_tau_final",
+    ): "f_tau: share of rollouts whose format is compliant, mean over the last final_steps",
+    ("RL", "kappa_final"): "kappa: tool calls per rollout, mean over the last final_steps steps",
+    ("RL", "format_reward_final"): "R_fmt, the format reward, mean over the last final_steps steps",
+}
+
+
+def metric_note(section: str, key: str) -> str:
+    return METRIC_NOTES.get((section, key), "")
+
+
 def training_markdown(section: dict[str, Any]) -> str:
-    lines = [f"## {section['name']}\n", "| metric | value |", "|---|---|"]
-    lines += [f"| {k} | {v:.6g} |" for k, v in sorted(section["metrics"].items())]
+    name = section["name"]
+    lines = [f"## {name}\n", "| metric | value | meaning |", "|---|---|---|"]
+    lines += [f"| {k} | {v:.6g} | {metric_note(name, k)} |" for k, v in sorted(section["metrics"].items())]
     return "\n".join(lines) + "\n"
 
 
@@ -135,9 +173,10 @@ def report_html(
     for section in training:
         parts.append(f"<h2>{html.escape(section['name'])}</h2><p>{html.escape(section['output'])}</p>")
         parts.extend(_img(png, name) for name, png in sorted(section["plots"].items()))
-        parts.append("<table><tr><th>metric</th><th>value</th></tr>")
+        parts.append("<table><tr><th>metric</th><th>value</th><th>meaning</th></tr>")
         parts.extend(
-            f"<tr><td>{html.escape(k)}</td><td>{v:.6g}</td></tr>"
+            f"<tr><td>{html.escape(k)}</td><td>{v:.6g}</td>"
+            f"<td style='text-align:left'>{html.escape(metric_note(section['name'], k))}</td></tr>"
             for k, v in sorted(section["metrics"].items())
         )
         parts.append("</table>")

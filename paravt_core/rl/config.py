@@ -122,7 +122,9 @@ class RlConfig(StrictModel):
         default="", description="frozen KL reference; empty: the same checkpoint as `model`"
     )
     output: str = Field(
-        default="./paravt-work/rl", description="URI: checkpoints, final HF model, metrics, trajectories"
+        default="./paravt-work/rl",
+        min_length=1,
+        description="URI: checkpoints, final HF model, metrics, trajectories",
     )
     seed: int = Field(default=0, description="data order and sampling seeds")
     steps: int = Field(default=700, ge=1, description="policy updates")
@@ -134,7 +136,9 @@ class RlConfig(StrictModel):
         description="policy versions a trained sample may lag behind the learner; 0: synchronous",
     )
     device: str = Field(default="cpu", description="learner device (cpu, cuda)")
-    dtype: str = Field(default="float32", description="learner and engine weights (bfloat16 on GPUs)")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        default="float32", description="learner and engine weights (bfloat16 on GPUs)"
+    )
     engine: RolloutEngineConfig = Field(
         default_factory=RolloutEngineConfig, description="where rollouts are generated, how weights get there"
     )

@@ -52,7 +52,7 @@ from paravt_core.engines.coalesce import CoalescingEngine
 from paravt_core.engines.independent import IndependentEngine
 from paravt_core.rl.config import RlConfig
 from paravt_core.run_metrics import write_jsonl
-from paravt_core.stage import StageResult, announce_config, check_output, console
+from paravt_core.stage import StageResult, announce_config, check_output, console, refuse_changed_config
 from paravt_core.train.dist import Dist, LeadHandoff, setup_distributed
 from paravt_core.train.fsdp import CoreOptions
 
@@ -566,6 +566,7 @@ def _learner(cfg: RlConfig, d: Dist, dtype: Any, reference_uri: str) -> tuple[Le
 
 def run(cfg: RlConfig) -> StageResult:
     check_output("rl", cfg.output)
+    refuse_changed_config("rl", cfg.output, cfg, may_grow=("steps",))  # more steps continue the run
     import torch
 
     d = setup_distributed(cfg.train.dist_timeout_s)

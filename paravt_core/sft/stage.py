@@ -13,8 +13,9 @@ Outputs under ``cfg.output`` (local directory or ``s3://`` prefix)::
     loss_curve.png       loss and learning rate per step
     _COMPLETE            written last
 
-A rerun of a complete output returns the earlier result; a rerun of an interrupted one resumes from its
-newest complete checkpoint.
+A rerun of a complete output with the same config returns the earlier result, one with a different config is
+refused naming the differing keys (``stage.refuse_changed_config``), except more ``trainer.steps``, which
+continue the run from its newest checkpoint; a rerun of an interrupted one resumes from there too.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from paravt_core import run_metrics, storage
 from paravt_core.config import SftConfig
 from paravt_core.sft import metrics
 from paravt_core.sft.trainer import SftError, train
-from paravt_core.stage import StageResult, announce_config, check_output, console
+from paravt_core.stage import StageResult, announce_config, check_output, console, refuse_changed_config
 
 STAGE = "sft"
 
@@ -44,10 +45,20 @@ def _outputs(cfg: SftConfig) -> dict[str, str]:
 def run(cfg: SftConfig) -> StageResult:
     check_output(STAGE, cfg.output)
     rank0 = int(os.environ.get("RANK", "0")) == 0
-    if storage.is_complete(cfg.output):
+    grown = refuse_changed_config(STAGE, cfg.output, cfg, may_grow=("trainer.steps",))
+    if grown:
+        before = grown["trainer.steps"][0]
+        if rank0:
+            storage.clear_complete(cfg.output)  # trusted again when the longer run has finished
+            console.print(
+                f"paravt sft: {cfg.output} is complete at {before} steps; continuing to {cfg.trainer.steps} from "
+                f"its newest checkpoint (steps 1-{before} followed the {before}-step learning-rate schedule)",
+                highlight=False,
+            )
+    elif storage.is_complete(cfg.output):
         summary = json.loads(storage.read_bytes(storage.join(cfg.output, "metrics.json")))
         if rank0:
-            console.print(f"paravt sft: {cfg.output} is complete; nothing to do")
+            console.print(f"paravt sft: {cfg.output} is complete with the same config; reused, nothing to do")
         return StageResult(STAGE, _outputs(cfg), {**summary, "reused_output": True})
     if rank0:
         announce_config(STAGE, cfg, cfg.output)
