@@ -78,7 +78,15 @@ def test_overlay_validates_strictly(rendered) -> None:
             "RoleBinding",
             "RoleBinding",
         ]
-        + ["ConfigMap", "ConfigMap", "ConfigMap", "PersistentVolumeClaim", "PersistentVolumeClaim", "Job", "Job"]
+        + [
+            "ConfigMap",
+            "ConfigMap",
+            "ConfigMap",
+            "PersistentVolumeClaim",
+            "PersistentVolumeClaim",
+            "Job",
+            "Job",
+        ]
     )
     # kubernetes-validate reports one "passed" line per resource.
     assert report.count("passed for resource") == len(docs)
@@ -221,13 +229,13 @@ def test_runner_role_grants_exactly_what_kfp_and_argo_call(rendered) -> None:
     assert discovery == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
 
 
-def test_readme_submit_example_runs_the_pods_as_the_runner_account(rendered) -> None:
+def test_the_documented_submit_example_runs_the_pods_as_the_runner_account(rendered) -> None:
     """Without ``--service-account`` KFP runs the workflow's pods as the API server's default account (KFP
     2.17.0 backend/src/apiserver/template/template.go, setDefaultServiceAccount: the
     DefaultPipelineRunnerServiceAccount flag, ``pipeline-runner``; Kubeflow's profiles set
     ``default-editor``), which has neither the runner's Roles nor the registry's pull secret."""
     _, docs, _ = rendered
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "reference.md").read_text()  # the README's reference part
     start = readme.index("paravt pipeline submit train --host")
     command = readme[start : readme.index("\n", readme.index("--service-account", start))]
     assert "\n" not in command.replace("\\\n", "")  # one shell command, continued with backslashes
