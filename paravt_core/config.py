@@ -345,7 +345,8 @@ class SftModelConfig(StrictModel):
     )
     bf16: bool = Field(
         default=True,
-        description="bf16 compute, float32 master weights and gradient reduction (GPU; CPU: float32)",
+        description="bf16 compute, float32 master weights and gradient reduction (GPU; CPU: float32); "
+        "final/ is written in bf16 (false: float32)",
     )
 
 

@@ -10,6 +10,8 @@ in a process of its own, so its imports and patches never reach the test process
   - ``{"op": "server_args", "argv": [...]}``: ``ServerArgs.add_cli_args`` + argparse, the parser
     ``launch_server`` uses (returns the parsed values), then ``prepare_server_args`` (``ServerArgs`` built
     from them, its own consistency checks run).
+  - ``{"op": "model_dtype", "path": DIR, "dtype": "auto"}``: the dtype a server launched on DIR with
+    ``--dtype`` serves: ``configs/model_config.py``'s ``ModelConfig`` built on it (``_get_and_verify_dtype``).
 
 ``serve PORT_FILE OUT_FILE``: a loopback weight receiver assembled from SGLang's scheduler-side code: the
 session logic of ``SchedulerWeightUpdaterManager`` (begin/end, "must run between begin and end", flush on the
@@ -84,6 +86,11 @@ def check_loop() -> None:
                     }
                 except SystemExit as err:
                     result = {"error": f"argparse exit {err.code}"}
+            elif op == "model_dtype":  # the dtype the server would serve: its own ModelConfig, as launched
+                from sglang.srt.configs.model_config import ModelConfig
+
+                config = ModelConfig(request["path"], dtype=request["dtype"])
+                result = {"error": None, "dtype": str(config.dtype).removeprefix("torch.")}
             else:
                 result = {"error": f"unknown op {op}"}
         except Exception as err:  # report, keep serving

@@ -73,6 +73,13 @@ class SGLangChecker:
     def server_args(self, argv: list[str]) -> dict[str, Any]:
         return self._ask({"op": "server_args", "argv": argv})
 
+    def model_dtype(self, path: str, dtype: str = "auto") -> str:
+        """The dtype SGLang serves the checkpoint at ``path`` in when launched with ``--dtype dtype``."""
+        verdict = self._ask({"op": "model_dtype", "path": str(path), "dtype": dtype})
+        if verdict["error"]:
+            raise RuntimeError(verdict["error"])
+        return verdict["dtype"]
+
     def close(self) -> None:
         if self.process.stdin is not None:
             self.process.stdin.close()

@@ -134,7 +134,11 @@ class RlConfig(StrictModel):
         description="policy versions a trained sample may lag behind the learner; 0: synchronous",
     )
     device: str = Field(default="cpu", description="learner device (cpu, cuda)")
-    dtype: str = Field(default="float32", description="learner and engine weights (bfloat16 on GPUs)")
+    dtype: str = Field(
+        default="float32",
+        description="the served weights (the engine's dtype, every push, final/); bfloat16 on GPUs, where the "
+        "learner keeps float32 masters",
+    )
     engine: RolloutEngineConfig = Field(
         default_factory=RolloutEngineConfig, description="where rollouts are generated, how weights get there"
     )

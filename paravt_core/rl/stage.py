@@ -153,6 +153,7 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
             max_pixels=cfg.agent.processor_pixels[1],
             min_pixels=cfg.agent.processor_pixels[0],
             deterministic_inference=e.deterministic_inference,
+            dtype=cfg.dtype,
         )
     if e.weight_sync == "distributed":
         return inner, NcclSync(
@@ -167,7 +168,7 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any) -> tupl
     staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
     if storage.is_s3(staging):
         raise ConfigError(f"engine.staging_dir must be a directory the server can read, not {staging}")
-    return inner, DiskSync(inner, policy.model, staging, pause_mode=e.pause_mode)
+    return inner, DiskSync(inner, policy.model, staging, pause_mode=e.pause_mode, dtype=dtype)
 
 
 def fleet_step(engine: Any, seen: dict[str, Any]) -> dict[str, Any]:
@@ -398,7 +399,7 @@ def run(cfg: RlConfig) -> StageResult:
                 )
             faults.check("rl", done)  # resilience tests: fail here once, like a preempted pod
         final = checkpoint.save_final(
-            out, learner.root, policy.processor, staging_root=staging, submodule="inner"
+            out, learner.root, policy.processor, staging_root=staging, dtype=dtype, submodule="inner"
         )
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

@@ -54,12 +54,14 @@ class DiskSync:
         staging_dir: str,
         version: int = 0,
         pause_mode: str | None = "retract",
+        dtype: torch.dtype | None = None,
     ):
         """``hf_model``: the policy (its config and ``save_pretrained`` write the directory). ``pause_mode``:
         generation is paused around the reload (see ``NcclSync``) so it does not wait for in-flight requests;
-        None: not paused."""
+        None: not paused. ``dtype``: the served weights' dtype (the directory's tensors and its config.json);
+        None: as the learner keeps them."""
         self.engine, self.hf_model, self.staging_dir = engine, hf_model, staging_dir
-        self.version, self.pause_mode = version, pause_mode
+        self.version, self.pause_mode, self.dtype = version, pause_mode, dtype
         self._served: str | None = None
         self.repushes = 0  # fleet servers found lagging and pushed the current weights again
 
@@ -74,12 +76,11 @@ class DiskSync:
             await self.engine.continue_generation()
 
     def push(self, weights: dict[str, torch.Tensor], version: int) -> None:
-        from transformers.utils import logging as hf_logging
+        from paravt_core.checkpoint import save_hf
 
         path = os.path.join(self.staging_dir, f"v{version:08d}")
         shutil.rmtree(path, ignore_errors=True)
-        hf_logging.disable_progress_bar()
-        self.hf_model.save_pretrained(path, state_dict=weights)
+        save_hf(self.hf_model, path, weights, self.dtype)
         asyncio.run(_closing(self.engine, self._reload(path, version)))
         if self._served is not None and self._served != path:
             shutil.rmtree(self._served, ignore_errors=True)  # the server reads the new one now
