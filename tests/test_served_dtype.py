@@ -9,6 +9,9 @@ wheel) what it makes of the checkpoints our stages write.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,3 +139,23 @@ def test_rollout_engine_is_built_in_the_served_dtype(rl_data, tiny_model_dir, tm
     else:
         assert isinstance(sync, NcclSync if engine == "distributed" else DiskSync)
         assert sync.dtype == torch.bfloat16
+
+
+def test_sharded_build_leaves_the_loaded_config_as_stored(tiny_model_dir, tmp_path):
+    """``from_config`` writes its dtype into the config it is given: built from the loaded config itself, a
+    bf16 checkpoint's config said float32 after the float32 masters were made (and so did what read it)."""
+    from paravt_core.checkpoint import save_hf
+
+    loaded = load(tiny_model_dir)
+    stored = tmp_path / "bf16"
+    save_hf(loaded.model, str(stored), loaded.model.state_dict(), torch.bfloat16)
+    loaded.processor.save_pretrained(str(stored))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    cmd += [str(REPO / "tests" / "train_build_worker.py"), str(stored), str(tmp_path / "out")]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        got = torch.load(tmp_path / f"out.{rank}.pt", weights_only=False)
+        assert got["dtypes"] == {"torch.float32"}  # the masters
+        assert got["config_dtype"] == "torch.bfloat16", rank  # the checkpoint's config, as stored
