@@ -16,7 +16,7 @@ in a process of its own, so its imports and patches never reach the test process
 ``serve PORT_FILE OUT_FILE``: a loopback weight receiver assembled from SGLang's scheduler-side code: the
 session logic of ``SchedulerWeightUpdaterManager`` (begin/end, "must run between begin and end", flush on the
 last bucket), the model runner's ``WeightUpdater.init_weights_update_group`` (its ``init_custom_process_group``
-join) and ``receive_weights_from_distributed`` (its broadcast receive). Only the model is replaced: a
+join), ``destroy_weights_update_group`` and ``receive_weights_from_distributed`` (its broadcast receive). Only the model is replaced: a
 "load" records the received tensors. The tokenizer manager's rule is kept: a weight update waits for
 in-flight generation unless generation is paused. On ``/shutdown`` the received tensors are saved to OUT_FILE.
 """
@@ -155,6 +155,9 @@ def serve(port_file: str, out_file: str) -> None:
     )
     tp_worker = types.SimpleNamespace(model_runner=runner, _model_runner=runner)
     tp_worker.init_weights_update_group = lambda req: TpModelWorker.init_weights_update_group(tp_worker, req)
+    tp_worker.destroy_weights_update_group = lambda req: TpModelWorker.destroy_weights_update_group(
+        tp_worker, req
+    )
     tp_worker.weight_update_runners = lambda: TpModelWorker.weight_update_runners(tp_worker)
     scheduler = types.SimpleNamespace(
         record_weight_version_change=lambda new_version: log.append({"event": "version", "v": new_version})
@@ -183,6 +186,10 @@ def serve(port_file: str, out_file: str) -> None:
 
     routes = {
         "/init_weights_update_group": ("InitWeightsUpdateGroupReqInput", manager.init_weights_update_group),
+        "/destroy_weights_update_group": (
+            "DestroyWeightsUpdateGroupReqInput",
+            manager.destroy_weights_update_group,
+        ),
         "/begin_weight_update": ("BeginWeightUpdateReqInput", manager.begin_weight_update),
         "/end_weight_update": ("EndWeightUpdateReqInput", manager.end_weight_update),
         "/update_weights_from_distributed": (

@@ -16,7 +16,12 @@ The ``/generate`` bodies are checked by SGLang's schema gate in ``test_engines_s
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,9 +33,12 @@ from paravt_core.rl.weight_sync import NcclSync, buckets
 from tests.sglang_support import SGLangReceiver, sglang_site
 from tests.test_engines_sglang import _ContractServer
 
+REPO = Path(__file__).resolve().parents[1]
+
 # HTTP route -> the io_struct class FastAPI parses its body into (sglang/srt/entrypoints/http_server.py)
 ROUTE_CLASSES = {
     "/init_weights_update_group": "InitWeightsUpdateGroupReqInput",
+    "/destroy_weights_update_group": "DestroyWeightsUpdateGroupReqInput",
     "/update_weights_from_distributed": "UpdateWeightsFromDistributedReqInput",
     "/update_weights_from_disk": "UpdateWeightFromDiskReqInput",
     "/begin_weight_update": "BeginWeightUpdateReqInput",
@@ -63,6 +71,7 @@ def test_control_bodies_parse_with_sglangs_io_struct(sglang_checker, tiny_model,
             await client.update_weights_from_distributed(list(weights.items()), None)
             await client.end_weight_update()
             await client.continue_generation()
+            await client.destroy_weights_update_group("paravt-host-1-abc")
             await client._abort(["rid-1"])
             await client.aclose()
 
@@ -208,6 +217,65 @@ def test_nccl_push_lands_in_sglangs_receiver_bucket_by_bucket(receiver, tiny_mod
     announced = [d for e in updates3 for d in e["dtypes"]]
     assert announced == ["bfloat16"] * len(v1)  # every tensor of the tiny model is floating point
     assert sync.version == 3
+
+
+def test_a_learner_killed_mid_push_is_followed_by_one_that_pushes(receiver, tiny_model_dir, tmp_path):
+    """Run 1 joins and is killed mid-push (session open, generation paused, its group left behind on the
+    server); run 2 joins the same server at the same address and port, pushes, and leaves its group."""
+    port = _free_port()
+    marker = tmp_path / "killed-at"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    victim = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "nccl_push_victim.py"), receiver.url, str(port), tiny_model_dir,
+         str(marker)],
+        env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.is_file() and victim.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.is_file(), f"run 1 did not reach the middle of its push (exit {victim.poll()})"
+    finally:
+        victim.kill()
+        victim.wait()
+    first_group = marker.read_text()
+    # the server notices the dead peer (gloo: the connection closes) and answers the open request
+    deadline = time.monotonic() + 60
+    while not any(e["event"] == "reply" and not e["success"] for e in receiver.log()):
+        assert time.monotonic() < deadline, receiver.log()[-5:]
+        time.sleep(0.2)
+    cut = len(receiver.log())
+
+    v2 = load_tiny_state(load(tiny_model_dir))
+    sync = NcclSync(
+        SGLangEngine(receiver.url, timeout_s=120),
+        master_address="127.0.0.1",
+        master_port=port,
+        server_ranks=1,
+        backend="gloo",
+        bucket_bytes=64 * 1024,
+        timeout_s=120,
+    )
+    try:
+        sync.push(v2, 1)
+        received = receiver.snapshot()
+    finally:
+        sync.close()
+    log = receiver.log()[cut:]
+    assert sync.group_name != first_group  # a name of its own: SGLang still holds run 1's
+    assert all(torch.equal(received[k], v2[k]) for k in v2) and list(received) == list(v2)
+    replies = {e["path"]: e for e in log if e["event"] == "reply"}
+    # connect ended run 1's open session first (SGLang refuses a second begin while it is open)
+    assert log[0] == {"event": "request", "path": "/end_weight_update", "paused": True}
+    assert replies["/end_weight_update"]["success"]
+    assert [e["event"] for e in log[:4]] == ["request", "runner_end", "reply", "continue"]
+    assert replies["/init_weights_update_group"]["success"] and replies["/begin_weight_update"]["success"]
+    assert replies["/destroy_weights_update_group"] == {
+        "event": "reply",
+        "path": "/destroy_weights_update_group",
+        "success": True,
+        "message": "Succeeded to destroy custom process group.",
+    }
 
 
 def test_sglang_refuses_an_update_outside_a_session(receiver):

@@ -600,6 +600,10 @@ class SGLangEngine(Engine):
             )
         return server.result()
 
+    async def destroy_weights_update_group(self, group_name: str) -> dict[str, Any]:
+        """The server leaves (and destroys) the weight-update group ``group_name``."""
+        return await self._control("/destroy_weights_update_group", {"group_name": group_name})
+
     async def update_weights_from_distributed(
         self,
         named_tensors: Sequence[tuple[str, Any]],

@@ -404,6 +404,8 @@ def run(cfg: RlConfig) -> StageResult:
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(staging, ignore_errors=True)
+        if hasattr(sync, "close"):  # NCCL: the server leaves this run's weight-update group
+            sync.close()
         server = getattr(getattr(sync, "engine", None), "server", None)
         if server is not None:  # an SGLang server this run launched
             server.stop()

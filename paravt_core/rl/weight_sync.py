@@ -15,8 +15,11 @@ Every sync keeps ``version`` (the policy version the engine serves, an int) for 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import socket
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -126,6 +129,11 @@ def buckets(
     return out
 
 
+def unique_group_name() -> str:
+    """A weight-update group name no earlier run or attempt used: host, process and a random part."""
+    return f"paravt-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
 class NcclSync:
     """Our rank 0 is rank 0 of a group whose ranks 1.. are the server's GPUs (``backend="nccl"``; gloo on
     CPU for tests). One push, in SGLang 0.5.23's protocol (``scheduler_components/weight_updater.py``,
@@ -141,9 +149,14 @@ class NcclSync:
        version;
     4. ``/end_weight_update``; 5. ``/continue_generation`` (also after a failure: the server never stays
        paused by us).
-    """
 
-    GROUP = "weight_update_group"
+    Reconnecting (a retried pod against a long-lived server): SGLang keeps every group it joined under its
+    name, and torch refuses a second group of the same name ("The specified group name has already been
+    created"), so each ``NcclSync`` (each run and attempt) joins under a name of its own
+    (``unique_group_name``). A learner killed mid-push leaves the server paused with its update session
+    open (a new ``begin`` is refused: "already open"): ``connect`` first ends any open session and resumes
+    generation, best effort. ``close`` asks the server to destroy the group (and destroys ours).
+    """
 
     def __init__(
         self,
@@ -158,9 +171,11 @@ class NcclSync:
         pause_mode: str = "retract",
         timeout_s: float = 600.0,
         dtype: torch.dtype | None = None,
+        group_name: str | None = None,
     ):
         """``dtype``: floating tensors are sent in it (the server's weight dtype, e.g. bf16 when the learner
-        keeps fp32 masters), converted one bucket at a time."""
+        keeps fp32 masters), converted one bucket at a time. ``group_name``: default ``unique_group_name()``."""
+        self.group_name = group_name or unique_group_name()
         self.engine, self.version = engine, version
         self.master_address, self.master_port, self.server_ranks = master_address, master_port, server_ranks
         self.backend, self.bucket_bytes, self.pause_mode, self.timeout_s = (
@@ -201,28 +216,32 @@ class NcclSync:
             rank,
             [],
             c10d.Backend(self.backend),
-            c10d.PrefixStore(self.GROUP, store),
-            group_name=self.GROUP,
+            c10d.PrefixStore(self.group_name, store),
+            group_name=self.group_name,
             timeout=timeout,
         )
         c10d._world.pg_group_ranks[group] = {i: i for i in range(world)}
         self.group = group
 
-    def connect(self) -> None:
-        asyncio.run(
-            _closing(
-                self.engine,
-                self.engine.init_weights_update_group(
-                    self.master_address,
-                    self.master_port,
-                    rank_offset=1,
-                    world_size=1 + self.server_ranks,
-                    group_name=self.GROUP,
-                    backend=self.backend,
-                    trainer_join=self._join,
-                ),
-            )
+    async def _connect(self) -> None:
+        # a push cut short (a killed learner) left the session open and generation paused: end both; each
+        # call fails harmlessly when there is nothing to end ("no weight-update session is open")
+        with contextlib.suppress(EngineError):
+            await self.engine.end_weight_update()
+        with contextlib.suppress(EngineError):
+            await self.engine.continue_generation()
+        await self.engine.init_weights_update_group(
+            self.master_address,
+            self.master_port,
+            rank_offset=1,
+            world_size=1 + self.server_ranks,
+            group_name=self.group_name,
+            backend=self.backend,
+            trainer_join=self._join,
         )
+
+    def connect(self) -> None:
+        asyncio.run(_closing(self.engine, self._connect()))
 
     def _broadcast(self, tensor: torch.Tensor) -> None:
         if self.group is None:
@@ -233,9 +252,12 @@ class NcclSync:
         dist.broadcast(tensor.to(self.device).contiguous(), group=self.group, group_src=0)
 
     def close(self) -> None:
+        """The server leaves the group (best effort: it may be gone), then we do."""
         if self.group is not None:
             import torch.distributed as dist
 
+            with contextlib.suppress(EngineError):
+                asyncio.run(_closing(self.engine, self.engine.destroy_weights_update_group(self.group_name)))
             dist.destroy_process_group(self.group)
             self.group = None
 
@@ -253,7 +275,7 @@ class NcclSync:
                     await engine.update_weights_from_distributed(
                         bucket,
                         self._broadcast,
-                        group_name=self.GROUP,
+                        group_name=self.group_name,
                         weight_version=str(version) if last else None,
                         flush_cache=last,
                     )
