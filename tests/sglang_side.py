@@ -10,6 +10,8 @@ in a process of its own, so its imports and patches never reach the test process
   - ``{"op": "server_args", "argv": [...]}``: ``ServerArgs.add_cli_args`` + argparse, the parser
     ``launch_server`` uses (returns the parsed values), then ``prepare_server_args`` (``ServerArgs`` built
     from them, its own consistency checks run).
+  - ``{"op": "server_env", "argv": [...]}``: the variables SGLang's launch sets in its own environment
+    (``entrypoints/engine.py``, ``_set_envs_and_config``), e.g. its NCCL settings;
   - ``{"op": "model_dtype", "path": DIR, "dtype": "auto"}``: the dtype a server launched on DIR with
     ``--dtype`` serves: ``configs/model_config.py``'s ``ModelConfig`` built on it (``_get_and_verify_dtype``).
 
@@ -41,6 +43,34 @@ def _import_sglang(site: str) -> None:
     package.__path__ = [str(Path(site) / "sglang")]
     sys.modules["sglang"] = package
     warnings.filterwarnings("ignore")
+
+
+def server_env(argv: list[str]) -> dict[str, str]:
+    """The environment variables SGLang's launch sets in its own process for ``argv`` (from a clean slate of
+    ``NCCL_*``): ``entrypoints/engine.py``'s ``_set_envs_and_config`` run on ``prepare_server_args(argv)``.
+    ``uvloop`` (imported by the engine module for its event loop policy, unused here) is not in the test
+    environment: a module standing in for it gives asyncio's default policy. The version checks of the GPU
+    kernels' packages are skipped (``SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK``, SGLang's own switch)."""
+    import asyncio
+
+    if "uvloop" not in sys.modules:
+        uvloop = types.ModuleType("uvloop")
+        uvloop.EventLoopPolicy = asyncio.DefaultEventLoopPolicy
+        sys.modules["uvloop"] = uvloop
+    from sglang.srt.entrypoints import engine
+    from sglang.srt.server_args import prepare_server_args
+
+    saved = dict(os.environ)
+    try:
+        for key in [k for k in os.environ if k.startswith("NCCL_")]:
+            del os.environ[key]
+        os.environ["SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK"] = "1"
+        before = dict(os.environ)
+        engine._set_envs_and_config(prepare_server_args(argv))
+        return {k: v for k, v in os.environ.items() if before.get(k) != v}
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def check_loop() -> None:
@@ -86,6 +116,8 @@ def check_loop() -> None:
                     }
                 except SystemExit as err:
                     result = {"error": f"argparse exit {err.code}"}
+            elif op == "server_env":
+                result = {"error": None, "set": server_env(request["argv"])}
             elif op == "model_dtype":  # the dtype the server would serve: its own ModelConfig, as launched
                 from sglang.srt.configs.model_config import ModelConfig
 

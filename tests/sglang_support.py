@@ -73,6 +73,13 @@ class SGLangChecker:
     def server_args(self, argv: list[str]) -> dict[str, Any]:
         return self._ask({"op": "server_args", "argv": argv})
 
+    def server_env(self, argv: list[str]) -> dict[str, str]:
+        """What SGLang's launch sets in its own process environment for ``argv`` (name -> value)."""
+        verdict = self._ask({"op": "server_env", "argv": argv})
+        if verdict["error"]:
+            raise RuntimeError(verdict["error"])
+        return verdict["set"]
+
     def model_dtype(self, path: str, dtype: str = "auto") -> str:
         """The dtype SGLang serves the checkpoint at ``path`` in when launched with ``--dtype dtype``."""
         verdict = self._ask({"op": "model_dtype", "path": str(path), "dtype": dtype})
@@ -94,9 +101,10 @@ class SGLangReceiver:
         self.process = subprocess.Popen(
             [sys.executable, str(SIDE), "serve", str(self.port_file), str(self.out_file)], env=side_env(site)
         )
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # importing SGLang's modules takes minutes on a loaded machine
         while not (self.port_file.is_file() and self.port_file.read_text()):
             if self.process.poll() is not None or time.monotonic() > deadline:
+                self.kill()  # never left running behind a failed start
                 raise RuntimeError("SGLang receiver did not start")
             time.sleep(0.1)
         self.url = f"http://127.0.0.1:{self.port_file.read_text()}"

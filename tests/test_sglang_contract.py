@@ -16,6 +16,7 @@ The ``/generate`` bodies are checked by SGLang's schema gate in ``test_engines_s
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -122,6 +123,32 @@ def test_launch_command_parses_with_sglangs_server_args(sglang_checker):
     assert sglang_checker.server_args([*cmd[3:], "--no-such-flag"])["error"]
 
 
+_LEARNER_ENV = (
+    "import json, os; from paravt_core.train.dist import setup_distributed; setup_distributed(); "
+    "print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('NCCL_')}))"
+)
+
+
+@pytest.mark.parametrize("torchrun", [True, False])
+def test_the_learner_runs_nccl_as_sglang_sets_it_for_itself(sglang_checker, tiny_model_dir, torchrun):
+    """SGLang's launch sets NCCL variables in its own process (entrypoints/engine.py, _set_envs_and_config);
+    the learner's end of the weight-update group (and its FSDP groups) must run NCCL the same way."""
+    cmd = launch_command(tiny_model_dir, tp_size=1, max_pixels=50176, min_pixels=784, dtype="bfloat16")
+    server = {k: v for k, v in sglang_checker.server_env(cmd[3:]).items() if k.startswith("NCCL_")}
+    assert server.get("NCCL_CUMEM_ENABLE") == "0"  # the one other RL frameworks' weight syncs tripped on
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    if torchrun:  # a rank of torchrun's world (gloo here: no GPU), else the plain process of a one-GPU run
+        env.update(
+            RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port())
+        )
+    done = subprocess.run(
+        [sys.executable, "-c", _LEARNER_ENV], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == server
+
+
 def load_tiny_state(tiny_model) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in tiny_model.model.state_dict().items()}
 
@@ -206,7 +233,12 @@ def test_nccl_push_lands_in_sglangs_receiver_bucket_by_bucket(receiver, tiny_mod
     assert flushes == [{"event": "flush", "ok": True}]
     replies = [e for e in second if e["event"] == "reply"]
     assert all(r["success"] for r in replies), replies
-    assert first[0] == {"event": "request", "path": "/init_weights_update_group", "paused": False}
+    # connect: a stale session ended first (none here: refused, harmlessly), generation resumed, then the join
+    assert [e.get("path") for e in first if e["event"] in ("request", "continue")][:3] == [
+        "/end_weight_update",
+        None,
+        "/init_weights_update_group",
+    ]
     assert sum(e.get("path") == "/init_weights_update_group" for e in log if e["event"] == "request") == 1
     # the third push (bf16): what the server holds is the bf16 conversion of the pushed tensors
     assert all(served[k].dtype == torch.bfloat16 and torch.equal(served[k], v1[k].bfloat16()) for k in v1)
@@ -310,3 +342,59 @@ def test_buckets_cut_in_order():
     assert [[n for n, _ in b] for b in plan] == [["w0", "w1"], ["w2"], ["w3", "w4"]]
     with pytest.raises(ValueError):
         buckets(list(t.items()), 0)
+    # counted as sent: in bf16 the same 80 bytes hold 20 + 20 | 60 + 10 + 2 bytes (an int tensor as it is)
+    plan = buckets([*t.items(), ("ids", torch.zeros(2, dtype=torch.int64))], 80, torch.bfloat16)
+    assert [[n for n, _ in b] for b in plan] == [["w0", "w1"], ["w2", "w3", "w4"], ["ids"]]
+
+
+def test_in_place_pause_is_refused_by_the_config():
+    """SGLang's in_place pause keeps running requests in the batch, and its flush after the last bucket is
+    refused while any runs (SchedulerWeightUpdaterManager.flush_cache_after_weight_update)."""
+    from paravt_core.config import ConfigError, load_config
+    from paravt_core.rl.config import RlConfig
+
+    for mode in ("retract", "abort"):
+        assert load_config(RlConfig, None, [f"engine.pause_mode={mode}"]).engine.pause_mode == mode
+    with pytest.raises(ConfigError, match="pause_mode"):
+        load_config(RlConfig, None, ["engine.pause_mode=in_place"])
+
+
+def test_the_frozen_tower_goes_with_the_first_push_only(receiver, tiny_model_dir):
+    from paravt_core.rl.learner import Learner
+
+    model = load(tiny_model_dir).model
+    from paravt_core.rl.config import RlConfig
+
+    cfg = RlConfig()
+    learner = Learner(  # freeze_vision by default
+        model,
+        load(tiny_model_dir).model,
+        temperature=cfg.agent.temperature,
+        advantage=cfg.advantage,
+        loss=cfg.loss,
+        optim=cfg.optim,
+    )
+    frozen = learner.frozen_names()
+    v1 = learner.weights()
+    assert frozen == {k for k in v1 if k.startswith("model.visual.")} and frozen
+    v2 = {k: v + 0.5 for k, v in v1.items()}
+    sync = NcclSync(
+        SGLangEngine(receiver.url, timeout_s=120),
+        master_address="127.0.0.1",
+        master_port=_free_port(),
+        server_ranks=1,
+        backend="gloo",
+        bucket_bytes=1 << 20,
+        timeout_s=120,
+    )
+    sync.static = frozen
+    try:
+        sync.push(v1, 1)
+        first = [n for b in sync.pushed_buckets for n in b]
+        sync.push(v2, 2)
+        second = [n for b in sync.pushed_buckets for n in b]
+    finally:
+        sync.close()
+    served = receiver.finish()
+    assert first == list(v1) and second == [k for k in v1 if k not in frozen]
+    assert all(torch.equal(served[k], v1[k] if k in frozen else v2[k]) for k in v1)

@@ -245,6 +245,8 @@ def run(cfg: RlConfig) -> StageResult:
     sync: Any = None
     if lead:  # the rollout engine lives on rank 0 only
         inner, sync = _rollout_engine(cfg, policy, device, dtype)
+        if isinstance(sync, NcclSync):  # the frozen tower goes over with the first push only
+            sync.static = learner.frozen_names()
         # in-process engine: episodes' turns coalesced into lock-step batches; a server batches continuously,
         # so every episode turn goes to it on its own (engines/independent.py)
         engine = (
@@ -267,7 +269,7 @@ def run(cfg: RlConfig) -> StageResult:
                 f"not {reference_uri!r}"
             )
         start, history = int(state["step"]), list(state["history"])
-        weights = learner.weights()
+        weights = learner.weights(dtype)
         if lead:
             sync.push(weights, int(state["policy_version"]))
             console.print(
@@ -305,7 +307,7 @@ def run(cfg: RlConfig) -> StageResult:
         for step in range(start, cfg.steps):
             if not lead:  # the other ranks: rank 0's samples (store wait, no collective) -> their share
                 learner.step(restore(handoff.share(step, None), policy.processor, images_kwargs))
-                learner.weights()
+                learner.weights(dtype)
                 done = step + 1
                 if done % cfg.checkpoint.every == 0 or done == cfg.steps:
                     checkpoint.save(
@@ -343,7 +345,7 @@ def run(cfg: RlConfig) -> StageResult:
             handoff.share(step, compact(samples))  # the other ranks' view: frames as uint8, no pixels
             learned = learner.step(samples)
             t0 = time.perf_counter()
-            weights = learner.weights()
+            weights = learner.weights(dtype)
             sync.push(weights, version + 1)
             sync_s = time.perf_counter() - t0
             fleet = fleet_step(engine, fleet_seen)

@@ -110,17 +110,24 @@ class DiskSync:
             await self.engine.check_versions(version)
 
 
+def sent_bytes(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> int:
+    """Bytes of ``tensor`` on the wire: floating tensors are sent in ``dtype`` when given."""
+    size = dtype.itemsize if dtype is not None and tensor.is_floating_point() else tensor.element_size()
+    return tensor.numel() * size
+
+
 def buckets(
-    named: Sequence[tuple[str, torch.Tensor]], max_bytes: int
+    named: Sequence[tuple[str, torch.Tensor]], max_bytes: int, dtype: torch.dtype | None = None
 ) -> list[list[tuple[str, torch.Tensor]]]:
-    """``named`` cut, in order, into runs of at most ``max_bytes`` (a larger tensor goes alone): each run is
-    one ``/update_weights_from_distributed`` request, so the server holds at most one bucket beside its weights."""
+    """``named`` cut, in order, into runs of at most ``max_bytes`` as sent (floating tensors in ``dtype`` when
+    given; a larger tensor goes alone): each run is one ``/update_weights_from_distributed`` request, so the
+    server holds at most one bucket beside its weights."""
     if max_bytes < 1:
         raise ValueError(f"bucket size must be positive, got {max_bytes}")
     out: list[list[tuple[str, torch.Tensor]]] = []
     size = 0
     for name, tensor in named:
-        nbytes = tensor.numel() * tensor.element_size()
+        nbytes = sent_bytes(tensor, dtype)
         if not out or (size + nbytes > max_bytes and out[-1]):
             out.append([])
             size = 0
@@ -174,8 +181,11 @@ class NcclSync:
         group_name: str | None = None,
     ):
         """``dtype``: floating tensors are sent in it (the server's weight dtype, e.g. bf16 when the learner
-        keeps fp32 masters), converted one bucket at a time. ``group_name``: default ``unique_group_name()``."""
+        keeps fp32 masters), converted one bucket at a time. ``group_name``: default ``unique_group_name()``.
+        ``static``: names of tensors that never change (the frozen vision tower): sent by the first push only."""
         self.group_name = group_name or unique_group_name()
+        self.static: set[str] = set()
+        self._pushed = False
         self.engine, self.version = engine, version
         self.master_address, self.master_port, self.server_ranks = master_address, master_port, server_ranks
         self.backend, self.bucket_bytes, self.pause_mode, self.timeout_s = (
@@ -204,6 +214,9 @@ class NcclSync:
 
         from torch.distributed import distributed_c10d as c10d
 
+        from paravt_core.train.dist import server_nccl_env
+
+        server_nccl_env()  # NCCL as the server runs it (before the group's communicator is made)
         world = 1 + self.server_ranks
         timeout = timedelta(seconds=self.timeout_s)
         rendezvous = c10d.rendezvous(
@@ -263,7 +276,8 @@ class NcclSync:
 
     async def _push(self, weights: dict[str, torch.Tensor], version: int) -> None:
         engine = self.engine
-        plan = buckets(list(weights.items()), self.bucket_bytes)
+        changing = [(n, t) for n, t in weights.items() if not (self._pushed and n in self.static)]
+        plan = buckets(changing, self.bucket_bytes, self.dtype)
         await engine.pause_generation(self.pause_mode)
         try:
             await engine.begin_weight_update()
@@ -284,6 +298,7 @@ class NcclSync:
         finally:
             await engine.continue_generation()
         self.pushed_buckets = [[n for n, _ in b] for b in plan]
+        self._pushed = True
 
     def push(self, weights: dict[str, torch.Tensor], version: int) -> None:
         if self.group is None:
