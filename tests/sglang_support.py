@@ -93,6 +93,23 @@ class SGLangChecker:
         self.process.wait(30)
 
 
+def sglang_load_targets(site: Path, model_dir: str, names: list[str]) -> dict[str, Any]:
+    """SGLang's Qwen3-VL model class, built on the meta device for ``model_dir``'s config, fed each of
+    ``names`` through its ``load_weights`` (``sglang_side.py names``): ``{"unconsumed": [...], "targets":
+    {name: [parameters loaded]}, "params": [its parameter names]}``."""
+    done = subprocess.run(
+        [sys.executable, str(SIDE), "names", model_dir],
+        input=json.dumps(names),
+        capture_output=True,
+        text=True,
+        env=side_env(site),
+        timeout=600,
+    )
+    if done.returncode:
+        raise RuntimeError(f"sglang_side.py names failed: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 class SGLangReceiver:
     """The loopback weight receiver built from SGLang's scheduler-side code (``sglang_side.py serve``)."""
 
