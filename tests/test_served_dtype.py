@@ -122,13 +122,18 @@ def test_launch_command_serves_the_recipe_dtype(sglang_checker):
     assert "--dtype" not in launch_command("/m")  # SGLang's auto: the checkpoint's config decides
 
 
-@pytest.mark.parametrize("engine", ["transformers", "disk", "distributed"])
-def test_rollout_engine_is_built_in_the_served_dtype(rl_data, tiny_model_dir, tmp_path, engine):  # noqa: F811
+@pytest.mark.parametrize("engine", ["transformers", "disk", "distributed", "launched"])
+def test_rollout_engine_is_built_in_the_served_dtype(rl_data, tiny_model_dir, tmp_path, engine, monkeypatch):  # noqa: F811
     """issue 35 item 15: the rollout engine and its weight sync get the recipe's dtype, not the stored one."""
+    from paravt_core.engines.sglang_engine import SGLangServer
     from paravt_core.rl.stage import _rollout_engine
 
+    # a launched server (GPU machines): the command is what matters here, the process is not started
+    monkeypatch.setattr(SGLangServer, "start", lambda self, **_: self)
     extra = ["dtype=bfloat16"]
-    if engine != "transformers":  # a server given by URL: nothing is contacted until the first push
+    if engine == "launched":
+        extra += ["engine.kind=sglang", f"engine.staging_dir={tmp_path / 'staging'}"]
+    elif engine != "transformers":  # a server given by URL: nothing is contacted until the first push
         extra += ["engine.kind=sglang", "engine.base_url=http://127.0.0.1:9", f"engine.weight_sync={engine}"]
         extra += [f"engine.staging_dir={tmp_path / 'staging'}"]
     cfg = tiny_rl_config(rl_data, tiny_model_dir, str(tmp_path / "out"), *extra)
@@ -136,6 +141,9 @@ def test_rollout_engine_is_built_in_the_served_dtype(rl_data, tiny_model_dir, tm
     inner, sync = _rollout_engine(cfg, policy, "cpu", torch.bfloat16)
     if engine == "transformers":
         assert {p.dtype for p in inner.model.parameters()} == {torch.bfloat16}
+    elif engine == "launched":
+        command = inner.server.command
+        assert command[command.index("--dtype") + 1] == "bfloat16"
     else:
         assert isinstance(sync, NcclSync if engine == "distributed" else DiskSync)
         assert sync.dtype == torch.bfloat16
