@@ -223,6 +223,31 @@ def load(
     return json.loads(Path(local, "trainer.json").read_text())
 
 
+def save_hf(hf_model: Any, path: str, state: dict[str, torch.Tensor], dtype: torch.dtype | None) -> None:
+    """``hf_model.save_pretrained(path)`` with the weights of ``state``, its floating tensors cast to ``dtype``
+    (None: as they are), and a ``config.json`` whose ``dtype`` is the one written. ``save_pretrained`` records
+    the dtype of the module's own parameters (fp32 masters, even for a bf16 state dict), and SGLang's
+    ``--dtype auto`` reads that field: float32 there makes it serve float16 (``_get_and_verify_dtype``)."""
+    import copy
+
+    from transformers.utils import logging as hf_logging
+
+    if dtype is not None:
+        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    floating = {v.dtype for v in state.values() if v.is_floating_point()}
+    written = dtype or (floating.pop() if len(floating) == 1 else None)
+    hf_logging.disable_progress_bar()  # "Writing model shards" bars in every log otherwise
+    hf_model.save_pretrained(path, state_dict=state)
+    if written is not None:
+        config = copy.deepcopy(hf_model.config)  # the live model's config keeps describing the live model
+        config.dtype = written
+        for key in getattr(config, "sub_configs", {}):
+            sub = getattr(config, key, None)
+            if sub is not None:
+                sub.dtype = written
+        config.save_pretrained(path)
+
+
 def save_final(
     output: str,
     model: torch.nn.Module,
@@ -236,7 +261,7 @@ def save_final(
 
     ``model``: the trained module; ``submodule``: the attribute under which it holds the Hugging Face model
     that is saved ("" when ``model`` is that model, e.g. ``"inner"`` for SFT's ``PackedLoss``); ``dtype``: the
-    dtype of the saved floating-point weights (default: as trained)."""
+    dtype of the saved floating-point weights and of ``config.json`` (default: as trained)."""
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     prefix = f"{submodule}." if submodule else ""
     state = {k.removeprefix(prefix): v for k, v in full.items()}
@@ -247,12 +272,7 @@ def save_final(
         _delete_tree(uri)
         if local != uri:
             shutil.rmtree(local, ignore_errors=True)
-        if dtype is not None:
-            state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # "Writing model shards" bars in every log otherwise
-        hf_model.save_pretrained(local, state_dict=state)
+        save_hf(hf_model, local, state, dtype)
         processor.save_pretrained(local)
         if local != uri:
             storage.upload_dir(local, uri)

@@ -353,7 +353,7 @@ class SftModelConfig(StrictModel):
     )
     bf16: bool = Field(
         default=True,
-        description="bf16 compute, float32 master weights and gradient reduction (GPU; CPU: float32)",
+        description="bf16 compute over float32 masters and reductions (GPU; CPU: float32); final/ in bf16",
     )
 
 

@@ -52,8 +52,11 @@ def main(model: str, data: str, out: str) -> None:
     )
     stats = learner.step(samples)
     weights = learner.weights()
+    served = learner.weights(torch.bfloat16)  # what a bf16 server is sent: converted where it was gathered
     if d.rank == 0:
-        torch.save({"stats": stats, "weights": weights}, out)
+        torch.save({"stats": stats, "weights": weights, "served": served}, out)
+    else:
+        assert weights == served == {}  # only rank 0 receives the full weights
 
 
 if __name__ == "__main__":

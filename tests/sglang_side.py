@@ -10,11 +10,18 @@ in a process of its own, so its imports and patches never reach the test process
   - ``{"op": "server_args", "argv": [...]}``: ``ServerArgs.add_cli_args`` + argparse, the parser
     ``launch_server`` uses (returns the parsed values), then ``prepare_server_args`` (``ServerArgs`` built
     from them, its own consistency checks run).
+  - ``{"op": "server_env", "argv": [...]}``: the variables SGLang's launch sets in its own environment
+    (``entrypoints/engine.py``, ``_set_envs_and_config``), e.g. its NCCL settings;
+  - ``{"op": "model_dtype", "path": DIR, "dtype": "auto"}``: the dtype a server launched on DIR with
+    ``--dtype`` serves: ``configs/model_config.py``'s ``ModelConfig`` built on it (``_get_and_verify_dtype``).
+
+``names MODEL_DIR``: which of the tensor names on stdin SGLang's Qwen3-VL ``load_weights`` consumes (see
+``consumed``).
 
 ``serve PORT_FILE OUT_FILE``: a loopback weight receiver assembled from SGLang's scheduler-side code: the
 session logic of ``SchedulerWeightUpdaterManager`` (begin/end, "must run between begin and end", flush on the
 last bucket), the model runner's ``WeightUpdater.init_weights_update_group`` (its ``init_custom_process_group``
-join) and ``receive_weights_from_distributed`` (its broadcast receive). Only the model is replaced: a
+join), ``destroy_weights_update_group`` and ``receive_weights_from_distributed`` (its broadcast receive). Only the model is replaced: a
 "load" records the received tensors. The tokenizer manager's rule is kept: a weight update waits for
 in-flight generation unless generation is paused. On ``/shutdown`` the received tensors are saved to OUT_FILE.
 """
@@ -39,6 +46,34 @@ def _import_sglang(site: str) -> None:
     package.__path__ = [str(Path(site) / "sglang")]
     sys.modules["sglang"] = package
     warnings.filterwarnings("ignore")
+
+
+def server_env(argv: list[str]) -> dict[str, str]:
+    """The environment variables SGLang's launch sets in its own process for ``argv`` (from a clean slate of
+    ``NCCL_*``): ``entrypoints/engine.py``'s ``_set_envs_and_config`` run on ``prepare_server_args(argv)``.
+    ``uvloop`` (imported by the engine module for its event loop policy, unused here) is not in the test
+    environment: a module standing in for it gives asyncio's default policy. The version checks of the GPU
+    kernels' packages are skipped (``SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK``, SGLang's own switch)."""
+    import asyncio
+
+    if "uvloop" not in sys.modules:
+        uvloop = types.ModuleType("uvloop")
+        uvloop.EventLoopPolicy = asyncio.DefaultEventLoopPolicy
+        sys.modules["uvloop"] = uvloop
+    from sglang.srt.entrypoints import engine
+    from sglang.srt.server_args import prepare_server_args
+
+    saved = dict(os.environ)
+    try:
+        for key in [k for k in os.environ if k.startswith("NCCL_")]:
+            del os.environ[key]
+        os.environ["SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK"] = "1"
+        before = dict(os.environ)
+        engine._set_envs_and_config(prepare_server_args(argv))
+        return {k: v for k, v in os.environ.items() if before.get(k) != v}
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def check_loop() -> None:
@@ -84,6 +119,13 @@ def check_loop() -> None:
                     }
                 except SystemExit as err:
                     result = {"error": f"argparse exit {err.code}"}
+            elif op == "server_env":
+                result = {"error": None, "set": server_env(request["argv"])}
+            elif op == "model_dtype":  # the dtype the server would serve: its own ModelConfig, as launched
+                from sglang.srt.configs.model_config import ModelConfig
+
+                config = ModelConfig(request["path"], dtype=request["dtype"])
+                result = {"error": None, "dtype": str(config.dtype).removeprefix("torch.")}
             else:
                 result = {"error": f"unknown op {op}"}
         except Exception as err:  # report, keep serving
@@ -148,6 +190,9 @@ def serve(port_file: str, out_file: str) -> None:
     )
     tp_worker = types.SimpleNamespace(model_runner=runner, _model_runner=runner)
     tp_worker.init_weights_update_group = lambda req: TpModelWorker.init_weights_update_group(tp_worker, req)
+    tp_worker.destroy_weights_update_group = lambda req: TpModelWorker.destroy_weights_update_group(
+        tp_worker, req
+    )
     tp_worker.weight_update_runners = lambda: TpModelWorker.weight_update_runners(tp_worker)
     scheduler = types.SimpleNamespace(
         record_weight_version_change=lambda new_version: log.append({"event": "version", "v": new_version})
@@ -176,6 +221,10 @@ def serve(port_file: str, out_file: str) -> None:
 
     routes = {
         "/init_weights_update_group": ("InitWeightsUpdateGroupReqInput", manager.init_weights_update_group),
+        "/destroy_weights_update_group": (
+            "DestroyWeightsUpdateGroupReqInput",
+            manager.destroy_weights_update_group,
+        ),
         "/begin_weight_update": ("BeginWeightUpdateReqInput", manager.begin_weight_update),
         "/end_weight_update": ("EndWeightUpdateReqInput", manager.end_weight_update),
         "/update_weights_from_distributed": (
@@ -266,9 +315,86 @@ def serve(port_file: str, out_file: str) -> None:
     dist.destroy_process_group()
 
 
+def consumed(model_dir: str) -> None:
+    """``names MODEL_DIR``: SGLang's ``Qwen3VLForConditionalGeneration`` built on the meta device for the
+    checkpoint's config, as its model runner builds it (``publish`` of the server args, a one-rank world on
+    gloo, ``initialize_model_parallel``); then each name of the JSON list on stdin fed alone to its
+    ``load_weights`` (a meta tensor of the checkpoint's shape), and printed: the names no parameter's weight
+    loader received (``load_weights`` skips an unknown name without a word).
+
+    One stand-in: ``RotaryEmbedding.__init__`` off CUDA imports ``vllm._custom_ops.rotary_embedding`` as its
+    forward kernel (``layers/rotary_embedding/base.py``); vLLM is not installed, so a module whose function
+    refuses to run is given. Construction and ``load_weights`` never call it. (SGLang's own CPU switch,
+    ``SGLANG_USE_CPU_ENGINE=1``, needs its ``sgl_kernel`` CPU build instead, which has no wheel here.)"""
+    import asyncio
+    import socket
+
+    import torch
+    from safetensors import safe_open
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("the rotary kernel stand-in is for construction only")
+
+    vllm, ops = types.ModuleType("vllm"), types.ModuleType("vllm._custom_ops")
+    vllm.__path__, ops.rotary_embedding = [], refuse
+    sys.modules.setdefault("vllm", vllm)
+    sys.modules.setdefault("vllm._custom_ops", ops)
+    if "uvloop" not in sys.modules:  # imported for its event loop policy by modules on the way
+        uvloop = types.ModuleType("uvloop")
+        uvloop.EventLoopPolicy = asyncio.DefaultEventLoopPolicy
+        sys.modules["uvloop"] = uvloop
+    os.environ["SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK"] = "1"
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.distributed import parallel_state
+    from sglang.srt.model_loader.weight_utils import default_weight_loader
+    from sglang.srt.models.qwen3_vl import Qwen3VLForConditionalGeneration
+    from sglang.srt.runtime_context import SpawnRanks, publish
+    from sglang.srt.server_args import prepare_server_args
+
+    names = json.loads(sys.stdin.read())
+    publish(
+        prepare_server_args(["--model-path", model_dir, "--tp-size", "1", "--device", "cpu"]),  # no GPU here
+        role="scheduler",
+        ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0),
+    )
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    parallel_state.init_distributed_environment(
+        world_size=1, rank=0, local_rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}", backend="gloo"
+    )
+    parallel_state.initialize_model_parallel(backend="gloo")
+    with torch.device("meta"):
+        model = Qwen3VLForConditionalGeneration(ModelConfig(model_dir).hf_config, quant_config=None)
+    hits: list[str] = []
+    for pname, param in model.named_parameters(remove_duplicate=False):
+        loader = getattr(param, "weight_loader", default_weight_loader)
+
+        def record(p, *args, _loader=loader, _name=pname, **kwargs):
+            hits.append(_name)
+            return _loader(p, *args, **kwargs)
+
+        param.weight_loader = record
+    shapes = {}
+    for file in Path(model_dir).glob("*.safetensors"):
+        with safe_open(str(file), "pt") as f:
+            shapes.update({k: f.get_slice(k).get_shape() for k in f.keys()})  # noqa: SIM118
+    unconsumed, targets = [], {}
+    for name in names:
+        hits.clear()
+        model.load_weights([(name, torch.empty(shapes.get(name, [1]), device="meta"))])
+        if not hits:
+            unconsumed.append(name)
+        targets[name] = list(hits)
+    params = [n for n, _ in model.named_parameters()]
+    print(json.dumps({"unconsumed": unconsumed, "targets": targets, "params": params}))
+
+
 if __name__ == "__main__":
     _import_sglang(os.environ["PARAVT_SGLANG_SITE"])
     if sys.argv[1] == "check":
         check_loop()
+    elif sys.argv[1] == "names":
+        consumed(sys.argv[2])
     else:
         serve(sys.argv[2], sys.argv[3])

@@ -73,10 +73,41 @@ class SGLangChecker:
     def server_args(self, argv: list[str]) -> dict[str, Any]:
         return self._ask({"op": "server_args", "argv": argv})
 
+    def server_env(self, argv: list[str]) -> dict[str, str]:
+        """What SGLang's launch sets in its own process environment for ``argv`` (name -> value)."""
+        verdict = self._ask({"op": "server_env", "argv": argv})
+        if verdict["error"]:
+            raise RuntimeError(verdict["error"])
+        return verdict["set"]
+
+    def model_dtype(self, path: str, dtype: str = "auto") -> str:
+        """The dtype SGLang serves the checkpoint at ``path`` in when launched with ``--dtype dtype``."""
+        verdict = self._ask({"op": "model_dtype", "path": str(path), "dtype": dtype})
+        if verdict["error"]:
+            raise RuntimeError(verdict["error"])
+        return verdict["dtype"]
+
     def close(self) -> None:
         if self.process.stdin is not None:
             self.process.stdin.close()
         self.process.wait(30)
+
+
+def sglang_load_targets(site: Path, model_dir: str, names: list[str]) -> dict[str, Any]:
+    """SGLang's Qwen3-VL model class, built on the meta device for ``model_dir``'s config, fed each of
+    ``names`` through its ``load_weights`` (``sglang_side.py names``): ``{"unconsumed": [...], "targets":
+    {name: [parameters loaded]}, "params": [its parameter names]}``."""
+    done = subprocess.run(
+        [sys.executable, str(SIDE), "names", model_dir],
+        input=json.dumps(names),
+        capture_output=True,
+        text=True,
+        env=side_env(site),
+        timeout=600,
+    )
+    if done.returncode:
+        raise RuntimeError(f"sglang_side.py names failed: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 class SGLangReceiver:
@@ -87,9 +118,10 @@ class SGLangReceiver:
         self.process = subprocess.Popen(
             [sys.executable, str(SIDE), "serve", str(self.port_file), str(self.out_file)], env=side_env(site)
         )
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # importing SGLang's modules takes minutes on a loaded machine
         while not (self.port_file.is_file() and self.port_file.read_text()):
             if self.process.poll() is not None or time.monotonic() > deadline:
+                self.kill()  # never left running behind a failed start
                 raise RuntimeError("SGLang receiver did not start")
             time.sleep(0.1)
         self.url = f"http://127.0.0.1:{self.port_file.read_text()}"

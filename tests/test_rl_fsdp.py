@@ -53,6 +53,9 @@ def test_two_rank_learner_step_equals_the_one_process_step(rl_data, tiny_model_d
     assert max(float((w1[k] - start[k]).abs().max()) for k in w1) > 5e-5
     for name in w1:
         assert torch.allclose(w1[name], w2[name], atol=5e-6), name
+    for run_ in (one, two):  # the served dtype: each float32 weight converted, nothing else changed
+        assert run_["served"].keys() == start.keys()
+        assert all(torch.equal(run_["served"][k], run_["weights"][k].bfloat16()) for k in start)
 
 
 def test_stage_under_torchrun_then_resume_on_one_process(rl_data, tiny_model_dir, tmp_path):  # noqa: F811

@@ -16,7 +16,13 @@ The ``/generate`` bodies are checked by SGLang's schema gate in ``test_engines_s
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,12 +31,15 @@ from paravt_core.engines.base import EngineError
 from paravt_core.engines.sglang_engine import SGLangEngine, launch_command
 from paravt_core.models import load
 from paravt_core.rl.weight_sync import NcclSync, buckets
-from tests.sglang_support import SGLangReceiver, sglang_site
+from tests.sglang_support import SGLangReceiver, sglang_load_targets, sglang_site
 from tests.test_engines_sglang import _ContractServer
+
+REPO = Path(__file__).resolve().parents[1]
 
 # HTTP route -> the io_struct class FastAPI parses its body into (sglang/srt/entrypoints/http_server.py)
 ROUTE_CLASSES = {
     "/init_weights_update_group": "InitWeightsUpdateGroupReqInput",
+    "/destroy_weights_update_group": "DestroyWeightsUpdateGroupReqInput",
     "/update_weights_from_distributed": "UpdateWeightsFromDistributedReqInput",
     "/update_weights_from_disk": "UpdateWeightFromDiskReqInput",
     "/begin_weight_update": "BeginWeightUpdateReqInput",
@@ -63,6 +72,7 @@ def test_control_bodies_parse_with_sglangs_io_struct(sglang_checker, tiny_model,
             await client.update_weights_from_distributed(list(weights.items()), None)
             await client.end_weight_update()
             await client.continue_generation()
+            await client.destroy_weights_update_group("paravt-host-1-abc")
             await client._abort(["rid-1"])
             await client.aclose()
 
@@ -111,6 +121,52 @@ def test_launch_command_parses_with_sglangs_server_args(sglang_checker):
     }
     # the parser is live: a flag SGLang does not have is refused
     assert sglang_checker.server_args([*cmd[3:], "--no-such-flag"])["error"]
+
+
+_LEARNER_ENV = (
+    "import json, os; from paravt_core.train.dist import setup_distributed; setup_distributed(); "
+    "print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('NCCL_')}))"
+)
+
+
+@pytest.mark.parametrize("torchrun", [True, False])
+def test_the_learner_runs_nccl_as_sglang_sets_it_for_itself(sglang_checker, tiny_model_dir, torchrun):
+    """SGLang's launch sets NCCL variables in its own process (entrypoints/engine.py, _set_envs_and_config);
+    the learner's end of the weight-update group (and its FSDP groups) must run NCCL the same way."""
+    cmd = launch_command(tiny_model_dir, tp_size=1, max_pixels=50176, min_pixels=784, dtype="bfloat16")
+    server = {k: v for k, v in sglang_checker.server_env(cmd[3:]).items() if k.startswith("NCCL_")}
+    assert server.get("NCCL_CUMEM_ENABLE") == "0"  # the one other RL frameworks' weight syncs tripped on
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    if torchrun:  # a rank of torchrun's world (gloo here: no GPU), else the plain process of a one-GPU run
+        env.update(
+            RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port())
+        )
+    done = subprocess.run(
+        [sys.executable, "-c", _LEARNER_ENV], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == server
+
+
+def test_every_pushed_name_is_one_sglangs_qwen3_vl_loads(tiny_model_dir):
+    """SGLang's Qwen3VLForConditionalGeneration.load_weights skips a name it does not know without a word:
+    every name a push sends (the learner's state-dict keys) must reach one of its parameters' loaders, and
+    together they must fill every parameter it has."""
+    from paravt_core.rl.learner import Learner  # noqa: F401 - the keys Learner.weights() pushes:
+
+    pushed = list(load(tiny_model_dir).model.state_dict())
+    got = sglang_load_targets(
+        sglang_site(), tiny_model_dir, [*pushed, "model.visual.blocks.0.attn.qkv.weigth"]
+    )
+    assert got["unconsumed"] == ["model.visual.blocks.0.attn.qkv.weigth"]  # live: a misspelt name is caught
+    filled = {p for name in pushed for p in got["targets"][name]}
+    assert filled == set(got["params"])  # no parameter of SGLang's model left as it was launched
+    # the renames SGLang makes, spot-checked: fused q/k/v and gate/up, the vision tower's prefix
+    assert got["targets"]["model.language_model.layers.0.self_attn.k_proj.weight"] == [
+        "model.layers.0.self_attn.qkv_proj.weight"
+    ]
+    assert got["targets"]["model.visual.blocks.0.attn.qkv.weight"] == ["visual.blocks.0.attn.qkv_proj.weight"]
 
 
 def load_tiny_state(tiny_model) -> dict[str, torch.Tensor]:
@@ -197,7 +253,12 @@ def test_nccl_push_lands_in_sglangs_receiver_bucket_by_bucket(receiver, tiny_mod
     assert flushes == [{"event": "flush", "ok": True}]
     replies = [e for e in second if e["event"] == "reply"]
     assert all(r["success"] for r in replies), replies
-    assert first[0] == {"event": "request", "path": "/init_weights_update_group", "paused": False}
+    # connect: a stale session ended first (none here: refused, harmlessly), generation resumed, then the join
+    assert [e.get("path") for e in first if e["event"] in ("request", "continue")][:3] == [
+        "/end_weight_update",
+        None,
+        "/init_weights_update_group",
+    ]
     assert sum(e.get("path") == "/init_weights_update_group" for e in log if e["event"] == "request") == 1
     # the third push (bf16): what the server holds is the bf16 conversion of the pushed tensors
     assert all(served[k].dtype == torch.bfloat16 and torch.equal(served[k], v1[k].bfloat16()) for k in v1)
@@ -208,6 +269,65 @@ def test_nccl_push_lands_in_sglangs_receiver_bucket_by_bucket(receiver, tiny_mod
     announced = [d for e in updates3 for d in e["dtypes"]]
     assert announced == ["bfloat16"] * len(v1)  # every tensor of the tiny model is floating point
     assert sync.version == 3
+
+
+def test_a_learner_killed_mid_push_is_followed_by_one_that_pushes(receiver, tiny_model_dir, tmp_path):
+    """Run 1 joins and is killed mid-push (session open, generation paused, its group left behind on the
+    server); run 2 joins the same server at the same address and port, pushes, and leaves its group."""
+    port = _free_port()
+    marker = tmp_path / "killed-at"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    victim = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "nccl_push_victim.py"), receiver.url, str(port), tiny_model_dir,
+         str(marker)],
+        env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.is_file() and victim.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.is_file(), f"run 1 did not reach the middle of its push (exit {victim.poll()})"
+    finally:
+        victim.kill()
+        victim.wait()
+    first_group = marker.read_text()
+    # the server notices the dead peer (gloo: the connection closes) and answers the open request
+    deadline = time.monotonic() + 60
+    while not any(e["event"] == "reply" and not e["success"] for e in receiver.log()):
+        assert time.monotonic() < deadline, receiver.log()[-5:]
+        time.sleep(0.2)
+    cut = len(receiver.log())
+
+    v2 = load_tiny_state(load(tiny_model_dir))
+    sync = NcclSync(
+        SGLangEngine(receiver.url, timeout_s=120),
+        master_address="127.0.0.1",
+        master_port=port,
+        server_ranks=1,
+        backend="gloo",
+        bucket_bytes=64 * 1024,
+        timeout_s=120,
+    )
+    try:
+        sync.push(v2, 1)
+        received = receiver.snapshot()
+    finally:
+        sync.close()
+    log = receiver.log()[cut:]
+    assert sync.group_name != first_group  # a name of its own: SGLang still holds run 1's
+    assert all(torch.equal(received[k], v2[k]) for k in v2) and list(received) == list(v2)
+    replies = {e["path"]: e for e in log if e["event"] == "reply"}
+    # connect ended run 1's open session first (SGLang refuses a second begin while it is open)
+    assert log[0] == {"event": "request", "path": "/end_weight_update", "paused": True}
+    assert replies["/end_weight_update"]["success"]
+    assert [e["event"] for e in log[:4]] == ["request", "runner_end", "reply", "continue"]
+    assert replies["/init_weights_update_group"]["success"] and replies["/begin_weight_update"]["success"]
+    assert replies["/destroy_weights_update_group"] == {
+        "event": "reply",
+        "path": "/destroy_weights_update_group",
+        "success": True,
+        "message": "Succeeded to destroy custom process group.",
+    }
 
 
 def test_sglang_refuses_an_update_outside_a_session(receiver):
@@ -242,3 +362,59 @@ def test_buckets_cut_in_order():
     assert [[n for n, _ in b] for b in plan] == [["w0", "w1"], ["w2"], ["w3", "w4"]]
     with pytest.raises(ValueError):
         buckets(list(t.items()), 0)
+    # counted as sent: in bf16 the same 80 bytes hold 20 + 20 | 60 + 10 + 2 bytes (an int tensor as it is)
+    plan = buckets([*t.items(), ("ids", torch.zeros(2, dtype=torch.int64))], 80, torch.bfloat16)
+    assert [[n for n, _ in b] for b in plan] == [["w0", "w1"], ["w2", "w3", "w4"], ["ids"]]
+
+
+def test_in_place_pause_is_refused_by_the_config():
+    """SGLang's in_place pause keeps running requests in the batch, and its flush after the last bucket is
+    refused while any runs (SchedulerWeightUpdaterManager.flush_cache_after_weight_update)."""
+    from paravt_core.config import ConfigError, load_config
+    from paravt_core.rl.config import RlConfig
+
+    for mode in ("retract", "abort"):
+        assert load_config(RlConfig, None, [f"engine.pause_mode={mode}"]).engine.pause_mode == mode
+    with pytest.raises(ConfigError, match="pause_mode"):
+        load_config(RlConfig, None, ["engine.pause_mode=in_place"])
+
+
+def test_the_frozen_tower_goes_with_the_first_push_only(receiver, tiny_model_dir):
+    from paravt_core.rl.learner import Learner
+
+    model = load(tiny_model_dir).model
+    from paravt_core.rl.config import RlConfig
+
+    cfg = RlConfig()
+    learner = Learner(  # freeze_vision by default
+        model,
+        load(tiny_model_dir).model,
+        temperature=cfg.agent.temperature,
+        advantage=cfg.advantage,
+        loss=cfg.loss,
+        optim=cfg.optim,
+    )
+    frozen = learner.frozen_names()
+    v1 = learner.weights()
+    assert frozen == {k for k in v1 if k.startswith("model.visual.")} and frozen
+    v2 = {k: v + 0.5 for k, v in v1.items()}
+    sync = NcclSync(
+        SGLangEngine(receiver.url, timeout_s=120),
+        master_address="127.0.0.1",
+        master_port=_free_port(),
+        server_ranks=1,
+        backend="gloo",
+        bucket_bytes=1 << 20,
+        timeout_s=120,
+    )
+    sync.static = frozen
+    try:
+        sync.push(v1, 1)
+        first = [n for b in sync.pushed_buckets for n in b]
+        sync.push(v2, 2)
+        second = [n for b in sync.pushed_buckets for n in b]
+    finally:
+        sync.close()
+    served = receiver.finish()
+    assert first == list(v1) and second == [k for k in v1 if k not in frozen]
+    assert all(torch.equal(served[k], v1[k] if k in frozen else v2[k]) for k in v1)

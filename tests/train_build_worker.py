@@ -38,6 +38,7 @@ def main(model: str, out: str) -> None:
             "buffers": buffers,
             "placements": placements,
             "dtypes": {str(p.dtype) for p in root.parameters()},
+            "config_dtype": str(loaded.config.dtype),  # the checkpoint's, not the shards' (a copy was built)
         },
         f"{out}.{d.rank}.pt",
     )

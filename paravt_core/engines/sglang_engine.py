@@ -230,11 +230,13 @@ def launch_command(
     max_pixels: int | None = None,
     min_pixels: int | None = None,
     deterministic_inference: bool = False,
+    dtype: str | None = None,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
     """``python -m sglang.launch_server ...`` for one server (pure function). ``max_pixels`` /
     ``min_pixels``: our frame budget, so the server's image processor leaves our frames as they are;
-    ``deterministic_inference``: needed for ``sampling_seed`` to take effect."""
+    ``deterministic_inference``: needed for ``sampling_seed`` to take effect; ``dtype``: the served weights'
+    dtype (``--dtype``; None: SGLang's ``auto``, which serves a float32 checkpoint as float16)."""
     cmd = [
         sys.executable, "-m", "sglang.launch_server",
         "--model-path", model_path,
@@ -256,6 +258,8 @@ def launch_command(
         cmd += ["--mm-process-config", json.dumps(config, separators=(",", ":"))]
     if deterministic_inference:
         cmd.append("--enable-deterministic-inference")
+    if dtype is not None:
+        cmd += ["--dtype", dtype]
     return cmd + list(extra_args)
 
 
@@ -597,6 +601,10 @@ class SGLangEngine(Engine):
                 f"complete after {timeout_s:g} s (still waiting: {waiting})"
             )
         return server.result()
+
+    async def destroy_weights_update_group(self, group_name: str) -> dict[str, Any]:
+        """The server leaves (and destroys) the weight-update group ``group_name``."""
+        return await self._control("/destroy_weights_update_group", {"group_name": group_name})
 
     async def update_weights_from_distributed(
         self,

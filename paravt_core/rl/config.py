@@ -60,8 +60,12 @@ class RolloutEngineConfig(StrictModel):
         ge=1,
         description="distributed push: MiB of tensors per /update_weights_from_distributed",
     )
-    pause_mode: Literal["retract", "abort", "in_place"] = Field(
-        default="retract", description="distributed push: how SGLang pauses in-flight requests during a push"
+    # SGLang's third mode, in_place, keeps running requests in the batch: the flush after the last bucket
+    # is then refused ("requests are still running"), so a push under load fails; it is not offered.
+    pause_mode: Literal["retract", "abort"] = Field(
+        default="retract",
+        description="how SGLang pauses in-flight requests during a push: retract (they resume after it) or "
+        "abort (they end)",
     )
     gpus: list[int] = Field(
         default_factory=list,
@@ -137,7 +141,9 @@ class RlConfig(StrictModel):
     )
     device: str = Field(default="cpu", description="learner device (cpu, cuda)")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        default="float32", description="learner and engine weights (bfloat16 on GPUs)"
+        default="float32",
+        description="the served weights (the engine's dtype, every push, final/); bfloat16 on GPUs, where the "
+        "learner keeps float32 masters",
     )
     engine: RolloutEngineConfig = Field(
         default_factory=RolloutEngineConfig, description="where rollouts are generated, how weights get there"

@@ -139,6 +139,7 @@ def plan(
                 max_pixels=cfg.agent.processor_pixels[1],  # the encoder's budget (one for all)
                 min_pixels=cfg.agent.processor_pixels[0],
                 deterministic_inference=e.deterministic_inference,
+                dtype=cfg.dtype,
             )
             server_cmd[0] = python
         if rollout:
@@ -217,6 +218,7 @@ def _fleet_plan(
                     max_pixels=cfg.agent.processor_pixels[1],  # the encoder's budget (one for all)
                     min_pixels=cfg.agent.processor_pixels[0],
                     deterministic_inference=e.deterministic_inference,
+                    dtype=cfg.dtype,
                 )
                 cmd[0] = python
             env = (

@@ -183,6 +183,13 @@ def _pad(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
+_CKPT_PREFIX = "_checkpoint_wrapped_module."  # torch's activation-checkpoint wrapper in parameter names
+
+
+def _cast(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    return tensor.to(dtype) if dtype is not None and tensor.is_floating_point() else tensor
+
+
 def state_checksum(state: dict[str, torch.Tensor]) -> str:
     """SHA-256 over every tensor of a state dict (sorted keys): equal weights <=> equal checksums."""
     digest = hashlib.sha256()
@@ -422,14 +429,27 @@ class Learner:
             "learner_s": time.perf_counter() - started,
         }
 
-    def weights(self) -> dict[str, torch.Tensor]:
-        """The full current weights with the model's own keys (what the rollout engine loads); collective
-        under FSDP, where only rank 0 receives them (the others get ``{}``)."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
+    def weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        """The full current weights with the model's own keys (what the rollout engine loads), floating ones
+        in ``dtype`` (None: as kept); collective under FSDP, where only rank 0 receives them (the others get
+        ``{}``). Sharded: one parameter at a time is gathered on the device and converted there, and only its
+        ``dtype`` copy goes to rank 0's host - never the float32 model in host memory (8B: 16 GB in bf16,
+        not 32 GB in float32 beside it)."""
         if not self.dist.sharded:
-            return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        full = get_model_state_dict(
-            self.root, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-        )
-        return {k.removeprefix("inner."): v for k, v in full.items()}
+            return {k: _cast(v.detach(), dtype).clone() for k, v in self.model.state_dict().items()}
+        out = {}
+        for name, tensor in self.root.state_dict().items():  # the same order on every rank
+            full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor  # all-gather (device)
+            full = _cast(full.detach(), dtype)
+            if self.dist.rank == 0:
+                out[name.replace(_CKPT_PREFIX, "").removeprefix("inner.")] = full.to("cpu", copy=True)
+            del full
+        return out
+
+    def frozen_names(self) -> set[str]:
+        """Names (the model's own keys) of the parameters that never change (e.g. the frozen vision tower)."""
+        return {
+            n.replace(_CKPT_PREFIX, "").removeprefix("inner.")
+            for n, p in self.root.named_parameters()
+            if not p.requires_grad
+        }

@@ -251,6 +251,7 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any, d: Dist
             max_pixels=cfg.agent.processor_pixels[1],
             min_pixels=cfg.agent.processor_pixels[0],
             deterministic_inference=e.deterministic_inference,
+            dtype=cfg.dtype,
             **placement,
         )
     if e.weight_sync == "distributed":
@@ -264,7 +265,7 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any, d: Dist
             dtype=dtype,  # the served weights' dtype, whatever the learner keeps
         )
     staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
-    return inner, DiskSync(inner, policy.model, staging, pause_mode=e.pause_mode)
+    return inner, DiskSync(inner, policy.model, staging, pause_mode=e.pause_mode, dtype=dtype)
 
 
 def fleet_step(engine: Any, seen: dict[str, Any]) -> dict[str, Any]:
@@ -301,6 +302,7 @@ class _Run:
     staging: str
     reference_uri: str
     pool: ThreadPoolExecutor
+    dtype: Any  # the served weights' dtype: every push and the final are written in it
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     totals: Counter = dataclasses.field(default_factory=Counter)
     # the fleet's counters at the last step (for per-step differences)
@@ -325,7 +327,7 @@ class _Run:
                 f"not {self.reference_uri!r}"
             )
         start, self.history = int(state["step"]), list(state["history"])
-        weights = self.learner.weights()
+        weights = self.learner.weights(self.dtype)
         if self.lead:
             self.sync.push(weights, int(state["policy_version"]))
             console.print(
@@ -397,7 +399,7 @@ class _Run:
         """Gather the new weights (collective) and push them to the engine as ``version`` (rank 0); the
         weights and the push's seconds."""
         t0 = time.perf_counter()
-        weights = self.learner.weights()
+        weights = self.learner.weights(self.dtype)
         if self.lead:
             self.sync.push(weights, version)
         return weights, time.perf_counter() - t0
@@ -594,6 +596,8 @@ def run(cfg: RlConfig) -> StageResult:
     sync: Any = None
     if lead:  # the rollout engine lives on rank 0 only
         inner, sync = _rollout_engine(cfg, policy, device, dtype, d)
+        if isinstance(sync, NcclSync):  # the frozen tower goes over with the first push only
+            sync.static = learner.frozen_names()
         # in-process engine: episodes' turns coalesced into lock-step batches; a server batches continuously,
         # so every episode turn goes to it on its own (engines/independent.py)
         engine = (
@@ -619,17 +623,20 @@ def run(cfg: RlConfig) -> StageResult:
         staging=tempfile.mkdtemp(prefix="paravt-rl-"),
         reference_uri=reference_uri,
         pool=ThreadPoolExecutor(max_workers=1, thread_name_prefix="paravt-rollout"),
+        dtype=dtype,
     )
     try:
         start = r.queued = r.resume()
         for step in range(start, cfg.steps):
             r.step(step)
         final = checkpoint.save_final(
-            out, learner.root, policy.processor, staging_root=r.staging, submodule="inner"
+            out, learner.root, policy.processor, staging_root=r.staging, dtype=dtype, submodule="inner"
         )
     finally:
         r.pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(r.staging, ignore_errors=True)
+        if hasattr(sync, "close"):  # NCCL: the server leaves this run's weight-update group
+            sync.close()
         server = getattr(getattr(sync, "engine", None), "server", None)
         if server is not None:  # an SGLang server this run launched
             server.stop()

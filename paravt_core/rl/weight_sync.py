@@ -15,8 +15,11 @@ Every sync keeps ``version`` (the policy version the engine serves, an int) for 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import socket
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,12 +57,14 @@ class DiskSync:
         staging_dir: str,
         version: int = 0,
         pause_mode: str | None = "retract",
+        dtype: torch.dtype | None = None,
     ):
         """``hf_model``: the policy (its config and ``save_pretrained`` write the directory). ``pause_mode``:
         generation is paused around the reload (see ``NcclSync``) so it does not wait for in-flight requests;
-        None: not paused."""
+        None: not paused. ``dtype``: the served weights' dtype (the directory's tensors and its config.json);
+        None: as the learner keeps them."""
         self.engine, self.hf_model, self.staging_dir = engine, hf_model, staging_dir
-        self.version, self.pause_mode = version, pause_mode
+        self.version, self.pause_mode, self.dtype = version, pause_mode, dtype
         self._served: str | None = None
         self.repushes = 0  # fleet servers found lagging and pushed the current weights again
 
@@ -74,12 +79,11 @@ class DiskSync:
             await self.engine.continue_generation()
 
     def push(self, weights: dict[str, torch.Tensor], version: int) -> None:
-        from transformers.utils import logging as hf_logging
+        from paravt_core.checkpoint import save_hf
 
         path = os.path.join(self.staging_dir, f"v{version:08d}")
         shutil.rmtree(path, ignore_errors=True)
-        hf_logging.disable_progress_bar()
-        self.hf_model.save_pretrained(path, state_dict=weights)
+        save_hf(self.hf_model, path, weights, self.dtype)
         asyncio.run(_closing(self.engine, self._reload(path, version)))
         if self._served is not None and self._served != path:
             shutil.rmtree(self._served, ignore_errors=True)  # the server reads the new one now
@@ -106,23 +110,35 @@ class DiskSync:
             await self.engine.check_versions(version)
 
 
+def sent_bytes(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> int:
+    """Bytes of ``tensor`` on the wire: floating tensors are sent in ``dtype`` when given."""
+    size = dtype.itemsize if dtype is not None and tensor.is_floating_point() else tensor.element_size()
+    return tensor.numel() * size
+
+
 def buckets(
-    named: Sequence[tuple[str, torch.Tensor]], max_bytes: int
+    named: Sequence[tuple[str, torch.Tensor]], max_bytes: int, dtype: torch.dtype | None = None
 ) -> list[list[tuple[str, torch.Tensor]]]:
-    """``named`` cut, in order, into runs of at most ``max_bytes`` (a larger tensor goes alone): each run is
-    one ``/update_weights_from_distributed`` request, so the server holds at most one bucket beside its weights."""
+    """``named`` cut, in order, into runs of at most ``max_bytes`` as sent (floating tensors in ``dtype`` when
+    given; a larger tensor goes alone): each run is one ``/update_weights_from_distributed`` request, so the
+    server holds at most one bucket beside its weights."""
     if max_bytes < 1:
         raise ValueError(f"bucket size must be positive, got {max_bytes}")
     out: list[list[tuple[str, torch.Tensor]]] = []
     size = 0
     for name, tensor in named:
-        nbytes = tensor.numel() * tensor.element_size()
+        nbytes = sent_bytes(tensor, dtype)
         if not out or (size + nbytes > max_bytes and out[-1]):
             out.append([])
             size = 0
         out[-1].append((name, tensor))
         size += nbytes
     return out
+
+
+def unique_group_name() -> str:
+    """A weight-update group name no earlier run or attempt used: host, process and a random part."""
+    return f"paravt-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
 class NcclSync:
@@ -140,9 +156,14 @@ class NcclSync:
        version;
     4. ``/end_weight_update``; 5. ``/continue_generation`` (also after a failure: the server never stays
        paused by us).
-    """
 
-    GROUP = "weight_update_group"
+    Reconnecting (a retried pod against a long-lived server): SGLang keeps every group it joined under its
+    name, and torch refuses a second group of the same name ("The specified group name has already been
+    created"), so each ``NcclSync`` (each run and attempt) joins under a name of its own
+    (``unique_group_name``). A learner killed mid-push leaves the server paused with its update session
+    open (a new ``begin`` is refused: "already open"): ``connect`` first ends any open session and resumes
+    generation, best effort. ``close`` asks the server to destroy the group (and destroys ours).
+    """
 
     def __init__(
         self,
@@ -157,9 +178,14 @@ class NcclSync:
         pause_mode: str = "retract",
         timeout_s: float = 600.0,
         dtype: torch.dtype | None = None,
+        group_name: str | None = None,
     ):
         """``dtype``: floating tensors are sent in it (the server's weight dtype, e.g. bf16 when the learner
-        keeps fp32 masters), converted one bucket at a time."""
+        keeps fp32 masters), converted one bucket at a time. ``group_name``: default ``unique_group_name()``.
+        ``static``: names of tensors that never change (the frozen vision tower): sent by the first push only."""
+        self.group_name = group_name or unique_group_name()
+        self.static: set[str] = set()
+        self._pushed = False
         self.engine, self.version = engine, version
         self.master_address, self.master_port, self.server_ranks = master_address, master_port, server_ranks
         self.backend, self.bucket_bytes, self.pause_mode, self.timeout_s = (
@@ -188,6 +214,9 @@ class NcclSync:
 
         from torch.distributed import distributed_c10d as c10d
 
+        from paravt_core.train.dist import server_nccl_env
+
+        server_nccl_env()  # NCCL as the server runs it (before the group's communicator is made)
         world = 1 + self.server_ranks
         timeout = timedelta(seconds=self.timeout_s)
         rendezvous = c10d.rendezvous(
@@ -200,28 +229,32 @@ class NcclSync:
             rank,
             [],
             c10d.Backend(self.backend),
-            c10d.PrefixStore(self.GROUP, store),
-            group_name=self.GROUP,
+            c10d.PrefixStore(self.group_name, store),
+            group_name=self.group_name,
             timeout=timeout,
         )
         c10d._world.pg_group_ranks[group] = {i: i for i in range(world)}
         self.group = group
 
-    def connect(self) -> None:
-        asyncio.run(
-            _closing(
-                self.engine,
-                self.engine.init_weights_update_group(
-                    self.master_address,
-                    self.master_port,
-                    rank_offset=1,
-                    world_size=1 + self.server_ranks,
-                    group_name=self.GROUP,
-                    backend=self.backend,
-                    trainer_join=self._join,
-                ),
-            )
+    async def _connect(self) -> None:
+        # a push cut short (a killed learner) left the session open and generation paused: end both; each
+        # call fails harmlessly when there is nothing to end ("no weight-update session is open")
+        with contextlib.suppress(EngineError):
+            await self.engine.end_weight_update()
+        with contextlib.suppress(EngineError):
+            await self.engine.continue_generation()
+        await self.engine.init_weights_update_group(
+            self.master_address,
+            self.master_port,
+            rank_offset=1,
+            world_size=1 + self.server_ranks,
+            group_name=self.group_name,
+            backend=self.backend,
+            trainer_join=self._join,
         )
+
+    def connect(self) -> None:
+        asyncio.run(_closing(self.engine, self._connect()))
 
     def _broadcast(self, tensor: torch.Tensor) -> None:
         if self.group is None:
@@ -232,15 +265,19 @@ class NcclSync:
         dist.broadcast(tensor.to(self.device).contiguous(), group=self.group, group_src=0)
 
     def close(self) -> None:
+        """The server leaves the group (best effort: it may be gone), then we do."""
         if self.group is not None:
             import torch.distributed as dist
 
+            with contextlib.suppress(EngineError):
+                asyncio.run(_closing(self.engine, self.engine.destroy_weights_update_group(self.group_name)))
             dist.destroy_process_group(self.group)
             self.group = None
 
     async def _push(self, weights: dict[str, torch.Tensor], version: int) -> None:
         engine = self.engine
-        plan = buckets(list(weights.items()), self.bucket_bytes)
+        changing = [(n, t) for n, t in weights.items() if not (self._pushed and n in self.static)]
+        plan = buckets(changing, self.bucket_bytes, self.dtype)
         await engine.pause_generation(self.pause_mode)
         try:
             await engine.begin_weight_update()
@@ -252,7 +289,7 @@ class NcclSync:
                     await engine.update_weights_from_distributed(
                         bucket,
                         self._broadcast,
-                        group_name=self.GROUP,
+                        group_name=self.group_name,
                         weight_version=str(version) if last else None,
                         flush_cache=last,
                     )
@@ -261,6 +298,7 @@ class NcclSync:
         finally:
             await engine.continue_generation()
         self.pushed_buckets = [[n for n, _ in b] for b in plan]
+        self._pushed = True
 
     def push(self, weights: dict[str, torch.Tensor], version: int) -> None:
         if self.group is None:

@@ -289,9 +289,8 @@ def train(
         return PackedLoss(inner, always_run_vision=d.sharded, chunk=cfg.train.logprob_chunk)
 
     model, loaded = build(cfg.model.uri, d, wrap, opts, dtype=torch.float32)
-    save_dtype = getattr(loaded.config, "dtype", None) or torch.float32
-    if isinstance(save_dtype, str):
-        save_dtype = getattr(torch, save_dtype)
+    # the recipe's dtype: a bf16 recipe's final is bf16 (what the server serves), whatever the masters' dtype
+    save_dtype = torch.bfloat16 if cfg.model.bf16 else torch.float32
     model.train()
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, cfg)

@@ -58,10 +58,28 @@ class Dist:
         return out
 
 
+# The NCCL settings SGLang 0.5.23 gives its own process when one node serves with its defaults
+# (entrypoints/engine.py, _set_envs_and_config: cuMem-backed buffers and NVLink SHARP off unless set). Both
+# ends of the weight-update group must agree, or NCCL fails with invalid-argument CUDA errors: the learner
+# takes the same, and a value already in the environment wins, as it does there. The contract test reads
+# them from SGLang's code (tests/test_sglang_contract.py).
+SERVER_NCCL_ENV = {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
+
+
+def server_nccl_env() -> dict[str, str]:
+    """Give this process the rollout server's NCCL settings (``SERVER_NCCL_ENV``) where they are unset, before
+    any NCCL communicator is made; returns the ones set."""
+    added = {k: v for k, v in SERVER_NCCL_ENV.items() if k not in os.environ}
+    os.environ.update(added)
+    return added
+
+
 def setup_distributed(timeout_s: float = DEFAULT_TIMEOUT_S) -> Dist:
     """A process group when started by torchrun (``RANK``/``WORLD_SIZE`` set), else one plain process.
 
-    ``timeout_s``: the collectives' timeout (NCCL's watchdog aborts a collective that waits longer)."""
+    ``timeout_s``: the collectives' timeout (NCCL's watchdog aborts a collective that waits longer). Either
+    way the process gets the rollout server's NCCL settings (``server_nccl_env``)."""
+    server_nccl_env()
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
         return Dist(device=device, timeout_s=timeout_s)

@@ -6,6 +6,7 @@ materialize and load the weights into the shards -> optimizer over the trainable
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -127,8 +128,8 @@ def build(
         loaded = load(uri, device=str(d.device), dtype=dtype)
         return assemble(loaded.model, d, wrap, opts, trainable), loaded
     loaded = load(uri, device="cpu", dtype=None) if d.rank == 0 else load_processor_only(uri)
-    with torch.device("meta"):
-        model = AutoModelForImageTextToText.from_config(loaded.config, dtype=dtype)
+    with torch.device("meta"):  # a copy: from_config writes its dtype into the config it is given
+        model = AutoModelForImageTextToText.from_config(copy.deepcopy(loaded.config), dtype=dtype)
     root = assemble(model, d, wrap, opts, trainable)
     root.to_empty(device=d.device)
     prefix = _root_prefix(root, model)
