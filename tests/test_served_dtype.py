@@ -127,6 +127,7 @@ def test_rollout_engine_is_built_in_the_served_dtype(rl_data, tiny_model_dir, tm
     """issue 35 item 15: the rollout engine and its weight sync get the recipe's dtype, not the stored one."""
     from paravt_core.engines.sglang_engine import SGLangServer
     from paravt_core.rl.stage import _rollout_engine
+    from paravt_core.train.dist import Dist
 
     # a launched server (GPU machines): the command is what matters here, the process is not started
     monkeypatch.setattr(SGLangServer, "start", lambda self, **_: self)
@@ -138,7 +139,7 @@ def test_rollout_engine_is_built_in_the_served_dtype(rl_data, tiny_model_dir, tm
         extra += [f"engine.staging_dir={tmp_path / 'staging'}"]
     cfg = tiny_rl_config(rl_data, tiny_model_dir, str(tmp_path / "out"), *extra)
     policy = load(tiny_model_dir)
-    inner, sync = _rollout_engine(cfg, policy, "cpu", torch.bfloat16)
+    inner, sync = _rollout_engine(cfg, policy, "cpu", torch.bfloat16, Dist())  # one plain process
     if engine == "transformers":
         assert {p.dtype for p in inner.model.parameters()} == {torch.bfloat16}
     elif engine == "launched":
