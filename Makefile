@@ -3,7 +3,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-demo demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-step-host bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check gpu-profile mutation clean ablations-demo
+.PHONY: setup setup-demo demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-step-host bench-rl-step-host bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check gpu-profile mutation clean ablations-demo
 
 setup:
 	@scripts/setup.sh all
@@ -54,7 +54,7 @@ images-smoke: setup
 images-dag-smoke: setup
 	scripts/images-dag-smoke.sh
 
-bench: bench-materialize bench-video bench-dispatch bench-sft bench-step-host bench-rollout bench-eval bench-scoring
+bench: bench-materialize bench-video bench-dispatch bench-sft bench-step-host bench-rl-step-host bench-rollout bench-eval bench-scoring
 
 bench-materialize: setup
 	$(VENV)/bin/python benchmarks/materialize.py
@@ -76,6 +76,10 @@ bench-sft: setup
 # time of 40 % MFU at 2B and 8B shapes on one H100.
 bench-step-host: setup
 	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/step_host.py
+
+# One RL learner step (tiny model, CPU): the per-micro-batch reference vs the one-read step, alternating.
+bench-rl-step-host: setup
+	OMP_NUM_THREADS=1 PYTHONPATH=. $(VENV)/bin/python benchmarks/rl_step_host.py
 
 bench-rollout: setup
 	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/rollout.py
