@@ -157,6 +157,7 @@ def report_html(
     trend: tuple[list[Series], list[tuple[Night, dict[Series, Cell]]]] | None,
     trend_png_bytes: bytes | None,
     today: str,
+    extra_html: str = "",
 ) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"]
     parts.append(f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>")
@@ -180,6 +181,7 @@ def report_html(
             for k, v in sorted(section["metrics"].items())
         )
         parts.append("</table>")
+    parts.append(extra_html)
     if trend is not None:
         columns, rows = trend
         parts.append("<h2>Nightly trend</h2>")

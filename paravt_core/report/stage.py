@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 from paravt_core import storage
 from paravt_core.config import ReportConfig, TrendConfig
-from paravt_core.report import render
+from paravt_core.report import render, trajectory
 from paravt_core.report.trend import (
     FAILED,
     RUNNING,
@@ -148,6 +148,11 @@ def run(cfg: ReportConfig) -> StageResult:
     for section in training:
         markdown.append(render.training_markdown(section))
         metrics.update({f"{section['name'].lower()}.{k}": float(v) for k, v in section["metrics"].items()})
+    shown = trajectory.pick(trajectory.load_samples(cfg.rl_output)) if cfg.rl_output else None
+    extra_html = ""
+    if shown is not None:
+        markdown.append(trajectory.trajectory_markdown(shown))
+        extra_html = trajectory.trajectory_html(shown)
 
     trend = png = None
     today = today_utc()
@@ -166,7 +171,13 @@ def run(cfg: ReportConfig) -> StageResult:
         markdown.append(f"## Nightly trend ({len(nights)} nights)\n\n" + render.trend_markdown(*trend, today))
 
     page = render.report_html(
-        cfg.title, eval_table=table, training=training, trend=trend, trend_png_bytes=png, today=today
+        cfg.title,
+        eval_table=table,
+        training=training,
+        trend=trend,
+        trend_png_bytes=png,
+        today=today,
+        extra_html=extra_html,
     )
     storage.write_bytes(outputs["html"], page.encode())
     storage.write_bytes(outputs["markdown"], "\n".join(markdown).encode())
