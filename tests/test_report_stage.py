@@ -273,3 +273,38 @@ def test_report_says_so_when_no_trajectory_has_parallel_calls(tmp_path) -> None:
     assert "no sampled trajectory has parallel tool calls (at most one call in a turn)" in trajectory.heading(
         line
     )
+
+
+def test_report_names_the_unit_links_the_eval_report_and_says_0_is_expected_for_the_tiny_model(
+    tmp_path,
+) -> None:
+    """The headline column has its unit; each eval output's own report.html is linked (relative to the
+    report); a chain that descends from `paravt tiny-model` (SFT from it, RL from SFT's final, eval from
+    RL's final) carries the "0 % is expected" note in the report itself, and another model does not."""
+    tiny, sft, rl, ev = (tmp_path / n for n in ("tiny-model", "run/sft", "run/rl", "run/eval/synthetic"))
+    (tiny / ".paravt-tiny-model").parent.mkdir(parents=True)
+    (tiny / ".paravt-tiny-model").write_text('{"seed": 0}\n')
+    for out, config in ((sft, f"model:\n  uri: {tiny}\n"), (rl, f"model: {sft}/final\n"),
+                        (ev, f"model: {rl}/final\n")):  # fmt: skip
+        out.mkdir(parents=True)
+        (out / "config.yaml").write_text(config)
+    _eval_output(str(ev), "synthetic", {"agentic": 0.0, "direct": 0.0})
+    (ev / "report.html").write_text("<html></html>")
+
+    run(ReportConfig.model_validate({"output": str(tmp_path / "run/report"), "eval_outputs": [str(ev)]}))
+    md = (tmp_path / "run/report/report.md").read_text()
+    page = (tmp_path / "run/report/report.html").read_text()
+    assert "| benchmark | protocol | headline, % (accuracy; Charades: mIoU) |" in md
+    assert "<th>headline, % (accuracy; Charades: mIoU)</th>" in page
+    assert (
+        "Per-benchmark eval report (synthetic): [../eval/synthetic/report.html](../eval/synthetic/report.html)"
+        in md
+    )
+    assert "<a href='../eval/synthetic/report.html'>" in page
+    assert f"tiny, randomly initialised Qwen3-VL of `paravt tiny-model` ({tiny})" in md
+    assert "0 % (or chance) is the expected score" in md and "0 % (or chance) is the expected score" in page
+
+    (tiny / ".paravt-tiny-model").unlink()  # the same chain from a model that is not the tiny one
+    cfg = {"output": str(tmp_path / "other"), "eval_outputs": [str(ev)], "sft_output": "", "rl_output": ""}
+    run(ReportConfig.model_validate(cfg))
+    assert "expected score" not in (tmp_path / "other/report.md").read_text()
