@@ -70,12 +70,10 @@ def test_every_fixture_benchmark_on_the_tiny_model_with_and_without_the_tool(
     assert metrics["total.samples"] == 2 * PER_PROTOCOL and "agentic.charades.miou" in metrics
     assert all(isinstance(v, float) for v in metrics.values())  # what a KFP Metrics artifact accepts
     html = (out / "report.html").read_text()
-    assert "videomme_wsub" in html and html.count("data:image/png;base64,") == 3
-    assert {p.name for p in (out / "plots").iterdir()} == {
-        "accuracy.png",
-        "tool_calls.png",
-        "charades_iou.png",
-    }
+    # the random model scores 0 everywhere: the accuracy chart would have no bar and is left out, saying so
+    assert "videomme_wsub" in html and html.count("data:image/png;base64,") == 2
+    assert "The accuracy chart is left out: every headline above is 0" in html
+    assert {p.name for p in (out / "plots").iterdir()} == {"tool_calls.png", "charades_iou.png"}
     assert storage.is_complete(str(out)) and result.outputs["results.json"].endswith("results.json")
 
     # a rerun finds every sample recorded and runs none again

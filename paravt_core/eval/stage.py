@@ -10,7 +10,7 @@ Outputs under ``cfg.output`` (a local directory or an ``s3://`` prefix)::
     results.json                             metrics per protocol x benchmark, totals, errors by reason, tool
                                              use, elapsed, config, code version, model URI, prompt checksum
     metrics.json                             flat {"<protocol>.<benchmark>.<metric>": number} for KFP Metrics
-    report.html  plots/*.png                 table (+ published numbers), accuracy / tool-call / IoU plots
+    report.html  plots/*.png                 table (+ published numbers), accuracy (left out when all 0) / tool-call / IoU plots
     _COMPLETE                                written last, only when the error share is within the limit
 
 Sharded runs (``shard=i/n``) evaluate the samples whose id hashes to shard ``i`` (``records.shard_of``: stable
