@@ -2,8 +2,11 @@
 
 Outputs under ``cfg.output``::
 
-    report.html      self-contained page (eval table, trend plot, table of nights with deltas)
-    report.md        the same tables in Markdown (the KFP UI renders it)
+    report.html      self-contained page: eval table (with a link to each eval output's own report.html), the
+                     SFT and RL numbers (one line of meaning each) and plots, one RL trajectory (the sampled
+                     episode with the most tool calls in one turn), trend plot, table of nights with deltas;
+                     a chain that descends from ``paravt tiny-model`` says that 0 % is its expected score
+    report.md        the same in Markdown (the KFP UI renders it)
     trend.png        the trend plot (when there is a trend)
     metrics.json     flat numbers: this run's headline values, the latest night's values and deltas
     config.yaml, _COMPLETE
