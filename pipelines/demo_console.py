@@ -55,7 +55,8 @@ def _metrics(path: Path) -> dict[str, Any]:
 
 
 def _pct(value: Any) -> str:
-    return f"{100 * float(value):.0f}%" if isinstance(value, int | float) else "?"
+    """An eval headline, already in percent (paravt_core/eval/metrics.py: accuracy and mIoU x 100)."""
+    return f"{float(value):.0f}%" if isinstance(value, int | float) else "?"
 
 
 def stage_summary(task: str, run_prefix: Path, data_dir: Path) -> str:

@@ -67,7 +67,7 @@ def test_stage_lines_carry_the_stages_own_numbers(tmp_path: Path) -> None:
         run / "sft": {"steps": 30, "loss_first": 6.6258, "loss_last": 3.678, "rows_used": 53},
         run / "rl": {"steps": 3, "prompts": 24, "reward_first": 0.0625, "reward_last": 0.05625},
         run / "eval" / "synthetic": {
-            "agentic.synthetic.accuracy": 0.25,
+            "agentic.synthetic.accuracy": 25.0,  # the eval stage's scale: percent (eval/metrics.py)
             "direct.synthetic.accuracy": 0.0,
             "agentic.synthetic.errors": 0.0,
             "total.samples": 16.0,

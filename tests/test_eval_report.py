@@ -110,3 +110,28 @@ def test_kfp_metrics_are_flat_floats():
     assert metrics["agentic.charades.r_at_0.3"] == 100.0 and metrics["agentic.charades.r_at_0.5"] == 0.0
     assert metrics["total.error_share"] == 0.125
     assert all(isinstance(v, float) for v in metrics.values())
+
+
+def test_an_all_zero_accuracy_chart_is_left_out_and_the_page_says_why():
+    """The tiny model's 0 % everywhere draws a chart with no bar: it is left out, with one line saying why;
+    one non-zero headline brings it back."""
+    results, records = _results(None)
+    for per in records.values():
+        for recs in per.values():
+            for r in recs:
+                r["score"] = 0.0 if r["status"] == "ok" else None
+    results["protocols"] = {
+        p: {b: benchmark_metrics(b, recs, "paravt") for b, recs in benches.items()}
+        for p, benches in records.items()
+    }
+    images = report.plots(results, records)
+    assert "accuracy" not in images and "tool_calls" in images
+    page = report.render_html(results, images)
+    assert "The accuracy chart is left out: every headline above is 0 (or missing)" in page
+
+    records["direct"]["videomme"][0]["score"] = 1.0  # direct videomme: 1 of 2 = 50.0
+    results["protocols"]["direct"]["videomme"] = benchmark_metrics(
+        "videomme", records["direct"]["videomme"], "paravt"
+    )
+    images = report.plots(results, records)
+    assert "accuracy" in images and "left out" not in report.render_html(results, images)

@@ -202,3 +202,109 @@ def test_every_training_number_of_the_report_is_explained_in_one_line() -> None:
         render.metric_note("RL", "kappa_final")
         == "kappa: tool calls per rollout, mean over the last final_steps steps"
     )
+
+
+def _trajectory_line(step: int, turns: list) -> str:
+    """One line of the RL stage's trajectories/step_*.jsonl, from the agent's own records."""
+    from paravt_core.agent.episode import EpisodeResult
+
+    episode = EpisodeResult(
+        f"rl-{step}", "v.mp4", "When does the <b>red</b> square appear?", "answer", answer="2.0, 4.5"
+    )
+    episode.turns = turns
+    return json.dumps({"step": step, "reward": {"total": 0.75}, "episode": episode.to_dict()}) + "\n"
+
+
+def test_report_renders_the_rl_trajectory_with_the_most_parallel_calls(tmp_path) -> None:
+    """The demo's report shows the method at work: the sampled RL episode with the most tool calls in one
+    turn, its think, its <tool_call> blocks, each call's result text and the answer, escaped."""
+    from paravt_core.agent.episode import CallRecord, TurnRecord
+
+    rl = tmp_path / "rl"
+    storage.write_bytes(storage.join(str(rl), "metrics.json"), json.dumps({"steps": 2}).encode())
+    one = TurnRecord(0, '<think>one</think><tool_call>{"name": "crop_video"}</tool_call>', 20, "stop", 0.1)
+    one.calls = [CallRecord(0, 0, "tool_call", "", "crop_video", {"start_time": 0, "end_time": 1}, True)]
+    think = "<think>look at 0-3 s and 3-6 s</think>\n"
+    block = '<tool_call>{"name": "crop_video", "arguments": {"start_time": %d, "end_time": %d}}</tool_call>'
+    both = TurnRecord(
+        0, think + block % (0, 3) + "\n" + block % (3, 6) + "<script>x</script>", 60, "stop", 0.2
+    )
+    both.calls = [
+        CallRecord(0, 0, "tool_call", "", "crop_video", {"start_time": 0, "end_time": 3}, True, True, True,
+                   report="a <red> square enters at 2 s"),
+        CallRecord(0, 1, "tool_call", "", "crop_video", {"start_time": 3, "end_time": 6}, True, True,
+                   error="window past the video's end"),
+    ]  # fmt: skip
+    final = TurnRecord(1, "<think>seen \x1b it</think><answer>2.0, 4.5</answer>", 12, "stop", 0.1)
+    storage.write_bytes(
+        storage.join(str(rl), "trajectories", "step_00000000.jsonl"), _trajectory_line(0, [one]).encode()
+    )
+    storage.write_bytes(
+        storage.join(str(rl), "trajectories", "step_00000001.jsonl"),
+        (_trajectory_line(1, [one, final]) + _trajectory_line(1, [both, final])).encode(),
+    )
+    run(ReportConfig.model_validate({"output": str(tmp_path / "rep"), "rl_output": str(rl)}))
+
+    md = (tmp_path / "rep" / "report.md").read_text()
+    # step_00000001's second line: 2 calls in its first turn (the others: 1); steps print from 1
+    assert "RL step 2, prompt rl-1: 2 parallel tool calls in one turn" in md
+    assert "```text\n" + think + block % (0, 3) + "\n" + block % (3, 6) + "<script>x</script>\n```" in md
+    assert 'call 1: crop\\_video({"end\\_time": 3, "start\\_time": 0})' in md
+    assert "```text\na <red> square enters at 2 s\n```" in md
+    assert "```text\nerror: window past the video's end\n```" in md
+    assert "<think>seen \\u001b it</think><answer>2.0, 4.5</answer>" in md  # control character made visible
+    assert "Answer: 2.0, 4.5 (episode ended: answer; reward 0.75)" in md
+    assert "\x1b" not in md
+
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
+    assert "&lt;tool_call&gt;{&quot;name&quot;: &quot;crop_video&quot;" in page
+    assert "a &lt;red&gt; square enters at 2 s" in page and "When does the &lt;b&gt;red&lt;/b&gt;" in page
+
+
+def test_report_says_so_when_no_trajectory_has_parallel_calls(tmp_path) -> None:
+    from paravt_core.report import trajectory
+
+    line = json.loads(_trajectory_line(0, []))
+    assert trajectory.heading(line) == (
+        "RL step 1, prompt rl-0: no sampled trajectory has a tool call; shown: the first one sampled."
+    )
+    line["episode"]["turns"] = [{"turn": 0, "text": "x", "calls": [{"index": 0}]}]
+    assert "no sampled trajectory has parallel tool calls (at most one call in a turn)" in trajectory.heading(
+        line
+    )
+
+
+def test_report_names_the_unit_links_the_eval_report_and_says_0_is_expected_for_the_tiny_model(
+    tmp_path,
+) -> None:
+    """The headline column has its unit; each eval output's own report.html is linked (relative to the
+    report); a chain that descends from `paravt tiny-model` (SFT from it, RL from SFT's final, eval from
+    RL's final) carries the "0 % is expected" note in the report itself, and another model does not."""
+    tiny, sft, rl, ev = (tmp_path / n for n in ("tiny-model", "run/sft", "run/rl", "run/eval/synthetic"))
+    (tiny / ".paravt-tiny-model").parent.mkdir(parents=True)
+    (tiny / ".paravt-tiny-model").write_text('{"seed": 0}\n')
+    for out, config in ((sft, f"model:\n  uri: {tiny}\n"), (rl, f"model: {sft}/final\n"),
+                        (ev, f"model: {rl}/final\n")):  # fmt: skip
+        out.mkdir(parents=True)
+        (out / "config.yaml").write_text(config)
+    _eval_output(str(ev), "synthetic", {"agentic": 0.0, "direct": 0.0})
+    (ev / "report.html").write_text("<html></html>")
+
+    run(ReportConfig.model_validate({"output": str(tmp_path / "run/report"), "eval_outputs": [str(ev)]}))
+    md = (tmp_path / "run/report/report.md").read_text()
+    page = (tmp_path / "run/report/report.html").read_text()
+    assert "| benchmark | protocol | headline, % (accuracy; Charades: mIoU) |" in md
+    assert "<th>headline, % (accuracy; Charades: mIoU)</th>" in page
+    assert (
+        "Per-benchmark eval report (synthetic): [../eval/synthetic/report.html](../eval/synthetic/report.html)"
+        in md
+    )
+    assert "<a href='../eval/synthetic/report.html'>" in page
+    assert f"tiny, randomly initialised Qwen3-VL of `paravt tiny-model` ({tiny})" in md
+    assert "0 % (or chance) is the expected score" in md and "0 % (or chance) is the expected score" in page
+
+    (tiny / ".paravt-tiny-model").unlink()  # the same chain from a model that is not the tiny one
+    cfg = {"output": str(tmp_path / "other"), "eval_outputs": [str(ev)], "sft_output": "", "rl_output": ""}
+    run(ReportConfig.model_validate(cfg))
+    assert "expected score" not in (tmp_path / "other/report.md").read_text()

@@ -24,3 +24,26 @@ def test_both_stages_plots_are_png() -> None:
     sft = loss_curve_png([{"step": s, "loss": 3.0 - s / 10, "lr": 1e-4} for s in range(1, 6)])
     rl = curves_png([{"step": s, **{k: s / 10 for k in CURVES}} for s in range(4)])
     assert sft.startswith(PNG_MAGIC) and rl.startswith(PNG_MAGIC)
+
+
+def test_rl_curves_have_integer_step_ticks_and_flat_panels_say_so() -> None:
+    """Three steps: no 1.25 / 1.5 ... ticks; accuracy_mean at 0 every step is titled as flat, the reward
+    that moves is not."""
+    from paravt_core.rl.metrics import curves_figure
+    from paravt_core.run_metrics import pyplot
+
+    history = [
+        {"step": s, "reward_mean": r, "accuracy_mean": 0.0, "format_mean": r, "tool_mean": 0.0}
+        for s, r in enumerate((0.2125, 0.15, 0.10625))
+    ]
+    fig = curves_figure(history)
+    try:
+        titles = {ax.get_title() for ax in fig.axes}
+        assert "accuracy_mean (flat at 0)" in titles and "reward_mean" in titles
+        assert "tool_call_rate (flat at 0)" in titles  # absent from the records: 0 each step
+        for ax in fig.axes:
+            fig.canvas.draw()
+            ticks = [t for t in ax.get_xticks() if 1 <= t <= 3]
+            assert ticks and all(float(t).is_integer() for t in ticks), (ax.get_title(), ticks)
+    finally:
+        pyplot().close(fig)

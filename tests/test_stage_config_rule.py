@@ -110,3 +110,23 @@ def test_rl_more_steps_continue_other_changes_are_refused(tmp_path: Path, capsys
     err = capsys.readouterr().err
     assert code == 2 and "seed: 0 -> 7" in err, err
     assert storage.is_complete(str(out))
+
+
+def test_rl_same_config_on_a_complete_output_is_reused_in_one_line(tmp_path: Path, capsys) -> None:
+    """Like SFT and data: the rerun says in one line that it reuses the output and loads nothing (the
+    tiny preset's model path does not exist here: anything loaded would fail)."""
+    from paravt_core.rl.config import RlConfig
+
+    out = tmp_path / "rl"
+    cfg = load_config(RlConfig, REPO / "configs/rl/tiny.yaml", [f"output={out}"])
+    announce_config("rl", cfg, str(out))
+    summary = {"steps": 3, "reward_first": 0.2125, "f_tau_curve": [[1, 0.0]], "last_step": {"step": 2}}
+    storage.write_bytes(str(out / "metrics.json"), json.dumps(summary).encode())
+    storage.mark_complete(str(out), {"stage": "rl", "steps": 3})
+    capsys.readouterr()
+    code = main(["rl", "--config", str(REPO / "configs/rl/tiny.yaml"), f"output={out}"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert f"paravt rl: {out} is complete with the same config; reused, nothing to do" in captured.err
+    assert json.loads(captured.out)["metrics"] == {"steps": 3, "reward_first": 0.2125, "reused_output": True}
+    assert storage.is_complete(str(out))

@@ -103,16 +103,18 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def plots(results: dict[str, Any], records: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, bytes]:
-    """name -> PNG bytes. ``records``: protocol -> benchmark -> per-sample records."""
-    import matplotlib
+def accuracy_chart_empty(results: dict[str, Any]) -> bool:
+    """Every headline of every protocol and benchmark is 0 or missing: the accuracy chart would have no bar."""
+    return not any(headline(m) for per in results["protocols"].values() for m in per.values())
 
-    matplotlib.use("Agg")
+
+EMPTY_ACCURACY = (
+    "The accuracy chart is left out: every headline above is 0 (or missing), so it would have no bar."
+)
+
+
+def _accuracy_chart(results: dict[str, Any], protocols: list[str], benches: list[str]) -> bytes:
     import matplotlib.pyplot as plt
-
-    out: dict[str, bytes] = {}
-    protocols = list(results["protocols"])
-    benches = sorted({b for p in protocols for b in results["protocols"][p]}, key=_order)
 
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(benches)), 3.6))
     width = 0.8 / max(1, len(protocols))
@@ -126,8 +128,24 @@ def plots(results: dict[str, Any], records: dict[str, dict[str, list[dict[str, A
     ax.set_ylim(0, 100)
     ax.legend(fontsize=8)
     ax.set_title("Headline per benchmark")
-    out["accuracy"] = _png(fig)
+    png = _png(fig)
     plt.close(fig)
+    return png
+
+
+def plots(results: dict[str, Any], records: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, bytes]:
+    """name -> PNG bytes. ``records``: protocol -> benchmark -> per-sample records."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out: dict[str, bytes] = {}
+    protocols = list(results["protocols"])
+    benches = sorted({b for p in protocols for b in results["protocols"][p]}, key=_order)
+
+    if not accuracy_chart_empty(results):  # all-zero bars draw an empty frame: left out, the page says why
+        out["accuracy"] = _accuracy_chart(results, protocols, benches)
 
     calls = [int(r.get("tool_calls") or 0) for p in protocols if p in WITH_TOOL
              for recs in records.get(p, {}).values() for r in recs if r.get("status") == "ok"]  # fmt: skip
@@ -267,11 +285,15 @@ small {{ color: #666; }} figure {{ display: inline-block; margin: 8px; }}
 rule paravt counted apart and never scored as wrong answers; under error rule release (the released driver's)
 a multiple-choice error is a wrong answer and a Charades engine failure IoU 0. Where errors make the two differ,
 each cell shows both.</small></p>
-<h2>Plots</h2>{figs}
+<h2>Plots</h2>{_empty_note(results)}{figs}
 <h2>Errors by reason</h2><table><tr><th>reason</th><th>samples</th></tr>{errors}</table>
 <h2>Breakdowns</h2><table class="meta"><tr><th>protocol</th><th>benchmark</th><th>metrics</th></tr>{"".join(details)}</table>
 </body></html>
 """
+
+
+def _empty_note(results: dict[str, Any]) -> str:
+    return f"<p>{html.escape(EMPTY_ACCURACY)}</p>" if accuracy_chart_empty(results) else ""
 
 
 def _denominators(m: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ Outputs under ``cfg.output`` (a local directory or an ``s3://`` prefix)::
     results.json                             metrics per protocol x benchmark, totals, errors by reason, tool
                                              use, elapsed, config, code version, model URI, prompt checksum
     metrics.json                             flat {"<protocol>.<benchmark>.<metric>": number} for KFP Metrics
-    report.html  plots/*.png                 table (+ published numbers), accuracy / tool-call / IoU plots
+    report.html  plots/*.png                 table (+ published numbers), accuracy (left out when all 0) / tool-call / IoU plots
     _COMPLETE                                written last, only when the error share is within the limit
 
 Sharded runs (``shard=i/n``) evaluate the samples whose id hashes to shard ``i`` (``records.shard_of``: stable
@@ -43,7 +43,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from paravt_core import storage
 from paravt_core.agent import prompts
 from paravt_core.config import config_to_dict
-from paravt_core.stage import StageResult, announce_config, check_output, console
+from paravt_core.stage import StageResult, announce_config, check_output, config_changes, console
 
 from . import benchmarks as registry
 from . import report
@@ -490,6 +490,16 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
         raise EvalError("expected_shards is the shard count of merge=true; set merge=true or leave it 0")
     shard = parse_shard(cfg.shard) if cfg.shard else None
     run_root = storage.join(output, "shards", f"{shard[0]}-of-{shard[1]}") if shard else output
+    if not shard and storage.is_complete(output) and not config_changes(output, cfg):
+        console.print(
+            f"paravt eval: {output} is complete with the same config; reused, nothing to do",
+            highlight=False,
+            soft_wrap=True,
+        )
+        results = json.loads(storage.read_bytes(storage.join(output, "results.json")))
+        return StageResult(
+            STAGE, outputs=_outputs(output), metrics={**_summary(results), "reused_output": True}
+        )
     announce_config(STAGE, cfg, run_root)
     samples = _samples_by_bench(cfg, work)
     storage.clear_complete(run_root)  # outputs are rewritten below; trusted again only when complete
@@ -509,8 +519,7 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
 
     results = write_outputs(cfg, output, records, time.perf_counter() - started)
     print_summary(results)
-    outputs = {name: storage.join(output, name) for name in ("results.json", "metrics.json", "report.html")}
-    outputs.update(eval=output, samples=storage.join(output, "samples"))
+    outputs = _outputs(output)
     failing = results["gate"]["failing"]
     if failing:
         worst = ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(failing.items(), key=lambda kv: -kv[1]))
@@ -519,10 +528,21 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
             f"{results['errors_by_reason']}); outputs written to {output}"
         )
     storage.mark_complete(output, {"stage": STAGE, "samples": results["totals"]["samples"]})
+    return StageResult(STAGE, outputs=outputs, metrics=_summary(results))
+
+
+def _outputs(output: str) -> dict[str, str]:
+    outputs = {name: storage.join(output, name) for name in ("results.json", "metrics.json", "report.html")}
+    outputs.update(eval=output, samples=storage.join(output, "samples"))
+    return outputs
+
+
+def _summary(results: dict[str, Any]) -> dict[str, Any]:
+    """The stage's numbers: totals and each protocol's benchmark headlines."""
     summary = {f"total.{k}": v for k, v in results["totals"].items()}
     for protocol, benches in results["protocols"].items():
         summary.update({f"{protocol}.{b}.{m['headline']}": m.get(m["headline"]) for b, m in benches.items()})
-    return StageResult(STAGE, outputs=outputs, metrics=summary)
+    return summary
 
 
 def _evaluate(

@@ -76,8 +76,12 @@ def trend_markdown(columns: list[Series], rows: list[tuple[Night, dict[Series, C
     return "\n".join(lines) + "\n"
 
 
+# The eval stage's headline numbers: accuracy in percent, Charades' mIoU (mean IoU) times 100.
+HEADLINE_UNIT = "headline, % (accuracy; Charades: mIoU)"
+
+
 def eval_markdown(table: list[dict[str, Any]]) -> str:
-    lines = ["| benchmark | protocol | headline |", "|---|---|---|"]
+    lines = [f"| benchmark | protocol | {HEADLINE_UNIT} |", "|---|---|---|"]
     lines += [f"| {r['benchmark']} | {r['protocol']} | {_fmt(r['value'])} |" for r in table]
     return "\n".join(lines) + "\n"
 
@@ -134,7 +138,7 @@ _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
-.failed{background:#fde2e1;color:#a00}.running{background:#fff4d6}.up{color:#080}.down{color:#b00}
+.note{background:#fff4d6;padding:.5em}.failed{background:#fde2e1;color:#a00}.running{background:#fff4d6}.up{color:#080}.down{color:#b00}
 """
 
 
@@ -157,12 +161,18 @@ def report_html(
     trend: tuple[list[Series], list[tuple[Night, dict[Series, Cell]]]] | None,
     trend_png_bytes: bytes | None,
     today: str,
+    extra_html: str = "",
+    note: str = "",
+    links: list[tuple[str, str]] = (),
 ) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"]
     parts.append(f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>")
+    if note:
+        parts.append(f"<p class='note'>{html.escape(note)}</p>")
     if eval_table:
         parts.append(
-            "<h2>Evaluation</h2><table><tr><th>benchmark</th><th>protocol</th><th>headline</th></tr>"
+            "<h2>Evaluation</h2><table><tr><th>benchmark</th><th>protocol</th>"
+            f"<th>{html.escape(HEADLINE_UNIT)}</th></tr>"
         )
         for r in eval_table:
             parts.append(
@@ -170,6 +180,11 @@ def report_html(
                 f"<td>{_fmt(r['value'])}</td></tr>"
             )
         parts.append("</table>")
+    parts.extend(
+        f"<p>Per-benchmark eval report ({html.escape(name)}): "
+        f"<a href='{html.escape(where, quote=True)}'>{html.escape(where)}</a></p>"
+        for name, where in links
+    )
     for section in training:
         parts.append(f"<h2>{html.escape(section['name'])}</h2><p>{html.escape(section['output'])}</p>")
         parts.extend(_img(png, name) for name, png in sorted(section["plots"].items()))
@@ -180,6 +195,7 @@ def report_html(
             for k, v in sorted(section["metrics"].items())
         )
         parts.append("</table>")
+    parts.append(extra_html)
     if trend is not None:
         columns, rows = trend
         parts.append("<h2>Nightly trend</h2>")

@@ -2,8 +2,11 @@
 
 Outputs under ``cfg.output``::
 
-    report.html      self-contained page (eval table, trend plot, table of nights with deltas)
-    report.md        the same tables in Markdown (the KFP UI renders it)
+    report.html      self-contained page: eval table (with a link to each eval output's own report.html), the
+                     SFT and RL numbers (one line of meaning each) and plots, one RL trajectory (the sampled
+                     episode with the most tool calls in one turn), trend plot, table of nights with deltas;
+                     a chain that descends from ``paravt tiny-model`` says that 0 % is its expected score
+    report.md        the same in Markdown (the KFP UI renders it)
     trend.png        the trend plot (when there is a trend)
     metrics.json     flat numbers: this run's headline values, the latest night's values and deltas
     config.yaml, _COMPLETE
@@ -19,7 +22,7 @@ from datetime import UTC, datetime
 
 from paravt_core import storage
 from paravt_core.config import ReportConfig, TrendConfig
-from paravt_core.report import render
+from paravt_core.report import render, trajectory
 from paravt_core.report.trend import (
     FAILED,
     RUNNING,
@@ -131,6 +134,58 @@ def training_section(name: str, output: str) -> dict:
     return {"name": name, "output": output, "metrics": numbers, "plots": plots}
 
 
+def _model_of(output: str) -> str:
+    """The model a stage output was trained or evaluated from, as its ``config.yaml`` names it."""
+    import yaml
+
+    uri = storage.join(output, "config.yaml")
+    if not storage.exists(uri):
+        return ""
+    model = (yaml.safe_load(storage.read_bytes(uri)) or {}).get("model") or ""
+    return str(model.get("uri", "") if isinstance(model, dict) else model)
+
+
+def tiny_base_model(outputs: list[str], hops: int = 4) -> str:
+    """The ``paravt tiny-model`` folder the given stage outputs descend from (following each output's model
+    back through ``<stage output>/final`` checkpoints), or "" when they come from another model."""
+    from paravt_core.models import TINY_MARKER
+
+    for output in outputs:
+        model = _model_of(output)
+        for _ in range(hops):
+            if not model:
+                break
+            if storage.exists(storage.join(model, TINY_MARKER)):
+                return model
+            parent, _, leaf = model.rstrip("/").rpartition("/")
+            model = _model_of(parent) if leaf == "final" and parent else ""
+    return ""
+
+
+TINY_NOTE = (
+    "The model descends from the tiny, randomly initialised Qwen3-VL of `paravt tiny-model` ({model}), tuned "
+    "for a few dozen steps on synthetic videos: 0 % (or chance) is the expected score. This report shows every "
+    "stage running end to end, not a model that has learned the task."
+)
+
+
+def eval_report_links(report_output: str, eval_outputs: list[str]) -> list[tuple[str, str]]:
+    """(benchmarks, location) of each eval output's own ``report.html`` (per benchmark, with its plots and
+    breakdowns): a path relative to the report for local outputs, the URI on object storage."""
+    import os
+
+    links = []
+    for out in eval_outputs:
+        uri = storage.join(out, "report.html")
+        if not storage.exists(uri):
+            continue
+        results = json.loads(storage.read_bytes(storage.join(out, "results.json")))
+        benches = ", ".join(sorted({b for per in results.get("protocols", {}).values() for b in per}))
+        where = uri if storage.is_s3(uri) else os.path.relpath(uri, os.path.abspath(report_output))
+        links.append((benches or out, where))
+    return links
+
+
 def run(cfg: ReportConfig) -> StageResult:
     check_output(STAGE, cfg.output)
     announce_config(STAGE, cfg, cfg.output)
@@ -142,12 +197,23 @@ def run(cfg: ReportConfig) -> StageResult:
         "markdown": storage.join(cfg.output, "report.md"),
     }
     markdown = [f"# {cfg.title}\n"]
+    tiny = tiny_base_model([o for o in (cfg.sft_output, cfg.rl_output, *cfg.eval_outputs) if o])
+    note = TINY_NOTE.format(model=tiny) if tiny else ""
+    if note:
+        markdown.append(note + "\n")
+    links = eval_report_links(cfg.output, cfg.eval_outputs)
     if table:
         markdown.append(render.eval_markdown(table))
+    markdown.extend(f"Per-benchmark eval report ({name}): [{where}]({where})\n" for name, where in links)
     training = [training_section(n, o) for n, o in (("SFT", cfg.sft_output), ("RL", cfg.rl_output)) if o]
     for section in training:
         markdown.append(render.training_markdown(section))
         metrics.update({f"{section['name'].lower()}.{k}": float(v) for k, v in section["metrics"].items()})
+    shown = trajectory.pick(trajectory.load_samples(cfg.rl_output)) if cfg.rl_output else None
+    extra_html = ""
+    if shown is not None:
+        markdown.append(trajectory.trajectory_markdown(shown))
+        extra_html = trajectory.trajectory_html(shown)
 
     trend = png = None
     today = today_utc()
@@ -166,7 +232,15 @@ def run(cfg: ReportConfig) -> StageResult:
         markdown.append(f"## Nightly trend ({len(nights)} nights)\n\n" + render.trend_markdown(*trend, today))
 
     page = render.report_html(
-        cfg.title, eval_table=table, training=training, trend=trend, trend_png_bytes=png, today=today
+        cfg.title,
+        eval_table=table,
+        training=training,
+        trend=trend,
+        trend_png_bytes=png,
+        today=today,
+        extra_html=extra_html,
+        note=note,
+        links=links,
     )
     storage.write_bytes(outputs["html"], page.encode())
     storage.write_bytes(outputs["markdown"], "\n".join(markdown).encode())

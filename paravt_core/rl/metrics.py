@@ -72,16 +72,27 @@ def trajectory_lines(step: int, samples: Sequence[Sample], count: int, seed: int
     return [json.dumps({"step": step, **s.to_dict()}, default=str) for s in chosen]
 
 
-def curves_png(history: Sequence[dict[str, Any]]) -> bytes:
-    """PNG with one panel per curve in ``CURVES`` (x: step)."""
+def curves_figure(history: Sequence[dict[str, Any]]) -> Any:
+    """One panel per curve in ``CURVES`` (x: step, integer ticks); a panel whose values never change says
+    "flat at <value>" in its title, so a straight line is not read as a scale artefact."""
+    from matplotlib.ticker import MaxNLocator
+
     fig, axes = pyplot().subplots(2, 3, figsize=(12, 6), constrained_layout=True)
     steps = [m["step"] + 1 for m in history]  # counted from 1, as the console prints "rl step 1/N"
     for ax, key in zip(axes.flat, CURVES, strict=True):
-        ax.plot(steps, [m.get(key, 0.0) for m in history], marker="o", markersize=3)
-        ax.set_title(key)
+        values = [float(m.get(key, 0.0)) for m in history]
+        ax.plot(steps, values, marker="o", markersize=3)
+        flat = len(values) > 1 and max(values) == min(values)
+        ax.set_title(f"{key} (flat at {values[0]:.3g})" if flat else key)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    return figure_png(fig, dpi=80)
+    return fig
+
+
+def curves_png(history: Sequence[dict[str, Any]]) -> bytes:
+    """``curves_figure`` as PNG."""
+    return figure_png(curves_figure(history), dpi=80)
 
 
 def final_summary(history: Sequence[dict[str, Any]], final_steps: int) -> dict[str, Any]:

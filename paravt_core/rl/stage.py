@@ -510,16 +510,8 @@ class _Run:
         storage.mark_complete(out, {"stage": "rl", "steps": len(history)})
         return StageResult(
             "rl",
-            outputs={
-                "final": final,
-                "metrics": storage.join(out, "metrics.jsonl"),
-                "checkpoints": storage.join(out, checkpoint.CHECKPOINTS),
-            },
-            metrics={
-                k: v
-                for k, v in summary.items()
-                if k not in ("last_step", "f_tau_curve", "format_reward_curve")
-            },
+            outputs=_outputs(out, final),
+            metrics={k: v for k, v in summary.items() if k not in SUMMARY_ONLY},
         )
 
 
@@ -566,9 +558,39 @@ def _learner(cfg: RlConfig, d: Dist, dtype: Any, reference_uri: str) -> tuple[Le
     return learner, policy
 
 
+SUMMARY_ONLY = ("last_step", "f_tau_curve", "format_reward_curve")  # in metrics.json, not in StageResult
+
+
+def _outputs(out: str, final: str) -> dict[str, str]:
+    return {
+        "final": final,
+        "metrics": storage.join(out, "metrics.jsonl"),
+        "checkpoints": storage.join(out, checkpoint.CHECKPOINTS),
+    }
+
+
+def _reused(cfg: RlConfig) -> StageResult:
+    """A complete output made with this config: said in one line, its summary returned, nothing loaded."""
+    summary = json.loads(storage.read_bytes(storage.join(cfg.output, "metrics.json")))
+    if int(os.environ.get("RANK", "0")) == 0:
+        console.print(
+            f"paravt rl: {cfg.output} is complete with the same config; reused, nothing to do",
+            highlight=False,
+            soft_wrap=True,
+        )
+    metrics = {k: v for k, v in summary.items() if k not in SUMMARY_ONLY}
+    return StageResult(
+        "rl",
+        outputs=_outputs(cfg.output, storage.join(cfg.output, checkpoint.FINAL)),
+        metrics={**metrics, "reused_output": True},
+    )
+
+
 def run(cfg: RlConfig) -> StageResult:
     check_output("rl", cfg.output)
-    refuse_changed_config("rl", cfg.output, cfg, may_grow=("steps",))  # more steps continue the run
+    grown = refuse_changed_config("rl", cfg.output, cfg, may_grow=("steps",))  # more steps continue the run
+    if not grown and storage.is_complete(cfg.output):
+        return _reused(cfg)
     import torch
 
     d = setup_distributed(cfg.train.dist_timeout_s)
