@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from paravt_core import storage
+from paravt_core.cli_errors import UsageError
 from paravt_core.config import ConfigError
 from paravt_core.rl.stage import run
 from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
@@ -48,15 +49,37 @@ def test_rerun_with_the_reference_written_relative_resumes(rl_data, tiny_model_d
     assert storage.is_complete(str(out))
 
 
-def test_a_different_reference_is_refused_before_the_output_is_touched(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+def _finished_run_and_another_reference(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
     out = tmp_path / "rl"
     run(tiny_rl_config(rl_data, tiny_model_dir, str(out), *SHORT))
-    config_before = (out / "config.yaml").read_bytes()
     other = tmp_path / "other-reference"  # a real model, in another folder: a different reference
     shutil.copytree(tiny_model_dir, other)
     cfg = tiny_rl_config(rl_data, tiny_model_dir, str(out), *SHORT, f"reference_model={other}", "steps=2")
-    with pytest.raises(ConfigError, match="trained against reference"):
+    return out, cfg
+
+
+def test_a_different_reference_is_refused_before_the_output_is_touched(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+    """A finished output: the changed-config rule names the key (more steps alone would continue)."""
+    out, cfg = _finished_run_and_another_reference(rl_data, tiny_model_dir, tmp_path)
+    config_before = (out / "config.yaml").read_bytes()
+    with pytest.raises(UsageError, match=r"made with a different config \(reference_model: '' -> "):
         run(cfg)
     assert storage.is_complete(str(out))  # the finished run still reads as finished
+    assert (out / "config.yaml").read_bytes() == config_before
+    assert os.listdir(out / "checkpoints") == ["step_00000001"]
+
+
+def test_an_interrupted_run_resumed_against_another_reference_is_refused_untouched(
+    rl_data,  # noqa: F811
+    tiny_model_dir,
+    tmp_path,
+):
+    """No ``_COMPLETE`` (a run cut short): its checkpoint's reference is checked, still before anything is
+    written."""
+    out, cfg = _finished_run_and_another_reference(rl_data, tiny_model_dir, tmp_path)
+    storage.clear_complete(str(out))
+    config_before = (out / "config.yaml").read_bytes()
+    with pytest.raises(ConfigError, match="trained against reference"):
+        run(cfg)
     assert (out / "config.yaml").read_bytes() == config_before
     assert os.listdir(out / "checkpoints") == ["step_00000001"]
