@@ -94,6 +94,7 @@ _USER_ERRORS = {
     "PreflightError",
     "ClusterError",
     "DemoError",
+    "ReportError",
 }
 
 
@@ -182,6 +183,15 @@ def check_writable(output: str) -> None:
         raise PreflightError(f"output {output}: {existing} is a file, not a directory; choose another output")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise PreflightError(f"output {output}: {existing} is not writable; choose another output")
+    import tempfile
+
+    try:  # access() does not see read-only or special file systems (/proc, /sys), nor anything for root
+        tempfile.TemporaryDirectory(dir=existing, prefix=".paravt-probe-").cleanup()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise PreflightError(
+            f"output {output}: cannot write in {existing} ({reason}); choose another output"
+        ) from None
 
 
 def output_owner(output: str) -> str | None:
@@ -236,6 +246,12 @@ def preflight(stage: str, cfg: Any) -> None:
         check_model_dir(f"{field}=", getattr(value, "uri", value))
     if stage == "eval":
         check_benchmarks(cfg)
+    if stage == "report" and not (
+        cfg.eval_outputs or cfg.sft_output or cfg.rl_output or cfg.trend.results_prefix
+    ):
+        raise UsageError(
+            "nothing to report: set eval_outputs=[...], sft_output=, rl_output= or trend.results_prefix="
+        )
 
 
 def check_model_dir(field: str, path: Any) -> None:

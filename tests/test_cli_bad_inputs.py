@@ -58,8 +58,13 @@ def _setup(tmp: Path) -> dict[str, str]:
     (tmp / "a-file").write_text("x")
     (tmp / "stage" / "final").mkdir(parents=True)  # a stage output: the checkpoint is in final/
     (tmp / "stage" / "final" / "config.json").write_text("{}")
+    corrupt = tmp / "data-corrupt"  # a complete data output whose SFT parquet was damaged afterwards
+    (corrupt / "sft").mkdir(parents=True)
+    (corrupt / "sft" / "part-0.parquet").write_bytes(b"PAR1 not a parquet")
+    storage.mark_complete(str(corrupt), {"stage": "data"})
     return {
         "tmp": str(tmp),
+        "corrupt": str(corrupt),
         "data": str(data),
         "incomplete": str(tmp / "data-incomplete"),
         "someone": str(tmp / "someone"),
@@ -138,7 +143,19 @@ CASES: list[tuple[list[str], int, str]] = [
         1,
         "media_root {tmp}/no-videos is not a directory",
     ),
-    (["report", "eval_outputs=[{tmp}/nowhere]", "output={tmp}/r1"], 1, "nowhere"),
+    (
+        ["report", "eval_outputs=[{tmp}/nowhere]", "output={tmp}/r1"],
+        1,
+        "eval_outputs: {tmp}/nowhere holds no results.json (not a `paravt eval` output)",
+    ),
+    (["report", "output={tmp}/r2"], 2, "nothing to report: set eval_outputs=[...]"),
+    (
+        ["sft", "data={corrupt}", "output={tmp}/sft2"],
+        1,
+        "{corrupt}/sft/part-0.parquet: not a readable parquet file (Parquet magic bytes not found",
+    ),
+    # an output nobody can write in, root included (access() says yes for root; /proc takes no new folder)
+    (["sft", "output=/proc/paravt-out"], 1, "output /proc/paravt-out: cannot write in /proc"),
     # device
     (["rl", "device=cuda:99", "output={tmp}/rl2"], 1, "device=cuda:99"),
     # network: the published eval recipe's hf:// sources (this raised "unsupported URI 'hf://…'" before)
