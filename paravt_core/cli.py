@@ -140,7 +140,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from paravt_core.plan.report import misfit, plan, render
+    from paravt_core.plan.report import misfit, plan, render, stderr_progress
 
     if not os.path.isfile(args.config):
         raise UsageError(f"config file not found: {args.config}")
@@ -153,7 +153,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         group_size=args.group_size,
         mem_fraction_static=args.mem_fraction_static,
         overrides=args.overrides,
+        progress=stderr_progress,
     )
+    for warning in result.get("warnings", []):
+        print(f"paravt plan: {warning}", file=sys.stderr)
     print(json.dumps(result, indent=2) if args.json else render(result))
     problem = misfit(result)
     if problem is not None:
@@ -413,7 +416,13 @@ def build_parser() -> argparse.ArgumentParser:
         "plan", help="capacity plan: per-rank peak memory of one real SFT / RL step (fake tensors), fit, time"
     )
     p.add_argument("--config", required=True, help="an SFT or RL recipe, e.g. configs/sft/qwen3vl_8b.yaml")
-    p.add_argument("--gpus", type=_int_at_least(2), default=8, help="GPUs in all (default: %(default)s)")
+    p.add_argument(
+        "--gpus",
+        type=_int_at_least(1),
+        default=8,
+        help="GPUs in all (default: %(default)s, the recipes' own; another count changes SFT's global batch "
+        "and is warned about; RL needs 2: one serves, the rest learn)",
+    )
     p.add_argument("--gpu", choices=["h100-80g"], default="h100-80g", help="GPU kind (default: %(default)s)")
     p.add_argument("--model", default=None, help="config.json path or hub id (default: shipped Qwen3-VL-8B)")
     p.add_argument("--pack-length", type=_int_at_least(64), default=None, help="tokens per packed pass")
