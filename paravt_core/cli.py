@@ -73,13 +73,18 @@ def _stage_config(stage: str, args: argparse.Namespace) -> StrictModel:
 
 def _cmd_stage(args: argparse.Namespace) -> int:
     """Every stage verb: its typed config, the pre-flight checks, then ``paravt_core.<stage>.stage.run``."""
-    from paravt_core.cli_errors import preflight
+    from paravt_core.cli_errors import new_local_dirs, preflight, prune_unused
 
     cfg = _stage_config(args.command, args)  # config errors before the stage's heavy imports
     args.stage_cfg = cfg  # for the resume hint after Ctrl-C
-    preflight(args.command, cfg)  # device, output writable and not another stage's result
-    run = importlib.import_module(f"paravt_core.{args.command}.stage").run
-    result = run(cfg)
+    created = new_local_dirs(cfg)  # before anything is written: what a failed run may tidy away
+    try:
+        preflight(args.command, cfg)  # device, output writable and not another stage's result
+        run = importlib.import_module(f"paravt_core.{args.command}.stage").run
+        result = run(cfg)
+    except BaseException:
+        prune_unused(created)
+        raise
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 prints
         print(result.to_json())
     return 0
