@@ -73,13 +73,18 @@ def _stage_config(stage: str, args: argparse.Namespace) -> StrictModel:
 
 def _cmd_stage(args: argparse.Namespace) -> int:
     """Every stage verb: its typed config, the pre-flight checks, then ``paravt_core.<stage>.stage.run``."""
-    from paravt_core.cli_errors import preflight
+    from paravt_core.cli_errors import new_local_dirs, preflight, prune_unused
 
     cfg = _stage_config(args.command, args)  # config errors before the stage's heavy imports
     args.stage_cfg = cfg  # for the resume hint after Ctrl-C
-    preflight(args.command, cfg)  # device, output writable and not another stage's result
-    run = importlib.import_module(f"paravt_core.{args.command}.stage").run
-    result = run(cfg)
+    created = new_local_dirs(cfg)  # before anything is written: what a failed run may tidy away
+    try:
+        preflight(args.command, cfg)  # device, output writable and not another stage's result
+        run = importlib.import_module(f"paravt_core.{args.command}.stage").run
+        result = run(cfg)
+    except BaseException:
+        prune_unused(created)
+        raise
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 prints
         print(result.to_json())
     return 0
@@ -140,7 +145,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from paravt_core.plan.report import misfit, plan, render
+    from paravt_core.plan.report import misfit, plan, render, stderr_progress
 
     if not os.path.isfile(args.config):
         raise UsageError(f"config file not found: {args.config}")
@@ -153,7 +158,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         group_size=args.group_size,
         mem_fraction_static=args.mem_fraction_static,
         overrides=args.overrides,
+        progress=stderr_progress,
     )
+    for warning in result.get("warnings", []):
+        print(f"paravt plan: {warning}", file=sys.stderr)
     print(json.dumps(result, indent=2) if args.json else render(result))
     problem = misfit(result)
     if problem is not None:
@@ -413,7 +421,13 @@ def build_parser() -> argparse.ArgumentParser:
         "plan", help="capacity plan: per-rank peak memory of one real SFT / RL step (fake tensors), fit, time"
     )
     p.add_argument("--config", required=True, help="an SFT or RL recipe, e.g. configs/sft/qwen3vl_8b.yaml")
-    p.add_argument("--gpus", type=_int_at_least(2), default=8, help="GPUs in all (default: %(default)s)")
+    p.add_argument(
+        "--gpus",
+        type=_int_at_least(1),
+        default=8,
+        help="GPUs in all (default: %(default)s, the recipes' own; another count changes SFT's global batch "
+        "and is warned about; RL needs 2: one serves, the rest learn)",
+    )
     p.add_argument("--gpu", choices=["h100-80g"], default="h100-80g", help="GPU kind (default: %(default)s)")
     p.add_argument("--model", default=None, help="config.json path or hub id (default: shipped Qwen3-VL-8B)")
     p.add_argument("--pack-length", type=_int_at_least(64), default=None, help="tokens per packed pass")

@@ -94,6 +94,7 @@ _USER_ERRORS = {
     "PreflightError",
     "ClusterError",
     "DemoError",
+    "ReportError",
 }
 
 
@@ -132,6 +133,74 @@ def classify(err: BaseException, command: str) -> tuple[int, str]:
 def _is_device_error(err: BaseException) -> bool:
     text = str(err)
     return "Torch not compiled with CUDA" in text or "CUDA" in text and "available" in text
+
+
+# ------------------------------------------------------------------------------------ after a failure
+
+
+def _written_dirs(value: Any) -> list[str]:
+    """The local folders a stage config names for writing: ``output`` and every ``*_dir`` field, at any depth
+    (inputs such as ``sft_output`` or ``data.input`` are not among them)."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            written = key == "output" or key.endswith("_dir")
+            if written and isinstance(item, str) and item and "://" not in item:
+                found.append(item)
+            else:
+                found += _written_dirs(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            found += _written_dirs(item)
+    return found
+
+
+def new_local_dirs(cfg: Any) -> list[str]:
+    """For each folder the stage will write, its topmost ancestor that does not exist yet (what the run
+    would create): taken before the run, so that :func:`prune_unused` touches only what the run made."""
+    dump = cfg.model_dump() if hasattr(cfg, "model_dump") else {}
+    roots = []
+    for path in _written_dirs(dump):
+        path = os.path.abspath(path)
+        if os.path.exists(path):
+            continue
+        top = path
+        while not os.path.exists(os.path.dirname(top)) and os.path.dirname(top) != top:
+            top = os.path.dirname(top)
+        if top not in roots:
+            roots.append(top)
+    return roots
+
+
+def _prune(path: str) -> bool:
+    """Remove ``path`` if it holds nothing but empty folders and ``config.yaml`` files (what a stage writes
+    before its first real result); True when it is gone."""
+    keep = False
+    with os.scandir(path) as entries:
+        for entry in list(entries):
+            if entry.is_dir(follow_symlinks=False):
+                keep = not _prune(entry.path) or keep
+            elif entry.name != "config.yaml" or not entry.is_file(follow_symlinks=False):
+                keep = True
+    if keep:
+        return False
+    config = os.path.join(path, "config.yaml")
+    if os.path.isfile(config):
+        os.remove(config)
+    os.rmdir(path)
+    return True
+
+
+def prune_unused(roots: list[str]) -> None:
+    """After a failed run: the folders it created that hold no result (only its saved config, or nothing)
+    are removed, so no output folder of config.yaml alone and no empty ./paravt-work/ stays behind.
+    Anything else in them (downloads, records, checkpoints: what a rerun resumes from) keeps them."""
+    for root in roots:
+        try:
+            if os.path.isdir(root) and not os.path.islink(root):
+                _prune(root)
+        except OSError:  # another rank removing the same folder, or a file appearing: keep what is there
+            pass
 
 
 # --------------------------------------------------------------------------------------------- preflight
@@ -182,6 +251,15 @@ def check_writable(output: str) -> None:
         raise PreflightError(f"output {output}: {existing} is a file, not a directory; choose another output")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise PreflightError(f"output {output}: {existing} is not writable; choose another output")
+    import tempfile
+
+    try:  # access() does not see read-only or special file systems (/proc, /sys), nor anything for root
+        tempfile.TemporaryDirectory(dir=existing, prefix=".paravt-probe-").cleanup()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise PreflightError(
+            f"output {output}: cannot write in {existing} ({reason}); choose another output"
+        ) from None
 
 
 def output_owner(output: str) -> str | None:
@@ -236,6 +314,12 @@ def preflight(stage: str, cfg: Any) -> None:
         check_model_dir(f"{field}=", getattr(value, "uri", value))
     if stage == "eval":
         check_benchmarks(cfg)
+    if stage == "report" and not (
+        cfg.eval_outputs or cfg.sft_output or cfg.rl_output or cfg.trend.results_prefix
+    ):
+        raise UsageError(
+            "nothing to report: set eval_outputs=[...], sft_output=, rl_output= or trend.results_prefix="
+        )
 
 
 def check_model_dir(field: str, path: Any) -> None:

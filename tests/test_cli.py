@@ -43,8 +43,8 @@ def run_main(argv: list[str], capsys) -> tuple[int, str]:
         (["agent", "run", "--model", "m", "--video", "v", "--question", "q", "--engine", "x"], ["--engine"]),
         (["plan", "--config", "{out}/missing.yaml"], ["config file not found", "missing.yaml"]),
         (
-            ["plan", "--config", "c.yaml", "--gpus", "1"],
-            ["paravt plan: error:", "--gpus", "must be >= 2, got 1"],
+            ["plan", "--config", "c.yaml", "--gpus", "0"],
+            ["paravt plan: error:", "--gpus", "must be >= 1, got 0"],
         ),
         (["bogus"], ["invalid choice: 'bogus'"]),
     ],

@@ -58,8 +58,13 @@ def _setup(tmp: Path) -> dict[str, str]:
     (tmp / "a-file").write_text("x")
     (tmp / "stage" / "final").mkdir(parents=True)  # a stage output: the checkpoint is in final/
     (tmp / "stage" / "final" / "config.json").write_text("{}")
+    corrupt = tmp / "data-corrupt"  # a complete data output whose SFT parquet was damaged afterwards
+    (corrupt / "sft").mkdir(parents=True)
+    (corrupt / "sft" / "part-0.parquet").write_bytes(b"PAR1 not a parquet")
+    storage.mark_complete(str(corrupt), {"stage": "data"})
     return {
         "tmp": str(tmp),
+        "corrupt": str(corrupt),
         "data": str(data),
         "incomplete": str(tmp / "data-incomplete"),
         "someone": str(tmp / "someone"),
@@ -138,7 +143,19 @@ CASES: list[tuple[list[str], int, str]] = [
         1,
         "media_root {tmp}/no-videos is not a directory",
     ),
-    (["report", "eval_outputs=[{tmp}/nowhere]", "output={tmp}/r1"], 1, "nowhere"),
+    (
+        ["report", "eval_outputs=[{tmp}/nowhere]", "output={tmp}/r1"],
+        1,
+        "eval_outputs: {tmp}/nowhere holds no results.json (not a `paravt eval` output)",
+    ),
+    (["report", "output={tmp}/r2"], 2, "nothing to report: set eval_outputs=[...]"),
+    (
+        ["sft", "data={corrupt}", "output={tmp}/sft2"],
+        1,
+        "{corrupt}/sft/part-0.parquet: not a readable parquet file (Parquet magic bytes not found",
+    ),
+    # an output nobody can write in, root included (access() says yes for root; /proc takes no new folder)
+    (["sft", "output=/proc/paravt-out"], 1, "output /proc/paravt-out: cannot write in /proc"),
     # device
     (["rl", "device=cuda:99", "output={tmp}/rl2"], 1, "device=cuda:99"),
     # network: the published eval recipe's hf:// sources (this raised "unsupported URI 'hf://…'" before)
@@ -252,7 +269,46 @@ def test_at_least_thirty_bad_inputs_end_as_one_line(tmp_path: Path) -> None:
     assert _markers(tmp_path) == before
     assert sorted(p.name for p in (tmp_path / "someone").iterdir()) == ["notes.txt"]
     assert not (tmp_path / "p.json").exists()  # no 0-byte file left by a refused compile
+    # no folder a failed run made and left with its saved config alone, no scratch folder in the cwd
+    only_config = [
+        p for p in tmp_path.rglob("*") if p.is_dir() and [c.name for c in p.iterdir()] == ["config.yaml"]
+    ]
+    assert not only_config and not (tmp_path / "paravt-work").exists(), only_config
     assert json.loads(storage.read_bytes(storage.join(paths["data"], "_COMPLETE")))["info"]["stage"] == "data"
+
+
+def test_a_failed_run_leaves_no_folder_of_its_own(tmp_path: Path) -> None:
+    """SFT on a damaged data output fails after saving its config: the output folder it made (config.yaml
+    only) and the ./paravt-work/ it made for scratch in the current directory are gone; a folder that was
+    there before is not touched."""
+    paths = _setup(tmp_path)
+    (tmp_path / "mine").mkdir()
+    argv = ["sft", f"data={paths['corrupt']}", f"output={tmp_path}/new/sft"]
+    proc = _run(argv, _env(tmp_path), tmp_path)
+    _assert_one_line(proc, 1, "not a readable parquet file", argv)
+    assert f"resolved config saved to {tmp_path}/new/sft/config.yaml" in proc.stderr  # it had written there
+    assert not (tmp_path / "new").exists() and not (tmp_path / "paravt-work").exists()
+    proc = _run(["sft", f"data={paths['corrupt']}", f"output={tmp_path}/mine"], _env(tmp_path), tmp_path)
+    assert proc.returncode == 1 and (tmp_path / "mine").is_dir()
+
+
+def test_only_folders_without_results_are_tidied(tmp_path: Path) -> None:
+    """What a failed run made is removed folder by folder where it holds nothing but a config.yaml and
+    empty folders: an output of config.yaml alone goes, a scratch folder with a download in it (what a
+    rerun resumes from) stays with its parents."""
+    from paravt_core.cli_errors import prune_unused
+
+    bare, kept = tmp_path / "bare", tmp_path / "kept"
+    for root in (bare, kept):
+        (root / "out").mkdir(parents=True)
+        (root / "out" / "config.yaml").write_text("x: 1\n")
+        (root / "scratch" / "rank0").mkdir(parents=True)
+    (kept / "scratch" / "rank0" / "part.bin").write_bytes(b"downloaded")
+    prune_unused([str(bare), str(kept)])
+    assert not bare.exists()
+    assert sorted(str(p.relative_to(kept)) for p in kept.rglob("*")) == [
+        "scratch", "scratch/rank0", "scratch/rank0/part.bin"
+    ]  # fmt: skip
 
 
 def test_ctrl_c_is_one_line_with_status_130_and_leaves_nothing_complete(tmp_path: Path) -> None:

@@ -290,3 +290,71 @@ def test_a_plan_that_does_not_fit_exits_1_with_the_fix(tiny_model_dir, monkeypat
     fits = {**result, "sft": {**out, "fits": True}}
     monkeypatch.setattr(report, "plan", lambda *a, **k: fits)
     assert main(["plan", "--config", str(SFT_8B), "--gpus", "2"]) == 0
+
+
+TINY_OVERRIDES = ["--pack-length", "4096", "media.video_max_frames=8", "media.video_max_pixels=4096"]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "warning"),
+    [
+        # 8 GPUs x trainer.grad_accum=4 = 32 packs in the recipe; 3 x 4 = 12; 32 / 3 = 10.7 -> 11 x 3 = 33
+        (3, "on 3 GPUs the global batch is 3 x 4 = 12 packs of 4096 tokens, not the recipe's 8 x 4 = 32; "
+            "trainer.grad_accum=11 comes closest (33 packs)"),
+        # one GPU is a valid SFT plan (world 1); 32 / 1 = 32 keeps the batch exactly
+        (1, "on 1 GPUs the global batch is 1 x 4 = 4 packs of 4096 tokens, not the recipe's 8 x 4 = 32; "
+            "trainer.grad_accum=32 keeps it"),
+    ],
+)  # fmt: skip
+def test_plan_says_what_it_does_on_stderr_and_warns_of_a_changed_batch(tiny_model_dir, capsys, gpus, warning):
+    """While it computes, `paravt plan` says so on stderr (stdout is only the plan); another GPU count than
+    the recipe's 8 changes SFT's global batch: one warning names the old and the new batch."""
+    from paravt_core.cli import main
+
+    argv = ["plan", "--config", SFT_8B, "--gpus", str(gpus), "--model", f"{tiny_model_dir}/config.json"]
+    assert main(argv + TINY_OVERRIDES) == 0
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert err[0] == f"paravt plan: loading the model's shapes ({tiny_model_dir}/config.json) and torch"
+    assert err[1] == (
+        f"paravt plan: measuring one SFT step on fake tensors (world {gpus}, pack 4096 tokens; "
+        "about a minute on CPU)"
+    )
+    assert err[2].startswith("paravt plan: measured in ") and err[3].startswith("paravt plan: done in ")
+    assert err[4:] == [f"paravt plan: warning: {warning}"]
+    assert captured.out.startswith(f"plan: {SFT_8B} on {gpus} x h100-80g")
+    assert "paravt plan:" not in captured.out
+    assert "vs published ~36 h on 8 GPUs (" in captured.out
+
+
+def test_the_recipes_own_gpu_count_gives_no_batch_warning():
+    cfg = load_config(SftConfig, SFT_8B)
+    assert report.batch_warning(cfg, 8, 8192) is None
+    assert report.batch_warning(cfg, 16, 8192) == (
+        "warning: on 16 GPUs the global batch is 16 x 4 = 64 packs of 8192 tokens, not the recipe's 8 x 4 = 32; "
+        "trainer.grad_accum=2 keeps it"
+    )
+
+
+def test_rl_on_one_gpu_is_refused_with_the_reason(capsys):
+    """RL's topology needs a serving GPU and a learner: one GPU is a usage error, before any loading."""
+    from paravt_core.cli import main
+
+    assert main(["plan", "--config", "configs/rl/paragrpo_8b.yaml", "--gpus", "1"]) == 2
+    assert capsys.readouterr().err == (
+        "paravt plan: error: --gpus 1: the RL plan needs at least 2 GPUs (the SGLang server has a GPU of its "
+        "own, the learners the rest)\n"
+    )
+
+
+def test_the_time_line_explains_the_gap_to_the_published_hours():
+    """The published 36 h against an estimate of 2.4 h (the 8B recipe: 8 x 4 packs of 8192 tokens = 262144
+    tokens/step at MFU 40 %): 36 / 2.4 = 15.0x, i.e. the published hours mean MFU 40 % / 15 = 2.7 % for the
+    same 1500 steps of 4 x 8192 = 32768 tokens per GPU."""
+    t = {"published_h_on_8": 36.0, "wall_h": 2.4, "mfu": 0.40, "mfu_source": "assumed", "steps": 1500,
+         "tokens_per_step": 262144, "world": 8}  # fmt: skip
+    assert report.published_gap(t, "sft") == (
+        "  vs published ~36 h on 8 GPUs (15.0x this estimate): the same 1500 steps of 32768 tokens per GPU "
+        "would mean MFU 2.7%, not the 40.0% used above; the estimate counts only the language model's FLOPs on "
+        "full packs, not video decoding, data loading, the vision tower, partial packs, checkpoint saves"
+    )

@@ -173,6 +173,22 @@ def test_report_shows_training_metrics_and_plots(tmp_path) -> None:
     assert "## SFT" in md and "| last_loss | 1.25 |" in md and "| mean_reward | 0.5 |" in md
 
 
+def test_a_data_folder_given_as_sft_output_is_shown_as_data(tmp_path) -> None:
+    """The section's heading and metric prefix come from the stage that wrote the folder (its _COMPLETE
+    says data), not from the field it was given in; an SFT folder keeps its SFT heading."""
+    data, sft = str(tmp_path / "data"), str(tmp_path / "sft")
+    storage.write_bytes(
+        storage.join(data, "metrics.json"), json.dumps({"sft_rows": 7, "rl_rows": 3}).encode()
+    )
+    storage.mark_complete(data, {"stage": "data"})
+    storage.write_bytes(storage.join(sft, "metrics.json"), json.dumps({"steps": 4}).encode())
+    storage.mark_complete(sft, {"stage": "sft"})
+    result = run(ReportConfig(output=str(tmp_path / "rep"), sft_output=data, rl_output=sft))
+    assert result.metrics == {"data.sft_rows": 7.0, "data.rl_rows": 3.0, "sft.steps": 4.0}
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Data\n" in md and "## SFT\n" in md and "## RL" not in md
+
+
 def test_every_training_number_of_the_report_is_explained_in_one_line() -> None:
     """The SFT and RL numbers the demo's report shows (their metrics.json keys) each carry a one-line
     meaning beside them, in the Markdown and the HTML."""

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from paravt_core.cli_errors import UsageError
 
 GIB = 2**30
 SHIPPED_CONFIG = Path(__file__).with_name(
@@ -50,6 +55,51 @@ def learner_mfu(runs: Path | None = None) -> tuple[float, str]:
 
 ROLLOUT_TOKENS_PER_S = 2500.0  # assumed decode throughput of one SGLang server (8B, bf16, ~56 sequences)
 PUBLISHED_HOURS = {"sft": 36.0, "rl": 50.0}  # SPEC §5, on 8 GPUs
+PUBLISHED_GPUS = 8  # the recipes' batch sizes are the published ones, chosen for 8 GPUs
+
+
+def stderr_progress(line: str) -> None:
+    """What ``paravt plan`` says while it computes (stderr: stdout stays the plan, for ``| jq`` too)."""
+    print(f"paravt plan: {line}", file=sys.stderr, flush=True)
+
+
+def batch_warning(cfg: Any, gpus: int, length: int) -> str | None:
+    """SFT's global batch is GPUs x trainer.grad_accum packs: on another GPU count than the recipe's 8 the
+    batch (and with it the optimisation) changes. The warning names both and the grad_accum that comes
+    closest to the recipe's batch."""
+    if gpus == PUBLISHED_GPUS:
+        return None
+    accum = cfg.trainer.grad_accum
+    target = PUBLISHED_GPUS * accum
+    new = gpus * accum
+    keep = max(1, round(target / gpus))
+    how = "keeps it" if keep * gpus == target else f"comes closest ({keep * gpus} packs)"
+    return (
+        f"warning: on {gpus} GPUs the global batch is {gpus} x {accum} = {new} packs of "
+        f"{length} tokens, not the recipe's {PUBLISHED_GPUS} x {accum} = {target}; "
+        f"trainer.grad_accum={keep} {how}"
+    )
+
+
+def published_gap(t: dict[str, Any], stage: str) -> str:
+    """One line on why the estimate differs from the published wall time: the MFU the published hours
+    would mean at the same FLOPs (the estimate's step time scales as 1/MFU), and what the estimate leaves out."""
+    ratio = t["published_h_on_8"] / t["wall_h"] if t["wall_h"] > 0 else float("inf")
+    left_out = "video decoding, data loading, the vision tower, partial packs, checkpoint saves"
+    if stage == "sft":  # tokens per GPU per step do not depend on the GPU count, nor does the time
+        implied = t["mfu"] / ratio
+        return (
+            f"  vs published ~{t['published_h_on_8']:.0f} h on 8 GPUs ({ratio:.1f}x this estimate): the same "
+            f"{t['steps']} steps of {t['tokens_per_step'] // max(t['world'], 1)} tokens per GPU would mean MFU "
+            f"{implied:.1%}, not the {t['mfu']:.1%} used above; the estimate counts only the language model's "
+            f"FLOPs on full packs, not {left_out}"
+        )
+    return (
+        f"  vs published ~{t['published_h_on_8']:.0f} h on 8 GPUs ({ratio:.1f}x this estimate): the estimate "
+        f"assumes {t['rollout_tokens_per_s_per_server']:.0f} generated tokens/s per SGLang server and learner "
+        f"MFU {t['mfu']:.1%} ({t['mfu_source']}) over {t['steps']} steps; it leaves out tool calls' video "
+        f"decoding, reward judging, {left_out}"
+    )
 
 
 def load_model_config(source: str | None = None) -> Any:
@@ -112,13 +162,22 @@ def _stage(mem: Any, gpu: Gpu) -> dict[str, Any]:
 
 
 def plan_sft(
-    model_config: Any, cfg: Any, gpus: int, gpu: Gpu, pack_length: int | None = None
+    model_config: Any,
+    cfg: Any,
+    gpus: int,
+    gpu: Gpu,
+    pack_length: int | None = None,
+    progress: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Any]:
     from . import steps
     from .memory import measure
 
     length = pack_length or cfg.packing.length
+    progress(
+        f"measuring one SFT step on fake tensors (world {gpus}, pack {length} tokens; about a minute on CPU)"
+    )
     mem = measure(steps.prepare_sft, gpus, model_config, cfg, length)
+    progress(f"measured in {mem.seconds:.0f} s")
     out = _stage(mem, gpu)
     n_flops = flops_per_token(model_config, length) * (4.0 if cfg.model.gradient_checkpointing else 3.0)
     tokens = gpus * cfg.trainer.grad_accum * length
@@ -135,11 +194,23 @@ def plan_sft(
             "step_s": step_s,
             "wall_h": step_s * cfg.trainer.steps / 3600,
             "steps": cfg.trainer.steps,
+            "world": gpus,
             "published_h_on_8": PUBLISHED_HOURS["sft"],
             "assumes": "full packs; fwd + bwd (+ recompute with checkpointing) = 4x / 3x forward FLOPs",
         },
     )
     return out
+
+
+def rl_topology(gpus: int) -> tuple[int, int]:
+    """(SGLang server GPUs, learner GPUs): the published topology, one serving GPU per 8, the rest learn."""
+    servers = max(1, gpus // 8)
+    if gpus - servers < 1:
+        raise UsageError(
+            f"--gpus {gpus}: the RL plan needs at least 2 GPUs (the SGLang server has a GPU of its own, "
+            "the learners the rest)"
+        )
+    return servers, gpus - servers
 
 
 def plan_rl(
@@ -149,14 +220,19 @@ def plan_rl(
     gpu: Gpu,
     pack_length: int | None = None,
     mem_fraction_static: float | None = None,
+    progress: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Any]:
     from . import steps
     from .memory import measure
 
-    servers = max(1, gpus // 8)  # the published topology: one SGLang GPU per 8, the rest learn
-    learners = gpus - servers
+    servers, learners = rl_topology(gpus)
     length = pack_length or cfg.pack_tokens
+    progress(
+        f"measuring one RL learner step on fake tensors (world {learners}, pack {length} tokens; "
+        "about a minute on CPU)"
+    )
     mem = measure(steps.prepare_rl, learners, model_config, cfg, length)
+    progress(f"measured in {mem.seconds:.0f} s")
     out = _stage(mem, gpu)
     parts = param_parts(model_config)
     weights = parts["total"] * 2  # bf16 on the server
@@ -234,8 +310,11 @@ def plan(
     group_size: int | None = None,
     mem_fraction_static: float | None = None,
     overrides: list[str] | None = None,
+    progress: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Any]:
-    """The plan of the recipe at ``config_path`` (an SFT or an RL config) on ``gpus`` GPUs."""
+    """The plan of the recipe at ``config_path`` (an SFT or an RL config) on ``gpus`` GPUs; ``progress``
+    hears what it is doing (``paravt plan`` passes :func:`stderr_progress`). ``warnings`` in the result:
+    lines for stderr (a changed global batch)."""
     import yaml
 
     from paravt_core.config import SftConfig, load_config
@@ -243,6 +322,11 @@ def plan(
 
     raw = yaml.safe_load(Path(config_path).read_text()) or {}
     gpu = GPUS[gpu_name]
+    is_sft = "trainer" in raw or "packing" in raw
+    if not is_sft:
+        rl_topology(gpus)  # refuse an impossible count before seconds of loading
+    start = time.monotonic()
+    progress(f"loading the model's shapes ({model or 'the shipped Qwen3-VL-8B config'}) and torch")
     model_config = load_model_config(model)
     result: dict[str, Any] = {
         "config": config_path,
@@ -251,18 +335,23 @@ def plan(
         "gpu_gib": gpu.memory_bytes / GIB,
         "model": model or "Qwen/Qwen3-VL-8B-Instruct (shipped config.json)",
         "params": param_parts(model_config),
+        "warnings": [],
     }
     extra = list(overrides or [])
-    if "trainer" in raw or "packing" in raw:
+    if is_sft:
         cfg = load_config(SftConfig, config_path, extra)
         result["stage"] = "sft"
-        result["sft"] = plan_sft(model_config, cfg, gpus, gpu, pack_length)
+        warning = batch_warning(cfg, gpus, pack_length or cfg.packing.length)
+        if warning is not None:
+            result["warnings"].append(warning)
+        result["sft"] = plan_sft(model_config, cfg, gpus, gpu, pack_length, progress)
     else:
         if group_size is not None:
             extra.append(f"group_size={group_size}")
         cfg = load_config(RlConfig, config_path, extra)
         result["stage"] = "rl"
-        result["rl"] = plan_rl(model_config, cfg, gpus, gpu, pack_length, mem_fraction_static)
+        result["rl"] = plan_rl(model_config, cfg, gpus, gpu, pack_length, mem_fraction_static, progress)
+    progress(f"done in {time.monotonic() - start:.0f} s")
     return result
 
 
@@ -337,5 +426,6 @@ def render(result: dict[str, Any]) -> str:
             f"server, assumed), push {t['push_s']:.1f} s -> {t['step_s']:.1f} s/step, {t['wall_h']:.1f} h for "
             f"{t['steps']} steps (published: ~250 s/step, ~{t['published_h_on_8']:.0f} h on 8 GPUs)"
         )
+    lines.append(published_gap(t, stage))
     lines.append(f"  ({t['assumes']}; measured in {s['measure_s']:.0f} s)")
     return "\n".join(lines)

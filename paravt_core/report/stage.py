@@ -121,6 +121,34 @@ def eval_table(eval_outputs: list[str]) -> list[dict]:
     return rows
 
 
+class ReportError(RuntimeError):
+    """An input of the report is missing or incomplete; the message is complete for the user."""
+
+
+def check_inputs(cfg: ReportConfig) -> None:
+    """Every input the report reads is there, before it writes anything."""
+    for out in cfg.eval_outputs:
+        if not storage.exists(storage.join(out, "results.json")):
+            raise ReportError(
+                f"eval_outputs: {out} holds no results.json (not a `paravt eval` output); "
+                "run the eval stage first or fix the path"
+            )
+    for field, out in (("sft_output", cfg.sft_output), ("rl_output", cfg.rl_output)):
+        if out and not storage.exists(storage.join(out, "metrics.json")):
+            raise ReportError(f"{field}: {out} holds no metrics.json (not a finished stage output)")
+
+
+# How a section is headed, by the stage that wrote the folder (its _COMPLETE marker says which).
+SECTION_NAMES = {"data": "Data", "sft": "SFT", "rl": "RL"}
+
+
+def section_name(default: str, output: str) -> str:
+    """The heading of a training section: the stage that wrote ``output`` (a data folder given as
+    ``sft_output`` is shown as data, not as SFT); ``default`` when the marker does not say."""
+    stage = ((storage.completion_info(output) or {}).get("info") or {}).get("stage")
+    return SECTION_NAMES.get(str(stage), default)
+
+
 def training_section(name: str, output: str) -> dict:
     """A training stage's summary numbers (its ``metrics.json``) and its plots (``*.png`` at the top of
     its output), as the stage wrote them."""
@@ -188,6 +216,7 @@ def eval_report_links(report_output: str, eval_outputs: list[str]) -> list[tuple
 
 def run(cfg: ReportConfig) -> StageResult:
     check_output(STAGE, cfg.output)
+    check_inputs(cfg)
     announce_config(STAGE, cfg, cfg.output)
     storage.clear_complete(cfg.output)
     table = eval_table(cfg.eval_outputs)
@@ -205,7 +234,8 @@ def run(cfg: ReportConfig) -> StageResult:
     if table:
         markdown.append(render.eval_markdown(table))
     markdown.extend(f"Per-benchmark eval report ({name}): [{where}]({where})\n" for name, where in links)
-    training = [training_section(n, o) for n, o in (("SFT", cfg.sft_output), ("RL", cfg.rl_output)) if o]
+    sections = (("SFT", cfg.sft_output), ("RL", cfg.rl_output))
+    training = [training_section(section_name(n, o), o) for n, o in sections if o]
     for section in training:
         markdown.append(render.training_markdown(section))
         metrics.update({f"{section['name'].lower()}.{k}": float(v) for k, v in section["metrics"].items()})

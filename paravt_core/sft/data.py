@@ -64,11 +64,17 @@ def read_rows(files: list[str]) -> tuple[pa.ChunkedArray, list[str]]:
     columns, ids = [], []
     for uri in files:
         path = storage.local_copy(uri) if storage.is_s3(uri) else uri
-        schema = pq.read_schema(path)
+        try:
+            schema = pq.read_schema(path)
+        except (pa.ArrowException, OSError) as err:  # truncated, overwritten, not a parquet at all
+            raise SftDataError(f"{uri}: not a readable parquet file ({err}); rerun `paravt data`") from err
         if "messages" not in schema.names:
             raise SftDataError(f"{uri} has no 'messages' column (columns: {', '.join(schema.names)})")
         wanted = ["messages"] + (["id"] if "id" in schema.names else [])
-        table = pq.read_table(path, columns=wanted)
+        try:
+            table = pq.read_table(path, columns=wanted)
+        except (pa.ArrowException, OSError) as err:  # a valid footer over damaged pages
+            raise SftDataError(f"{uri}: not a readable parquet file ({err}); rerun `paravt data`") from err
         columns.extend(table.column("messages").chunks)
         name = os.path.basename(uri)
         if "id" in wanted:
