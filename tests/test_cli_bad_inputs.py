@@ -311,12 +311,21 @@ def test_only_folders_without_results_are_tidied(tmp_path: Path) -> None:
     ]  # fmt: skip
 
 
+def _interruptible() -> None:
+    """In the child before exec: SIGINT back to its default. A shell without job control starts background
+    commands (`pytest ... &` in a script) with SIGINT ignored, the child inherits that, Python then installs
+    no KeyboardInterrupt handler and the signal these tests send would be lost; a terminal's Ctrl-C reaches
+    a process whose SIGINT is not ignored, which is what is tested here."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_is_one_line_with_status_130_and_leaves_nothing_complete(tmp_path: Path) -> None:
     """SIGINT while the tiny model is being built: exit 130, the rerun hint, no marker of a finished build."""
     out = tmp_path / "tiny"
     proc = subprocess.Popen(
         [sys.executable, "-m", "paravt_core.cli", "tiny-model", str(out)],
         env=_env(tmp_path),
+        preexec_fn=_interruptible,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -358,6 +367,7 @@ def test_ctrl_c_during_imports_is_still_status_130(tmp_path: Path, module: str) 
     proc = subprocess.run(
         [sys.executable, "-m", "paravt_core.cli", "tiny-model", str(tmp_path / "tiny")],
         env=env,
+        preexec_fn=_interruptible,
         capture_output=True,
         text=True,
         timeout=120,
