@@ -16,8 +16,6 @@ wait it removes. Usage: ``OMP_NUM_THREADS=1 python benchmarks/rl_step_host.py [s
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import statistics
 import sys
 import tempfile
@@ -31,19 +29,12 @@ sys.path.insert(0, str(ROOT))
 
 from paravt_core.config import DataConfig, load_config  # noqa: E402
 from paravt_core.data.stage import run as run_data  # noqa: E402
-from paravt_core.engines.coalesce import CoalescingEngine  # noqa: E402
-from paravt_core.engines.transformers_engine import TransformersEngine  # noqa: E402
 from paravt_core.models import build_tiny_model, load  # noqa: E402
-from paravt_core.rl.data import load_prompts  # noqa: E402
 from paravt_core.rl.learner import Learner, trace_sequence  # noqa: E402
-from paravt_core.rl.rollout import arollout_step  # noqa: E402
 from paravt_core.synth import synthesize  # noqa: E402
-from paravt_core.train.fsdp import CoreOptions  # noqa: E402
 from paravt_core.train.syncs import HostReads  # noqa: E402
 from tests.rl_step_reference import reference_step  # noqa: E402
-from tests.rl_support import tiny_rl_config  # noqa: E402
-
-REWARDS = (1.0, 0.0, 0.5, -1.0)
+from tests.rl_support import rollout_samples, tiny_learner, tiny_rl_config  # noqa: E402
 
 
 def _samples(tmp: Path) -> tuple:
@@ -63,14 +54,7 @@ def _samples(tmp: Path) -> tuple:
     )
     model_dir = build_tiny_model(str(tmp / "model"), seed=0)
     cfg = tiny_rl_config(str(data), model_dir, str(tmp / "unused"))
-    rollout = load(model_dir)
-    engine = CoalescingEngine(TransformersEngine(rollout.model, rollout.processor), seed=0)
-    prompts = load_prompts(str(data)).prompts[:2]
-    got = asyncio.run(arollout_step(prompts, engine, cfg.agent, cfg.paravt, group_size=4, version=0)).samples
-    samples = [
-        dataclasses.replace(s, reward=dataclasses.replace(s.reward, total=REWARDS[s.index])) for s in got
-    ]
-    return cfg, model_dir, samples
+    return cfg, model_dir, rollout_samples(cfg, model_dir, str(data))
 
 
 def main(steps: int = 7) -> None:
@@ -82,19 +66,10 @@ def main(steps: int = 7) -> None:
             len(trace_sequence(s.episode.main, config.image_token_id, None)) for s in samples if s.trainable
         )
 
-        def learner() -> Learner:
-            return Learner(
-                load(model_dir).model,
-                load(model_dir).model,
-                temperature=cfg.agent.temperature,
-                advantage=cfg.advantage,
-                loss=cfg.loss,
-                optim=cfg.optim,
-                opts=CoreOptions(),
-                pack_tokens=pack_tokens,
-            )
-
-        sides = {"before": (learner(), reference_step), "after": (learner(), Learner.step)}
+        sides = {
+            "before": (tiny_learner(cfg, model_dir, pack_tokens), reference_step),
+            "after": (tiny_learner(cfg, model_dir, pack_tokens), Learner.step),
+        }
         roots = (str(ROOT / "paravt_core" / "rl"), str(ROOT / "paravt_core" / "train"), str(ROOT / "tests"))
         wall: dict[str, list[float]] = {k: [] for k in sides}
         cpu: dict[str, list[float]] = {k: [] for k in sides}

@@ -4,49 +4,19 @@ loss and statistics, grad_norm and updated weights, float32 on the tiny model, s
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-
 import pytest
 import torch
 
-from paravt_core.engines.coalesce import CoalescingEngine
-from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.models import load
-from paravt_core.rl.data import load_prompts
-from paravt_core.rl.learner import Learner, trace_sequence
-from paravt_core.rl.rollout import arollout_step
-from paravt_core.train.fsdp import CoreOptions
+from paravt_core.rl.learner import trace_sequence
 from tests.rl_step_reference import STAT_KEYS, reference_step
-from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
-
-REWARDS = (1.0, 0.0, 0.5, -1.0)  # distinct advantages inside each group
+from tests.rl_support import rl_data, rollout_samples, tiny_learner, tiny_rl_config  # noqa: F401
 
 
 @pytest.fixture(scope="module")
 def setup(rl_data, tiny_model_dir):  # noqa: F811
     cfg = tiny_rl_config(rl_data, tiny_model_dir, "unused")
-    rollout = load(tiny_model_dir)
-    engine = CoalescingEngine(TransformersEngine(rollout.model, rollout.processor), seed=0)
-    prompts = load_prompts(rl_data).prompts[:2]
-    got = asyncio.run(arollout_step(prompts, engine, cfg.agent, cfg.paravt, group_size=4, version=0)).samples
-    samples = [
-        dataclasses.replace(s, reward=dataclasses.replace(s.reward, total=REWARDS[s.index])) for s in got
-    ]
-    return cfg, samples
-
-
-def _learner(cfg, model_dir: str, pack_tokens: int) -> Learner:
-    return Learner(
-        load(model_dir).model,
-        load(model_dir).model,
-        temperature=cfg.agent.temperature,
-        advantage=cfg.advantage,
-        loss=cfg.loss,
-        optim=cfg.optim,
-        opts=CoreOptions(),
-        pack_tokens=pack_tokens,
-    )
+    return cfg, rollout_samples(cfg, tiny_model_dir, rl_data)
 
 
 @pytest.mark.parametrize("per_pass", ["one", "two"])
@@ -59,7 +29,7 @@ def test_step_equals_the_per_micro_batch_step(setup, tiny_model_dir, per_pass: s
     ]
     # one sequence per pass (8 passes on these samples), or two per pass (the packed, block-diagonal case)
     pack_tokens = max(lengths) if per_pass == "one" else max(lengths) + min(lengths)
-    new, old = _learner(cfg, tiny_model_dir, pack_tokens), _learner(cfg, tiny_model_dir, pack_tokens)
+    new, old = tiny_learner(cfg, tiny_model_dir, pack_tokens), tiny_learner(cfg, tiny_model_dir, pack_tokens)
     before = new.weights()
 
     got = new.step(samples)

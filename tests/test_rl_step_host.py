@@ -4,48 +4,22 @@ come back in one copy, losses and statistics of the trained passes and the norm 
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-
 import pytest
 
-from paravt_core.engines.coalesce import CoalescingEngine
-from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.models import load
-from paravt_core.rl.data import load_prompts
-from paravt_core.rl.learner import Learner, trace_sequence
-from paravt_core.rl.rollout import arollout_step
-from paravt_core.train.fsdp import CoreOptions
+from paravt_core.rl.learner import trace_sequence
 from paravt_core.train.syncs import HostReads
-from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
-
-REWARDS = (1.0, 0.0, 0.5, -1.0)
+from tests.rl_support import rl_data, rollout_samples, tiny_learner, tiny_rl_config  # noqa: F401
 
 
 @pytest.fixture(scope="module")
 def setup(rl_data, tiny_model_dir):  # noqa: F811
     cfg = tiny_rl_config(rl_data, tiny_model_dir, "unused")
-    rollout = load(tiny_model_dir)
-    engine = CoalescingEngine(TransformersEngine(rollout.model, rollout.processor), seed=0)
-    prompts = load_prompts(rl_data).prompts[:2]
-    got = asyncio.run(arollout_step(prompts, engine, cfg.agent, cfg.paravt, group_size=4, version=0)).samples
-    samples = [
-        dataclasses.replace(s, reward=dataclasses.replace(s.reward, total=REWARDS[s.index])) for s in got
-    ]
-    return cfg, samples
+    return cfg, rollout_samples(cfg, tiny_model_dir, rl_data)
 
 
 def _step_reads(cfg, samples, model_dir: str, pack_tokens: int) -> tuple[int, dict[str, float]]:
-    learner = Learner(
-        load(model_dir).model,
-        load(model_dir).model,
-        temperature=cfg.agent.temperature,
-        advantage=cfg.advantage,
-        loss=cfg.loss,
-        optim=cfg.optim,
-        opts=CoreOptions(),
-        pack_tokens=pack_tokens,
-    )
+    learner = tiny_learner(cfg, model_dir, pack_tokens)
     with HostReads() as reads:
         metrics = learner.step(samples)
     # the learner's and the training core's own reads (pack() builds its host tensors on the host)

@@ -3,7 +3,6 @@ activation checkpointing in ``eval()`` mode, the long-episode rule, and the 2-ra
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import subprocess
@@ -13,29 +12,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from paravt_core.engines.coalesce import CoalescingEngine
-from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.models import load
-from paravt_core.rl.data import load_prompts
 from paravt_core.rl.learner import Learner, PolicyLogprobs, pack_sample, packed_logprobs, trace_sequence
-from paravt_core.rl.rollout import arollout_step
 from paravt_core.sft.packing import pack
 from paravt_core.train.fsdp import CoreOptions, decoder_layers, prepare
-from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.rl_support import rl_data, rollout_samples, tiny_rl_config  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
-REWARDS = (1.0, 0.0, 0.5, -1.0)  # per index within a group: nonzero advantages
 
 
 @pytest.fixture(scope="module")
 def samples(rl_data, tiny_model_dir):  # noqa: F811
-    """One step of real episodes of the tiny model (2 prompts x 4, with video pixels), hand-set rewards."""
-    cfg = tiny_rl_config(rl_data, tiny_model_dir, "unused")
-    rollout = load(tiny_model_dir)
-    engine = CoalescingEngine(TransformersEngine(rollout.model, rollout.processor), seed=0)
-    prompts = load_prompts(rl_data).prompts[:2]
-    got = asyncio.run(arollout_step(prompts, engine, cfg.agent, cfg.paravt, group_size=4, version=0)).samples
-    return [dataclasses.replace(s, reward=dataclasses.replace(s.reward, total=REWARDS[s.index])) for s in got]
+    return rollout_samples(tiny_rl_config(rl_data, tiny_model_dir, "unused"), tiny_model_dir, rl_data)
 
 
 def _learner(model_dir: str, cfg, opts: CoreOptions, **kw) -> Learner:
@@ -251,7 +239,7 @@ def test_handoff_sends_only_the_trainable_samples(samples):
     mixed[6] = dataclasses.replace(samples[6], episode=masked)
     got = compact(mixed)
     assert [(s.group, s.index) for s in got] == [(0, 0), (0, 2), (0, 3), (1, 1), (1, 3)]
-    assert [s.reward.total for s in got] == [1.0, 0.5, -1.0, 0.0, -1.0]  # REWARDS by index
+    assert [s.reward.total for s in got] == [1.0, 0.5, -1.0, 0.0, -1.0]  # HAND_REWARDS by index
     assert [s.episode.main.token_ids for s in got] == [
         mixed[i].episode.main.token_ids for i in (0, 2, 3, 5, 7)
     ]
