@@ -256,8 +256,13 @@ def test_at_least_thirty_bad_inputs_end_as_one_line(tmp_path: Path) -> None:
     env = _env(tmp_path)
     before = _markers(tmp_path)
     argvs = [[a.format(**paths) for a in argv] for argv, _, _ in CASES]
+    # One working directory per case: runs sharing a cwd race on its ./paravt-work/ (one tidies it while
+    # another is writing into it), which is not what a user's one run does.
+    cwds = [tmp_path / f"cwd{i}" for i in range(len(CASES))]
+    for cwd in cwds:
+        cwd.mkdir()
     with ThreadPoolExecutor(max_workers=4) as pool:  # each is a separate interpreter; most end in < 1 s
-        procs = list(pool.map(lambda argv: _run(argv, env, tmp_path), argvs))
+        procs = list(pool.map(lambda job: _run(job[0], env, job[1]), zip(argvs, cwds, strict=True)))
     failures = []
     for argv, proc, (_, code, needle) in zip(argvs, procs, CASES, strict=True):
         try:
@@ -273,7 +278,8 @@ def test_at_least_thirty_bad_inputs_end_as_one_line(tmp_path: Path) -> None:
     only_config = [
         p for p in tmp_path.rglob("*") if p.is_dir() and [c.name for c in p.iterdir()] == ["config.yaml"]
     ]
-    assert not only_config and not (tmp_path / "paravt-work").exists(), only_config
+    left = [cwd for cwd in cwds if any(cwd.iterdir())]
+    assert not only_config and not left, (only_config, left)
     assert json.loads(storage.read_bytes(storage.join(paths["data"], "_COMPLETE")))["info"]["stage"] == "data"
 
 
