@@ -230,14 +230,14 @@ def save_hf(hf_model: Any, path: str, state: dict[str, torch.Tensor], dtype: tor
     ``--dtype auto`` reads that field: float32 there makes it serve float16 (``_get_and_verify_dtype``)."""
     import copy
 
-    from transformers.utils import logging as hf_logging
+    from paravt_core.models import hf_bars_off
 
     if dtype is not None:
         state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
     floating = {v.dtype for v in state.values() if v.is_floating_point()}
     written = dtype or (floating.pop() if len(floating) == 1 else None)
-    hf_logging.disable_progress_bar()  # "Writing model shards" bars in every log otherwise
-    hf_model.save_pretrained(path, state_dict=state)
+    with hf_bars_off():  # "Writing model shards" bars in every log otherwise
+        hf_model.save_pretrained(path, state_dict=state)
     if written is not None:
         config = copy.deepcopy(hf_model.config)  # the live model's config keeps describing the live model
         config.dtype = written

@@ -73,7 +73,7 @@ def _stage_config(stage: str, args: argparse.Namespace) -> StrictModel:
 
 def _cmd_stage(args: argparse.Namespace) -> int:
     """Every stage verb: its typed config, the pre-flight checks, then ``paravt_core.<stage>.stage.run``."""
-    from paravt_core.cli_errors import new_local_dirs, preflight, prune_unused
+    from paravt_core.cli_errors import new_local_dirs, preflight, prune_unused, tidied_output_line
 
     cfg = _stage_config(args.command, args)  # config errors before the stage's heavy imports
     args.stage_cfg = cfg  # for the resume hint after Ctrl-C
@@ -83,7 +83,9 @@ def _cmd_stage(args: argparse.Namespace) -> int:
         run = importlib.import_module(f"paravt_core.{args.command}.stage").run
         result = run(cfg)
     except BaseException:
-        prune_unused(created)
+        line = tidied_output_line(args.command, getattr(cfg, "output", ""), prune_unused(created))
+        if line and int(os.environ.get("RANK", "0")) == 0:
+            print(line, file=sys.stderr, flush=True)
         raise
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 prints
         print(result.to_json())

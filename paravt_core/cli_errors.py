@@ -191,16 +191,31 @@ def _prune(path: str) -> bool:
     return True
 
 
-def prune_unused(roots: list[str]) -> None:
+def prune_unused(roots: list[str]) -> list[str]:
     """After a failed run: the folders it created that hold no result (only its saved config, or nothing)
     are removed, so no output folder of config.yaml alone and no empty ./paravt-work/ stays behind.
-    Anything else in them (downloads, records, checkpoints: what a rerun resumes from) keeps them."""
+    Anything else in them (downloads, records, checkpoints: what a rerun resumes from) keeps them.
+    Returns the roots removed."""
+    removed = []
     for root in roots:
         try:
-            if os.path.isdir(root) and not os.path.islink(root):
-                _prune(root)
+            if os.path.isdir(root) and not os.path.islink(root) and _prune(root):
+                removed.append(root)
         except OSError:  # another rank removing the same folder, or a file appearing: keep what is there
             pass
+    return removed
+
+
+def tidied_output_line(stage: str, output: str, removed: list[str]) -> str | None:
+    """The line that takes back "resolved config saved to <output>/config.yaml" when the failed run's
+    output folder was removed again; None when the output is elsewhere (s3, kept, never created)."""
+    if not output or output.startswith("s3://"):
+        return None
+    path = os.path.abspath(output.removeprefix("file://"))
+    for root in removed:
+        if path == root or path.startswith(root.rstrip(os.sep) + os.sep):
+            return f"paravt {stage}: removed {root} again (it held only this failed run's config)"
+    return None
 
 
 # --------------------------------------------------------------------------------------------- preflight

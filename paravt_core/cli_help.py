@@ -99,12 +99,15 @@ def describe_fields(model: type[BaseModel], prefix: str = "", values: BaseModel 
 
 def stage_epilog(stage: str, model: type[BaseModel]) -> str:
     fields = "\n".join(f"  {line}" for line in describe_fields(model))
+    shorthands = getattr(model, "SHORTHANDS", {})
+    also = "".join(f"  {short} = {full}\n" for short, full in shorthands.items())
     return (
         f"example:\n  {EXAMPLES.get(stage, '')}\n\n"
         "Every field below is a YAML key of --config or a dotted override KEY=VALUE (values read as YAML:\n"
         "4 is a number, [a, b] a list). `paravt config show "
         f"{stage}` prints the resolved config with these descriptions.\n\n"
-        f"config fields (default, type, allowed values):\n{fields}"
+        + (f"also accepted (YAML key or override; the same field):\n{also}\n" if also else "")
+        + f"config fields (default, type, allowed values):\n{fields}"
     )
 
 

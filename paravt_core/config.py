@@ -449,8 +449,13 @@ class SftConfig(StrictModel):
     train: TrainConfig = Field(default_factory=TrainConfig, description="shared training core options")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="one node or a multi-node job")
 
-    # Overrides ``model=URI`` / ``data=URI`` set only these keys (the section's other YAML keys stay).
-    SHORTHANDS: ClassVar[dict[str, str]] = {"model": "model.uri", "data": "data.input"}
+    # ``model=URI`` / ``data=URI`` set only these keys (the section's other YAML keys stay); ``steps`` is
+    # the RL stage's name for the same thing as ``trainer.steps``.
+    SHORTHANDS: ClassVar[dict[str, str]] = {
+        "model": "model.uri",
+        "data": "data.input",
+        "steps": "trainer.steps",
+    }
 
     @model_validator(mode="before")
     @classmethod
@@ -601,6 +606,23 @@ def _set_path(data: dict[str, Any], path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
+def _move_path(data: dict[str, Any], src: list[str], dst: list[str]) -> None:
+    """A non-mapping value at ``src`` moves to ``dst`` (parents of ``src`` left empty are removed)."""
+    parents = [data]
+    for part in src[:-1]:
+        child = parents[-1].get(part)
+        if not isinstance(child, dict):
+            return
+        parents.append(child)
+    if src[-1] not in parents[-1] or isinstance(parents[-1][src[-1]], dict):
+        return
+    value = parents[-1].pop(src[-1])
+    for part, parent in zip(reversed(src[:-1]), reversed(parents[:-1]), strict=True):
+        if not parent[part]:
+            del parent[part]
+    _set_path(data, dst, value)
+
+
 def load_config(model: type[C], path: str | Path | None = None, overrides: list[str] | None = None) -> C:
     """Build a validated config from an optional YAML file and dotted overrides."""
     data: dict[str, Any] = {}
@@ -616,11 +638,13 @@ def load_config(model: type[C], path: str | Path | None = None, overrides: list[
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping, got {type(loaded).__name__}")
         data = loaded
-    shorthands = getattr(model, "SHORTHANDS", {})
+    shorthands: dict[str, str] = getattr(model, "SHORTHANDS", {})
+    for short, full in shorthands.items():  # in the YAML file
+        _move_path(data, short.split("."), full.split("."))
     for item in overrides or []:
         keys, value = parse_override(item)
-        if len(keys) == 1 and keys[0] in shorthands and not isinstance(value, dict):
-            keys = shorthands[keys[0]].split(".")
+        if ".".join(keys) in shorthands and not isinstance(value, dict):
+            keys = shorthands[".".join(keys)].split(".")
         _set_path(data, keys, value)
     _check_keys(model, data, "")
     try:

@@ -46,7 +46,11 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,6 +165,21 @@ def _tiny_processor(tokenizer):
     )
 
 
+@contextmanager
+def hf_bars_off() -> Iterator[None]:
+    """transformers' own tqdm bars ("Loading weights", "Writing model shards") off for the block: a stage
+    loads up to three copies of a model (policy, reference, rollout engine) and each printed its bar."""
+    from transformers.utils import logging as hf_logging
+
+    were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if were_on:
+            hf_logging.enable_progress_bar()
+
+
 TINY_MARKER = ".paravt-tiny-model"  # written last into a tiny-model directory: "this is ours to rebuild"
 
 
@@ -171,8 +190,6 @@ def build_tiny_model(out_dir: str, seed: int = 0, force: bool = False) -> str:
     ``out_dir`` that is not an earlier tiny model (a trained checkpoint, anything else) is refused with
     ``FileExistsError`` unless ``force``.
     """
-    from transformers.utils import logging as hf_logging
-
     out = Path(out_dir)
     if out.is_file():
         raise NotADirectoryError(f"{out_dir} is a file; give a directory")
@@ -182,13 +199,8 @@ def build_tiny_model(out_dir: str, seed: int = 0, force: bool = False) -> str:
             "checkpoint); choose an empty directory or pass --force to overwrite"
         )
 
-    bars_were_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # a ~1 MB model needs no "Writing model shards" bar
-    try:
+    with hf_bars_off():  # a ~1 MB model needs no "Writing model shards" bar
         return _build_tiny_model(Path(out_dir), seed)
-    finally:
-        if bars_were_on:
-            hf_logging.enable_progress_bar()
 
 
 def _build_tiny_model(out: Path, seed: int) -> str:
@@ -339,26 +351,54 @@ def _fix_templates(processor) -> None:
             owner.chat_template = {k: unnest_video_markers(v) for k, v in template.items()}
 
 
-def load(uri: str, device: str = "cpu", dtype: Any = None, cache_dir: str | Path | None = None) -> Loaded:
+def load(
+    uri: str,
+    device: str = "cpu",
+    dtype: Any = None,
+    cache_dir: str | Path | None = None,
+    purpose: str | None = None,
+) -> Loaded:
     """Load model + processor from a local dir, an ``s3://`` prefix or a hub id (see :func:`resolve_model_dir`).
 
     ``dtype``: ``None`` keeps the checkpoint's dtype; otherwise a ``torch.dtype`` or its name ("bfloat16").
-    The model is returned in eval mode on ``device``.
+    The model is returned in eval mode on ``device``. ``purpose`` ("policy", "reference", ...): one line on
+    stderr once loaded, in place of transformers' bar (which is off either way).
     """
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    start = time.perf_counter()
     path = resolve_model_dir(uri, cache_dir)
     if isinstance(dtype, str) and dtype != "auto":
         dtype = getattr(torch, dtype)
     processor = AutoProcessor.from_pretrained(path, local_files_only=True)
     _fix_templates(processor)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype or "auto", local_files_only=True)
+    with hf_bars_off():
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dtype or "auto", local_files_only=True
+        )
     model.to(device)
     model.eval()
+    if purpose:
+        count = sum(p.numel() for p in model.parameters())
+        dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()})
+        print(
+            f"{purpose}: loaded {path} ({_count_text(count)} parameters, {'/'.join(dtypes)}, {device}) "
+            f"in {time.perf_counter() - start:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     return Loaded(
         model=model, processor=processor, tokenizer=processor.tokenizer, config=model.config, path=str(path)
     )
+
+
+def _count_text(n: int) -> str:
+    """321K, 8.8B: a parameter count as people say it."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
 
 
 def load_processor_only(uri: str, cache_dir: str | Path | None = None) -> Loaded:

@@ -15,8 +15,9 @@ from rich.syntax import Syntax
 from paravt_core import storage
 from paravt_core.config import config_to_yaml
 
-# Logs of pipeline pods and CI are not terminals; rich would wrap tables at 80 columns there.
-console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+# Logs of pipeline pods and CI are not terminals; rich would wrap tables at 80 columns there. soft_wrap:
+# a one-line message (a path, a "reused" note) stays one line, never broken by rich at the width.
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 120, soft_wrap=True)
 
 
 @dataclass

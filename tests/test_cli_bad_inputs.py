@@ -26,7 +26,11 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 MARKERS = ("_COMPLETE", ".paravt-tiny-model", "manifest.json")
 # What may precede the error line on stderr (each at most once).
-PROGRESS = (re.compile(r"^paravt \w+: resolved config saved to "), re.compile(r"^S3 \w+ .* giving up after"))
+PROGRESS = (
+    re.compile(r"^paravt \w+: resolved config saved to "),
+    re.compile(r"^paravt \w+: removed .* again \(it held only this failed run's config\)$"),
+    re.compile(r"^S3 \w+ .* giving up after"),
+)
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -58,9 +62,10 @@ def _setup(tmp: Path) -> dict[str, str]:
     (tmp / "a-file").write_text("x")
     (tmp / "stage" / "final").mkdir(parents=True)  # a stage output: the checkpoint is in final/
     (tmp / "stage" / "final" / "config.json").write_text("{}")
-    corrupt = tmp / "data-corrupt"  # a complete data output whose SFT parquet was damaged afterwards
-    (corrupt / "sft").mkdir(parents=True)
-    (corrupt / "sft" / "part-0.parquet").write_bytes(b"PAR1 not a parquet")
+    corrupt = tmp / "data-corrupt"  # a complete data output whose parquets were damaged afterwards
+    for kind in ("sft", "rl"):
+        (corrupt / kind).mkdir(parents=True)
+        (corrupt / kind / "part-0.parquet").write_bytes(b"PAR1 not a parquet")
     storage.mark_complete(str(corrupt), {"stage": "data"})
     return {
         "tmp": str(tmp),
@@ -154,6 +159,11 @@ CASES: list[tuple[list[str], int, str]] = [
         1,
         "{corrupt}/sft/part-0.parquet: not a readable parquet file (Parquet magic bytes not found",
     ),
+    (
+        ["rl", "data={corrupt}", "model={tmp}/stage/final", "output={tmp}/rl3", "device=cpu"],
+        1,
+        "{corrupt}/rl/part-0.parquet: not a readable parquet file (",
+    ),
     # an output nobody can write in, root included (access() says yes for root; /proc takes no new folder)
     (["sft", "output=/proc/paravt-out"], 1, "output /proc/paravt-out: cannot write in /proc"),
     # device
@@ -246,7 +256,7 @@ def _assert_one_line(proc: subprocess.CompletedProcess, code: int, needle: str, 
     lines = proc.stderr.splitlines()
     assert lines and needle in lines[-1], where
     before = lines[:-1]
-    assert all(any(p.match(line) for p in PROGRESS) for line in before) and len(before) <= 2, where
+    assert all(any(p.match(line) for p in PROGRESS) for line in before) and len(before) <= 3, where
     assert "\x1b[" not in proc.stderr, where  # no ANSI codes on a pipe
 
 
@@ -293,9 +303,13 @@ def test_a_failed_run_leaves_no_folder_of_its_own(tmp_path: Path) -> None:
     proc = _run(argv, _env(tmp_path), tmp_path)
     _assert_one_line(proc, 1, "not a readable parquet file", argv)
     assert f"resolved config saved to {tmp_path}/new/sft/config.yaml" in proc.stderr  # it had written there
+    # ... and takes that back, on the line before the error
+    removed = f"paravt sft: removed {tmp_path}/new again (it held only this failed run's config)"
+    assert proc.stderr.splitlines()[-2] == removed, proc.stderr
     assert not (tmp_path / "new").exists() and not (tmp_path / "paravt-work").exists()
     proc = _run(["sft", f"data={paths['corrupt']}", f"output={tmp_path}/mine"], _env(tmp_path), tmp_path)
     assert proc.returncode == 1 and (tmp_path / "mine").is_dir()
+    assert "removed" not in proc.stderr  # the folder was there before the run: nothing to take back
 
 
 def test_only_folders_without_results_are_tidied(tmp_path: Path) -> None:

@@ -109,6 +109,27 @@ def test_load_accepts_file_uri_and_dtype(tiny_model_dir: str) -> None:
     assert {p.dtype for p in loaded.model.parameters()} == {torch.bfloat16}
 
 
+def test_load_prints_one_line_naming_its_purpose_and_no_transformers_bar(tiny_model_dir: str, capfd) -> None:
+    """RL loads three copies of a model (trained, reference, rollout engine): each said "Loading weights"
+    with a tqdm bar. Now each says one line naming which copy it is; the bars' setting is restored."""
+    from transformers import AutoModelForImageTextToText
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_progress_bar()
+    AutoModelForImageTextToText.from_pretrained(tiny_model_dir, local_files_only=True)
+    assert "Loading weights" in capfd.readouterr().err  # what a bare load prints here, so the test can fail
+    load(tiny_model_dir, dtype="bfloat16", purpose="frozen reference")
+    out, err = capfd.readouterr()
+    assert out == "" and "Loading weights" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"frozen reference: loaded {Path(tiny_model_dir).resolve()} (")
+    assert "K parameters, bfloat16, cpu) in " in lines[0]
+    load(tiny_model_dir)
+    assert capfd.readouterr().err == ""  # no purpose, no line
+    assert hf_logging.is_progress_bar_enabled()
+
+
 def test_load_errors_name_the_uri(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="nowhere"):
         resolve_model_dir(str(tmp_path / "nowhere"))

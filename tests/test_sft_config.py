@@ -29,6 +29,32 @@ def test_tiny_config_loads_with_overrides() -> None:
     assert cfg.trainer.steps == 3 and cfg.model.uri == "/m" and not cfg.model.bf16
 
 
+def test_steps_is_one_name_in_both_training_stages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``steps`` (the RL stage's field) and ``trainer.steps`` (the SFT stage's) are accepted by both, as
+    overrides and as YAML keys; an override wins over the file in either spelling."""
+    from paravt_core.rl.config import RlConfig
+
+    assert load_config(SftConfig, CONFIGS / "tiny.yaml", ["steps=40"]).trainer.steps == 40
+    assert load_config(RlConfig, None, ["trainer.steps=3"]).steps == 3
+    sft_yaml, rl_yaml = tmp_path / "sft.yaml", tmp_path / "rl.yaml"
+    sft_yaml.write_text("steps: 7\ntrainer:\n  lr: 0.5\n")
+    rl_yaml.write_text("trainer:\n  steps: 5\nseed: 2\n")
+    sft = load_config(SftConfig, sft_yaml)
+    assert (sft.trainer.steps, sft.trainer.lr) == (7, 0.5)
+    assert load_config(SftConfig, sft_yaml, ["trainer.steps=9"]).trainer.steps == 9
+    rl = load_config(RlConfig, rl_yaml)
+    assert (rl.steps, rl.seed) == (5, 2)
+    assert load_config(RlConfig, rl_yaml, ["steps=6"]).steps == 6
+    with pytest.raises(SystemExit):
+        main(["rl", "--help"])
+    assert "trainer.steps = steps" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["sft", "--help"])
+    assert "steps = trainer.steps" in capsys.readouterr().out
+
+
 def test_cli_help_lists_fields_and_rejects_unknown_keys(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["sft", "--help"])

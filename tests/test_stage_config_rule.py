@@ -130,3 +130,15 @@ def test_rl_same_config_on_a_complete_output_is_reused_in_one_line(tmp_path: Pat
     assert f"paravt rl: {out} is complete with the same config; reused, nothing to do" in captured.err
     assert json.loads(captured.out)["metrics"] == {"steps": 3, "reward_first": 0.2125, "reused_output": True}
     assert storage.is_complete(str(out))
+
+
+def test_stage_messages_stay_one_line_past_the_console_width(capsys) -> None:
+    """A stage's one-line message with a long output path (a "reused" note) was broken by rich at 120
+    columns in logs (80 on a terminal), splitting the path; it now stays one line for grep and copying."""
+    from paravt_core.stage import console
+
+    path = "s3://bucket/" + "/".join(f"experiment-{i:02d}" for i in range(14)) + "/sft"
+    line = f"paravt sft: {path} is complete with the same config; reused, nothing to do"
+    assert len(line) > console.width
+    console.print(line, highlight=False)
+    assert capsys.readouterr().err == line + "\n"

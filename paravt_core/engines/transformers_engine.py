@@ -49,11 +49,11 @@ class TransformersEngine(Engine):
 
     @classmethod
     def from_uri(
-        cls, uri: str, *, device: str = "cpu", dtype: Any = None, **kwargs: Any
+        cls, uri: str, *, device: str = "cpu", dtype: Any = None, purpose: str | None = None, **kwargs: Any
     ) -> TransformersEngine:
         from paravt_core.models import load
 
-        loaded = load(uri, device=device, dtype=dtype)
+        loaded = load(uri, device=device, dtype=dtype, purpose=purpose)
         return cls(loaded.model, loaded.processor, **kwargs)
 
     # -- weights ----------------------------------------------------------------------------------------
@@ -63,10 +63,11 @@ class TransformersEngine(Engine):
         if isinstance(weights, str):
             from transformers import AutoModelForImageTextToText
 
-            from paravt_core.models import resolve_model_dir
+            from paravt_core.models import hf_bars_off, resolve_model_dir
 
             path = resolve_model_dir(weights)
-            donor = AutoModelForImageTextToText.from_pretrained(path, local_files_only=True, dtype="auto")
+            with hf_bars_off():
+                donor = AutoModelForImageTextToText.from_pretrained(path, local_files_only=True, dtype="auto")
             weights = donor.state_dict()
         with self._lock:
             result = self.model.load_state_dict(weights, strict=False)

@@ -144,7 +144,7 @@ def build_engine(cfg: EvalConfig) -> tuple[Any, Any]:
         from paravt_core.engines.transformers_engine import TransformersEngine
 
         engine: Any = TransformersEngine.from_uri(
-            cfg.model, device=e.device, dtype=e.dtype, max_batch_size=e.max_batch
+            cfg.model, device=e.device, dtype=e.dtype, max_batch_size=e.max_batch, purpose="evaluated model"
         )
         processor = engine.processor
     else:

@@ -4,7 +4,7 @@ optimizer and checkpoints. It lives here, not in ``paravt_core.config``, because
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -115,6 +115,9 @@ class RolloutEngineConfig(StrictModel):
 
 class RlConfig(StrictModel):
     """``paravt rl``: PARA-GRPO on the data stage's RL parquets, starting from the SFT checkpoint."""
+
+    # The SFT stage's name for the same thing (``paravt sft trainer.steps=N``) is accepted here too.
+    SHORTHANDS: ClassVar[dict[str, str]] = {"trainer.steps": "steps"}
 
     data: str = Field(
         default="./paravt-work/data", description="the data stage's output: reads <data>/rl/*.parquet"

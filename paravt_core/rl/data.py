@@ -14,10 +14,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from paravt_core import storage
 from paravt_core.data.schema import VIDEO_PLACEHOLDER
+from paravt_core.data.validate import DataError
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,10 @@ def load_prompts(data_uri: str, *, check_video: bool = True) -> RlDataset:
     prompts: list[RlPrompt] = []
     skipped: Counter = Counter()
     for uri in files:
-        table = pq.read_table(io.BytesIO(storage.read_bytes(uri)))
+        try:
+            table = pq.read_table(io.BytesIO(storage.read_bytes(uri)))
+        except (pa.ArrowException, OSError) as err:  # truncated, overwritten, not a parquet at all
+            raise DataError(f"{uri}: not a readable parquet file ({err}); rerun `paravt data`") from err
         for row in table.to_pylist():  # RL files are small (4.4K rows released): row dicts are fine here
             prompt, why = to_prompt(row, len(prompts) + sum(skipped.values()), check_video=check_video)
             if prompt is None:

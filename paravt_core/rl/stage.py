@@ -206,7 +206,7 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any, d: Dist
     if e.kind == "transformers":
         from paravt_core.engines.transformers_engine import TransformersEngine
 
-        rollout_model = load(cfg.model, device=device, dtype=dtype)
+        rollout_model = load(cfg.model, device=device, dtype=dtype, purpose="rollout engine")
         inner = TransformersEngine(
             rollout_model.model, rollout_model.processor, max_batch_size=cfg.engine_batch_size
         )

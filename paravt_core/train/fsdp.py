@@ -124,10 +124,14 @@ def build(
 
     from paravt_core.models import Loaded, load, load_processor_only
 
+    purpose = "trained model" if trainable else "frozen reference"
     if not d.sharded:
-        loaded = load(uri, device=str(d.device), dtype=dtype)
+        loaded = load(uri, device=str(d.device), dtype=dtype, purpose=purpose)
         return assemble(loaded.model, d, wrap, opts, trainable), loaded
-    loaded = load(uri, device="cpu", dtype=None) if d.rank == 0 else load_processor_only(uri)
+    if d.rank == 0:
+        loaded = load(uri, device="cpu", dtype=None, purpose=f"{purpose} (rank 0 reads, then broadcasts)")
+    else:
+        loaded = load_processor_only(uri)
     with torch.device("meta"):  # a copy: from_config writes its dtype into the config it is given
         model = AutoModelForImageTextToText.from_config(copy.deepcopy(loaded.config), dtype=dtype)
     root = assemble(model, d, wrap, opts, trainable)
