@@ -67,12 +67,12 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _same_value(old: Any, new: Any) -> bool:
-    """Equal, or two spellings of one local location (relative vs absolute, ``a/./b``): a config saved by the
-    pipeline holds absolute paths where the YAML a user runs holds relative ones."""
+    """Equal, or two spellings of one local location (relative vs absolute, ``a/./b``, through a symlink): a
+    config saved by the pipeline holds absolute paths where the YAML a user runs holds relative ones."""
     if old == new:
         return True
     if isinstance(old, str) and isinstance(new, str) and old and new and "://" not in old + new:
-        return os.path.abspath(os.path.expanduser(old)) == os.path.abspath(os.path.expanduser(new))
+        return os.path.realpath(os.path.expanduser(old)) == os.path.realpath(os.path.expanduser(new))
     return False
 
 

@@ -63,6 +63,12 @@ def test_sft_same_config_is_reused_also_when_paths_are_spelled_differently(
     assert config_changes(str(tmp_path / "sft"), again) == {}
     result = run(again)
     assert result.metrics == {"steps": 30, "reused_output": True}
+    # through a symlink to the same folder (a linked home or scratch directory): the same location too
+    (tmp_path / "linked").symlink_to(tmp_path)
+    linked = cfg.model_copy(update={"data": cfg.data.model_copy(update={"input": "linked/data"})})
+    assert config_changes(str(tmp_path / "sft"), linked) == {}
+    elsewhere = cfg.model_copy(update={"data": cfg.data.model_copy(update={"input": "linked/sft"})})
+    assert set(config_changes(str(tmp_path / "sft"), elsewhere)) == {"data.input"}
 
 
 def test_sft_changed_lr_and_data_are_both_named(tmp_path: Path) -> None:
