@@ -620,6 +620,13 @@ def _move_path(data: dict[str, Any], src: list[str], dst: list[str]) -> None:
     for part, parent in zip(reversed(src[:-1]), reversed(parents[:-1]), strict=True):
         if not parent[part]:
             del parent[part]
+    node: Any = data
+    for part in dst:
+        node = node.get(part) if isinstance(node, dict) else None
+    if node is not None and node != value:
+        raise ConfigError(
+            f"{'.'.join(src)}: {value!r} and {'.'.join(dst)}: {node!r} are one field set twice; keep one"
+        )
     _set_path(data, dst, value)
 
 

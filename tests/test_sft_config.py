@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from paravt_core.cli import main
-from paravt_core.config import SftConfig, load_config
+from paravt_core.config import ConfigError, SftConfig, load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "sft"
 
@@ -47,6 +47,9 @@ def test_steps_is_one_name_in_both_training_stages(
     rl = load_config(RlConfig, rl_yaml)
     assert (rl.steps, rl.seed) == (5, 2)
     assert load_config(RlConfig, rl_yaml, ["steps=6"]).steps == 6
+    rl_yaml.write_text("trainer:\n  steps: 5\nsteps: 4\n")
+    with pytest.raises(ConfigError, match=r"trainer.steps: 5 and steps: 4 are one field set twice"):
+        load_config(RlConfig, rl_yaml)
     with pytest.raises(SystemExit):
         main(["rl", "--help"])
     assert "trainer.steps = steps" in capsys.readouterr().out

@@ -92,8 +92,9 @@ def load_prompts(data_uri: str, *, check_video: bool = True) -> RlDataset:
     prompts: list[RlPrompt] = []
     skipped: Counter = Counter()
     for uri in files:
+        raw = storage.read_bytes(uri)  # a storage error says so itself
         try:
-            table = pq.read_table(io.BytesIO(storage.read_bytes(uri)))
+            table = pq.read_table(io.BytesIO(raw))
         except (pa.ArrowException, OSError) as err:  # truncated, overwritten, not a parquet at all
             raise DataError(f"{uri}: not a readable parquet file ({err}); rerun `paravt data`") from err
         for row in table.to_pylist():  # RL files are small (4.4K rows released): row dicts are fine here
