@@ -21,9 +21,9 @@ def main(model: str, out: str) -> None:
     calls = []
     real_load = models.load
 
-    def counting_load(uri, device="cpu", dtype=None, cache_dir=None):
-        calls.append({"device": device, "dtype": str(dtype)})
-        return real_load(uri, device=device, dtype=dtype, cache_dir=cache_dir)
+    def counting_load(uri, device="cpu", dtype=None, cache_dir=None, purpose=None):
+        calls.append({"device": device, "dtype": str(dtype), "purpose": purpose})
+        return real_load(uri, device=device, dtype=dtype, cache_dir=cache_dir, purpose=purpose)
 
     models.load = counting_load
     root, loaded = build(model, d, lambda m: PolicyLogprobs(m, always_run_vision=True), CoreOptions())
