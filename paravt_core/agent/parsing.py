@@ -227,6 +227,43 @@ def call_window(arguments: dict[str, Any]) -> tuple[float, float]:
     return parse_time(start, "start_time"), parse_time(end, "end_time")
 
 
+# The released driver's default window length when a call gives no end (paravt/eval/driver.py, eval_one).
+LENIENT_DEFAULT_SECONDS = 10.0
+
+
+def lenient_time(value: object) -> float:
+    """A time read as the released eval driver reads it (``utils.parse_time_val`` at cf55249): a number as
+    it is (negative too), a string Python's ``float`` accepts, ``MM:SS`` or ``HH:MM:SS``; anything else is
+    0.0. Never raises (a number too large for a float is 0.0 too, where the driver gave up on the sample)."""
+    if isinstance(value, int | float | str):
+        try:
+            return float(value)
+        except (ValueError, OverflowError):
+            pass
+    if isinstance(value, str) and ":" in value:
+        fields = value.split(":")
+        if len(fields) in (2, 3):
+            try:
+                numbers = [float(f) for f in fields]
+            except ValueError:
+                return 0.0
+            seconds = 0.0
+            for number in numbers:  # HH:MM:SS or MM:SS, most significant first
+                seconds = seconds * 60 + number
+            return seconds
+    return 0.0
+
+
+def lenient_window(arguments: dict[str, Any]) -> tuple[float, float]:
+    """(start, end) as the released driver reads a call's arguments: ``start_time`` else ``start`` else 0;
+    ``end_time`` else ``end`` else start + 10 s; each value through ``lenient_time``."""
+    start = lenient_time(arguments.get("start_time", arguments.get("start", 0)))
+    for key in ("end_time", "end"):
+        if key in arguments:
+            return start, lenient_time(arguments[key])
+    return start, start + LENIENT_DEFAULT_SECONDS
+
+
 def extract_answer(text: str) -> str | None:
     """Body of the last complete ``<answer>...</answer>`` (stripped), or None."""
     found = _ANSWER.findall(text)
