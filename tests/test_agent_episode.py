@@ -159,6 +159,27 @@ def test_crop_frames_release_v1_reads_names_and_times_as_the_released_driver(tin
     assert result.calls[0].name == "zoom_in" and result.calls[3].error
 
 
+def test_crop_frames_release_v1_ignores_blocks_the_released_reader_cannot_read(tiny_model, video):  # noqa: F811
+    """The driver's parse_tool_calls: an undecodable <tool_call> gets no response (and a turn with nothing else
+    is final), a call inside a closed think block is still executed. The records count the ignored block."""
+    main = [
+        "<think>first <tool_call>" + '{"name": "crop_video", "arguments": {"start_time": 0, "end_time": 2}}'
+        "</tool_call></think><tool_call>{not json}</tool_call>" + crop(4, 6),
+        "<tool_call>{still not json}</tool_call>",
+    ]
+    result = run(ScriptedEngine(tiny_model.processor, main), video, prompt_set="release-v1", **CROP_FRAMES)
+    assert tool_messages(result) == [
+        (2, block("2 frames from 0.0s to 2.0s.")),
+        (2, block("2 frames from 4.0s to 6.0s.")),
+    ]
+    assert [(c.executed, c.dropped, c.parsed) for c in result.calls] == [
+        (True, False, True), (False, True, False), (True, False, True), (False, True, False)]  # fmt: skip
+    assert result.calls[1].error.startswith("the <tool_call> body is not valid JSON")
+    # the second turn holds only an unreadable block: for the driver it is the final reply
+    assert (result.finish_reason, len(result.turns)) == ("no_answer", 2)
+    assert result.to_dict()["calls_total"] == 4 and result.to_dict()["calls_parsed"] == 2
+
+
 def test_crop_frames_paravt_v1_responses_unchanged(tiny_model, video):  # noqa: F811
     """paravt-v1 in crop_frames mode keeps its own rules: the note names the window served (clamped to the
     video), a failed crop shows "Error: " + the crop's reason, a call beyond max_parallel gets an error block,
@@ -182,6 +203,13 @@ def test_crop_frames_paravt_v1_responses_unchanged(tiny_model, video):  # noqa: 
         (0, block("Error: unknown tool 'zoom_in'; the only tool is crop_video.")),
         (0, block("Error: end_time is missing")),
     ]
+    # an undecodable block gets its error, a call inside a closed think block is reasoning (not executed)
+    main = ["<think><tool_call>" + '{"name": "crop_video", "arguments": {"start_time": 0, "end_time": 2}}'
+            "</tool_call></think><tool_call>{not json}</tool_call>", "<answer>B</answer>"]  # fmt: skip
+    result = run(ScriptedEngine(tiny_model.processor, main), video, **CROP_FRAMES)
+    assert tool_messages(result) == [
+        (0, block("Error: the <tool_call> body is not valid JSON (Expecting property name enclosed in double "
+                  "quotes: line 1 column 2 (char 1))"))]  # fmt: skip
 
 
 def test_tool_calls_in_the_last_allowed_turn(tiny_model, video):  # noqa: F811

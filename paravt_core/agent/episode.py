@@ -44,7 +44,14 @@ from paravt_core.video.errors import CropError
 from . import prompts
 from .config import AgentConfig
 from .conversation import Conversation, Part, image_part, text_part
-from .parsing import ParsedCall, extract_answer, lenient_window, open_tag_at_end, parse_tool_calls
+from .parsing import (
+    ParsedCall,
+    extract_answer,
+    lenient_window,
+    open_tag_at_end,
+    parse_tool_calls,
+    parse_tool_calls_as_released,
+)
 from .segments import SegmentEncoder, Trace
 
 log = logging.getLogger(__name__)
@@ -376,12 +383,13 @@ class _Episode:
             if not body.strip():
                 res.finish_reason = "empty_generation"
                 return
-            calls = parse_tool_calls(record.text)  # with the forced prefix: think blocks are whole
+            calls = self._parse(record.text)  # with the forced prefix: think blocks are whole
             if completion.finish_reason == "length":
                 record.calls = [self._rejected(turn, c, "generation cut by the token limit") for c in calls]
                 res.finish_reason = "max_tokens_in_tag" if open_tag_at_end(record.text) else "max_tokens"
                 return
-            if not calls:
+            if not any(not c.skipped for c in calls):  # blocks the reader ignores do not continue a turn
+                record.calls = [self._rejected(turn, c, c.error or "not a call") for c in calls]
                 res.finish_reason = "answer" if answer is not None else "no_answer"
                 return
             if last:
@@ -400,6 +408,11 @@ class _Episode:
             else:
                 self.conv.add_tool_turn(responses, turn=turn + 1, forced_answer=forced_text)
 
+    def _parse(self, text: str) -> list[ParsedCall]:
+        if self._rules().reader == "release":
+            return parse_tool_calls_as_released(text)
+        return parse_tool_calls(text)
+
     def _rules(self) -> prompts.CropFramesRules:
         """The prompt set's crop_frames rules under tool_mode=crop_frames; the defaults (paravt-v1's) otherwise,
         so the sub-agent mode answers calls the same way whatever set it is given."""
@@ -408,7 +421,15 @@ class _Episode:
     @staticmethod
     def _rejected(turn: int, call: ParsedCall, why: str) -> CallRecord:
         return CallRecord(
-            turn, call.index, call.form, call.raw, call.name, call.arguments, parsed=call.ok, error=why
+            turn,
+            call.index,
+            call.form,
+            call.raw,
+            call.name,
+            call.arguments,
+            parsed=call.ok,
+            error=why,
+            dropped=call.skipped,
         )
 
     async def _run_calls(
@@ -421,7 +442,9 @@ class _Episode:
         for call in calls:
             rec = CallRecord(turn, call.index, call.form, call.raw, call.name, call.arguments, parsed=call.ok)
             records.append(rec)
-            if not call.ok:
+            if call.skipped:  # not a call for the released driver's reader: no response at all
+                rec.error, rec.dropped = call.error, True
+            elif not call.ok:
                 rec.error = call.error
             elif call.name != prompts.TOOL_NAME and rules.tool_names == "checked":
                 rec.error = self.ps.errors.unknown_tool.format(name=call.name)

@@ -118,6 +118,10 @@ class CropFramesRules(StrictModel):
     # strict: an unreadable or missing time is an error for the model; lenient: read as the released driver
     # does (parsing.lenient_window: unreadable -> 0.0, a missing end -> start + 10 s)
     times: Literal["strict", "lenient"] = "strict"
+    # paravt: parsing.parse_tool_calls (every block answered, calls in closed think blocks are reasoning);
+    # release: parsing.parse_tool_calls_as_released (the driver's reader: blocks it cannot read get no response
+    # and a turn with none left is final; think blocks are read too)
+    reader: Literal["paravt", "release"] = "paravt"
 
 
 class ErrorTexts(StrictModel):
