@@ -131,6 +131,12 @@ def test_crop_frames_release_v1_drops_calls_beyond_max_parallel(tiny_model, vide
     assert [(c.executed, c.dropped) for c in result.calls] == [(True, False), (True, False), (False, True)]
     assert result.calls[2].error == "at most 2 tool calls are executed per turn; this call was skipped."
     assert result.counts()["calls_executed"] == 2 and result.counts()["calls_rejected"] == 1
+    # the cap counts every call the driver read, a body it could not use included: [1, 2] after two calls is
+    # dropped like the driver drops it (within the cap the driver would end the sample; we show our error)
+    unusable_third = [crop(0, 2) + crop(2, 4) + "<tool_call>[1, 2]</tool_call>", "<answer>B</answer>"]
+    result = run(ScriptedEngine(tiny_model.processor, unusable_third), video, max_parallel=2, prompt_set="release-v1",
+                 **CROP_FRAMES)  # fmt: skip
+    assert len(tool_messages(result)) == 2 and [c.dropped for c in result.calls] == [False, False, True]
     # the rules are crop_frames' only: the sub-agent mode under release-v1 still answers the third call
     engine = ScriptedEngine(tiny_model.processor, main, subagent="ok")
     result = run(engine, video, max_parallel=2, prompt_set="release-v1", max_turns=1)

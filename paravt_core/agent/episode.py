@@ -439,11 +439,16 @@ class _Episode:
         records: list[CallRecord] = []
         responses: list[list[Part] | None] = []
         runnable: list[int] = []
+        read = 0  # calls the reader returned (the released driver caps these, readable or not)
         for call in calls:
             rec = CallRecord(turn, call.index, call.form, call.raw, call.name, call.arguments, parsed=call.ok)
             records.append(rec)
+            read += not call.skipped
             if call.skipped:  # not a call for the released driver's reader: no response at all
                 rec.error, rec.dropped = call.error, True
+            elif rules.reader == "release" and read > cfg.max_parallel:  # its tcs[:max_parallel]
+                rec.error = self.ps.errors.too_many_calls.format(limit=cfg.max_parallel)
+                rec.dropped = rules.extra_calls == "drop"
             elif not call.ok:
                 rec.error = call.error
             elif call.name != prompts.TOOL_NAME and rules.tool_names == "checked":
