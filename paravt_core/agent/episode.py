@@ -109,7 +109,9 @@ class CallRecord:
     executed: bool = False  # the crop tool ran on it
     ok: bool = False  # it produced a report (or frames)
     error: str | None = None  # why it was not served, when not ok (the model may see the set's wording)
-    dropped: bool = False  # beyond max_parallel under crop_frames_rules.extra_calls=drop: no response at all
+    # the model got no response for it (crop_frames_rules: beyond max_parallel with extra_calls=drop, or a
+    # block the release reader ignores)
+    dropped: bool = False
     window: tuple[float, float] | None = None  # window served (end clamped to the video)
     frames: int = 0
     crop_s: float = 0.0
@@ -468,7 +470,7 @@ class _Episode:
 
         out: list[list[Part]] = []
         for rec, parts in zip(records, responses, strict=True):
-            if rec.dropped:  # the released driver's tcs[:max_parallel]: no message for it
+            if rec.dropped:  # as the released driver: no message for it
                 continue
             if parts is None:
                 error = self.ps.error_text(rec.error or "the call failed")
@@ -520,7 +522,7 @@ class _Episode:
             asked[i] = window
             if isinstance(crop, CropError):
                 rec.error = str(crop)  # the real reason, whatever the model is shown
-                if cfg.tool_mode == "crop_frames" and rules.crop_failed is not None:
+                if rules.crop_failed is not None:  # set only under crop_frames (see _rules)
                     text = rules.crop_failed.format(start=window[0], end=window[1])
                     responses[i] = [text_part(self.ps.tool_response_block(text))]
             else:

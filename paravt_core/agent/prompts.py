@@ -108,7 +108,8 @@ class CropFramesRules(StrictModel):
 
     # the times crop_frames_note shows: the window served (clamped to the video) or the times asked for
     note_times: Literal["served", "requested"] = "served"
-    # the whole block text for a crop that gave no frames, {start} {end} the times asked for (no errors.prefix);
+    # the whole block text for a crop that gave no frames, {start} {end} the times asked for as
+    # parsing.lenient_window reads them (no errors.prefix);
     # None: errors.prefix + the crop's own error message
     crop_failed: str | None = None
     # calls beyond max_parallel: an error response each, or no response at all (left out of the turn)
