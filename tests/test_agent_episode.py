@@ -97,6 +97,127 @@ def test_more_calls_than_allowed(tiny_model, video):  # noqa: F811
     assert "Error: at most 2 tool calls" in tool_turn_text(result, 1)
 
 
+def tool_messages(result) -> list[tuple[int, str]]:
+    """(image count, text) of each message between the first two assistant turns (crop_frames mode)."""
+    messages = result.conversation.messages
+    first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    out = []
+    for m in messages[first + 1 :]:
+        if m["role"] == "assistant":
+            break
+        parts = m["content"]
+        out.append((sum(p["type"] == "image" for p in parts), "".join(p.get("text", "") for p in parts)))
+    return out
+
+
+def block(text: str) -> str:
+    return f"<tool_response>\n{text}\n</tool_response>"
+
+
+CROP_FRAMES = {"tool_mode": "crop_frames", "max_turns": 1}
+
+
+def test_crop_frames_release_v1_drops_calls_beyond_max_parallel(tiny_model, video):  # noqa: F811
+    """The released driver keeps tcs[:max_parallel]: two responses, no message for the third call; its record
+    says it was dropped (and why), and it is not counted as executed."""
+    main = [crop(0, 2) + crop(2, 4) + crop(4, 6), "<answer>B</answer>"]
+    result = run(ScriptedEngine(tiny_model.processor, main), video, max_parallel=2, prompt_set="release-v1",
+                 **CROP_FRAMES)  # fmt: skip
+    # 1 fps over [0, 2] and [2, 4]: 2 frames each
+    assert tool_messages(result) == [
+        (2, block("2 frames from 0.0s to 2.0s.")),
+        (2, block("2 frames from 2.0s to 4.0s.")),
+    ]
+    assert [(c.executed, c.dropped) for c in result.calls] == [(True, False), (True, False), (False, True)]
+    assert result.calls[2].error == "at most 2 tool calls are executed per turn; this call was skipped."
+    assert result.counts()["calls_executed"] == 2 and result.counts()["calls_rejected"] == 1
+    # the cap counts every call the driver read, a body it could not use included: [1, 2] after two calls is
+    # dropped like the driver drops it (within the cap the driver would end the sample; we show our error)
+    unusable_third = [crop(0, 2) + crop(2, 4) + "<tool_call>[1, 2]</tool_call>", "<answer>B</answer>"]
+    result = run(ScriptedEngine(tiny_model.processor, unusable_third), video, max_parallel=2, prompt_set="release-v1",
+                 **CROP_FRAMES)  # fmt: skip
+    assert len(tool_messages(result)) == 2 and [c.dropped for c in result.calls] == [False, False, True]
+    # the rules are crop_frames' only: the sub-agent mode under release-v1 still answers the third call
+    engine = ScriptedEngine(tiny_model.processor, main, subagent="ok")
+    result = run(engine, video, max_parallel=2, prompt_set="release-v1", max_turns=1)
+    assert tool_turn_text(result, 1).count("<tool_response>") == 3 and not result.calls[2].dropped
+    assert "Error: at most 2 tool calls" in tool_turn_text(result, 1)
+
+
+def test_crop_frames_release_v1_reads_names_and_times_as_the_released_driver(tiny_model, video):  # noqa: F811
+    """The released loop never checks the name, reads an unreadable time as 0.0 and a missing end as start + 10
+    (utils.parse_time_val / eval_one at cf55249)."""
+    main = [
+        format_tool_call("zoom_in", {"start_time": 1, "end_time": 3})
+        + format_tool_call("crop_video", {"start_time": "00:02"})  # end: 2 + 10 = 12
+        + format_tool_call("crop_video", {"start_time": "soon", "end_time": "0:02"})  # start 0.0
+        + format_tool_call("crop_video", {"start_time": 5, "end_time": "later"}),  # [5, 0]: no frames
+        "<answer>B</answer>",
+    ]
+    result = run(ScriptedEngine(tiny_model.processor, main), video, prompt_set="release-v1", **CROP_FRAMES)
+    assert tool_messages(result) == [
+        (2, block("2 frames from 1.0s to 3.0s.")),
+        (4, block("4 frames from 2.0s to 12.0s.")),  # 10 s at 1 fps, capped at crop.max_frames=4
+        (2, block("2 frames from 0.0s to 2.0s.")),
+        (0, block("[Error cropping 5.0s-0.0s]")),
+    ]
+    assert [c.window for c in result.calls] == [(1.0, 3.0), (2.0, 12.0), (0.0, 2.0), None]
+    assert result.calls[0].name == "zoom_in" and result.calls[3].error
+
+
+def test_crop_frames_release_v1_ignores_blocks_the_released_reader_cannot_read(tiny_model, video):  # noqa: F811
+    """The driver's parse_tool_calls: an undecodable <tool_call> gets no response (and a turn with nothing else
+    is final), a call inside a closed think block is still executed. The records count the ignored block."""
+    main = [
+        "<think>first <tool_call>" + '{"name": "crop_video", "arguments": {"start_time": 0, "end_time": 2}}'
+        "</tool_call></think><tool_call>{not json}</tool_call>" + crop(4, 6),
+        "<tool_call>{still not json}</tool_call>",
+    ]
+    result = run(ScriptedEngine(tiny_model.processor, main), video, prompt_set="release-v1", **CROP_FRAMES)
+    assert tool_messages(result) == [
+        (2, block("2 frames from 0.0s to 2.0s.")),
+        (2, block("2 frames from 4.0s to 6.0s.")),
+    ]
+    assert [(c.executed, c.dropped, c.parsed) for c in result.calls] == [
+        (True, False, True), (False, True, False), (True, False, True), (False, True, False)]  # fmt: skip
+    assert result.calls[1].error.startswith("the <tool_call> body is not valid JSON")
+    # the second turn holds only an unreadable block: for the driver it is the final reply
+    assert (result.finish_reason, len(result.turns)) == ("no_answer", 2)
+    assert result.to_dict()["calls_total"] == 4 and result.to_dict()["calls_parsed"] == 2
+
+
+def test_crop_frames_paravt_v1_responses_unchanged(tiny_model, video):  # noqa: F811
+    """paravt-v1 in crop_frames mode keeps its own rules: the note names the window served (clamped to the
+    video), a failed crop shows "Error: " + the crop's reason, a call beyond max_parallel gets an error block,
+    another tool's name and an unreadable time are errors."""
+    main = [crop(8, 20) + crop(30, 40) + crop(0, 2), "<answer>B</answer>"]
+    result = run(ScriptedEngine(tiny_model.processor, main), video, max_parallel=2, **CROP_FRAMES)
+    reason = "start_time (30) is at or after the end of the video (duration 12.0 seconds)"
+    assert tool_messages(result) == [
+        (4, block("4 frames from 8.0s to 12.0s.")),
+        (0, block("Error: " + reason)),
+        (0, block("Error: at most 2 tool calls are executed per turn; this call was skipped.")),
+    ]
+    assert [c.dropped for c in result.calls] == [False, False, False] and result.calls[1].error == reason
+    main = [
+        format_tool_call("zoom_in", {"start_time": 1, "end_time": 3})
+        + format_tool_call("crop_video", {"start_time": 2}),
+        "<answer>B</answer>",
+    ]
+    result = run(ScriptedEngine(tiny_model.processor, main), video, **CROP_FRAMES)
+    assert tool_messages(result) == [
+        (0, block("Error: unknown tool 'zoom_in'; the only tool is crop_video.")),
+        (0, block("Error: end_time is missing")),
+    ]
+    # an undecodable block gets its error, a call inside a closed think block is reasoning (not executed)
+    main = ["<think><tool_call>" + '{"name": "crop_video", "arguments": {"start_time": 0, "end_time": 2}}'
+            "</tool_call></think><tool_call>{not json}</tool_call>", "<answer>B</answer>"]  # fmt: skip
+    result = run(ScriptedEngine(tiny_model.processor, main), video, **CROP_FRAMES)
+    assert tool_messages(result) == [
+        (0, block("Error: the <tool_call> body is not valid JSON (Expecting property name enclosed in double "
+                  "quotes: line 1 column 2 (char 1))"))]  # fmt: skip
+
+
 def test_tool_calls_in_the_last_allowed_turn(tiny_model, video):  # noqa: F811
     engine = ScriptedEngine(tiny_model.processor, [crop(0, 2), crop(2, 4) + crop(4, 6)])
     result = run(engine, video, max_turns=1)

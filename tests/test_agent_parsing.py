@@ -14,8 +14,11 @@ from paravt_core.agent.parsing import (
     extract_answer,
     format_tool_call,
     has_tool_call,
+    lenient_time,
+    lenient_window,
     open_tag_at_end,
     parse_tool_calls,
+    parse_tool_calls_as_released,
 )
 from paravt_core.agent.prompts import load_prompt_set
 from paravt_core.video.errors import InvalidTimeError
@@ -246,6 +249,9 @@ def test_parsing_never_raises(text):
     for call in calls:
         assert call.ok == (call.name is not None and call.arguments is not None and call.error is None)
         assert 0 <= call.span[0] < call.span[1] <= len(text)
+    for call in parse_tool_calls_as_released(text):  # the release layout's reader: never raises either
+        assert call.ok == (call.arguments is not None) and not (call.skipped and call.ok)
+        lenient_window(call.arguments or {})
     extract_answer(text)
     open_tag_at_end(text)
 
@@ -276,3 +282,54 @@ def test_well_formed_calls_round_trip(calls, gaps):
     parsed = parse_tool_calls(text)
     assert [(c.name, c.arguments) for c in parsed] == calls
     assert all(c.ok and c.form == "tool_call" for c in parsed)
+
+
+# The released eval driver's reading (paravt/eval/driver.py parse_tool_calls, utils.parse_time_val at cf55249).
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [(12, 12.0), (-3, -3.0), (True, 1.0), ("7.5", 7.5), (" 8 ", 8.0), ("01:30", 90.0), ("1:02:03", 3723.0),
+     ("1:2:3:4", 0.0), ("12.5s", 0.0), ("soon", 0.0), (None, 0.0), ([1], 0.0), ("a:b", 0.0), (10**400, 0.0)],
+)  # fmt: skip
+def test_lenient_time_reads_as_the_released_driver(value, seconds):
+    assert lenient_time(value) == seconds
+
+
+def test_lenient_window_defaults():
+    assert lenient_window({}) == (0.0, 10.0)
+    assert lenient_window({"start": "0:05"}) == (5.0, 15.0)
+    assert lenient_window({"start_time": 3, "end": 4}) == (3.0, 4.0)
+    assert lenient_window({"start_time": 3, "end_time": None, "end": 9}) == (3.0, 0.0)  # end_time given: read
+
+
+def test_released_reader_order_names_and_ignored_blocks():
+    text = (
+        '<think>maybe <tool_call>{"name": "crop_video", "arguments": {"start_time": 1}}</tool_call></think>'
+        "<tool_code>crop_video(start_time=2, end_time='4')</tool_code>"
+        "<tool_call>{not json}</tool_call>"
+        '<tool_call>{"name": "zoom", "arguments": {"start": 5}}</tool_call>'
+        '<tool_call>{"arguments": {"start": 6}}</tool_call>'
+        "<tool_code>zoom_in(start_time=1)</tool_code>"
+        "<tool_call>[1, 2]</tool_call>"
+        '<tool_call>{"name": "crop_video"}</tool_call><tool_call>{"name": "crop_video"'
+    )
+    calls = parse_tool_calls_as_released(text)
+    got = [(c.form, c.name, c.arguments, c.ok, c.skipped) for c in calls]
+    assert got == [
+        ("tool_call", "crop_video", {"start_time": 1}, True, False),  # inside think: still a call
+        ("tool_call", None, None, False, True),  # not JSON: ignored
+        ("tool_call", "zoom", {"start": 5}, True, False),  # the name is not checked
+        ("tool_call", None, {"start": 6}, True, False),  # no name
+        ("tool_call", None, None, False, False),  # not an object: the driver ends the sample; ours an error
+        ("tool_call", "crop_video", {}, True, False),  # no arguments: {}
+        (
+            "tool_code",
+            "crop_video",
+            {"start_time": 2.0, "end_time": 4.0},
+            True,
+            False,
+        ),  # after every tool_call
+        ("tool_code", None, None, False, True),  # another name in tool_code: ignored
+    ]
+    assert [c.index for c in calls] == list(range(8))

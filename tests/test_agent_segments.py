@@ -227,6 +227,75 @@ def test_crop_frames_episode_segments_match_template(tiny_model, video):  # noqa
     assert "seconds>" not in trace.text[trace.text.index(turn0) :]  # crop frames are not labelled
 
 
+def test_release_v1_crop_frames_responses_are_the_released_drivers(tiny_model, video):  # noqa: F811
+    """prompt set release-v1 under tool_mode=crop_frames: the tool responses the released driver sends
+    (paravt/eval/driver.py eval_one at cf55249), written out here as it builds them. The note names the times
+    the call asked for, not the window served; a crop with no frames gets "[Error cropping {st:.1f}s-{et:.1f}s]"
+    as a plain string message (no "Error: " prefix); the calls beyond max_parallel get no message at all
+    (tcs[:max_parallel]). The records keep the served window, the real failure reason and the dropped call."""
+    processor = tiny_model.processor
+    release = load_prompt_set("release-v1")
+    turn0 = (
+        format_tool_call("crop_video", {"start_time": 1, "end_time": 3})
+        + format_tool_call("crop_video", {"start_time": 30, "end_time": 40})
+        + format_tool_call("crop_video", {"start_time": 8, "end_time": 20})
+        + format_tool_call("crop_video", {"start_time": 4, "end_time": 6})
+    )
+    final = "<answer>A</answer>"
+    engine = ScriptedEngine(processor, [turn0, final])
+    cfg = tiny_agent_config(
+        tool_mode="crop_frames",
+        max_turns=1,
+        prompt_mode="agentic_minimal",
+        prompt_set="release-v1",
+        max_parallel=3,
+    )
+    row = {"video": str(video), "question": "When is the blue square visible?"}
+    result = asyncio.run(arun_episode(row, engine, cfg))
+    assert result.finish_reason == "answer"
+    # served windows: [8, 20] clamped to the 12 s video; [30, 40] starts after it; [4, 6] never ran
+    assert [c.window for c in result.calls] == [(1.0, 3.0), None, (8.0, 12.0), None]
+    assert [(c.executed, c.ok, c.dropped) for c in result.calls] == [
+        (True, True, False), (True, False, False), (True, True, False), (False, False, True)]  # fmt: skip
+    # the real reason is recorded
+    assert (
+        result.calls[1].error == "start_time (30) is at or after the end of the video (duration 12.0 seconds)"
+    )
+    assert result.calls[3].error == "at most 3 tool calls are executed per turn; this call was skipped."
+    assert result.to_dict()["turns"][0]["calls"][3]["dropped"] is True
+
+    question = row["question"] + " The video path for this video is: clip.mp4"
+    messages: list[dict] = [
+        {"role": "system", "content": release.system_prompt("agentic_minimal")},
+        {"role": "user", "content": _overview_parts(video, 8) + [{"type": "text", "text": question}]},
+        {"role": "assistant", "content": turn0},
+    ]
+    first = video_api.crop(str(video), 1, 3, max_frames=4, max_pixels=MAX_PIXELS, min_pixels=MIN_PIXELS)
+    clamped = video_api.crop(str(video), 8, 12, max_frames=4, max_pixels=MAX_PIXELS, min_pixels=MIN_PIXELS)
+    assert [len(first), len(clamped)] == [2, 4]  # 1 fps: [1, 3] -> 2 frames, [8, 12] -> 4 frames
+    messages += [
+        {
+            "role": "user",
+            "content": [{"type": "image", "image": f} for f in first.frames]
+            + [{"type": "text", "text": "<tool_response>\n2 frames from 1.0s to 3.0s.\n</tool_response>"}],
+        },
+        {"role": "user", "content": "<tool_response>\n[Error cropping 30.0s-40.0s]\n</tool_response>"},
+        {
+            "role": "user",
+            "content": [{"type": "image", "image": f} for f in clamped.frames]
+            + [{"type": "text", "text": "<tool_response>\n4 frames from 8.0s to 20.0s.\n</tool_response>"}],
+        },
+    ]
+    trace = result.main
+    before, _ = _boundaries(trace)
+    assert trace.token_ids[: before[1]] == _expected_ids(processor, messages, open_turn=True)
+    messages.append({"role": "assistant", "content": final})
+    assert trace.token_ids == _expected_ids(processor, messages, open_turn=False)
+    assert len(trace.images) == 8 + 2 + 4
+    # a chat engine is sent the same three user messages and nothing for the fourth call
+    assert [m["role"] for m in result.conversation.messages[3:]] == ["user", "user", "user", "assistant"]
+
+
 @pytest.mark.parametrize("limit", [3])
 def test_subagent_report_is_truncated_to_its_token_budget(tiny_model, video, limit):  # noqa: F811
     processor = tiny_model.processor

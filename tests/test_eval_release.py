@@ -109,6 +109,31 @@ def test_preset_release_selects_release_v1_unless_a_set_is_named():
     assert load_prompt_set("release-v1").checksum != PARAVT_V1_CHECKSUM
 
 
+def test_crop_frames_rules_are_checksummed_checked_at_load_and_left_out_while_absent(tmp_path):
+    """crop_frames_rules (how tool_mode=crop_frames answers calls) is part of release-v1's texts: a changed rule
+    changes the checksum the report compares; a bad placeholder fails at load; a set without the block keeps
+    its checksum (paravt-v1's is pinned above) and the defaults (paravt-v1's rules)."""
+    import yaml
+
+    from paravt_core.agent.prompts import CropFramesRules, load_prompt_set
+
+    release = load_prompt_set("release-v1")
+    assert release.rules.crop_failed.format(start=30, end=40.04) == "[Error cropping 30.0s-40.0s]"
+    assert (release.rules.note_times, release.rules.extra_calls, release.rules.reader) == (
+        "requested", "drop", "release")  # fmt: skip
+    assert load_prompt_set("paravt-v1").rules == CropFramesRules()
+    data = yaml.safe_load(release.model_dump_json())
+    data["crop_frames_rules"]["extra_calls"] = "error"
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(data))
+    assert load_prompt_set(str(changed)).checksum != release.checksum
+    data["crop_frames_rules"]["crop_failed"] = "[Error cropping {begin}]"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(ValueError, match=r"crop_frames_rules\.crop_failed: bad placeholder.*begin"):
+        load_prompt_set(str(bad))
+
+
 def test_release_v1_videomme_letters_options_twice_and_direct_asks_differently():
     from paravt_core.eval import benchmarks as B
 

@@ -237,6 +237,23 @@ def test_crop_frames_parity_mode(tiny_model, video):
     assert second.count("<tool_response>") == 2 and "<|image_pad|>" in second.split("<tool_response>", 1)[1]
 
 
+def test_release_layout_records_the_calls_the_model_got_no_response_for(tiny_model, video):
+    """release-v1 under crop_frames drops the calls beyond max_parallel (the released driver's tcs[:max_parallel]);
+    the record still counts them: 3 written, 2 executed, 1 dropped. paravt-v1 answers all three (0 dropped)."""
+    three = (
+        CALLS
+        + "\n"
+        + format_tool_call("crop_video", {"video_path": "v.mp4", "start_time": 1.0, "end_time": 3.0})
+    )
+    for prompt_set, dropped, blocks in (("release-v1", 1, 2), ("paravt-v1", 0, 3)):
+        engine = KeyedEngine(tiny_model.processor, {"[drop]": [three, "<answer>B</answer>"]})
+        rec = _run(
+            _mcq("drop", video), engine, tool_mode="crop_frames", max_parallel=2, prompt_set=prompt_set
+        )
+        assert (rec["tool_calls_total"], rec["tool_calls"], rec["tool_calls_dropped"]) == (3, 2, dropped)
+        assert engine.prompts["[drop]"][1].count("<tool_response>") == blocks
+
+
 # ------------------------------------------------------------------------------------ presets (issue 21 item 4)
 
 

@@ -90,7 +90,10 @@ class AgentConfig(StrictModel):
         default=3, ge=0, description="tool rounds; the generation after the last one must answer"
     )
     max_parallel: int = Field(
-        default=5, ge=1, description="tool calls executed per turn; extras get an error response"
+        default=5,
+        ge=1,
+        description="tool calls executed per turn; extras get an error response (none under a prompt set with"
+        " crop_frames_rules.extra_calls=drop, e.g. release-v1 in crop_frames mode)",
     )
     max_new_tokens: int = Field(default=2048, ge=1, description="tokens per main-agent generation")
     max_context_tokens: int = Field(

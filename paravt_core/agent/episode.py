@@ -21,7 +21,10 @@ that episode ends with the exception type in ``error``, its siblings run on).
 Every text the environment adds comes from the configured prompt set (``cfg.prompt_set``, checksum recorded
 in ``cfg.prompt_set_checksum`` and in each result). In ``crop_frames`` mode (eval parity with the released
 driver) each call's crop frames go back as their own user message, unlabelled, followed by a
-``<tool_response>`` naming the frame count and window.
+``<tool_response>`` naming the frame count and window; the set's ``crop_frames_rules`` say which window (served
+or requested), what a failed crop shows, whether calls beyond ``max_parallel`` get an error or nothing, and how
+names and times are read (release-v1: the released driver's choices). The records keep the real window, the
+real failure reason and ``dropped`` whatever the model was shown.
 """
 
 from __future__ import annotations
@@ -41,7 +44,14 @@ from paravt_core.video.errors import CropError
 from . import prompts
 from .config import AgentConfig
 from .conversation import Conversation, Part, image_part, text_part
-from .parsing import ParsedCall, extract_answer, open_tag_at_end, parse_tool_calls
+from .parsing import (
+    ParsedCall,
+    extract_answer,
+    lenient_window,
+    open_tag_at_end,
+    parse_tool_calls,
+    parse_tool_calls_as_released,
+)
 from .segments import SegmentEncoder, Trace
 
 log = logging.getLogger(__name__)
@@ -98,7 +108,10 @@ class CallRecord:
     parsed: bool = False  # the block gave a name and an arguments object
     executed: bool = False  # the crop tool ran on it
     ok: bool = False  # it produced a report (or frames)
-    error: str | None = None  # the text the model got instead, when not ok
+    error: str | None = None  # why it was not served, when not ok (the model may see the set's wording)
+    # the model got no response for it (crop_frames_rules: beyond max_parallel with extra_calls=drop, or a
+    # block the release reader ignores)
+    dropped: bool = False
     window: tuple[float, float] | None = None  # window served (end clamped to the video)
     frames: int = 0
     crop_s: float = 0.0
@@ -113,7 +126,8 @@ class CallRecord:
         return self.crop_s + self.subagent_s
 
     def to_dict(self) -> dict[str, Any]:
-        keys = ("turn", "index", "form", "name", "arguments", "parsed", "executed", "ok", "error", "frames")
+        keys = ("turn", "index", "form", "name", "arguments", "parsed", "executed", "ok", "error", "dropped",
+                "frames")  # fmt: skip
         out = {k: getattr(self, k) for k in keys}
         out.update(
             window=list(self.window) if self.window else None,
@@ -371,12 +385,13 @@ class _Episode:
             if not body.strip():
                 res.finish_reason = "empty_generation"
                 return
-            calls = parse_tool_calls(record.text)  # with the forced prefix: think blocks are whole
+            calls = self._parse(record.text)  # with the forced prefix: think blocks are whole
             if completion.finish_reason == "length":
                 record.calls = [self._rejected(turn, c, "generation cut by the token limit") for c in calls]
                 res.finish_reason = "max_tokens_in_tag" if open_tag_at_end(record.text) else "max_tokens"
                 return
-            if not calls:
+            if not any(not c.skipped for c in calls):  # blocks the reader ignores do not continue a turn
+                record.calls = [self._rejected(turn, c, c.error or "not a call") for c in calls]
                 res.finish_reason = "answer" if answer is not None else "no_answer"
                 return
             if last:
@@ -395,28 +410,54 @@ class _Episode:
             else:
                 self.conv.add_tool_turn(responses, turn=turn + 1, forced_answer=forced_text)
 
+    def _parse(self, text: str) -> list[ParsedCall]:
+        if self._rules().reader == "release":
+            return parse_tool_calls_as_released(text)
+        return parse_tool_calls(text)
+
+    def _rules(self) -> prompts.CropFramesRules:
+        """The prompt set's crop_frames rules under tool_mode=crop_frames; the defaults (paravt-v1's) otherwise,
+        so the sub-agent mode answers calls the same way whatever set it is given."""
+        return self.ps.rules if self.cfg.tool_mode == "crop_frames" else prompts.CropFramesRules()
+
     @staticmethod
     def _rejected(turn: int, call: ParsedCall, why: str) -> CallRecord:
         return CallRecord(
-            turn, call.index, call.form, call.raw, call.name, call.arguments, parsed=call.ok, error=why
+            turn,
+            call.index,
+            call.form,
+            call.raw,
+            call.name,
+            call.arguments,
+            parsed=call.ok,
+            error=why,
+            dropped=call.skipped,
         )
 
     async def _run_calls(
         self, turn: int, calls: list[ParsedCall]
     ) -> tuple[list[CallRecord], list[list[Part]]]:
-        cfg = self.cfg
+        cfg, rules = self.cfg, self._rules()
         records: list[CallRecord] = []
         responses: list[list[Part] | None] = []
         runnable: list[int] = []
+        read = 0  # calls the reader returned (the released driver caps these, readable or not)
         for call in calls:
             rec = CallRecord(turn, call.index, call.form, call.raw, call.name, call.arguments, parsed=call.ok)
             records.append(rec)
-            if not call.ok:
+            read += not call.skipped
+            if call.skipped:  # not a call for the released driver's reader: no response at all
+                rec.error, rec.dropped = call.error, True
+            elif rules.reader == "release" and read > cfg.max_parallel:  # its tcs[:max_parallel]
+                rec.error = self.ps.errors.too_many_calls.format(limit=cfg.max_parallel)
+                rec.dropped = rules.extra_calls == "drop"
+            elif not call.ok:
                 rec.error = call.error
-            elif call.name != prompts.TOOL_NAME:
+            elif call.name != prompts.TOOL_NAME and rules.tool_names == "checked":
                 rec.error = self.ps.errors.unknown_tool.format(name=call.name)
             elif len(runnable) >= cfg.max_parallel:  # the cap counts calls that would run
                 rec.error = self.ps.errors.too_many_calls.format(limit=cfg.max_parallel)
+                rec.dropped = rules.extra_calls == "drop"
             else:
                 runnable.append(len(records) - 1)
             responses.append(None)
@@ -429,6 +470,8 @@ class _Episode:
 
         out: list[list[Part]] = []
         for rec, parts in zip(records, responses, strict=True):
+            if rec.dropped:  # as the released driver: no message for it
+                continue
             if parts is None:
                 error = self.ps.error_text(rec.error or "the call failed")
                 # crop_frames: each response is a whole user message, its text already a block
@@ -443,11 +486,18 @@ class _Episode:
     ) -> None:
         """Crop every window of ``indices`` in one ``run_crops`` (shared frames decoded once, concurrently),
         then answer the served ones: the frames themselves, or sub-agents in one batched engine call."""
-        cfg = self.cfg
-        windows = []
+        cfg, rules = self.cfg, self._rules()
+        windows: list[tuple[object, object]] = []
+        requested: list[tuple[float, float]] = []  # the times asked for, as the released driver reads them
         for i in indices:
             args = records[i].arguments or {}
-            windows.append((args.get("start_time", args.get("start")), args.get("end_time", args.get("end"))))
+            requested.append(lenient_window(args))
+            if rules.times == "lenient":
+                windows.append(requested[-1])
+            else:
+                windows.append(
+                    (args.get("start_time", args.get("start")), args.get("end_time", args.get("end")))
+                )
         if not windows:
             return
         t0 = time.perf_counter()
@@ -465,11 +515,16 @@ class _Episode:
         )
         crop_s = time.perf_counter() - t0
         served: list[tuple[int, video_api.Frames]] = []
-        for i, crop in zip(indices, crops, strict=True):
+        asked: dict[int, tuple[float, float]] = {}
+        for i, crop, window in zip(indices, crops, requested, strict=True):
             rec = records[i]
             rec.executed, rec.crop_s = True, crop_s
+            asked[i] = window
             if isinstance(crop, CropError):
-                rec.error = str(crop)
+                rec.error = str(crop)  # the real reason, whatever the model is shown
+                if rules.crop_failed is not None:  # set only under crop_frames (see _rules)
+                    text = rules.crop_failed.format(start=window[0], end=window[1])
+                    responses[i] = [text_part(self.ps.tool_response_block(text))]
             else:
                 rec.window, rec.frames = crop.window, len(crop)
                 served.append((i, crop))
@@ -477,6 +532,8 @@ class _Episode:
         if cfg.tool_mode == "crop_frames":  # the released driver's layout: unlabelled frames, then the note
             for i, crop in served:
                 start, end = crop.window or (0.0, 0.0)
+                if rules.note_times == "requested":
+                    start, end = asked[i]
                 note = self.ps.tool_response_block(self.ps.crop_frames_text(len(crop), start, end))
                 responses[i] = [*(image_part(frame) for frame in crop.frames), text_part(note)]
                 records[i].ok = True

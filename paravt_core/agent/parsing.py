@@ -49,6 +49,7 @@ class ParsedCall:
     arguments: dict[str, Any] | None = None
     error: str | None = None  # why the block is unusable; None when name and arguments are valid
     span: tuple[int, int] = field(default=(0, 0))  # character span of the whole block in the text
+    skipped: bool = False  # not a call at all for the released driver's reader (no response is sent)
 
     @property
     def ok(self) -> bool:
@@ -225,6 +226,113 @@ def call_window(arguments: dict[str, Any]) -> tuple[float, float]:
     start = arguments.get("start_time", arguments.get("start"))
     end = arguments.get("end_time", arguments.get("end"))
     return parse_time(start, "start_time"), parse_time(end, "end_time")
+
+
+# The released driver's reading of call blocks (paravt/eval/driver.py parse_tool_calls at cf55249), for the
+# release layout. Facts it fixes: every <tool_call> body, think blocks included, that json.loads accepts is a
+# call (the name is not checked, missing "arguments" is {}); bodies it cannot decode are silently ignored; the
+# <tool_code> bodies follow the <tool_call> ones, and only crop_video(k=v, ...) with at least one k=v is read.
+_RELEASED_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+_RELEASED_CODE = re.compile(r"<tool_code>\s*(.*?)\s*</tool_code>", re.DOTALL)
+_RELEASED_CROP = re.compile(r"crop_video\s*\((.*)\)\s*", re.DOTALL)
+_RELEASED_TOOL = "crop_video"  # the only name the driver's <tool_code> reader accepts
+_RELEASED_KEY = re.compile(r",\s*(?=[a-zA-Z_]+\s*=)")  # a comma that starts the next name=
+
+
+def parse_tool_calls_as_released(text: str) -> list[ParsedCall]:
+    """The call blocks of ``text`` as the released eval driver reads them, in its order. A block it ignores is
+    kept as a ``skipped`` call (its reason in ``error``) so records can count it; it gets no response. A body
+    the driver would crash the whole sample on (a JSON value that is not an object, non-object arguments) is
+    an unparsed call here: the model gets our error text for it (documented difference)."""
+    calls: list[ParsedCall] = []
+
+    def add(form: CallForm, raw: str, name=None, arguments=None, error=None, skipped=False) -> None:
+        calls.append(ParsedCall(len(calls), form, raw, name, arguments, error, skipped=skipped))
+
+    for body in _RELEASED_CALL.findall(text):
+        try:
+            obj = json.loads(body)
+        except (ValueError, RecursionError) as err:
+            add(
+                "tool_call",
+                body,
+                error=f"the <tool_call> body is not valid JSON ({_short(str(err))})",
+                skipped=True,
+            )
+            continue
+        if not isinstance(obj, dict):
+            add(
+                "tool_call",
+                body,
+                error='the <tool_call> body must be a JSON object {"name": ..., "arguments": {...}}',
+            )
+            continue
+        name = obj.get("name") if isinstance(obj.get("name"), str) else None
+        arguments = obj.get("arguments", {})
+        if not isinstance(arguments, dict):
+            add("tool_call", body, name, error='the tool call needs an "arguments" JSON object')
+            continue
+        add("tool_call", body, name, arguments)
+    for body in _RELEASED_CODE.findall(text):
+        found = _RELEASED_CROP.match(body.strip())
+        arguments = _released_code_arguments(found.group(1)) if found else {}
+        if not arguments:
+            add("tool_code", body, error="not a crop_video(name=value, ...) call", skipped=True)
+        else:
+            add("tool_code", body, _RELEASED_TOOL, arguments)
+    return calls
+
+
+def _released_code_arguments(text: str) -> dict[str, Any]:
+    """``name=value`` pairs of a legacy call: each value unquoted, a float when it reads as one."""
+    arguments: dict[str, Any] = {}
+    for pair in _RELEASED_KEY.split(text):
+        key, sep, value = pair.partition("=")
+        if not sep:
+            continue
+        value = value.strip().strip("\"'")
+        try:
+            arguments[key.strip()] = float(value)
+        except ValueError:
+            arguments[key.strip()] = value
+    return arguments
+
+
+# The released driver's default window length when a call gives no end (paravt/eval/driver.py, eval_one).
+LENIENT_DEFAULT_SECONDS = 10.0
+
+
+def lenient_time(value: object) -> float:
+    """A time read as the released eval driver reads it (``utils.parse_time_val`` at cf55249): a number as
+    it is (negative too), a string Python's ``float`` accepts, ``MM:SS`` or ``HH:MM:SS``; anything else is
+    0.0. Never raises (a number too large for a float is 0.0 too, where the driver gave up on the sample)."""
+    if isinstance(value, int | float | str):
+        try:
+            return float(value)
+        except (ValueError, OverflowError):
+            pass
+    if isinstance(value, str) and ":" in value:
+        fields = value.split(":")
+        if len(fields) in (2, 3):
+            try:
+                numbers = [float(f) for f in fields]
+            except ValueError:
+                return 0.0
+            seconds = 0.0
+            for number in numbers:  # HH:MM:SS or MM:SS, most significant first
+                seconds = seconds * 60 + number
+            return seconds
+    return 0.0
+
+
+def lenient_window(arguments: dict[str, Any]) -> tuple[float, float]:
+    """(start, end) as the released driver reads a call's arguments: ``start_time`` else ``start`` else 0;
+    ``end_time`` else ``end`` else start + 10 s; each value through ``lenient_time``."""
+    start = lenient_time(arguments.get("start_time", arguments.get("start", 0)))
+    for key in ("end_time", "end"):
+        if key in arguments:
+            return start, lenient_time(arguments[key])
+    return start, start + LENIENT_DEFAULT_SECONDS
 
 
 def extract_answer(text: str) -> str | None:

@@ -101,6 +101,30 @@ class BenchmarkTexts(StrictModel):
     layout: BenchmarkLayout | None = None
 
 
+class CropFramesRules(StrictModel):
+    """How calls are answered under ``tool_mode=crop_frames`` (a set without ``crop_frames_rules`` keeps the
+    defaults, paravt-v1's). ``release-v1`` sets the released driver's choices. The call records keep the truth
+    either way: the served window, the real failure reason, and ``dropped`` for calls that got no response."""
+
+    # the times crop_frames_note shows: the window served (clamped to the video) or the times asked for
+    note_times: Literal["served", "requested"] = "served"
+    # the whole block text for a crop that gave no frames, {start} {end} the times asked for as
+    # parsing.lenient_window reads them (no errors.prefix);
+    # None: errors.prefix + the crop's own error message
+    crop_failed: str | None = None
+    # calls beyond max_parallel: an error response each, or no response at all (left out of the turn)
+    extra_calls: Literal["error", "drop"] = "error"
+    # checked: a call naming another tool gets errors.unknown_tool; any: every parsed call is a crop
+    tool_names: Literal["checked", "any"] = "checked"
+    # strict: an unreadable or missing time is an error for the model; lenient: read as the released driver
+    # does (parsing.lenient_window: unreadable -> 0.0, a missing end -> start + 10 s)
+    times: Literal["strict", "lenient"] = "strict"
+    # paravt: parsing.parse_tool_calls (every block answered, calls in closed think blocks are reasoning);
+    # release: parsing.parse_tool_calls_as_released (the driver's reader: blocks it cannot read get no response
+    # and a turn with none left is final; think blocks are read too)
+    reader: Literal["paravt", "release"] = "paravt"
+
+
 class ErrorTexts(StrictModel):
     prefix: str
     too_many_calls: str  # {limit}
@@ -115,6 +139,7 @@ _PLACEHOLDERS: dict[str, dict[str, object]] = {
     "subagent.prompt": {"start": "00:00", "end": "00:10", "duration": 10.0, "question_block": ""},
     "subagent.question_block": {"question": "q"},
     "crop_frames_note": {"count": 2, "start": 0.0, "end": 1.0},
+    "crop_frames_rules.crop_failed": {"start": 0.0, "end": 1.0},
     "errors.too_many_calls": {"limit": 5},
     "errors.unknown_tool": {"name": "x"},
     "errors.subagent_failed": {"reason": "r"},
@@ -125,6 +150,8 @@ _PLACEHOLDERS: dict[str, dict[str, object]] = {
 }
 # Optional fields added after sets were published: left out of the checksum while absent (None).
 _OPTIONAL_BENCHMARK_FIELDS = ("mcq_hint_direct", "lvbench_question", "layout")
+_OPTIONAL_FIELDS = ("crop_frames_rules",)
+_OPTIONAL_PATHS = (*_OPTIONAL_BENCHMARK_FIELDS, "crop_frames_rules.crop_failed")
 
 
 class PromptSet(StrictModel):
@@ -140,6 +167,7 @@ class PromptSet(StrictModel):
     subagent: SubagentTexts
     tool_response: ToolResponseTexts
     crop_frames_note: str
+    crop_frames_rules: CropFramesRules | None = None  # optional: absent keeps paravt-v1's rules
     forced_answer: dict[ForcedAnswer, ForcedAnswerText]
     errors: ErrorTexts
     benchmark: BenchmarkTexts
@@ -162,7 +190,7 @@ class PromptSet(StrictModel):
             raise ValueError(f"forced_answer needs mcq and tvg, got {sorted(self.forced_answer)}")
         for path, values in _PLACEHOLDERS.items():
             text = self._field(path)
-            if text == "None" and path.endswith(_OPTIONAL_BENCHMARK_FIELDS):
+            if text == "None" and path.endswith(_OPTIONAL_PATHS):
                 continue
             try:
                 text.format(**values)
@@ -178,13 +206,16 @@ class PromptSet(StrictModel):
     def _field(self, path: str) -> str:
         value: object = self
         for key in path.split("."):
-            value = getattr(value, key)
+            value = getattr(value, key, None)
         return str(value)
 
     @functools.cached_property
     def checksum(self) -> str:
         """``sha256:<hex>`` of the set's fields as canonical JSON: equal texts, equal checksum."""
         data = self.model_dump(mode="json")
+        for key in _OPTIONAL_FIELDS:
+            if data.get(key) is None:
+                data.pop(key, None)
         for key in _OPTIONAL_BENCHMARK_FIELDS:
             if data["benchmark"].get(key) is None:
                 data["benchmark"].pop(key, None)
@@ -221,6 +252,11 @@ class PromptSet(StrictModel):
 
     def crop_frames_text(self, count: int, start: float, end: float) -> str:
         return self.crop_frames_note.format(count=count, start=start, end=end)
+
+    @property
+    def rules(self) -> CropFramesRules:
+        """The crop_frames rules of this set (the defaults when it has none)."""
+        return self.crop_frames_rules or CropFramesRules()
 
 
 def clock(seconds: float) -> str:

@@ -74,6 +74,8 @@ def episode_fields(result: EpisodeResult) -> dict[str, Any]:
         "tool_calls": counts["calls_executed"],
         "tool_calls_total": counts["calls_total"],
         "tool_calls_malformed": counts["calls_total"] - counts["calls_parsed"],
+        # calls the model got no response for (release layout: beyond max_parallel, blocks its reader ignores)
+        "tool_calls_dropped": sum(c.dropped for c in result.calls),
         "tool_rounds": result.tool_rounds,
         "turns": len(result.turns),
         "frames": result.nframes,
