@@ -92,8 +92,7 @@ class AgentConfig(StrictModel):
     max_parallel: int = Field(
         default=5,
         ge=1,
-        description="tool calls executed per turn; extras get an error response (none under a prompt set with"
-        " crop_frames_rules.extra_calls=drop, e.g. release-v1 in crop_frames mode)",
+        description="tool calls executed per turn; extras get an error response (release-v1 crop_frames: none)",
     )
     max_new_tokens: int = Field(default=2048, ge=1, description="tokens per main-agent generation")
     max_context_tokens: int = Field(
