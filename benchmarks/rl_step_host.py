@@ -27,34 +27,19 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from paravt_core.config import DataConfig, load_config  # noqa: E402
-from paravt_core.data.stage import run as run_data  # noqa: E402
 from paravt_core.models import build_tiny_model, load  # noqa: E402
 from paravt_core.rl.learner import Learner, trace_sequence  # noqa: E402
 from paravt_core.synth import synthesize  # noqa: E402
 from paravt_core.train.syncs import HostReads  # noqa: E402
 from tests.rl_step_reference import reference_step  # noqa: E402
-from tests.rl_support import rollout_samples, tiny_learner, tiny_rl_config  # noqa: E402
+from tests.rl_support import rollout_samples, run_data_stage, tiny_learner, tiny_rl_config  # noqa: E402
 
 
 def _samples(tmp: Path) -> tuple:
-    synth = synthesize(str(tmp / "synth"), videos=4, seconds=8, seed=0)
-    data = tmp / "data"
-    run_data(
-        load_config(
-            DataConfig,
-            None,
-            [
-                f"download.media_source={synth.source_dir}",
-                f"download.parquet_source={synth.parquet_dir}",
-                f"work_dir={tmp / 'work'}",
-                f"output={data}",
-            ],
-        )
-    )
+    data = run_data_stage(synthesize(str(tmp / "synth"), videos=4, seconds=8, seed=0), tmp)
     model_dir = build_tiny_model(str(tmp / "model"), seed=0)
-    cfg = tiny_rl_config(str(data), model_dir, str(tmp / "unused"))
-    return cfg, model_dir, rollout_samples(cfg, model_dir, str(data))
+    cfg = tiny_rl_config(data, model_dir, str(tmp / "unused"))
+    return cfg, model_dir, rollout_samples(cfg, model_dir, data)
 
 
 def main(steps: int = 7) -> None:

@@ -35,7 +35,7 @@ from rich.table import Table  # noqa: E402
 
 from paravt_core.agent.config import AgentConfig  # noqa: E402
 from paravt_core.agent.episode import arun_episode  # noqa: E402
-from paravt_core.config import DataConfig, load_config  # noqa: E402
+from paravt_core.config import load_config  # noqa: E402
 from paravt_core.engines.coalesce import CoalescingEngine  # noqa: E402
 from paravt_core.engines.transformers_engine import TransformersEngine  # noqa: E402
 from paravt_core.models import build_tiny_model, load  # noqa: E402
@@ -47,28 +47,15 @@ from paravt_core.video import api as video_api  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rollout_server import bench_loopback, print_loopback  # noqa: E402
 
+from tests.rl_support import run_data_stage  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def prepare(work: Path) -> tuple[str, str]:
     """Synthetic data through the data stage, and the tiny model."""
-    from paravt_core.data.stage import run as data_run
-
-    synth = synthesize(str(work / "synth"), videos=4, seconds=8, seed=0)
-    data = work / "data"
-    data_run(
-        load_config(
-            DataConfig,
-            None,
-            [
-                f"download.media_source={synth.source_dir}",
-                f"download.parquet_source={synth.parquet_dir}",
-                f"work_dir={work / 'data-work'}",
-                f"output={data}",
-            ],
-        )
-    )
-    return str(data), build_tiny_model(str(work / "tiny"), seed=0)
+    data = run_data_stage(synthesize(str(work / "synth"), videos=4, seconds=8, seed=0), work)
+    return data, build_tiny_model(str(work / "tiny"), seed=0)
 
 
 def agent_config(tokens: int) -> AgentConfig:

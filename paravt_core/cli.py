@@ -78,16 +78,17 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     cfg = _stage_config(args.command, args)  # config errors before the stage's heavy imports
     args.stage_cfg = cfg  # for the resume hint after Ctrl-C
     created = new_local_dirs(cfg)  # before anything is written: what a failed run may tidy away
+    lead = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 prints
     try:
         preflight(args.command, cfg)  # device, output writable and not another stage's result
         run = importlib.import_module(f"paravt_core.{args.command}.stage").run
         result = run(cfg)
     except BaseException:
         line = tidied_output_line(args.command, getattr(cfg, "output", ""), prune_unused(created))
-        if line and int(os.environ.get("RANK", "0")) == 0:
+        if line and lead:
             print(line, file=sys.stderr, flush=True)
         raise
-    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 prints
+    if lead:
         print(result.to_json())
     return 0
 

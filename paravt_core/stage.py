@@ -66,14 +66,27 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: value}
 
 
+def same_location(a: str, b: str) -> bool:
+    """``a`` and ``b`` name the same place: local paths (``file://``, ``~`` too) compared as resolved
+    (relative vs absolute, ``a/./b``, through a symlink: ``demo-out/run/sft/final`` from the repository root is
+    ``<root>/demo-out/run/sft/final``), URIs as written (a trailing ``/`` aside). A hub id (``owner/name``)
+    is compared as a relative path: equal ids are the same place."""
+
+    def where(uri: str) -> str:
+        uri = uri.removeprefix("file://")
+        if "://" in uri:
+            return uri.rstrip("/")
+        return os.path.realpath(os.path.expanduser(uri))
+
+    return where(a) == where(b)
+
+
 def _same_value(old: Any, new: Any) -> bool:
-    """Equal, or two spellings of one local location (relative vs absolute, ``a/./b``, through a symlink): a
-    config saved by the pipeline holds absolute paths where the YAML a user runs holds relative ones."""
+    """Equal, or two spellings of one location (:func:`same_location`): a config saved by the pipeline holds
+    absolute paths where the YAML a user runs holds relative ones."""
     if old == new:
         return True
-    if isinstance(old, str) and isinstance(new, str) and old and new and "://" not in old + new:
-        return os.path.realpath(os.path.expanduser(old)) == os.path.realpath(os.path.expanduser(new))
-    return False
+    return isinstance(old, str) and isinstance(new, str) and bool(old and new) and same_location(old, new)
 
 
 def config_changes(output: str, cfg: BaseModel) -> dict[str, tuple[Any, Any]]:

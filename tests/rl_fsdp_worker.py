@@ -17,11 +17,10 @@ from paravt_core.engines.coalesce import CoalescingEngine
 from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.models import load
 from paravt_core.rl.data import load_prompts
-from paravt_core.rl.learner import Learner
 from paravt_core.rl.rollout import arollout_step
 from paravt_core.rl.stage import _broadcast
 from paravt_core.train.dist import setup_distributed
-from tests.rl_support import tiny_rl_config
+from tests.rl_support import tiny_learner, tiny_rl_config
 
 REWARDS = (1.0, 0.0, 0.5, -1.0)  # per index within a group: every group has a nonzero spread
 
@@ -41,15 +40,7 @@ def main(model: str, data: str, out: str) -> None:
         ]
     samples = _broadcast(d, samples)
     torch.manual_seed(0)
-    learner = Learner(
-        load(model).model,
-        load(model).model,
-        temperature=cfg.agent.temperature,
-        advantage=cfg.advantage,
-        loss=cfg.loss,
-        optim=cfg.optim,
-        dist=d,
-    )
+    learner = tiny_learner(cfg, model, dist=d)
     stats = learner.step(samples)
     weights = learner.weights()
     served = learner.weights(torch.bfloat16)  # what a bf16 server is sent: converted where it was gathered

@@ -12,24 +12,29 @@ from paravt_core.rl.config import RlConfig
 TINY_RL = Path(__file__).resolve().parents[1] / "configs" / "rl" / "tiny.yaml"
 
 
-@pytest.fixture(scope="module")
-def rl_data(synth_dataset, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``paravt data`` run on the session's synthetic dataset: ``<uri>/rl/*.parquet`` with local videos."""
+def run_data_stage(synth, work: Path) -> str:
+    """``paravt data`` on a ``synthesize`` result (its archives and parquets as the sources): the output URI,
+    ``<work>/data`` (``<uri>/rl/*.parquet`` with local videos)."""
     from paravt_core.data.stage import run
 
-    tmp = tmp_path_factory.mktemp("rl_data")
     cfg = load_config(
         DataConfig,
         None,
         [
-            f"download.media_source={synth_dataset.source_dir}",
-            f"download.parquet_source={synth_dataset.parquet_dir}",
-            f"work_dir={tmp / 'work'}",
-            f"output={tmp / 'data'}",
+            f"download.media_source={synth.source_dir}",
+            f"download.parquet_source={synth.parquet_dir}",
+            f"work_dir={work / 'work'}",
+            f"output={work / 'data'}",
         ],
     )
     run(cfg)
-    return str(tmp / "data")
+    return str(work / "data")
+
+
+@pytest.fixture(scope="module")
+def rl_data(synth_dataset, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``paravt data`` run on the session's synthetic dataset."""
+    return run_data_stage(synth_dataset, tmp_path_factory.mktemp("rl_data"))
 
 
 def tiny_rl_config(data: str, model: str, output: str, *overrides: str) -> RlConfig:
@@ -60,11 +65,11 @@ def rollout_samples(
     return [dataclasses.replace(s, reward=dataclasses.replace(s.reward, total=rewards[s.index])) for s in got]
 
 
-def tiny_learner(cfg: RlConfig, model_dir: str, pack_tokens: int):
-    """A one-process learner (policy and reference both the model at ``model_dir``) with the config's recipe."""
+def tiny_learner(cfg: RlConfig, model_dir: str, pack_tokens: int = 8192, **kw):
+    """A learner whose policy and reference are both the model at ``model_dir``, with the config's recipe;
+    ``kw``: the learner's other options (``opts``, ``dist``)."""
     from paravt_core.models import load
     from paravt_core.rl.learner import Learner
-    from paravt_core.train.fsdp import CoreOptions
 
     return Learner(
         load(model_dir).model,
@@ -73,6 +78,6 @@ def tiny_learner(cfg: RlConfig, model_dir: str, pack_tokens: int):
         advantage=cfg.advantage,
         loss=cfg.loss,
         optim=cfg.optim,
-        opts=CoreOptions(),
         pack_tokens=pack_tokens,
+        **kw,
     )

@@ -21,7 +21,7 @@ SHORT = ["steps=1", "checkpoint.every=1", "group_size=2", "prompts_per_step=1", 
 
 
 def test_same_location_resolves_local_paths_and_keeps_uris(tmp_path, monkeypatch):
-    from paravt_core.rl.stage import same_location
+    from paravt_core.stage import same_location
 
     (tmp_path / "run" / "sft" / "final").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)

@@ -23,7 +23,6 @@ from paravt_core.engines.sglang_engine import SGLangEngine, launch_command
 from paravt_core.models import load
 from paravt_core.rl.weight_sync import DiskSync, NcclSync
 from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
-from tests.sglang_support import SGLangReceiver, sglang_site
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -80,15 +79,6 @@ def test_rl_final_of_a_bf16_recipe_is_served_in_bf16(
     assert _stored_dtypes(final) == {"bfloat16"}
     assert json.loads((final / "config.json").read_text())["dtype"] == "bfloat16"
     assert sglang_checker.model_dtype(str(final)) == "bfloat16"
-
-
-@pytest.fixture
-def receiver(tmp_path):
-    r = SGLangReceiver(sglang_site(), tmp_path)
-    try:
-        yield r
-    finally:
-        r.kill()
 
 
 def test_disk_push_writes_the_served_dtype_in_half_the_bytes(

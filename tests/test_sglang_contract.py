@@ -31,7 +31,7 @@ from paravt_core.engines.base import EngineError
 from paravt_core.engines.sglang_engine import SGLangEngine, launch_command
 from paravt_core.models import load
 from paravt_core.rl.weight_sync import NcclSync, buckets
-from tests.sglang_support import SGLangReceiver, sglang_load_targets, sglang_site
+from tests.sglang_support import sglang_load_targets, sglang_site
 from tests.test_engines_sglang import _ContractServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -179,13 +179,17 @@ def tiny_model_engine(tiny_model):
     return TransformersEngine(tiny_model.model, tiny_model.processor)
 
 
-@pytest.fixture
-def receiver(tmp_path):
-    r = SGLangReceiver(sglang_site(), tmp_path)
-    try:
-        yield r
-    finally:
-        r.kill()
+def _gloo_sync(receiver, bucket_bytes: int, port: int | None = None) -> NcclSync:
+    """Our side of the weight push into the receiver: one server rank, gloo in place of NCCL."""
+    return NcclSync(
+        SGLangEngine(receiver.url, timeout_s=120),
+        master_address="127.0.0.1",
+        master_port=port or _free_port(),
+        server_ranks=1,
+        backend="gloo",
+        bucket_bytes=bucket_bytes,
+        timeout_s=120,
+    )
 
 
 def test_nccl_push_lands_in_sglangs_receiver_bucket_by_bucket(receiver, tiny_model_dir):
@@ -193,15 +197,7 @@ def test_nccl_push_lands_in_sglangs_receiver_bucket_by_bucket(receiver, tiny_mod
     v1 = {k: v.detach().clone() for k, v in learner.state_dict().items()}
     v2 = {k: v + 0.5 for k, v in v1.items()}  # the next version: every tensor changed
     bucket_bytes = 64 * 1024
-    sync = NcclSync(
-        SGLangEngine(receiver.url, timeout_s=120),
-        master_address="127.0.0.1",
-        master_port=_free_port(),
-        server_ranks=1,
-        backend="gloo",
-        bucket_bytes=bucket_bytes,
-        timeout_s=120,
-    )
+    sync = _gloo_sync(receiver, bucket_bytes)
     try:
         receiver.set_inflight(3)  # requests being generated: the push must not wait for them
         sync.push(v1, 1)
@@ -299,15 +295,7 @@ def test_a_learner_killed_mid_push_is_followed_by_one_that_pushes(receiver, tiny
     cut = len(receiver.log())
 
     v2 = load_tiny_state(load(tiny_model_dir))
-    sync = NcclSync(
-        SGLangEngine(receiver.url, timeout_s=120),
-        master_address="127.0.0.1",
-        master_port=port,
-        server_ranks=1,
-        backend="gloo",
-        bucket_bytes=64 * 1024,
-        timeout_s=120,
-    )
+    sync = _gloo_sync(receiver, 64 * 1024, port=port)
     try:
         sync.push(v2, 1)
         received = receiver.snapshot()
@@ -398,15 +386,7 @@ def test_the_frozen_tower_goes_with_the_first_push_only(receiver, tiny_model_dir
     v1 = learner.weights()
     assert frozen == {k for k in v1 if k.startswith("model.visual.")} and frozen
     v2 = {k: v + 0.5 for k, v in v1.items()}
-    sync = NcclSync(
-        SGLangEngine(receiver.url, timeout_s=120),
-        master_address="127.0.0.1",
-        master_port=_free_port(),
-        server_ranks=1,
-        backend="gloo",
-        bucket_bytes=1 << 20,
-        timeout_s=120,
-    )
+    sync = _gloo_sync(receiver, 1 << 20)
     sync.static = frozen
     try:
         sync.push(v1, 1)

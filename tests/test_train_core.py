@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from paravt_core.models import load
-from paravt_core.rl.learner import Learner, PolicyLogprobs, pack_sample, packed_logprobs, trace_sequence
+from paravt_core.rl.learner import PolicyLogprobs, pack_sample, packed_logprobs, trace_sequence
 from paravt_core.sft.packing import pack
 from paravt_core.train.fsdp import CoreOptions, decoder_layers, prepare
-from tests.rl_support import rl_data, rollout_samples, tiny_rl_config  # noqa: F401
+from tests.rl_support import rl_data, rollout_samples, tiny_learner, tiny_rl_config  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,19 +24,6 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def samples(rl_data, tiny_model_dir):  # noqa: F811
     return rollout_samples(tiny_rl_config(rl_data, tiny_model_dir, "unused"), tiny_model_dir, rl_data)
-
-
-def _learner(model_dir: str, cfg, opts: CoreOptions, **kw) -> Learner:
-    return Learner(
-        load(model_dir).model,
-        load(model_dir).model,
-        temperature=cfg.agent.temperature,
-        advantage=cfg.advantage,
-        loss=cfg.loss,
-        optim=cfg.optim,
-        opts=opts,
-        **kw,
-    )
 
 
 def test_chunked_logprobs_equal_the_full_logits_in_float64(samples, tiny_model_dir):
@@ -103,7 +90,7 @@ def test_bf16_head_log_probs_are_computed_in_float32_against_a_float64_reference
 @pytest.mark.parametrize("freeze_vision", [True, False])
 def test_frozen_vision_tower_is_unchanged_and_not_optimized(samples, rl_data, tiny_model_dir, freeze_vision):  # noqa: F811
     cfg = tiny_rl_config(rl_data, tiny_model_dir, "unused", "optim.lr=1e-3")
-    learner = _learner(tiny_model_dir, cfg, CoreOptions(freeze_vision=freeze_vision))
+    learner = tiny_learner(cfg, tiny_model_dir, opts=CoreOptions(freeze_vision=freeze_vision))
     visual = dict(learner.model.model.visual.named_parameters())
     before = {k: v.detach().clone() for k, v in visual.items()}
     lm_before = learner.model.lm_head.weight.detach().clone()
@@ -135,7 +122,7 @@ def test_no_weight_decay_on_norms_and_biases(tiny_model_dir):
 @pytest.mark.parametrize("checkpointing", [True, False])
 def test_activation_checkpointing_recomputes_in_eval_mode(samples, rl_data, tiny_model_dir, checkpointing):  # noqa: F811
     cfg = tiny_rl_config(rl_data, tiny_model_dir, "unused")
-    learner = _learner(tiny_model_dir, cfg, CoreOptions(activation_checkpointing=checkpointing))
+    learner = tiny_learner(cfg, tiny_model_dir, opts=CoreOptions(activation_checkpointing=checkpointing))
     assert not learner.root.training  # no dropout anywhere
     layer = decoder_layers(learner.model)[0]
     inner = getattr(layer, "_checkpoint_wrapped_module", layer)
@@ -155,7 +142,7 @@ def test_an_episode_longer_than_the_pack_is_refused_and_counted(samples, rl_data
     limit = lengths[len(lengths) // 2]  # about half the episodes are longer
     longer = sum(n > limit for n in lengths)
     assert 0 < longer < len(lengths)
-    learner = _learner(tiny_model_dir, cfg, CoreOptions(), pack_tokens=limit)
+    learner = tiny_learner(cfg, tiny_model_dir, limit)
     stats = learner.step(samples)
     assert stats["skipped_too_long"] == longer
     assert stats["trained_sequences"] == len(samples) - longer

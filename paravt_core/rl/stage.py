@@ -52,7 +52,14 @@ from paravt_core.engines.coalesce import CoalescingEngine
 from paravt_core.engines.independent import IndependentEngine
 from paravt_core.rl.config import RlConfig
 from paravt_core.run_metrics import write_jsonl
-from paravt_core.stage import StageResult, announce_config, check_output, console, refuse_changed_config
+from paravt_core.stage import (
+    StageResult,
+    announce_config,
+    check_output,
+    console,
+    refuse_changed_config,
+    same_location,
+)
 from paravt_core.train.dist import Dist, LeadHandoff, setup_distributed
 from paravt_core.train.fsdp import CoreOptions
 
@@ -101,24 +108,6 @@ def _broadcast(d: Dist, obj: Any) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
-
-
-def same_location(a: str, b: str) -> bool:
-    """``a`` and ``b`` name the same model: local paths (``file://`` too) compared as resolved directories
-    (``demo-out/run/sft/final`` from the repository root is ``<root>/demo-out/run/sft/final``), URIs and hub
-    ids as written (a trailing ``/`` aside)."""
-
-    def where(uri: str) -> str:
-        uri = uri.removeprefix("file://")
-        if storage.is_s3(uri) or "://" in uri:
-            return uri.rstrip("/")
-        from paravt_core.models import _HUB_ID
-
-        if not os.path.exists(uri) and _HUB_ID.match(uri):  # a hub id, not a folder here
-            return uri
-        return os.path.realpath(uri)
-
-    return where(a) == where(b)
 
 
 def restore_images_kwargs(cfg: RlConfig) -> dict[str, Any]:
@@ -576,7 +565,6 @@ def _reused(cfg: RlConfig) -> StageResult:
         console.print(
             f"paravt rl: {cfg.output} is complete with the same config; reused, nothing to do",
             highlight=False,
-            soft_wrap=True,
         )
     metrics = {k: v for k, v in summary.items() if k not in SUMMARY_ONLY}
     return StageResult(
