@@ -1,8 +1,8 @@
 """A Kubernetes API emulator on loopback, for the few endpoints the multi-node launcher calls.
 
 No cluster can run here, so the launcher's real ``kubernetes`` client talks HTTP to this server instead:
-custom objects (create / get / list / delete, namespaced), pods listed by an equality label selector, and
-a pod's log. Like the API server, a create is validated against the CRD's ``openAPIV3Schema`` when one is
+custom objects (create / get / list / delete, namespaced), pods listed by an equality label selector or
+read by name, and a pod's log. Like the API server, a create is validated against the CRD's ``openAPIV3Schema`` when one is
 registered (HTTP 422 with the validator's message), a second create of a name answers 409, and unknown
 objects 404. The test plays the controller: it sets statuses, adds pods and appends to their logs.
 Every request is recorded as (verb, resource) so tests can check RBAC against what was really called.
@@ -160,6 +160,9 @@ class Emulator:
                     return 404, _status(404, "NotFound", f'pods "{name}" not found')
                 return 200, self.logs.get((ns, name), "").encode(), "text/plain"
             self.requests.append(("get" if name else "list", "pods"))
+            if name:  # one pod by name (a step reading its own pod)
+                pod = self.pods.get((ns, name))
+                return (200, pod) if pod else (404, _status(404, "NotFound", f'pods "{name}" not found'))
             wanted = dict(kv.split("=", 1) for kv in query.get("labelSelector", "").split(",") if kv)
             items = [
                 p
@@ -197,6 +200,11 @@ class Emulator:
         }
         with self.lock:
             self.pods[(ns, name)] = pod
+
+    def put_pod(self, pod: dict[str, Any]) -> None:
+        """A pod as given (owner references, deletionTimestamp, conditions: what the test needs)."""
+        with self.lock:
+            self.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = copy.deepcopy(pod)
 
     def append_log(self, ns: str, pod: str, text: str) -> None:
         with self.lock:

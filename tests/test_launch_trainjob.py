@@ -721,7 +721,7 @@ def test_sigterm_to_the_step_deletes_its_job_and_a_rerun_creates_it_again(tmp_pa
         assert emu.get("trainjobs", ns, name) is None  # the GPUs are free now
         assert (emu.count("create", "trainjobs"), emu.count("delete", "trainjobs")) == (1, 1)
         assert signal.getsignal(signal.SIGTERM) is before  # the step's handler is gone again
-        assert f"TrainJob {name}: SIGTERM; deleting the job" in capsys.readouterr().out
+        assert f"TrainJob {name}: SIGTERM; deleted the job" in capsys.readouterr().out
 
         # The retried step: nothing to re-attach to, so the job is created once more, the same job.
         emu.created.clear()

@@ -14,10 +14,15 @@ What the pipeline's multi-node step does (``components/multinode.py``):
 3. ``follow``: reads the job every ``poll_s``, prints each status change, streams the rank-0 pod's log,
    raises ``JobFailed`` with the job's condition message when it fails, ``JobGone`` when it is deleted
    under us, and deletes it once it completed.
-4. SIGTERM to the step (the run terminated, the step's deadline): the job is deleted before the step
-   exits, so its GPUs are freed at once instead of at the job's own deadline; a retry creates it again
-   and the stage resumes from its checkpoints. (An owner reference to the step's pod would do it too,
-   but would also delete the job when Argo retries the step, which must re-attach instead.)
+4. SIGTERM to the step: the rule is ``sigterm_cause``. Argo stops a step (a terminated run, the step's
+   deadline) by signalling its container and leaves the pod object alone; the cluster removing the pod (a
+   drain or eviction, a preemption, ``kubectl delete pod``) marks the pod first: ``deletionTimestamp`` or a
+   ``DisruptionTarget`` condition. The first deletes the job before anything is printed (KFP's launcher,
+   which reads our stdout through a pipe, dies first: a print can raise ``BrokenPipeError``); the second
+   keeps the job, and the step's rerun re-attaches to it. Unreadable pod: treated as a stop.
+5. The job is owned by the run's Argo Workflow (the step pod's controller), so the garbage collector
+   deletes it with the Workflow (KFP 2.17 deletes a finished one after 1 h) even when the step's pod
+   died before its DELETE; the Workflow outlives the step's retries, which must re-attach.
 
 Why the ``kubernetes`` client's ``CustomObjectsApi`` and not the Kubeflow SDK's ``TrainerClient``
 (``kubeflow==0.5.0``): its ``train()`` first reads the cluster-scoped ``ClusterTrainingRuntime``
@@ -61,6 +66,18 @@ FINISHED = {"Complete", "Failed"}
 # job's pods never finish; KFP turns injection off only on its own pods (KFP 2.17.0,
 # backend/src/apiserver/template/v2_template.go). Ours say so themselves.
 POD_ANNOTATIONS = {"sidecar.istio.io/inject": "false"}
+
+
+def say(line: str) -> None:
+    """Print one line; a closed stdout (KFP's launcher that read it through a pipe has died) makes the
+    rest of the step's output go nowhere instead of raising ``BrokenPipeError`` into its cleanup."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        import sys
+
+        devnull = os.open(os.devnull, os.O_WRONLY)  # Python's advice (signal module docs, SIGPIPE)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 class JobFailed(RuntimeError):
@@ -314,7 +331,7 @@ class Launcher:
         api: str = "trainjob",
         *,
         poll_s: float = 15.0,
-        log: Callable[[str], None] = print,
+        log: Callable[[str], None] = say,
     ) -> None:
         from kubernetes import client
 
@@ -491,15 +508,64 @@ class Launcher:
             stop.wait(self.poll_s)
 
 
+POD_NAME_ENV = (
+    "KFP_POD_NAME"  # KFP 2.17 gives every task its pod's name (argocompiler/common.go, downward API)
+)
+# Conditions the cluster sets on a pod it is about to remove (Kubernetes >= 1.26, PodDisruptionConditions):
+# an eviction (drain), a preemption, a node-pressure kill, a taint. Argo's own stop sets none of them.
+DISRUPTION = "DisruptionTarget"
+
+
+def own_pod(core: Any, namespace: str) -> Any | None:
+    """This step's pod (``$KFP_POD_NAME``), or None outside a KFP pod or when it cannot be read."""
+    name = os.environ.get(POD_NAME_ENV, "")
+    if not name:
+        return None
+    try:
+        return core.read_namespaced_pod(name, namespace, _request_timeout=5)
+    except Exception:  # noqa: BLE001 (no pod: the caller falls back to its default)
+        return None
+
+
+def sigterm_cause(pod: Any | None) -> str:
+    """Why this pod got SIGTERM: "removed" when the cluster is taking the pod away (``deletionTimestamp``
+    set, or a ``DisruptionTarget`` condition: drain, eviction, preemption, a lost node's taint), else "stop"
+    (Argo v4.0.5 signals the containers of a terminated run or a step past its deadline and does not
+    delete the pod: workflow/controller/exec_control.go, pod/queue.go terminateContainers). A pod that
+    could not be read counts as "stop": a user's terminate is the usual cause."""
+    if pod is None:
+        return "stop"
+    if pod.metadata is not None and pod.metadata.deletion_timestamp is not None:
+        return "removed"
+    conditions = (pod.status.conditions if pod.status is not None else None) or []
+    if any(c.type == DISRUPTION and c.status == "True" for c in conditions):
+        return "removed"
+    return "stop"
+
+
+def workflow_owner(pod: Any | None) -> list[dict[str, Any]]:
+    """An owner reference to the Argo Workflow that runs this step (Argo v4.0.5 makes it every pod's
+    controller: workflow/controller/workflowpod.go, NewControllerRef); [] outside a KFP pod. Not blocking
+    the owner's deletion (that would need update on workflows/finalizers)."""
+    refs = (pod.metadata.owner_references if pod is not None and pod.metadata is not None else None) or []
+    for ref in refs:
+        if ref.kind == "Workflow" and ref.api_version.startswith("argoproj.io/"):
+            return [{"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name, "uid": ref.uid}]
+    return []
+
+
 @contextlib.contextmanager
 def delete_on_sigterm(launcher: Launcher, name: str) -> Iterator[None]:
-    """While the block runs, SIGTERM deletes job ``name`` and ends the process with 143 (128 + 15).
+    """While the block runs, SIGTERM ends the process with 143 (128 + 15); it deletes job ``name`` first
+    unless the cluster is removing this pod (``sigterm_cause``), whose rerun re-attaches to the job.
 
     Argo (v4.0.5) stops a running step by sending SIGTERM to its main container, then SIGKILL after the
     pod's grace period (workflow/controller/pod/queue.go, terminateContainers), and its emissary passes
     the signal to the step's whole process group (workflow/executor/osspecific, Kill); KFP 2.17 terminates
     a run that way (backend/src/common/util/execution_spec.go sets the workflow's activeDeadlineSeconds to
-    0). Signal handlers exist only in the main thread: elsewhere the block runs unguarded."""
+    0). KFP's launcher, in the same group and reading our stdout through a pipe, dies at once and the
+    container ends with it: so the DELETE goes out before any output. Signal handlers exist only in the
+    main thread: elsewhere the block runs unguarded."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -512,12 +578,18 @@ def delete_on_sigterm(launcher: Launcher, name: str) -> Iterator[None]:
     try:
         yield
     except Terminated:
-        launcher.log(
-            f"{launcher.kind} {name}: SIGTERM; deleting the job to free its nodes "
-            "(a retry creates it again and the stage resumes from its checkpoints)"
-        )
-        launcher.delete(name)
-        launcher.log(f"{launcher.kind} {name}: deleted")
+        cause = sigterm_cause(own_pod(launcher.core, launcher.namespace))
+        if cause == "stop":
+            launcher.delete(name)  # first: nothing may stand before it (no print, no wait)
+            launcher.log(
+                f"{launcher.kind} {name}: SIGTERM; deleted the job to free its nodes "
+                "(a retry creates it again and the stage resumes from its checkpoints)"
+            )
+        else:
+            launcher.log(
+                f"{launcher.kind} {name}: SIGTERM while this pod is being removed (eviction, drain or "
+                "preemption); the job keeps running and the step's rerun re-attaches to it"
+            )
         raise SystemExit(128 + signal.SIGTERM) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -582,7 +654,7 @@ def launch_stage(
     namespace: str = "",
     poll_s: float = 15.0,
     client: Any = None,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = say,
     timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """Run ``stage`` (its resolved config as YAML text) on ``nodes`` nodes and wait for it; returns the
@@ -602,5 +674,7 @@ def launch_stage(
     launcher = Launcher(
         client if client is not None else api_client(), namespace, api, poll_s=poll_s, log=log
     )
+    if owner := workflow_owner(own_pod(launcher.core, namespace)):
+        manifest["metadata"]["ownerReferences"] = owner  # garbage-collected with the run's Workflow
     with delete_on_sigterm(launcher, name):
         return launcher.run(manifest, timeout_s=timeout_s)
