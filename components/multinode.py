@@ -53,16 +53,23 @@ def sft_trainjob_op(
     cfg.output = output or storage.join(run_root(run_prefix, run_id, model.uri), "sft")
     cfg.launch.nodes, cfg.launch.gpus_per_node, cfg.launch.api = nodes, gpus_per_node, api
     output = cfg.output
-    launch_stage(
-        "sft",
-        config_to_yaml(cfg),
-        run_id=run_id,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        api=api,
-        runtime=runtime,
-        poll_s=poll_s,
-        spec=NodeSpec(**{**node_spec, "pvc": media_pvc}),
+    from paravt_core.launch.retry import run_with_retries
+
+    run_with_retries(  # a failed job is deleted and created again: the stage resumes from its checkpoints
+        lambda: launch_stage(
+            "sft",
+            config_to_yaml(cfg),
+            run_id=run_id,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            api=api,
+            runtime=runtime,
+            poll_s=poll_s,
+            spec=NodeSpec(**{**node_spec, "pvc": media_pvc}),
+        ),
+        stage="sft",
+        retries=cfg.launch.retries,
+        backoff_s=cfg.launch.retry_backoff_s,
     )
     summary = read_summary(output)
     return publish_sft(output, summary, curve=curve, metrics=metrics, model=model, run_id=run_id)
@@ -116,16 +123,23 @@ def rl_trainjob_op(
     if cfg.engine.weight_sync == "distributed" and cfg.engine.nccl_address in ("", "127.0.0.1"):
         # where the server joins the push: the job's rank-0 pod, by its fully qualified name
         cfg.engine.nccl_address = rank0_address(api, job_name(run_id, "rl"), in_cluster_namespace())
-    launch_stage(
-        "rl",
-        config_to_yaml(cfg),
-        run_id=run_id,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        api=api,
-        runtime=runtime,
-        poll_s=poll_s,
-        spec=NodeSpec(**{**node_spec, "pvc": media_pvc}),
+    from paravt_core.launch.retry import run_with_retries
+
+    run_with_retries(  # a failed job is deleted and created again: the stage resumes from its checkpoints
+        lambda: launch_stage(
+            "rl",
+            config_to_yaml(cfg),
+            run_id=run_id,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            api=api,
+            runtime=runtime,
+            poll_s=poll_s,
+            spec=NodeSpec(**{**node_spec, "pvc": media_pvc}),
+        ),
+        stage="rl",
+        retries=cfg.launch.retries,
+        backoff_s=cfg.launch.retry_backoff_s,
     )
     summary = read_summary(output)
     return publish_rl(output, summary, curves=curves, metrics=metrics, trained=trained, run_id=run_id)

@@ -52,5 +52,11 @@ def rl_op(
         raise ValueError(f"launch.nodes={cfg.launch.nodes}: compile with --rl-config <this config>")
     output = output or storage.join(run_root(run_prefix, run_id, trained.uri), "rl")
     cfg.data, cfg.model, cfg.output = location(data), model, output  # S3 directories
-    summary = launch(cfg)  # python -m torch.distributed.run --nproc-per-node N -m paravt_core.cli rl ...
+    from paravt_core.launch.retry import run_with_retries
+
+    # python -m torch.distributed.run --nproc-per-node N -m paravt_core.cli rl ...; rerun in the pod after a
+    # crash a rerun can fix (launch.retries), from the newest checkpoint
+    summary = run_with_retries(
+        lambda: launch(cfg), stage="rl", retries=cfg.launch.retries, backoff_s=cfg.launch.retry_backoff_s
+    )
     return publish_rl(output, summary, curves=curves, metrics=metrics, trained=trained, run_id=run_id)

@@ -2,7 +2,9 @@
 
 Thin by design, like ``components/data.py``: the body calls ``paravt_core.sft.stage.run``. On a node
 with several GPUs it starts the same stage under ``torchrun`` (one process per GPU, FSDP2). The stage
-resumes from its newest checkpoint in ``output``, so a KFP retry continues training.
+resumes from its newest checkpoint in ``output``, so a rerun continues training: in the pod after a crash
+(``launch.retries``, paravt_core/launch/retry.py: Argo does not retry a non-zero exit under KFP's OnError
+default), or a KFP retry.
 """
 
 from kfp import dsl
@@ -48,15 +50,22 @@ def sft_op(
 
     import torch
 
+    from paravt_core.launch.retry import run_with_retries
+
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus > 1:
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-            f.write(config_to_yaml(cfg))
-        launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={gpus}"]
-        subprocess.run([*launcher, "-m", "paravt_core.cli", "sft", "--config", f.name], check=True)
-        summary = read_summary(output)
-    else:
+
+    def attempt() -> dict:  # resumes from the newest complete checkpoint under output
+        if gpus > 1:
+            with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+                f.write(config_to_yaml(cfg))
+            launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={gpus}"]
+            subprocess.run([*launcher, "-m", "paravt_core.cli", "sft", "--config", f.name], check=True)
+            return read_summary(output)
         from paravt_core.sft.stage import run
 
-        summary = run(cfg).metrics
+        return run(cfg).metrics
+
+    summary = run_with_retries(
+        attempt, stage="sft", retries=cfg.launch.retries, backoff_s=cfg.launch.retry_backoff_s
+    )
     return publish_sft(output, summary, curve=curve, metrics=metrics, model=model, run_id=run_id)

@@ -336,6 +336,14 @@ class LaunchConfig(StrictModel):
         default="torch-distributed", description="ClusterTrainingRuntime the TrainJob refers to"
     )
     poll_s: float = Field(default=15.0, gt=0, description="seconds between status reads of the job")
+    retries: int = Field(
+        default=2,
+        ge=0,
+        description="in-pod reruns after a crash a rerun can fix, each from the newest checkpoint",
+    )
+    retry_backoff_s: float = Field(
+        default=60.0, ge=0, description="seconds before the first in-pod rerun, doubled for each next one"
+    )
 
 
 class SftModelConfig(StrictModel):

@@ -194,11 +194,11 @@ def retry_window_seconds(retries: int, timeout_seconds: int) -> int:
 
 
 def set_retries(task: dsl.PipelineTask, retries: int, timeout_seconds: int) -> dsl.PipelineTask:
-    """Retry a failed attempt after 60 s, doubling; the stage resumes from its newest complete
-    checkpoint. Argo retries only a *Failed* attempt (the stage's process exited non-zero): KFP 2.17's
-    compiler sets no ``retryPolicy`` (backend/src/v2/compiler/argocompiler/container.go), so Argo's
-    default ``OnFailure`` applies and an *Error* (pod deleted, node lost) is not retried: that needs
-    ``paravt pipeline retry`` (README, "Platform: what a cluster retries")."""
+    """Retry an attempt after 60 s, doubling; the stage resumes from its newest complete checkpoint.
+    KFP 2.17's compiler sets no ``retryPolicy`` (backend/src/v2/compiler/argocompiler/container.go), so the
+    cluster's ``workflowDefaults`` decide which attempts Argo retries: KFP 2.17's manifests say ``OnError``
+    (a lost pod, not a failed process; docs/reference.md, "What is retried automatically"), hence the
+    stages' own in-pod reruns (``launch.retries``) and the ``OnFailure`` option in manifests/options/."""
     return task.set_retry(
         num_retries=retries,
         backoff_duration=f"{BACKOFF_SECONDS}s",

@@ -5,9 +5,9 @@ the whole group is SIGKILLed mid-run; running the same task again (what a KFP re
 ``paravt pipeline retry`` does: same inputs, same output URI) resumes from the newest complete
 checkpoint and finishes.
 
-Argo does not retry a pod that was deleted or lost (its node phase is Error and KFP 2.17's compiler sets
-no retryPolicy, so Argo's default OnFailure applies: argo-workflows v4.0.5 workflow/controller/
-operator.go, processNodeRetries), so this resume path is the one ``paravt pipeline retry`` relies on.
+Whatever reruns the task (Argo under the cluster's retry policy, argo-workflows v4.0.5 workflow/controller/
+operator.go processNodeRetries; the stage's own in-pod rerun; ``paravt pipeline retry``), this resume path
+is the one it relies on.
 """
 
 from __future__ import annotations
