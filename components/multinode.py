@@ -53,7 +53,12 @@ def sft_trainjob_op(
     cfg.output = output or storage.join(run_root(run_prefix, run_id, model.uri), "sft")
     cfg.launch.nodes, cfg.launch.gpus_per_node, cfg.launch.api = nodes, gpus_per_node, api
     output = cfg.output
+    from paravt_core.launch.hardware import check_uses_gpus
     from paravt_core.launch.retry import run_with_retries
+
+    check_uses_gpus("sft", gpus=nodes * gpus_per_node, device="cuda", float32=not cfg.model.bf16,
+                    model=cfg.model.uri, parameter="sft_config_yaml",
+                    example="configs/sft/qwen3vl_8b_2node.yaml")  # fmt: skip
 
     run_with_retries(  # a failed job is deleted and created again: the stage resumes from its checkpoints
         lambda: launch_stage(
@@ -119,6 +124,11 @@ def rl_trainjob_op(
     output = output or storage.join(run_root(run_prefix, run_id, trained.uri), "rl")
     cfg.data, cfg.model, cfg.output = data, model, output
     cfg.launch.nodes, cfg.launch.gpus_per_node, cfg.launch.api = nodes, gpus_per_node, api
+    from paravt_core.launch.hardware import check_uses_gpus
+
+    check_uses_gpus("rl", gpus=nodes * gpus_per_node, device=cfg.device, float32=cfg.dtype == "float32",
+                    model=cfg.model, parameter="rl_config_yaml",
+                    example="configs/rl/paragrpo_8b_2node.yaml")  # fmt: skip
     check_rl_multinode(cfg.engine.kind, cfg.engine.base_url)
     if cfg.engine.weight_sync == "distributed" and cfg.engine.nccl_address in ("", "127.0.0.1"):
         # where the server joins the push: the job's rank-0 pod, by its fully qualified name

@@ -52,7 +52,14 @@ def rl_op(
         raise ValueError(f"launch.nodes={cfg.launch.nodes}: compile with --rl-config <this config>")
     output = output or storage.join(run_root(run_prefix, run_id, trained.uri), "rl")
     cfg.data, cfg.model, cfg.output = location(data), model, output  # S3 directories
+    import torch
+
+    from paravt_core.launch.hardware import check_uses_gpus
     from paravt_core.launch.retry import run_with_retries
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    check_uses_gpus("rl", gpus=gpus, device=cfg.device, float32=cfg.dtype == "float32", model=cfg.model,
+                    parameter="rl_config_yaml", example="configs/rl/paragrpo_8b.yaml")  # fmt: skip
 
     # python -m torch.distributed.run --nproc-per-node N -m paravt_core.cli rl ...; rerun in the pod after a
     # crash a rerun can fix (launch.retries), from the newest checkpoint

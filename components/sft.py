@@ -53,6 +53,10 @@ def sft_op(
     from paravt_core.launch.retry import run_with_retries
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    from paravt_core.launch.hardware import check_uses_gpus
+
+    check_uses_gpus("sft", gpus=gpus, device="cuda", float32=not cfg.model.bf16, model=cfg.model.uri,
+                    parameter="sft_config_yaml", example="configs/sft/qwen3vl_8b.yaml")  # fmt: skip
 
     def attempt() -> dict:  # resumes from the newest complete checkpoint under output
         if gpus > 1:

@@ -27,7 +27,8 @@ def compile_pipeline(
     """Compile pipeline ``name`` to ``out``; ``warn``: say on stderr which images are not pinned by digest
     (submit and schedule say it themselves, after the parameters are checked, so a mistake stays one line).
     ``sft_config`` / ``rl_config``: stage config files whose ``launch`` section shapes the train DAG
-    (``launch.nodes > 1``: that stage becomes a step that creates a multi-node Kubeflow Trainer job)."""
+    (``launch.nodes > 1``: that stage becomes a step that creates a multi-node Kubeflow Trainer job) and
+    whose text becomes the default of ``sft_config_yaml`` / ``rl_config_yaml``."""
     known = pipelines()
     if name not in known:
         raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(sorted(known))}")
@@ -42,12 +43,22 @@ def compile_pipeline(
         pipeline = build_train_pipeline(
             load_config(SftConfig, sft_config).launch if sft_config else None,
             load_config(RlConfig, rl_config).launch if rl_config else None,
+            sft_yaml=one_line(sft_config) if sft_config else None,
+            rl_yaml=one_line(rl_config) if rl_config else None,
         )
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     compiler.Compiler().compile(pipeline, package_path=out)
     if warn:
         warn_unpinned(name, out)
     return out
+
+
+def one_line(config: str) -> str:
+    """A config file's mapping as one line of flow-style YAML: the compiler writes every parameter's
+    default into the package's header comments, and a multi-line default would break those comments, and
+    the file, apart (kfp 2.17, compiler/pipeline_spec_builder.py, the ``# Inputs:`` block)."""
+    data = yaml.safe_load(Path(config).read_text()) or {}
+    return yaml.safe_dump(data, default_flow_style=True, sort_keys=False, width=float("inf")).strip()
 
 
 def warn_unpinned(name: str, package: str) -> None:

@@ -50,10 +50,18 @@ def _multinode_name(stage: str, launch: LaunchConfig) -> str:
     return f"{stage} ({kind}, {launch.nodes}x{launch.gpus_per_node} GPUs)"
 
 
-def build_train_pipeline(sft_launch: LaunchConfig | None = None, rl_launch: LaunchConfig | None = None):
+def build_train_pipeline(
+    sft_launch: LaunchConfig | None = None,
+    rl_launch: LaunchConfig | None = None,
+    sft_yaml: str | None = None,
+    rl_yaml: str | None = None,
+):
     """The train DAG for the given ``launch`` sections of the SFT and RL configs (known when compiling:
     a multi-node stage is a different step, a small pod that creates and follows a Kubeflow Trainer job,
-    ``components/multinode.py``). ``None`` or one node: the stage trains in its own GPU pod."""
+    ``components/multinode.py``). ``None`` or one node: the stage trains in its own GPU pod.
+    ``sft_yaml`` / ``rl_yaml``: the config files' text, the defaults of ``sft_config_yaml`` /
+    ``rl_config_yaml``, so a run submitted without them trains the recipe the DAG was shaped for (not the
+    CPU demo that ``"{}"`` is, nor a 2-node DAG with the 1-node batch)."""
     sft_launch, rl_launch = sft_launch or LaunchConfig(), rl_launch or LaunchConfig()
 
     def train_pipeline(
@@ -167,18 +175,28 @@ def build_train_pipeline(sft_launch: LaunchConfig | None = None, rl_launch: Laun
         f"{stage}_gpus" for stage, launch in (("sft", sft_launch), ("rl", rl_launch)) if launch.nodes > 1
     }
     description = "ParaVT: data -> SFT -> PARA-GRPO -> eval -> report"
-    return dsl.pipeline(name=PIPELINE_NAME, description=description)(_without(train_pipeline, unused))
+    defaults = {
+        name: text for name, text in (("sft_config_yaml", sft_yaml), ("rl_config_yaml", rl_yaml)) if text
+    }
+    return dsl.pipeline(name=PIPELINE_NAME, description=description)(
+        _without(train_pipeline, unused, defaults)
+    )
 
 
-def _without(func, names: set[str]):
-    """``func`` with the parameters ``names`` (which must have defaults) left out of its signature: KFP
-    makes every parameter of a pipeline function a pipeline input (kfp 2.17 dsl/graph_component.py reads
-    ``inspect.signature`` and calls the function positionally in that order). Python has no conditional
-    parameters, hence the rewritten signature."""
-    if not names:
+def _without(func, names: set[str], defaults: dict[str, str] | None = None):
+    """``func`` with the parameters ``names`` (which must have defaults) left out of its signature and
+    ``defaults`` replacing those of others: KFP makes every parameter of a pipeline function a pipeline
+    input with its default (kfp 2.17 dsl/graph_component.py reads ``inspect.signature`` and calls the
+    function positionally in that order). Python has no conditional parameters, hence the rewritten
+    signature."""
+    if not names and not defaults:
         return func
     signature = inspect.signature(func)
-    kept = [p for p in signature.parameters.values() if p.name not in names]
+    kept = [
+        p.replace(default=(defaults or {}).get(p.name, p.default))
+        for p in signature.parameters.values()
+        if p.name not in names
+    ]
 
     def pipeline(*args):
         return func(**dict(zip([p.name for p in kept], args, strict=True)))
