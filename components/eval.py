@@ -39,6 +39,9 @@ def eval_op(
     empty ``model`` / ``output_prefix`` are the run's RL checkpoint ``<run root>/rl/final`` and
     ``<run root>/eval`` (components/locations.py). ``shard`` ``"i/n"``: only that shard's samples, recorded
     under ``<output>/shards/<i>-of-<n>`` (returned); ``eval_merge_op`` then writes the benchmark's results."""
+    from paravt_core.launch.caches import settle_caches
+
+    settle_caches()  # the download caches' volume, or ~/.cache: before anything reads HF_HOME
     import html
     import json
 

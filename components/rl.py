@@ -36,6 +36,9 @@ def rl_op(
     ``model`` (the URI of the SFT step's final checkpoint: read from S3 by the stage, not downloaded);
     return the URI of the trained model (``<output>/final``), also the ``trained`` artifact (no copy). ``output`` empty: ``<run root>/rl``
     (components/locations.py)."""
+    from paravt_core.launch.caches import settle_caches
+
+    settle_caches()  # the download caches' volume, or ~/.cache: before anything reads HF_HOME
     import tempfile
 
     from components.locations import location, run_root

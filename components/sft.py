@@ -29,6 +29,9 @@ def sft_op(
     """Run ``paravt sft`` on ``data`` (the data step's ``Dataset``, or an importer's: KFP records the
     lineage); return the URI of the final Hugging Face checkpoint, also the ``model`` artifact (no
     copy). ``output``: where the stage writes (empty: ``<run root>/sft``, components/locations.py)."""
+    from paravt_core.launch.caches import settle_caches
+
+    settle_caches()  # the download caches' volume, or ~/.cache: before anything reads HF_HOME
     import subprocess
     import sys
     import tempfile

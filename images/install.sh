@@ -64,6 +64,10 @@ PYEOF
 
     # A fixed numeric uid, so Kubernetes' runAsNonRoot can verify it without a passwd lookup.
     useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin paravt
+    # Its ~/.cache exists and is its own: a volume mounted below it (the RL step's kernel cache at
+    # ~/.cache/kernels) would otherwise make the runtime create ~/.cache as root, mode 755 (runc v1.3.6,
+    # libcontainer/rootfs_linux.go: MkdirAllInRoot(..., 0o755)), and the stage could not create its caches.
+    install -d -o 10001 -g 10001 -m 0755 /home/paravt/.cache /home/paravt/.cache/kernels /home/paravt/.cache/paravt
 elif [ "$phase" = code ]; then
     # Dependencies are all in the layer below: install only paravt, with the backend installed there.
     $PIP install --no-deps --no-build-isolation /src

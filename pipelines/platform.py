@@ -48,6 +48,19 @@ KERNEL_CACHE_ENV = {
     "SGLANG_JIT_CACHE_DIR": f"{KERNEL_CACHE_MOUNT_PATH}/sglang-jit",
     "FLASHINFER_WORKSPACE_BASE": KERNEL_CACHE_MOUNT_PATH,
 }
+# Download caches (the SFT checkpoint RL reads from S3, ~16 GB at 8B; the hub's files; S3 objects) on a sized
+# generic ephemeral volume (kfp-kubernetes 2.17 add_ephemeral_volume: a PVC made with the pod and deleted
+# with it), so the pod's disk is requested from a storage class instead of landing on unreserved node disk.
+# Outside $HOME; paravt_core/launch/caches.py falls back to ~/.cache when its root is not writable.
+CACHE_VOLUME_NAME = "paravt-cache"
+CACHE_MOUNT_PATH = "/var/cache/paravt"
+CACHE_ENV = {
+    "PARAVT_MODEL_CACHE": f"{CACHE_MOUNT_PATH}/models",  # paravt_core/models.py
+    "PARAVT_CACHE_DIR": f"{CACHE_MOUNT_PATH}/s3",  # paravt_core/storage.py
+    "HF_HOME": f"{CACHE_MOUNT_PATH}/huggingface",  # huggingface_hub constants
+}
+# The class of the cache volumes, read when the pipeline is compiled (unset: the cluster's default class).
+CACHE_STORAGE_CLASS_ENV = "PARAVT_CACHE_STORAGE_CLASS"
 GPU_RESOURCE = "nvidia.com/gpu"
 # Label set by NVIDIA GPU feature discovery; selecting on it picks the GPU model.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -71,7 +84,8 @@ GPU_TOLERATION = Toleration(key=GPU_RESOURCE)
 class StagePlatform:
     """What one stage needs from the cluster. ``gpus`` is the default count (a pipeline parameter can
     override it); ``gpu_product`` empty = any GPU model; ``shm`` empty = no /dev/shm volume;
-    ``kernel_cache``: the compiled-kernel claim (``KERNEL_CACHE_PVC_NAME``) and the caches' variables."""
+    ``kernel_cache``: the compiled-kernel claim (``KERNEL_CACHE_PVC_NAME``) and the caches' variables;
+    ``cache_size``: the download caches' ephemeral volume (``CACHE_MOUNT_PATH``; "" = none)."""
 
     cpu: str = "2"
     memory: str = "8G"
@@ -82,6 +96,7 @@ class StagePlatform:
     shm: str = ""
     media: bool = True
     kernel_cache: bool = False
+    cache_size: str = ""
     timeout_seconds: int = 24 * 3600
     retries: int = 3
     cache: bool = False
@@ -92,7 +107,13 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 STAGES: dict[str, StagePlatform] = {
     "data": StagePlatform(cpu="4", memory="16G"),
     "sft": StagePlatform(
-        cpu="32", memory="512G", gpus=8, gpu_product=H100, shm="64Gi", timeout_seconds=48 * 3600
+        cpu="32",
+        memory="512G",
+        gpus=8,
+        gpu_product=H100,
+        shm="64Gi",
+        cache_size="64Gi",
+        timeout_seconds=48 * 3600,
     ),
     "rl": StagePlatform(
         cpu="32",
@@ -101,10 +122,17 @@ STAGES: dict[str, StagePlatform] = {
         gpu_product=H100,
         shm="64Gi",
         kernel_cache=True,
+        cache_size="64Gi",
         timeout_seconds=72 * 3600,
     ),
     "eval": StagePlatform(
-        cpu="8", memory="64G", gpus=1, gpu_product=H100, shm="16Gi", timeout_seconds=12 * 3600
+        cpu="8",
+        memory="64G",
+        gpus=1,
+        gpu_product=H100,
+        shm="16Gi",
+        cache_size="64Gi",
+        timeout_seconds=12 * 3600,
     ),
     "report": StagePlatform(cpu="1", memory="2G", media=False, timeout_seconds=3600),
 }
@@ -163,6 +191,22 @@ def mount_kernel_cache(task: dsl.PipelineTask, pvc_name: str = KERNEL_CACHE_PVC_
     cache variables pointing into it (a server the stage launches inherits them)."""
     kubernetes.mount_pvc(task, pvc_name=pvc_name, mount_path=KERNEL_CACHE_MOUNT_PATH)
     for name, value in KERNEL_CACHE_ENV.items():
+        task.set_env_variable(name, value)
+    return task
+
+
+def add_cache_volume(task: dsl.PipelineTask, size: str) -> dsl.PipelineTask:
+    """The download caches on a ``size`` generic ephemeral volume at ``CACHE_MOUNT_PATH`` (ReadWriteOnce,
+    the class of ``$PARAVT_CACHE_STORAGE_CLASS`` or the cluster's default), the variables pointing into it."""
+    kubernetes.add_ephemeral_volume(
+        task,
+        volume_name=CACHE_VOLUME_NAME,
+        mount_path=CACHE_MOUNT_PATH,
+        access_modes=["ReadWriteOnce"],
+        size=size,
+        storage_class_name=os.environ.get(CACHE_STORAGE_CLASS_ENV) or None,
+    )
+    for name, value in CACHE_ENV.items():
         task.set_env_variable(name, value)
     return task
 
@@ -239,6 +283,8 @@ def configure_task(
         mount_media(task, media_pvc)
     if spec.kernel_cache:
         mount_kernel_cache(task)
+    if spec.cache_size:
+        add_cache_volume(task, spec.cache_size)
     use_s3_secret(task)
     if pull_secrets := image_pull_secrets():
         kubernetes.set_image_pull_secrets(task, pull_secrets)

@@ -165,10 +165,39 @@ def test_rl_stage_mounts_the_kernel_cache_and_points_the_jit_caches_into_it(tmp_
         "TRITON_CACHE_DIR": "/home/paravt/.cache/kernels/triton",
         "SGLANG_JIT_CACHE_DIR": "/home/paravt/.cache/kernels/sglang-jit",
         "FLASHINFER_WORKSPACE_BASE": "/home/paravt/.cache/kernels",
-    }
+    } | platform.CACHE_ENV
     # Only the RL step compiles SGLang's kernels: the SFT step gets neither the claim nor the variables.
     assert [m["mountPath"] for m in sft["pvcMount"]] == ["/mnt/media"]
-    assert "env" not in spec["deploymentSpec"]["executors"]["exec-probe-op-2"]["container"]
+    sft_env = spec["deploymentSpec"]["executors"]["exec-probe-op-2"]["container"]["env"]
+    assert {e["name"]: e["value"] for e in sft_env} == platform.CACHE_ENV
+
+
+def test_gpu_stages_put_their_download_caches_on_a_sized_ephemeral_volume(tmp_path, monkeypatch) -> None:
+    """Models from S3 (~16 GB at 8B), the hub's files and S3 objects go to a generic ephemeral volume the
+    pod requests (kfp-kubernetes 2.17 add_ephemeral_volume -> KFP 2.17.0's driver builds
+    ``volumes[].ephemeral.volumeClaimTemplate``, backend/src/v2/driver/k8s.go), with the three variables the
+    code reads pointing into it; not to unreserved node disk. CPU stages get none."""
+    monkeypatch.setenv("PARAVT_CACHE_STORAGE_CLASS", "gp3")
+
+    @dsl.pipeline(name="probe")
+    def probe():
+        for stage in ("sft", "rl", "eval", "data", "report"):
+            platform.configure_task(probe_op(x=stage), stage)
+
+    _, spec, k8s = _compile(probe, tmp_path, monkeypatch)
+    executors = ["exec-probe-op", "exec-probe-op-2", "exec-probe-op-3", "exec-probe-op-4", "exec-probe-op-5"]
+    for name in executors[:3]:
+        (volume,) = k8s[name]["genericEphemeralVolume"]
+        assert volume == {"volumeName": "paravt-cache", "mountPath": "/var/cache/paravt",
+                          "accessModes": ["ReadWriteOnce"], "storageClassName": "gp3", "size": "64Gi"}  # fmt: skip
+        env = {e["name"]: e["value"] for e in spec["deploymentSpec"]["executors"][name]["container"]["env"]}
+        assert {k: env[k] for k in ("PARAVT_MODEL_CACHE", "PARAVT_CACHE_DIR", "HF_HOME")} == {
+            "PARAVT_MODEL_CACHE": "/var/cache/paravt/models",
+            "PARAVT_CACHE_DIR": "/var/cache/paravt/s3",
+            "HF_HOME": "/var/cache/paravt/huggingface",
+        }
+    for name in executors[3:]:
+        assert "genericEphemeralVolume" not in k8s.get(name, {})
 
 
 def test_kernel_cache_variables_are_the_ones_the_libraries_read(tmp_path) -> None:

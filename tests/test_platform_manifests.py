@@ -86,6 +86,7 @@ def test_overlay_validates_strictly(rendered) -> None:
             "PersistentVolumeClaim",
             "Job",
             "Job",
+            "Job",  # media owner, nightly schedule, kernel-cache owner
         ]
     )
     # kubernetes-validate reports one "passed" line per resource.

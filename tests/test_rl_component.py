@@ -28,6 +28,7 @@ def test_rl_component_ir(tmp_path, monkeypatch):
     assert executor["image"].startswith("paravt-rl")
     # the step runs the topology launcher (SGLang on engine.gpus, the learner under torchrun), not run(cfg)
     body = executor["command"][-1]
-    assert "from paravt_core.rl.launch import launch" in body and "lambda: launch(cfg)" in body  # in-pod reruns
+    # the launch runs under the in-pod reruns (launch.retries)
+    assert "from paravt_core.rl.launch import launch" in body and "lambda: launch(cfg)" in body
     assert "rl.stage import run" not in body
     assert "do-not-leak" not in text

@@ -1,0 +1,123 @@
+"""Caches the images' user (uid 10001) can write (issue 42, item 2), checked for real as that uid.
+
+The rules: runc creates a mount destination that does not exist as root, mode 755, with every missing
+parent (runc v1.3.6 libcontainer/rootfs_linux.go, createMountpoint: ``pathrs.MkdirAllInRoot(root, dest,
+0o755)``), so the RL step's kernel-cache mount at ~/.cache/kernels made ~/.cache root's; csi-driver-nfs
+v4.13.4 creates a volume's directory as root, mode 755 (pkg/nfs/controllerserver.go, chmod only with the
+class's ``mountPermissions``); a fresh ephemeral volume's root is root's unless the pod has an fsGroup, which
+KFP 2.17 does not set (backend/src/v2/compiler/argocompiler/argo.go, ``wf.Spec.SecurityContext``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from pipelines import platform
+
+ROOT = Path(__file__).resolve().parents[1]
+UID = 10001  # images/install.sh useradd --uid, the Dockerfiles' USER
+
+
+def _as_user(script: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["sh", "-c", script], user=UID, group=UID, extra_groups=[], capture_output=True,
+                          text=True, env=env, timeout=60)  # fmt: skip
+
+
+def _fresh_root(tmp: Path) -> Path:
+    tmp.chmod(0o755)
+    return tmp
+
+
+def test_home_cache_is_the_users_so_a_mount_below_it_leaves_the_caches_writable():
+    """The image's install step, run here on a stand-in home: then the runtime makes the kernel-cache
+    mountpoint (as runc does) and uid 10001 creates the model, S3 and hub caches next to it."""
+    script = (ROOT / "images/install.sh").read_text()
+    (line,) = [
+        ln.strip() for ln in script.splitlines() if re.match(r"\s*install -d .*/home/paravt/\.cache\b", ln)
+    ]
+    assert "-o 10001 -g 10001" in line
+    for made_in_image in (True, False):
+        base = _fresh_root(Path(tempfile.mkdtemp()))
+        try:
+            home = base / "home" / "paravt"
+            home.mkdir(parents=True)
+            os.chown(home, UID, UID)  # useradd --create-home
+            if made_in_image:
+                subprocess.run(["sh", "-c", line.replace("/home/paravt", str(home))], check=True)
+            mountpoint = Path(str(home) + platform.KERNEL_CACHE_MOUNT_PATH.removeprefix("/home/paravt"))
+            os.makedirs(mountpoint, mode=0o755, exist_ok=True)  # runc: root's, 755, parents included
+            caches = " ".join(f"{home}/.cache/{d}" for d in ("paravt/models", "paravt/s3", "huggingface"))
+            made = _as_user(f"mkdir -p {caches} && touch {home}/.cache/paravt/models/probe")
+            assert (made.returncode == 0) == made_in_image, made.stderr  # without it: Permission denied
+        finally:
+            shutil.rmtree(base)
+
+
+def test_the_kernel_cache_claim_is_given_to_the_images_user():
+    """The one-off Job's script, run here on a directory made the way the NFS driver makes it."""
+    job = yaml.safe_load((ROOT / "manifests/base/kernel-cache-owner.yaml").read_text())
+    assert (
+        "kernel-cache-owner.yaml"
+        in yaml.safe_load((ROOT / "manifests/base/kustomization.yaml").read_text())["resources"]
+    )
+    pod = job["spec"]["template"]["spec"]
+    ((container,), (volume,)) = pod["containers"], pod["volumes"]
+    assert volume["persistentVolumeClaim"]["claimName"] == platform.KERNEL_CACHE_PVC_NAME
+    assert container["volumeMounts"] == [
+        {"name": volume["name"], "mountPath": platform.KERNEL_CACHE_MOUNT_PATH}
+    ]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env == {"CACHE": platform.KERNEL_CACHE_MOUNT_PATH, "OWNER": str(UID)}
+    base = _fresh_root(Path(tempfile.mkdtemp()))
+    try:
+        cache = base / "kernels"
+        cache.mkdir(mode=0o755)  # root's, 755: the driver's
+        probe = f"mkdir -p {cache}/triton && touch {cache}/triton/probe"
+        assert _as_user(probe).returncode != 0
+        for _ in range(2):  # idempotent
+            run = subprocess.run([*container["command"], *container["args"]], capture_output=True, text=True,
+                                 env={**env, "CACHE": str(cache), "PATH": os.environ["PATH"]}, timeout=30)  # fmt: skip
+            assert run.returncode == 0, run.stderr
+            assert run.stdout.strip() == f"{cache}: owner {UID}:{UID}, mode 755"
+        assert _as_user(probe).returncode == 0
+    finally:
+        shutil.rmtree(base)
+
+
+def test_the_stage_falls_back_to_home_when_the_cache_volume_root_is_not_writable():
+    """``settle_caches`` as uid 10001: on a volume whose root is root's (no fsGroup) the three variables are
+    dropped with one line, so the code's defaults under ~/.cache apply; on a writable one they stay."""
+    code = "import os; from paravt_core.launch.caches import settle_caches as s; print(s()); print(sorted(k for k in ('PARAVT_MODEL_CACHE', 'PARAVT_CACHE_DIR', 'HF_HOME') if k in os.environ))"  # noqa: E501
+    for writable in (False, True):
+        volume = _fresh_root(Path(tempfile.mkdtemp()))  # the volume's root as mkfs leaves it: root's, 755
+        try:
+            if writable:
+                os.chown(volume, UID, UID)  # what an fsGroup or a writable class gives
+            env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HOME": str(volume)}
+            env |= {
+                k: v.replace(platform.CACHE_MOUNT_PATH, str(volume)) for k, v in platform.CACHE_ENV.items()
+            }
+            # setpriv (util-linux): the interpreter lives where uid 10001 may not look it up by path
+            user = ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups"]
+            run = subprocess.run([*user, sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                 timeout=60)  # fmt: skip
+            assert run.returncode == 0, run.stderr
+            lines = run.stdout.strip().splitlines()
+            if writable:
+                assert lines == ["[]", "['HF_HOME', 'PARAVT_CACHE_DIR', 'PARAVT_MODEL_CACHE']"]
+                assert (volume / "models").is_dir() and (volume / "huggingface").is_dir()
+            else:
+                assert lines[0].startswith(
+                    f"caches: PARAVT_MODEL_CACHE, PARAVT_CACHE_DIR, HF_HOME not writable by uid {UID}"
+                )
+                assert lines[1:] == ["['PARAVT_MODEL_CACHE', 'PARAVT_CACHE_DIR', 'HF_HOME']", "[]"]
+        finally:
+            shutil.rmtree(volume)
