@@ -96,22 +96,24 @@ def test_the_stage_falls_back_to_home_when_the_cache_volume_root_is_not_writable
     """``settle_caches`` as uid 10001: on a volume whose root is root's (no fsGroup) the three variables are
     dropped with one line, so the code's defaults under ~/.cache apply; on a writable one they stay."""
     code = "import os; from paravt_core.launch.caches import settle_caches as s; print(s()); print(sorted(k for k in ('PARAVT_MODEL_CACHE', 'PARAVT_CACHE_DIR', 'HF_HOME') if k in os.environ))"  # noqa: E501
-    for writable in (False, True):
+    for writable in (False, True, None):  # None: no volume mounted at all (a kfp.local run)
         volume = _fresh_root(Path(tempfile.mkdtemp()))  # the volume's root as mkfs leaves it: root's, 755
         try:
             if writable:
                 os.chown(volume, UID, UID)  # what an fsGroup or a writable class gives
             env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HOME": str(volume)}
-            env |= {
-                k: v.replace(platform.CACHE_MOUNT_PATH, str(volume)) for k, v in platform.CACHE_ENV.items()
-            }
+            mount = str(volume if writable is not None else volume / "absent")
+            env |= {k: v.replace(platform.CACHE_MOUNT_PATH, mount) for k, v in platform.CACHE_ENV.items()}
             # setpriv (util-linux): the interpreter lives where uid 10001 may not look it up by path
             user = ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups"]
             run = subprocess.run([*user, sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                  timeout=60)  # fmt: skip
             assert run.returncode == 0, run.stderr
             lines = run.stdout.strip().splitlines()
-            if writable:
+            if writable is None:
+                assert lines == ["['PARAVT_MODEL_CACHE', 'PARAVT_CACHE_DIR', 'HF_HOME']", "[]"]  # silently
+                assert not (volume / "absent").exists()
+            elif writable:
                 assert lines == ["[]", "['HF_HOME', 'PARAVT_CACHE_DIR', 'PARAVT_MODEL_CACHE']"]
                 assert (volume / "models").is_dir() and (volume / "huggingface").is_dir()
             else:

@@ -21,11 +21,17 @@ CACHE_ENV = ("PARAVT_MODEL_CACHE", "PARAVT_CACHE_DIR", "HF_HOME")
 
 def settle_caches(log: Callable[[str], None] = print) -> list[str]:
     """Create the directory of each cache variable that is set; unset those that cannot be created or
-    written (the default under ``~/.cache`` applies). Returns the variables unset."""
-    dropped = []
+    written (the default under ``~/.cache`` applies). Returns the variables unset. A variable whose parent
+    directory does not exist is unset without a word: no volume there (``kfp.local`` sets the variables
+    too, and a local run must not write to ``/var/cache``)."""
+    dropped, absent = [], []
     for name in CACHE_ENV:
         path = os.environ.get(name, "")
         if not path:
+            continue
+        if not os.path.isdir(os.path.dirname(path.rstrip("/"))):
+            del os.environ[name]
+            absent.append(name)
             continue
         try:
             os.makedirs(path, exist_ok=True)
@@ -41,4 +47,4 @@ def settle_caches(log: Callable[[str], None] = print) -> list[str]:
             "root): using ~/.cache on the node's disk instead; give the cache volume's storage class a "
             "writable root or the pods an fsGroup (docs/reference.md, 'Caches')"
         )
-    return dropped
+    return absent + dropped
