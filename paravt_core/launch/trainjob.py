@@ -508,9 +508,8 @@ class Launcher:
             stop.wait(self.poll_s)
 
 
-POD_NAME_ENV = (
-    "KFP_POD_NAME"  # KFP 2.17 gives every task its pod's name (argocompiler/common.go, downward API)
-)
+# KFP 2.17 gives every task its pod's name (backend/src/v2/compiler/argocompiler/common.go, downward API).
+POD_NAME_ENV = "KFP_POD_NAME"
 # Conditions the cluster sets on a pod it is about to remove (Kubernetes >= 1.26, PodDisruptionConditions):
 # an eviction (drain), a preemption, a node-pressure kill, a taint. Argo's own stop sets none of them.
 DISRUPTION = "DisruptionTarget"
@@ -522,7 +521,7 @@ def own_pod(core: Any, namespace: str) -> Any | None:
     if not name:
         return None
     try:
-        return core.read_namespaced_pod(name, namespace, _request_timeout=5)
+        return core.read_namespaced_pod(name, namespace, _request_timeout=2)  # one short read
     except Exception:  # noqa: BLE001 (no pod: the caller falls back to its default)
         return None
 
@@ -580,7 +579,7 @@ def delete_on_sigterm(launcher: Launcher, name: str) -> Iterator[None]:
     except Terminated:
         cause = sigterm_cause(own_pod(launcher.core, launcher.namespace))
         if cause == "stop":
-            launcher.delete(name)  # first: nothing may stand before it (no print, no wait)
+            launcher.delete(name)  # before any output: stdout may be a closed pipe by now
             launcher.log(
                 f"{launcher.kind} {name}: SIGTERM; deleted the job to free its nodes "
                 "(a retry creates it again and the stage resumes from its checkpoints)"
