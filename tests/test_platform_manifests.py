@@ -21,12 +21,20 @@ from pipelines.cluster import check_cron
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 KUBERNETES_VERSION = "1.33.0"  # the schema version the manifests are validated against
-OVERLAYS = {"dev": "paravt-dev", "prod": "paravt"}
+# Overlay -> namespace: two Kubeflow profile namespaces and single-user KFP's own namespace.
+OVERLAYS = {"dev": "paravt-dev", "prod": "paravt", "single-user": "kubeflow"}
+STORAGE_CLASS = {"dev": "nfs-csi", "prod": "efs-sc", "single-user": "nfs-csi"}
 
 
-def render(overlay: str) -> list[dict]:
+def render(overlay: str, *, volumes: bool = True) -> list[dict]:
+    """The overlay's objects and (``volumes``) those of its separate volumes kustomization."""
+    docs = render_dir(ROOT / "manifests" / "overlays" / overlay)
+    return docs + (render_dir(ROOT / "manifests" / "overlays" / overlay / "volumes") if volumes else [])
+
+
+def render_dir(path: Path) -> list[dict]:
     proc = subprocess.run(
-        [str(BIN / "kubectl"), "kustomize", str(ROOT / "manifests" / "overlays" / overlay)],
+        [str(BIN / "kubectl"), "kustomize", str(path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -63,41 +71,29 @@ def test_overlay_validates_strictly(rendered) -> None:
     overlay, docs, report = rendered
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
-        [
-            "Namespace",
-            "ServiceAccount",
-            "ServiceAccount",
-            "ServiceAccount",
-            "Role",
-            "Role",
-            "Role",
-            "Role",
-            "Role",
-            "RoleBinding",
-            "RoleBinding",
-            "RoleBinding",
-            "RoleBinding",
-        ]
-        + [
-            "ConfigMap",
-            "ConfigMap",
-            "ConfigMap",
-            "PersistentVolumeClaim",
-            "PersistentVolumeClaim",
-            "Job",
-            "Job",
-        ]
+        ["ServiceAccount"] * 3
+        + ["Role"] * 4
+        + ["RoleBinding"] * 3
+        + ["ConfigMap"] * 3
+        + ["PersistentVolumeClaim"] * 2
+        + ["CronJob", "Job"]
     )
     # kubernetes-validate reports one "passed" line per resource.
     assert report.count("passed for resource") == len(docs)
 
 
 def test_namespace_everywhere_including_binding_subjects(rendered) -> None:
+    """Multi-user KFP 2.17.0 gives a namespace its artifact secret and launcher config only when it is a
+    profile's, labelled ``pipelines.kubeflow.org/enabled: "true"`` (manifests/kustomize/base/installs/
+    multi-user/pipelines-profile-controller/sync.py, ``sync``); Kubeflow's profile controller creates
+    that namespace for a Profile and owns it. Single-user KFP runs every pod in ``kubeflow``
+    (manifests/kustomize/env/platform-agnostic/kustomization.yaml, ``namespace: kubeflow``). So the
+    overlays create no Namespace: ``kubectl delete -k`` deletes every object it renders, and would
+    delete the profile's namespace (or ``kubeflow``) with everything in it."""
     overlay, docs, _ = rendered
     ns = OVERLAYS[overlay]
-    (namespace,) = by_kind(docs, "Namespace")
-    assert namespace["metadata"]["name"] == ns
-    assert all(d["metadata"]["namespace"] == ns for d in docs if d["kind"] != "Namespace")
+    assert by_kind(docs, "Namespace") == []
+    assert all(d["metadata"]["namespace"] == ns for d in docs)
     for binding in by_kind(docs, "RoleBinding"):
         assert [s["namespace"] for s in binding["subjects"]] == [ns]
 
@@ -120,9 +116,24 @@ def test_media_pvc_is_the_one_the_stages_mount(rendered) -> None:
     assert set(pvcs) == {platform.MEDIA_PVC_NAME, platform.KERNEL_CACHE_PVC_NAME}
     pvc = pvcs[platform.MEDIA_PVC_NAME]
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
-    assert pvc["spec"]["resources"]["requests"]["storage"] == {"dev": "50Gi", "prod": "4Ti"}[overlay]
+    size = {"dev": "50Gi", "prod": "4Ti", "single-user": "500Gi"}[overlay]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == size
     # A named ReadWriteMany class (no reliance on a cluster default): the base's, or the overlay's.
-    assert pvc["spec"]["storageClassName"] == {"dev": "nfs-csi", "prod": "efs-sc"}[overlay]
+    assert pvc["spec"]["storageClassName"] == STORAGE_CLASS[overlay]
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_delete_k_of_an_overlay_leaves_the_volumes(overlay) -> None:
+    """``kubectl delete -k DIR`` deletes every object ``kubectl kustomize DIR`` renders (kubectl's delete
+    reads the same kustomization as apply), and a deleted claim takes its dynamically provisioned volume
+    with it (csi-driver-nfs v4.13.4 deploy/example/storageclass-nfs.yaml: ``reclaimPolicy: Delete``):
+    the extracted media. So the volumes are a kustomization of their own, which the overlay leaves out."""
+    main = render(overlay, volumes=False)
+    assert not by_kind(main, "PersistentVolumeClaim") and not by_kind(main, "Job")
+    volumes = render_dir(ROOT / "manifests" / "overlays" / overlay / "volumes")
+    names = {d["metadata"]["name"] for d in by_kind(volumes, "PersistentVolumeClaim")}
+    assert names == {platform.MEDIA_PVC_NAME, platform.KERNEL_CACHE_PVC_NAME}
+    assert {d["metadata"]["namespace"] for d in volumes} == {OVERLAYS[overlay]}
 
 
 def test_kernel_cache_pvc_is_the_one_the_rl_step_mounts(rendered) -> None:
@@ -133,7 +144,7 @@ def test_kernel_cache_pvc_is_the_one_the_rl_step_mounts(rendered) -> None:
     assert platform.STAGES["rl"].kernel_cache and pvc["metadata"]["name"] == platform.KERNEL_CACHE_PVC_NAME
     # ReadWriteMany in the media claim's class (a retried pod may land on another node).
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
-    assert pvc["spec"]["storageClassName"] == {"dev": "nfs-csi", "prod": "efs-sc"}[overlay]
+    assert pvc["spec"]["storageClassName"] == STORAGE_CLASS[overlay]
     assert pvc["spec"]["resources"]["requests"]["storage"] == "20Gi"
 
 
@@ -153,6 +164,7 @@ def test_one_s3_configuration_feeds_kfp_launcher_and_the_stages(rendered) -> Non
     want = {
         "dev": ("http://minio.paravt-dev.svc.cluster.local:9000", "us-east-1"),
         "prod": ("https://s3.eu-west-1.amazonaws.com", "eu-west-1"),
+        "single-user": ("https://s3.amazonaws.com", "us-east-1"),
     }
     assert (s3["endpoint"], s3["region"]) == want[overlay]
 
@@ -185,8 +197,12 @@ def test_rbac_is_least_privilege(rendered) -> None:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
             assert not {"deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"])
             # delete only on the multi-node jobs the launcher creates and removes once complete (issue 25)
+            # and on the KFP recurring runs the scheduler replaces (`--sync`)
             if "delete" in rule["verbs"]:
-                assert set(rule["resources"]) <= {"trainjobs", "pytorchjobs"}, rule
+                assert set(rule["resources"]) <= {"trainjobs", "pytorchjobs", "jobs"}, rule
+                assert rule["apiGroups"] != ["pipelines.kubeflow.org"] or role["metadata"]["name"] == (
+                    "paravt-scheduler"
+                ), rule
             if "secrets" in rule["resources"] or "configmaps" in rule["resources"]:
                 assert rule["verbs"] == ["get"] and rule.get("resourceNames"), rule
     runner = next(r for r in by_kind(docs, "Role") if r["metadata"]["name"] == "paravt-pipeline-runner")
@@ -196,6 +212,11 @@ def test_rbac_is_least_privilege(rendered) -> None:
 
 def job_named(docs: list[dict], name: str) -> dict:
     (job,) = [d for d in by_kind(docs, "Job") if d["metadata"]["name"] == name]
+    return job
+
+
+def cron_job_named(docs: list[dict], name: str) -> dict:
+    (job,) = [d for d in by_kind(docs, "CronJob") if d["metadata"]["name"] == name]
     return job
 
 
@@ -225,8 +246,35 @@ def test_runner_role_grants_exactly_what_kfp_and_argo_call(rendered) -> None:
         for name in rule.get("resourceNames") or [None]
     }
     assert granted == set(RUNNER_CALLS)
-    discovery = roles["paravt-rollout-discovery"]["rules"]
-    assert discovery == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    # The router's pod discovery is an optional component, bound only where an overlay includes it.
+    assert "paravt-rollout-discovery" not in roles
+
+
+def test_rollout_discovery_is_an_optional_component(tmp_path) -> None:
+    """Only RL with ``engine.service_selector`` runs the SGLang router's ``--service-discovery`` (pods
+    get/list/watch); every other setup must not hold those rights, so the Role and its binding are a
+    kustomize Component that an overlay adds with ``components:``."""
+    overlay = tmp_path / "with-discovery"
+    overlay.mkdir()
+    shutil.copytree(ROOT / "manifests", tmp_path / "manifests")
+    rel = {
+        "resources": ["../manifests/overlays/prod"],
+        "components": ["../manifests/components/rollout-discovery"],
+    }
+    overlay.joinpath("kustomization.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", **rel})
+    )
+    docs = render_dir(overlay)
+    roles = {r["metadata"]["name"]: r for r in by_kind(docs, "Role")}
+    assert roles["paravt-rollout-discovery"]["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    ]
+    (binding,) = [
+        b for b in by_kind(docs, "RoleBinding") if b["metadata"]["name"] == "paravt-rollout-discovery"
+    ]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "paravt-pipeline-runner", "namespace": "paravt"}
+    ]
 
 
 def test_the_documented_submit_example_runs_the_pods_as_the_runner_account(rendered) -> None:
@@ -248,8 +296,17 @@ def test_the_documented_submit_example_runs_the_pods_as_the_runner_account(rende
 
 
 def test_nightly_schedule_job(rendered) -> None:
+    """A CronJob, not a Job: Kubernetes refuses any change to a Job's pod template (pkg/apis/batch/
+    validation/validation.go, ValidateJobSpecUpdate: ``spec.template`` "field is immutable"), so re-applying
+    an overlay with a new image digest failed while the last Job existed; a CronJob's ``jobTemplate`` may
+    change (ValidateCronJobUpdate). It runs ``--sync`` before the nightly slot, so the recurring run
+    follows what is deployed."""
     overlay, docs, _ = rendered
-    job = job_named(docs, "paravt-nightly-schedule")
+    cron = cron_job_named(docs, "paravt-nightly-schedule")
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid" and cron["spec"]["timeZone"] == "Etc/UTC"
+    # 01:30 UTC, before KFP's 02:00 (the recurring run's cron below, seconds first)
+    assert cron["spec"]["schedule"] == "30 1 * * *"
+    job = cron["spec"]["jobTemplate"]
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "paravt-scheduler"
     # KFP 2.17.0 turns Istio injection off only on its own workflow's pods (backend/src/apiserver/template/
@@ -258,10 +315,14 @@ def test_nightly_schedule_job(rendered) -> None:
     assert job["spec"]["template"]["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
     (container,) = pod["containers"]
-    image = {"dev": "paravt-eval:dev", "prod": "registry.example.com/paravt/paravt-eval@sha256:" + "0" * 64}
+    image = {
+        "dev": "paravt-eval:dev",
+        "prod": "registry.example.com/paravt/paravt-eval@sha256:" + "0" * 64,
+        "single-user": "paravt-eval:0.1.0",
+    }
     assert container["image"] == image[overlay]
     script = container["args"][0]
-    assert "paravt pipeline schedule create nightly" in script and "--exist-ok" in script
+    assert "paravt pipeline schedule create nightly" in script and "--sync" in script
     assert "--service-account paravt-pipeline-runner" in script
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert check_cron(env["CRON"]) == "0 0 2 * * *"
@@ -283,7 +344,9 @@ def _images_uid() -> str:
 DOCKERFILES = ("Dockerfile.sft", "Dockerfile.rl", "Dockerfile.eval")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="runs the Job's chown as root, as the Job does")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="runs the Job's chown as root, as the Job does"
+)
 def test_media_owner_job_makes_the_volume_writable_by_the_images_user(rendered) -> None:
     """The NFS CSI driver creates a volume's directory as root, mode 755 (csi-driver-nfs v4.13.4,
     pkg/nfs/controllerserver.go: ``MkdirAll(path, 0777)`` under its umask, chmod only when the class sets
@@ -301,7 +364,8 @@ def test_media_owner_job_makes_the_volume_writable_by_the_images_user(rendered) 
     env = {e["name"]: e["value"] for e in container["env"]}
     uid = _images_uid()
     assert env == {"MEDIA": platform.MEDIA_MOUNT_PATH, "OWNER": uid}
-    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}
+    caps = container["securityContext"]["capabilities"]
+    assert caps["drop"] == ["ALL"] and set(caps["add"]) <= {"CHOWN", "FOWNER", "FSETID"}
 
     base = Path(tempfile.mkdtemp())
     try:
@@ -314,7 +378,12 @@ def test_media_owner_job_makes_the_volume_writable_by_the_images_user(rendered) 
             return subprocess.run(probe, user=int(uid), group=int(uid), capture_output=True).returncode
 
         assert write_as_user() != 0  # the data stage's failure: permission denied
-        script = [*container["command"], *container["args"]]
+        # With exactly the container's capabilities (runc gives a root container only its list, as
+        # bounding, permitted and effective set): the kernel drops the setgid bit of a chmod by a caller
+        # outside the directory's group without CAP_FSETID (Linux fs/attr.c, setattr_prepare).
+        only = ",".join(["-all", *(f"+{c.lower()}" for c in caps["add"])])
+        setpriv = ["setpriv", f"--inh-caps={only}", f"--ambient-caps={only}", f"--bounding-set={only}"]
+        script = [*setpriv, *container["command"], *container["args"]]
         for _ in range(2):  # applied twice: the second run changes nothing and still succeeds
             proc = subprocess.run(script, env={**env, "MEDIA": str(media), "PATH": os.environ["PATH"]},
                                   capture_output=True, text=True, timeout=30)  # fmt: skip
@@ -339,11 +408,12 @@ KFP_ROLES = ROOT / "tests" / "fixtures" / "kfp-2.17.0" / "aggregate-to-kubeflow-
 # (backend/src/apiserver/server/{experiment,run,job}_server.go: the Verb of each canAccess* call;
 # resource names from backend/src/apiserver/common/const.go, RbacResourceType*).
 NEEDED = {
-    "paravt-scheduler": {  # schedule create --exist-ok
+    "paravt-scheduler": {  # schedule create --sync
         ("experiments", "list"),  # kfp.Client.create_experiment looks the name up first
         ("experiments", "create"),
-        ("jobs", "list"),  # a recurring run of that name already there?
+        ("jobs", "list"),  # recurring runs of that name already there?
         ("jobs", "create"),
+        ("jobs", "delete"),  # the ones that differ from the deployed spec (job_server.go, DeleteRecurringRun)
     },
     "paravt-operator": {
         ("experiments", "list"),
