@@ -454,3 +454,32 @@ def test_kfp_api_roles_use_only_what_kfp_authorizes(rendered) -> None:
         granted = _grants(roles[name]["rules"])
         assert granted <= kfp, (name, granted - kfp)
         assert needed <= granted, (name, needed - granted)
+
+
+def test_cluster_policy_admits_job_pods_only_as_the_trainer_account(tmp_path) -> None:
+    """Trainer v2.3.0 (a TrainJob's runtimePatches set ``serviceAccountName`` as given) and the training
+    operator v1.9.0 (PyTorchJob templates) let a job's pods run as any account of the namespace, so the
+    pipeline account's right to create jobs would be the right to act as any account there. A
+    ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes 1.30) checks the pods
+    of the jobs themselves (the labels the launcher selects them by) and its binding denies in the
+    profile namespaces. Validated against Kubernetes 1.33's schema."""
+    from paravt_core.launch.trainjob import JOB_PODS_SELECTOR
+
+    docs = render_dir(ROOT / "manifests" / "cluster")
+    out = tmp_path / "cluster.yaml"
+    out.write_text(yaml.safe_dump_all(docs))
+    assert validate(out).count("passed for resource") == 2
+    (policy,) = by_kind(docs, "ValidatingAdmissionPolicy")
+    (binding,) = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"] and policy["spec"]["failurePolicy"] == "Fail"
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["pods"] and "CREATE" in rule["operations"]
+    (condition,) = policy["spec"]["matchConditions"]
+    for selector in JOB_PODS_SELECTOR.values():  # every job pod the launcher knows is matched
+        assert f"'{selector.split('=')[0]}' in object.metadata.labels" in condition["expression"]
+    (check,) = policy["spec"]["validations"]
+    assert check["expression"] == f"object.spec.serviceAccountName == '{platform.TRAINER_SERVICE_ACCOUNT}'"
+    (names,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert names["key"] == "kubernetes.io/metadata.name"
+    assert set(names["values"]) == {OVERLAYS["dev"], OVERLAYS["prod"]}  # profile namespaces, not kubeflow
