@@ -483,3 +483,42 @@ def test_cluster_policy_admits_job_pods_only_as_the_trainer_account(tmp_path) ->
     (names,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
     assert names["key"] == "kubernetes.io/metadata.name"
     assert set(names["values"]) == {OVERLAYS["dev"], OVERLAYS["prod"]}  # profile namespaces, not kubeflow
+
+
+def test_rollout_server_component_serves_the_multinode_rl_recipe(tmp_path) -> None:
+    """The 2-node RL recipe's learners roll out on ``engine.base_url`` (configs/rl/paragrpo_8b_2node.yaml);
+    the component gives them that Service and server, outside the Istio mesh like the learner pods (KFP
+    2.17.0 opts only its own pods out: backend/src/apiserver/template/v2_template.go), non-root."""
+    from urllib.parse import urlparse
+
+    shutil.copytree(ROOT / "manifests", tmp_path / "manifests")
+    overlay = tmp_path / "with-rollout"
+    overlay.mkdir()
+    rel = {
+        "resources": ["../manifests/overlays/prod"],
+        "components": ["../manifests/components/rollout-server"],
+    }
+    overlay.joinpath("kustomization.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", **rel})
+    )
+    docs = render_dir(overlay)
+    out = tmp_path / "rendered.yaml"
+    out.write_text(yaml.safe_dump_all(docs))
+    validate(out)
+    recipe = yaml.safe_load((ROOT / "configs/rl/paragrpo_8b_2node.yaml").read_text())
+    url = urlparse(recipe["engine"]["base_url"])
+    (service,) = by_kind(docs, "Service")
+    assert service["metadata"]["name"] == url.hostname and service["spec"]["ports"][0]["port"] == url.port
+    (deploy,) = by_kind(docs, "Deployment")
+    template = deploy["spec"]["template"]
+    assert template["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+    assert template["metadata"]["labels"] == service["spec"]["selector"]
+    pod = template["spec"]
+    (container,) = pod["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == recipe["engine"]["server_ranks"]
+    assert f"--port {url.port}" in container["args"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
