@@ -289,6 +289,9 @@ def test_the_documented_submit_example_runs_the_pods_as_the_runner_account(rende
     assert "\n" not in command.replace("\\\n", "")  # one shell command, continued with backslashes
     account = re.search(r"--service-account (\S+)", command).group(1)
     assert account == "paravt-pipeline-runner"
+    # The namespace the manifests set up (a profile's), not another one: the runner account, its Roles
+    # and the S3 config exist only there.
+    assert re.search(r"--namespace (\S+)", command).group(1) == OVERLAYS["prod"]
     bound = {
         b["roleRef"]["name"] for b in by_kind(docs, "RoleBinding") if b["subjects"][0]["name"] == account
     }
@@ -522,3 +525,20 @@ def test_rollout_server_component_serves_the_multinode_rl_recipe(tmp_path) -> No
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
     }
+
+
+def test_the_documented_kfp_cli_example_passes_gpu_counts_as_strings() -> None:
+    """kfp 2.17's ``kfp run create`` parses every ``key=value`` as JSON first (kfp/cli/utils/parsing.py,
+    ``parse_parameter_value``): ``sft_gpus=4`` arrives as the number 4, and KFP 2.17's driver reads a GPU
+    count placeholder with ``GetStringValue()`` (backend/src/v2/driver/resolve.go): no GPU limit. The
+    documented example quotes them, and says the CLI has no service-account option."""
+    from kfp.cli.utils.parsing import parse_parameter_value
+
+    readme = (ROOT / "docs" / "reference.md").read_text()
+    start = readme.index("run create --experiment-name")
+    command = readme[start : readme.index("```", start)]
+    args = re.findall(r"(\w+_gpus)=(\S+)", command)
+    assert args
+    for _, value in args:
+        assert isinstance(parse_parameter_value(value.strip("'")), str)
+    assert "no `--service-account` option" in readme
