@@ -542,3 +542,32 @@ def test_the_documented_kfp_cli_example_passes_gpu_counts_as_strings() -> None:
     for _, value in args:
         assert isinstance(parse_parameter_value(value.strip("'")), str)
     assert "no `--service-account` option" in readme
+
+
+def test_gang_runtime_component_matches_what_the_trainjob_patches(tmp_path) -> None:
+    """``launch.gang`` with a TrainJob names a namespaced TrainingRuntime (Trainer v2.3.0 reads
+    ``podGroupPolicy`` only from the runtime: pkg/apis/trainer/v1alpha1/trainingruntime_types.go). The
+    TrainJob's runtimePatches address the replicated job and container named ``node`` (trainer v2.3.0,
+    pkg/constants/constants.go, Node), so the runtime must have exactly those, and a torch mlPolicy."""
+    from paravt_core.launch.trainjob import CONTAINER
+
+    shutil.copytree(ROOT / "manifests", tmp_path / "manifests")
+    overlay = tmp_path / "with-gang"
+    overlay.mkdir()
+    rel = {
+        "namespace": OVERLAYS["prod"],  # as in the overlay whose `components:` it joins
+        "resources": ["../manifests/overlays/prod"],
+        "components": ["../manifests/components/gang-runtime"],
+    }
+    overlay.joinpath("kustomization.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", **rel})
+    )
+    (runtime,) = by_kind(render_dir(overlay), "TrainingRuntime")
+    assert runtime["metadata"]["namespace"] == OVERLAYS["prod"]  # namespaced: the profile's owner applies it
+    spec = runtime["spec"]
+    assert spec["podGroupPolicy"]["coscheduling"]["scheduleTimeoutSeconds"] > 0
+    assert "torch" in spec["mlPolicy"]
+    (job,) = spec["template"]["spec"]["replicatedJobs"]
+    assert job["name"] == "node"
+    (container,) = job["template"]["spec"]["template"]["spec"]["containers"]
+    assert container["name"] == CONTAINER["trainjob"]
