@@ -31,6 +31,7 @@ def data_op(
     pipeline mounted the media volume (fixed when compiling); a ``media_root`` outside it is refused, since
     the extraction would stay inside this pod where no later stage sees it."""
     import json
+    import posixpath
     import tempfile
 
     from components.locations import expose, run_root
@@ -39,8 +40,12 @@ def data_op(
     from paravt_core.config import DataConfig, load_config
     from paravt_core.data.stage import run
 
-    mount = media_mount.rstrip("/")
-    if media_root and mount and not (media_root.rstrip("/") + "/").startswith(mount + "/"):
+    def outside(path: str) -> bool:  # normalised first: /mnt/media/../../tmp is /tmp
+        return not (posixpath.normpath(path) + "/").startswith(mount + "/")
+
+    mount = posixpath.normpath(media_mount) if media_mount else ""
+    media_root = posixpath.normpath(media_root) if media_root else ""
+    if media_root and mount and outside(media_root):
         raise ValueError(
             f"media_root {media_root!r} is not under the media volume's mount {media_mount!r}: the "
             "extraction would stay in this pod; use a directory under the mount (the volume cannot move)"
@@ -48,6 +53,11 @@ def data_op(
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config_yaml)
     cfg = load_config(DataConfig, f.name, [str(o) for o in overrides])
+    if mount and cfg.extract.root and outside(cfg.extract.root):  # the config's own root: the same rule
+        raise ValueError(
+            f"extract.root {cfg.extract.root!r} is not under the media volume's mount {media_mount!r}: the "
+            "extraction would stay in this pod; leave it empty (media_root is used) or put it under the mount"
+        )
     if run_id or run_prefix:
         # Left at their defaults (pod-local paths), these go to shared storage instead.
         defaults = DataConfig()

@@ -43,7 +43,7 @@ def sft_trainjob_op(
     from components.publish import publish_sft, read_summary
     from paravt_core import storage
     from paravt_core.config import SftConfig, config_to_yaml, load_config
-    from paravt_core.launch.trainjob import NodeSpec, launch_stage
+    from paravt_core.launch.trainjob import NodeSpec, launch_stage, with_launch
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config_yaml)
@@ -70,7 +70,8 @@ def sft_trainjob_op(
             api=api,
             runtime=runtime,
             poll_s=poll_s,
-            spec=NodeSpec(**{**node_spec, "pvc": media_pvc}),
+            spec=with_launch(NodeSpec(**{**node_spec, "pvc": media_pvc}), cfg.launch),
+            pending_timeout_s=cfg.launch.pending_timeout_s,
         ),
         stage="sft",
         retries=cfg.launch.retries,
@@ -115,6 +116,7 @@ def rl_trainjob_op(
         job_name,
         launch_stage,
         rank0_address,
+        with_launch,
     )
     from paravt_core.rl.config import RlConfig
 
@@ -132,7 +134,9 @@ def rl_trainjob_op(
     check_rl_multinode(cfg.engine.kind, cfg.engine.base_url)
     if cfg.engine.weight_sync == "distributed" and cfg.engine.nccl_address in ("", "127.0.0.1"):
         # where the server joins the push: the job's rank-0 pod, by its fully qualified name
-        cfg.engine.nccl_address = rank0_address(api, job_name(run_id, "rl"), in_cluster_namespace())
+        cfg.engine.nccl_address = rank0_address(
+            api, job_name(run_id, "rl"), in_cluster_namespace(), cfg.launch.cluster_domain
+        )
     from paravt_core.launch.retry import run_with_retries
 
     run_with_retries(  # a failed job is deleted and created again: the stage resumes from its checkpoints
@@ -145,7 +149,8 @@ def rl_trainjob_op(
             api=api,
             runtime=runtime,
             poll_s=poll_s,
-            spec=NodeSpec(**{**node_spec, "pvc": media_pvc}),
+            spec=with_launch(NodeSpec(**{**node_spec, "pvc": media_pvc}), cfg.launch),
+            pending_timeout_s=cfg.launch.pending_timeout_s,
         ),
         stage="rl",
         retries=cfg.launch.retries,

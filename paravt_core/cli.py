@@ -253,6 +253,7 @@ def _cmd_pipeline_schedule(args: argparse.Namespace) -> int:
         pipeline_root=args.pipeline_root,
         service_account=args.service_account,
         exist_ok=args.exist_ok,
+        sync=args.sync,
         strict=args.strict,
     )
     print(conn.recurring_run_url(recurring_id))
@@ -505,6 +506,11 @@ def build_parser() -> argparse.ArgumentParser:
     prc.add_argument("--disabled", action="store_true", help="create it paused")
     prc.add_argument(
         "--exist-ok", action="store_true", help="a recurring run of that name already there is success"
+    )
+    prc.add_argument(
+        "--sync",
+        action="store_true",
+        help="keep the one of that name made from this pipeline, images and settings; else replace it",
     )
     _add_connection(prc)
     prc.set_defaults(fn=_cmd_pipeline_schedule)

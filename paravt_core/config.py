@@ -344,6 +344,33 @@ class LaunchConfig(StrictModel):
     retry_backoff_s: float = Field(
         default=60.0, ge=0, description="seconds before the first in-pod rerun, doubled for each next one"
     )
+    pending_timeout_s: float = Field(
+        default=1800.0,
+        ge=0,
+        description="delete the job (the step fails) when not all nodes run this long; 0: never",
+    )
+    fabric_resources: dict[str, int] = Field(
+        default_factory=dict,
+        description="RDMA devices per node, e.g. {vpc.amazonaws.com/efa: 32} (AWS EFA), {rdma/ib: 8} (InfiniBand)",
+    )
+    ipc_lock: bool = Field(
+        default=False,
+        description="add IPC_LOCK to the nodes (RDMA pins memory); needs a privileged namespace",
+    )
+    node_env: dict[str, str] = Field(
+        default_factory=dict, description="extra env on every node: the fabric's NCCL_* / FI_* settings"
+    )
+    queue_name: str = Field(
+        default="", description="Kueue LocalQueue: sets the kueue.x-k8s.io/queue-name label"
+    )
+    gang: bool = Field(
+        default=False,
+        description="all nodes at once: TrainJob names the TrainingRuntime `runtime`; PyTorchJob sets minAvailable",
+    )
+    cluster_domain: str = Field(
+        default="cluster.local",
+        description="the cluster's DNS domain, in the rank-0 pod's name (weight push)",
+    )
 
 
 class SftModelConfig(StrictModel):

@@ -212,6 +212,22 @@ def submit(
     return conn.run_url(result.run_id)
 
 
+SPEC_MARK = "paravt-spec-sha256:"  # in a recurring run's description: what it was created from
+
+
+def spec_fingerprint(package: str, settings: dict[str, Any]) -> str:
+    """sha256 over the compiled package (pipeline and platform spec: every image reference, every default)
+    and the recurring run's settings (parameters, cron, account, root): what the deployed nightly is. KFP
+    keeps the spec as a protobuf Struct (numbers become doubles), so comparing a hash we wrote beats
+    comparing the spec the server gives back."""
+    import hashlib
+    import json
+
+    docs = [d for d in yaml.safe_load_all(Path(package).read_text()) if d is not None]
+    text = json.dumps({"package": docs, **settings}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def schedule(
     conn: Connection,
     pipeline: str,
@@ -224,12 +240,15 @@ def schedule(
     pipeline_root: str | None = None,
     service_account: str | None = None,
     exist_ok: bool = False,
+    sync: bool = False,
     strict: bool = False,
 ) -> str:
     """Create a recurring run: one run at a time, no catch-up of missed slots; return its id.
 
-    A recurring run of the same name in the experiment is an error, or with ``exist_ok`` the answer
-    (so a job that registers the schedule can be re-applied)."""
+    A recurring run of the same name in the experiment is an error, or with ``exist_ok`` the answer. With
+    ``sync`` (the manifests' CronJob) the answer only while it was made from this very pipeline, images,
+    parameters, cron, account and root; otherwise the new one is created and then the old ones deleted
+    (KFP 2.17 cannot update a recurring run: backend/api/v2beta1/recurring_run.proto has no Update)."""
     import json
 
     cron = check_cron(cron)
@@ -243,34 +262,55 @@ def schedule(
             {"predicates": [{"operation": "EQUALS", "key": "display_name", "stringValue": name}]}
         )
         existing = kfp_client.list_recurring_runs(experiment_id=experiment_id, filter=same_name)
-    if existing.recurring_runs:
+    old = list(existing.recurring_runs or [])
+    if old and not sync:
         if exist_ok:
-            return existing.recurring_runs[0].recurring_run_id
+            return old[0].recurring_run_id
         raise ClusterError(
             f"a recurring run named {name!r} already exists in experiment {experiment!r} "
-            f"(id {existing.recurring_runs[0].recurring_run_id}); disable it or pick another --name"
+            f"(id {old[0].recurring_run_id}); disable it or pick another --name"
         )
     with package_path(pipeline) as package:
         check_parameters(package, params)
         if not strict:
             warn_unpinned(pipeline, package)
         params = as_declared_strings(package, params)
-        with _quiet_kfp():
-            job = kfp_client.create_recurring_run(
-                experiment_id=experiment_id,
-                job_name=name,
-                cron_expression=cron,
-                # A nightly eval that overruns must not pile up, and a paused schedule must not
-                # replay every missed night when re-enabled.
-                max_concurrency=1,
-                no_catchup=True,
-                params=params,
-                pipeline_package_path=package,
-                enabled=enabled,
-                pipeline_root=pipeline_root,
-                service_account=service_account,
-            )
-    return job.recurring_run_id
+        settings = {
+            "params": params,
+            "cron": cron,
+            "service_account": service_account,
+            "pipeline_root": pipeline_root,
+            "enabled": enabled,
+        }
+        mark = SPEC_MARK + spec_fingerprint(package, settings)
+        current = [r for r in old if mark in (r.description or "")]
+        if current:
+            kept = current[0].recurring_run_id
+        else:
+            with _quiet_kfp():
+                kept = kfp_client.create_recurring_run(
+                    experiment_id=experiment_id,
+                    job_name=name,
+                    description=mark,
+                    cron_expression=cron,
+                    # A nightly eval that overruns must not pile up, and a paused schedule must not
+                    # replay every missed night when re-enabled.
+                    max_concurrency=1,
+                    no_catchup=True,
+                    params=params,
+                    pipeline_package_path=package,
+                    enabled=enabled,
+                    pipeline_root=pipeline_root,
+                    service_account=service_account,
+                ).recurring_run_id
+    # Created first, deleted after: a failure in between leaves two (the next sync removes the old one),
+    # never none.
+    for run in old:
+        if run.recurring_run_id != kept:
+            with _quiet_kfp():
+                kfp_client.delete_recurring_run(run.recurring_run_id)
+            print(f"recurring run {run.recurring_run_id}: replaced by {kept}", file=sys.stderr)
+    return kept
 
 
 def set_schedule_enabled(conn: Connection, recurring_run_id: str, enabled: bool) -> None:

@@ -31,6 +31,7 @@ IMAGE_PULL_SECRETS_ENV = "PARAVT_IMAGE_PULL_SECRETS"
 # The multi-node jobs' pods run as this service account (manifests/base/serviceaccounts.yaml: no RBAC,
 # no token; the overlays give it the registry's pull secret like the other accounts).
 TRAINER_SERVICE_ACCOUNT = "paravt-trainer"
+IMAGE_UID = 10001  # the images' USER (Dockerfile.*)
 MEDIA_PVC_NAME = "paravt-media"
 MEDIA_MOUNT_PATH = "/mnt/media"
 # Kernels compiled at first use (Triton's launchers and kernels, SGLang's JIT kernels, flashinfer's): kept on a
@@ -62,8 +63,12 @@ CACHE_ENV = {
 # The class of the cache volumes, read when the pipeline is compiled (unset: the cluster's default class).
 CACHE_STORAGE_CLASS_ENV = "PARAVT_CACHE_STORAGE_CLASS"
 GPU_RESOURCE = "nvidia.com/gpu"
-# Label set by NVIDIA GPU feature discovery; selecting on it picks the GPU model.
+# Label set by NVIDIA GPU feature discovery (deployed by the GPU Operator, or the device plugin's chart with
+# gfd.enabled); selecting on it picks the GPU model. Clusters without it (GKE: cloud.google.com/gke-accelerator;
+# EKS: node.kubernetes.io/instance-type) set $PARAVT_GPU_NODE_SELECTOR when compiling: "key=value[,...]"
+# replaces it, "" selects no GPU model (any node with the GPUs).
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_NODE_SELECTOR_ENV = "PARAVT_GPU_NODE_SELECTOR"
 
 IntOrChannel = int | str | PipelineChannel  # a GPU count: a literal, or a STRING pipeline parameter
 StrOrChannel = str | PipelineChannel
@@ -138,6 +143,20 @@ STAGES: dict[str, StagePlatform] = {
 }
 
 
+def gpu_node_selector(product: str) -> dict[str, str]:
+    """The node labels that pick GPU model ``product`` ("" = any): ``GPU_PRODUCT_LABEL``, or what
+    ``$PARAVT_GPU_NODE_SELECTOR`` says (read when compiling)."""
+    raw = os.environ.get(GPU_NODE_SELECTOR_ENV)
+    if not product:
+        return {}
+    if raw is None:
+        return {GPU_PRODUCT_LABEL: product}
+    pairs = [kv.strip() for kv in raw.split(",") if kv.strip()]
+    if any("=" not in kv for kv in pairs):
+        raise ValueError(f"${GPU_NODE_SELECTOR_ENV}={raw!r}: expected key=value[,key=value...] or empty")
+    return dict(kv.split("=", 1) for kv in pairs)
+
+
 def set_resources(task: dsl.PipelineTask, cpu: str, memory: str) -> dsl.PipelineTask:
     """Requests equal limits: training pods get the Guaranteed QoS class and are evicted last."""
     return task.set_cpu_request(cpu).set_cpu_limit(cpu).set_memory_request(memory).set_memory_limit(memory)
@@ -148,8 +167,7 @@ def request_gpus(task: dsl.PipelineTask, count: IntOrChannel, product: str = "")
     placeholder in ``resourceCount`` with ``GetStringValue()``, so a number would set no limit), on nodes of one GPU model when ``product``
     is set, tolerating the usual taint on GPU nodes."""
     task.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(count)
-    if product:
-        kubernetes.add_node_selector(task, label_key=GPU_PRODUCT_LABEL, label_value=product)
+    add_node_selector(task, gpu_node_selector(product))
     return add_tolerations(task, [GPU_TOLERATION])
 
 
@@ -288,6 +306,9 @@ def configure_task(
     use_s3_secret(task)
     if pull_secrets := image_pull_secrets():
         kubernetes.set_image_pull_secrets(task, pull_secrets)
+    # The images' user, and no root: Pod Security `restricted` wants runAsNonRoot; KFP 2.17.0's driver puts
+    # this on the task's own container (backend/src/v2/driver/k8s.go, kubernetesExecutorConfig.GetSecurityContext).
+    kubernetes.set_security_context(task, run_as_user=IMAGE_UID, run_as_group=IMAGE_UID, run_as_non_root=True)
     set_retries(task, spec.retries, spec.timeout_seconds)
     set_timeout(task, spec.timeout_seconds)
     # Stages write to object storage: a cache hit would skip those side effects.
@@ -306,9 +327,7 @@ def node_spec(stage: str, image: str) -> dict:
         "cpu": spec.cpu,
         "memory": spec.memory,
         "gpu_resource": GPU_RESOURCE,
-        "node_selector": {GPU_PRODUCT_LABEL: spec.gpu_product, **spec.node_selector}
-        if spec.gpu_product
-        else dict(spec.node_selector),
+        "node_selector": {**gpu_node_selector(spec.gpu_product), **spec.node_selector},
         "tolerations": [
             {k: v for k, v in vars(t).items() if v is not None} for t in (GPU_TOLERATION, *spec.tolerations)
         ],

@@ -189,14 +189,20 @@ class Emulator:
             self.objects.pop((plural, ns, name), None)
 
     def add_pod(
-        self, ns: str, name: str, labels: dict[str, str], phase: str = "Running", container: str = "node"
+        self,
+        ns: str,
+        name: str,
+        labels: dict[str, str],
+        phase: str = "Running",
+        container: str = "node",
+        conditions: list[dict[str, Any]] | None = None,
     ) -> None:
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": ns, "labels": labels},
             "spec": {"containers": [{"name": container, "image": "img"}]},
-            "status": {"phase": phase},
+            "status": {"phase": phase, "conditions": conditions or []},
         }
         with self.lock:
             self.pods[(ns, name)] = pod

@@ -2,7 +2,7 @@
 
 Paths and bodies follow kfp_server_api 2.17 (the generated client kfp.Client uses): healthz,
 experiments (list with a display_name filter, create), runs (create, get, ``:retry``), recurring runs
-(create, list, ``:enable``, ``:disable``). It keeps state like the real server (ids, run states,
+(create, list, delete, ``:enable``, ``:disable``). It keeps state like the real server (ids, run states,
 schedule modes), answers errors in the server's JSON shape, and records every request so tests can
 assert on methods, paths, query strings, headers and bodies.
 """
@@ -72,7 +72,7 @@ def required_permission(method: str, route: str) -> tuple[str, str] | None:
         return ("jobs", "list" if method == "GET" else "create")
     if route.startswith("/recurringruns/"):
         action = route.partition(":")[2]
-        return ("jobs", action or "get")
+        return ("jobs", action or ("delete" if method == "DELETE" else "get"))
     return None
 
 
@@ -169,6 +169,11 @@ class _Handler(BaseHTTPRequestHandler):
             if action in ("enable", "disable"):
                 job["mode"] = action.upper()
                 return self._reply(200, {})
+        if route.startswith("/recurringruns/") and method == "DELETE":
+            job_id = route[len("/recurringruns/") :]
+            if state.recurring_runs.pop(job_id, None) is None:
+                return self._error(404, 5, f"recurring run {job_id} not found")
+            return self._reply(200, {})
         return self._error(404, 5, f"no route {method} {route}")
 
     def do_GET(self) -> None:  # noqa: N802
@@ -176,6 +181,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         self._handle("POST")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._handle("DELETE")
 
 
 class _Server(ThreadingHTTPServer):

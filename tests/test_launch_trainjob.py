@@ -158,7 +158,7 @@ def test_the_nodes_opt_out_of_the_istio_sidecar():
     bare = trainjob_manifest(  # no volume, selector or secret: the patch is still there, for the annotation
         "x", NS, "sft", NodeSpec(image="i"), nodes=2, gpus_per_node=1, config_yaml="", job_labels={}
     )
-    assert _node_pod(bare) == {"metadata": {"annotations": want}, "spec": {}}
+    assert _node_pod(bare)["metadata"] == {"annotations": want}
     p = pytorchjob_manifest(
         "x", NS, "sft", spec(), nodes=3, gpus_per_node=8, config_yaml=CONFIG, job_labels=labels(RUN, "sft")
     )

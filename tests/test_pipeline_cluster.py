@@ -7,6 +7,8 @@ header and nowhere in our output, and the one-line errors.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -320,19 +322,24 @@ def test_scheduler_role_is_enough_for_the_scheduler_job_and_the_old_one_was_not(
         "nightly",
         "--params",
         params,
-        "--exist-ok",
+        "--sync",
     ]
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump({"checkpoint_uri": "s3://m/y", "results_prefix": "s3://r/n"}))
     granted = _role_grants("paravt-scheduler")
     with KfpTestServer(token=TOKEN, grants=granted) as server:
         assert main(argv + _conn(server)) == 0
         assert len(server.state.recurring_runs) == 1
-        assert main(argv + _conn(server)) == 0  # re-applied Job: found by name, nothing created
+        assert main(argv + _conn(server)) == 0  # the CronJob's next night: found by name, nothing created
         assert len(server.state.recurring_runs) == 1
+        swapped = [a if a != params else str(changed) for a in argv]
+        assert main(swapped + _conn(server)) == 0  # new parameters deployed: replaced
+        assert len(server.state.recurring_runs) == 1 and len(server.state.calls("DELETE")) == 1
         used = {required_permission(r.method, r.path.removeprefix(API)) for r in server.state.requests}
     _no_token_printed(capsys)
-    # And nothing more: the Role grants exactly what the two applies were authorized for.
+    # And nothing more: the Role grants exactly what the syncs were authorized for.
     assert used - {None} == granted == {("experiments", "list"), ("experiments", "create"),
-                                        ("jobs", "list"), ("jobs", "create")}  # fmt: skip
+                                        ("jobs", "list"), ("jobs", "create"), ("jobs", "delete")}  # fmt: skip
     # The Role as it was (recurring runs as `recurringruns`): KFP refuses the list of recurring runs.
     old = {("experiments", v) for v in ("get", "list", "create")} | {
         ("recurringruns", v) for v in ("get", "list", "create")
@@ -374,3 +381,50 @@ def test_operator_role_covers_submit_status_retry_and_schedule_toggles(tmp_path,
             ("jobs", "disable"),
         }
     _no_token_printed(capsys)
+
+
+def test_schedule_sync_follows_the_deployed_spec(kfp_server, capsys, tmp_path) -> None:
+    """KFP 2.17.0 cannot change a recurring run (backend/api/v2beta1/recurring_run.proto: Create, Get,
+    List, Enable, Disable, Delete; no Update), and ``--exist-ok`` kept the first one forever: its inline
+    spec, image digests and parameters. ``--sync`` (the manifests' CronJob) keeps the recurring run only
+    while it was made from the same package and settings, and otherwise creates the new one and then
+    deletes the old (jobs delete: job_server.go, DeleteRecurringRun)."""
+    from pipelines.compile import compile_pipeline
+
+    first = compile_pipeline("nightly", str(tmp_path / "nightly.yaml"), warn=False)
+    text = (tmp_path / "nightly.yaml").read_text()
+    assert text.count("image: paravt-eval:") >= 1
+    second = tmp_path / "nightly-new-image.yaml"  # the same pipeline, a new eval image digest
+    second.write_text(
+        re.sub(r"image: paravt-eval:\S+", "image: registry.example/paravt-eval@sha256:" + "1" * 64, text)
+    )
+    params = {"checkpoint_uri": "s3://m/latest", "results_prefix": "s3://r/nightly"}
+    state = kfp_server.state
+
+    def sync(package: str, p: dict, cron: str = "0 0 2 * * *") -> str:
+        argv = ["pipeline", "schedule", "create", package, "--name", "nightly", "--experiment", "e"]
+        argv += ["--cron", cron, "--params", _params_file(tmp_path, p), "--sync"]
+        assert main(argv + _conn(kfp_server)) == 0
+        out, _ = _no_token_printed(capsys)
+        return out.strip().rsplit("/", 1)[-1]
+
+    one = sync(first, params)
+    assert list(state.recurring_runs) == [one]
+    assert sync(first, params) == one  # nothing changed: kept, nothing created or deleted
+    assert len(state.calls("POST", "/recurringruns")) == 1 and not state.calls(
+        "DELETE", f"/recurringruns/{one}"
+    )
+
+    two = sync(str(second), params)  # new image: replaced
+    assert two != one and list(state.recurring_runs) == [two]
+    images = {e["container"]["image"] for e in state.recurring_runs[two]["pipeline_spec"]["pipeline_spec"][
+        "deploymentSpec"]["executors"].values()}  # fmt: skip
+    assert images == {"registry.example/paravt-eval@sha256:" + "1" * 64}
+
+    three = sync(str(second), {**params, "checkpoint_uri": "s3://m/v2"})  # new parameters: replaced
+    assert three not in (one, two) and list(state.recurring_runs) == [three]
+    assert state.recurring_runs[three]["runtime_config"]["parameters"]["checkpoint_uri"] == "s3://m/v2"
+
+    four = sync(str(second), {**params, "checkpoint_uri": "s3://m/v2"}, cron="0 0 3 * * *")  # new cron
+    assert list(state.recurring_runs) == [four] and four != three
+    assert len(state.calls("POST", "/recurringruns")) == 4

@@ -209,6 +209,25 @@ def test_media_root_outside_the_mount_is_refused(ir, tmp_path):
         assert "not under the media volume" not in str(err.value)
 
 
+def test_media_root_is_normalised_and_a_configs_own_extract_root_is_checked(tmp_path):
+    """The kernel resolves ``..`` (POSIX path resolution), so ``/mnt/media/../../tmp`` is ``/tmp``, inside
+    the pod; and a config's own ``extract.root`` wins over ``media_root`` (it is kept when set), so it
+    must pass the same check."""
+    from kfp.dsl import Artifact, Dataset, Metrics
+
+    from components.data import data_op
+
+    outputs = dict(audit=Artifact(name="a"), metrics=Metrics(name="m"), dataset=Dataset(name="d"))
+    for root in ("/mnt/media/../../tmp", "/mnt/media/../media-other", "/mnt/media/.."):
+        with pytest.raises(ValueError, match="is not under the media volume's mount"):
+            data_op.python_func(config_yaml="{}", overrides=[], run_id="r", media_root=root,
+                                media_mount="/mnt/media", **outputs)  # fmt: skip
+    for own in ("/tmp/media", "media", "/mnt/media/../x"):
+        with pytest.raises(ValueError, match=r"extract.root .* is not under the media volume's mount"):
+            data_op.python_func(config_yaml=f"extract:\n  root: {own}\n", overrides=[], run_id="r",
+                                media_root="/mnt/media", media_mount="/mnt/media", **outputs)  # fmt: skip
+
+
 def test_a_multinode_stage_has_no_gpu_parameter(ir, tmp_path):
     """KFP makes every parameter of the pipeline function a run input (kfp 2.17 dsl/graph_component.py,
     from ``inspect.signature``), shown in the run form. A multi-node stage's GPUs are its config's

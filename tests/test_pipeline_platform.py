@@ -86,7 +86,7 @@ def test_cpu_stage_has_no_gpu_shm_or_media(tmp_path, monkeypatch) -> None:
     assert "accelerator" not in resources
     assert resources["resourceCpuLimit"] == "1" and resources["resourceMemoryLimit"] == "2G"
     exe = k8s["exec-probe-op"]
-    assert set(exe) == {"secretAsEnv", "configMapAsEnv", "activeDeadlineSeconds"}
+    assert set(exe) == {"secretAsEnv", "configMapAsEnv", "activeDeadlineSeconds", "securityContext"}
     assert exe["activeDeadlineSeconds"] == "3600"
 
 

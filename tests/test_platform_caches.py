@@ -63,10 +63,10 @@ def test_home_cache_is_the_users_so_a_mount_below_it_leaves_the_caches_writable(
 
 def test_the_kernel_cache_claim_is_given_to_the_images_user():
     """The one-off Job's script, run here on a directory made the way the NFS driver makes it."""
-    job = yaml.safe_load((ROOT / "manifests/base/kernel-cache-owner.yaml").read_text())
+    job = yaml.safe_load((ROOT / "manifests/volumes/kernel-cache-owner.yaml").read_text())
     assert (
         "kernel-cache-owner.yaml"
-        in yaml.safe_load((ROOT / "manifests/base/kustomization.yaml").read_text())["resources"]
+        in yaml.safe_load((ROOT / "manifests/volumes/kustomization.yaml").read_text())["resources"]
     )
     pod = job["spec"]["template"]["spec"]
     ((container,), (volume,)) = pod["containers"], pod["volumes"]

@@ -1,4 +1,4 @@
-"""The nightly scheduler Job's command (`paravt pipeline schedule create nightly … --exist-ok`) stays
+"""The nightly scheduler Job's command (`paravt pipeline schedule create nightly … --sync`) stays
 light on both its paths: it never imports torch, and its peak memory stays well under the Job's own
 memory limit (read from the rendered manifest). Measured in a child process (the Job's command line,
 run as in the container), against the KFP test server (success) and an unreachable host (error)."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.kfp_test_server import KfpTestServer
-from tests.test_platform_manifests import job_named, render
+from tests.test_platform_manifests import cron_job_named, render
 
 ROOT = Path(__file__).resolve().parents[1]
 # The Job's command, with what it reports about itself: torch imported? peak RSS (VmHWM).
@@ -31,7 +31,7 @@ print(json.dumps({"rc": rc, "torch": "torch" in sys.modules, "peak_bytes": peak}
 
 
 def _job_memory_limit_bytes() -> int:
-    job = job_named(render("prod"), "paravt-nightly-schedule")
+    job = cron_job_named(render("prod"), "paravt-nightly-schedule")["spec"]["jobTemplate"]
     limit = job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
     assert limit.endswith("Gi")
     return int(limit[:-2]) << 30
@@ -42,7 +42,7 @@ def _schedule(host: str, tmp_path: Path) -> dict:
     params.write_text("checkpoint_uri: s3://m/latest\nresults_prefix: s3://r/nightly\n")
     argv = ["pipeline", "schedule", "create", "nightly", "--name", "paravt-nightly-eval"]
     argv += ["--experiment", "paravt-nightly", "--cron", "0 0 2 * * *", "--params", str(params)]
-    argv += ["--host", host, "--namespace", "paravt", "--exist-ok"]
+    argv += ["--host", host, "--namespace", "paravt", "--sync"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), KFP_TOKEN="t0k")
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300

@@ -23,7 +23,7 @@ import yaml
 
 from paravt_core.faults import InjectedFault
 from paravt_core.launch.retry import retry_reason, run_with_retries
-from paravt_core.launch.trainjob import JobFailed, job_name
+from paravt_core.launch.trainjob import JobFailed, JobPending, job_name
 from tests.k8s_emulator import Emulator
 from tests.test_launch_trainjob import _kubeconfig, crd
 
@@ -88,6 +88,7 @@ def test_retry_reasons_by_hand():
         retry_reason(JobFailed("TrainJob ns/x failed: JobSetFailed: NCCL"))
         == "TrainJob ns/x failed: JobSetFailed: NCCL"
     )
+    assert retry_reason(JobPending("TrainJob ns/x: node 1 Pending 1800 s: Unschedulable")) is None
     assert retry_reason(ConnectionResetError("peer")) == "ConnectionResetError: peer"
     assert retry_reason(InjectedFault("sft after step 3")) == "sft after step 3"
     assert retry_reason(ValueError("bad config")) is None and retry_reason(KeyError("x")) is None

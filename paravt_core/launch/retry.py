@@ -47,6 +47,8 @@ def retry_reason(err: BaseException) -> str | None:
     if isinstance(err, InjectedFault):
         return str(err)
     trainjob = _loaded("paravt_core.launch.trainjob")
+    if trainjob is not None and isinstance(err, trainjob.JobPending):
+        return None  # nodes never placed within launch.pending_timeout_s: a cluster matter
     if trainjob is not None and isinstance(err, trainjob.JobFailed | trainjob.JobGone):
         return str(err)
     engines = _loaded("paravt_core.engines.base")

@@ -66,6 +66,16 @@ FINISHED = {"Complete", "Failed"}
 # job's pods never finish; KFP turns injection off only on its own pods (KFP 2.17.0,
 # backend/src/apiserver/template/v2_template.go). Ours say so themselves.
 POD_ANNOTATIONS = {"sidecar.istio.io/inject": "false"}
+# Kueue admits a job that names a LocalQueue with this label (Kueue v0.15.8, pkg/controller/constants/
+# constants.go, QueueLabel); with manageJobsWithoutQueueName a job without it stays suspended.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Every pod of one job (the pending check): JobSet labels its pods with the job set (= TrainJob) name;
+# the training operator (v1.9.0, pkg/controller.v1/common/job_controller.go, GenLabels) with the job name.
+JOB_PODS_SELECTOR = {
+    "trainjob": "jobset.sigs.k8s.io/jobset-name={name}",
+    "pytorchjob": "training.kubeflow.org/job-name={name}",
+}
+IMAGE_UID = 10001  # the images' USER (Dockerfile.*)
 
 
 def say(line: str) -> None:
@@ -82,6 +92,11 @@ def say(line: str) -> None:
 
 class JobFailed(RuntimeError):
     """The job ended in failure; the message carries its reason."""
+
+
+class JobPending(JobFailed):
+    """Not every node's pod was running ``pending_timeout_s`` after the job started (no room, a queue that
+    does not admit it, a missing device or image); the job is deleted so a node that did start frees its GPUs."""
 
 
 class JobGone(RuntimeError):
@@ -115,6 +130,11 @@ class NodeSpec:
     active_deadline_s: int = 0  # 0 = none
     # The nodes' service account: it carries the registry's pull secret (manifests/); "" = namespace default.
     service_account: str = ""
+    # The cluster's fabric (LaunchConfig): RDMA/EFA devices per node, capabilities (IPC_LOCK), NCCL env.
+    extra_resources: dict[str, int] = dataclasses.field(default_factory=dict)
+    capabilities: list[str] = dataclasses.field(default_factory=list)
+    queue_name: str = ""  # Kueue LocalQueue ("" = no label)
+    gang: bool = False  # all nodes scheduled together or none (see trainjob_manifest / pytorchjob_manifest)
 
     def __post_init__(self) -> None:
         # node_spec reaches the step as a STRUCT input, whose numbers come back as floats (172800.0); the
@@ -124,6 +144,19 @@ class NodeSpec:
             if not deadline.is_integer():
                 raise ValueError(f"node_spec.active_deadline_s={deadline!r}: whole seconds expected")
             self.active_deadline_s = int(deadline)
+
+
+def with_launch(spec: NodeSpec, launch: Any) -> NodeSpec:
+    """``spec`` with the cluster settings of a stage config's ``launch`` section (``LaunchConfig``): fabric
+    devices, IPC_LOCK, NCCL/libfabric env, Kueue queue, gang scheduling."""
+    return dataclasses.replace(
+        spec,
+        extra_resources={**spec.extra_resources, **launch.fabric_resources},
+        capabilities=sorted({*spec.capabilities, *(["IPC_LOCK"] if launch.ipc_lock else [])}),
+        env={**spec.env, **launch.node_env},
+        queue_name=launch.queue_name or spec.queue_name,
+        gang=launch.gang or spec.gang,
+    )
 
 
 def job_name(run_id: str, stage: str) -> str:
@@ -182,8 +215,30 @@ def _volumes(spec: NodeSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
 
 
 def _resources(spec: NodeSpec, gpus: int) -> dict[str, Any]:
-    amounts = {"cpu": spec.cpu, "memory": spec.memory, spec.gpu_resource: gpus}
+    amounts = {"cpu": spec.cpu, "memory": spec.memory, spec.gpu_resource: gpus, **spec.extra_resources}
     return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _security(spec: NodeSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(pod, container) securityContext of Pod Security ``restricted`` (Kubernetes, pod-security-admission
+    policy/check_runAsNonRoot.go, check_seccompProfile_restricted.go, check_allowPrivilegeEscalation.go,
+    check_capabilities_restricted.go): non-root (the images' uid), RuntimeDefault seccomp, no privilege
+    escalation, all capabilities dropped; ``capabilities`` (IPC_LOCK for RDMA) are added back, which only a
+    ``privileged`` namespace admits."""
+    pod = {
+        "runAsNonRoot": True,
+        "runAsUser": IMAGE_UID,
+        "runAsGroup": IMAGE_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    caps: dict[str, Any] = {"drop": ["ALL"]}
+    if spec.capabilities:
+        caps["add"] = list(spec.capabilities)
+    return pod, {"allowPrivilegeEscalation": False, "capabilities": caps}
+
+
+def _job_labels(spec: NodeSpec, job_labels: dict[str, str]) -> dict[str, str]:
+    return {**job_labels, KUEUE_QUEUE_LABEL: spec.queue_name} if spec.queue_name else dict(job_labels)
 
 
 def trainjob_manifest(
@@ -203,9 +258,11 @@ def trainjob_manifest(
     has no field for (volumes, node selection, pull secrets, service account) goes through
     ``runtimePatches`` onto the "node" pods."""
     volumes, mounts = _volumes(spec)
-    pod: dict[str, Any] = {}
+    pod_security, container_security = _security(spec)
+    container: dict[str, Any] = {"name": CONTAINER["trainjob"], "securityContext": container_security}
+    pod: dict[str, Any] = {"securityContext": pod_security, "containers": [container]}
     if mounts:
-        pod["containers"] = [{"name": CONTAINER["trainjob"], "volumeMounts": mounts}]
+        container["volumeMounts"] = mounts
         pod["volumes"] = volumes
     if spec.node_selector:
         pod["nodeSelector"] = dict(spec.node_selector)
@@ -217,8 +274,12 @@ def trainjob_manifest(
         pod["serviceAccountName"] = spec.service_account
     template = {"metadata": {"annotations": dict(POD_ANNOTATIONS)}, "spec": pod}
     patch = {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": template}}}]}
+    # Gang scheduling is the runtime's podGroupPolicy (trainer v2.3.0, pkg/apis/trainer/v1alpha1/
+    # trainingruntime_types.go), which a TrainJob's runtimePatches cannot set: with ``gang`` the job names a
+    # namespaced TrainingRuntime that has one (manifests/components/gang-runtime).
+    kind = "TrainingRuntime" if spec.gang else "ClusterTrainingRuntime"
     job_spec: dict[str, Any] = {
-        "runtimeRef": {"name": runtime, "apiGroup": TRAINJOB[0], "kind": "ClusterTrainingRuntime"},
+        "runtimeRef": {"name": runtime, "apiGroup": TRAINJOB[0], "kind": kind},
         "trainer": {
             "image": spec.image,
             "command": node_command(stage, "trainjob", nodes, gpus_per_node),
@@ -234,7 +295,7 @@ def trainjob_manifest(
     return {
         "apiVersion": f"{TRAINJOB[0]}/{TRAINJOB[1]}",
         "kind": TRAINJOB[3],
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(job_labels)},
+        "metadata": {"name": name, "namespace": namespace, "labels": _job_labels(spec, job_labels)},
         "spec": job_spec,
     }
 
@@ -261,7 +322,8 @@ def pytorchjob_manifest(
     }
     if mounts:
         container["volumeMounts"] = mounts
-    pod: dict[str, Any] = {"containers": [container]}
+    pod_security, container["securityContext"] = _security(spec)
+    pod: dict[str, Any] = {"containers": [container], "securityContext": pod_security}
     if volumes:
         pod["volumes"] = volumes
     if spec.node_selector:
@@ -283,10 +345,12 @@ def pytorchjob_manifest(
     job_spec: dict[str, Any] = {"pytorchReplicaSpecs": replicas, "runPolicy": {"backoffLimit": 0}}
     if spec.active_deadline_s:
         job_spec["runPolicy"]["activeDeadlineSeconds"] = spec.active_deadline_s
+    if spec.gang:  # the operator's gang scheduler (--gang-scheduler-name) places all replicas or none
+        job_spec["runPolicy"]["schedulingPolicy"] = {"minAvailable": nodes}
     return {
         "apiVersion": f"{PYTORCHJOB[0]}/{PYTORCHJOB[1]}",
         "kind": PYTORCHJOB[3],
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(job_labels)},
+        "metadata": {"name": name, "namespace": namespace, "labels": _job_labels(spec, job_labels)},
         "spec": job_spec,
     }
 
@@ -421,12 +485,18 @@ class Launcher:
         self.log(f"{self.kind} {name}: created in {self.namespace}")
         return how
 
-    def follow(self, name: str, timeout_s: float | None = None) -> dict[str, Any]:
-        """Follow the job until it finishes; delete it on success and return its last object."""
+    def follow(
+        self, name: str, timeout_s: float | None = None, *, nodes: int = 0, pending_timeout_s: float = 0.0
+    ) -> dict[str, Any]:
+        """Follow the job until it finishes; delete it on success and return its last object. With
+        ``pending_timeout_s`` and ``nodes``: until all ``nodes`` pods have run, a job that is suspended or
+        has a pod still Pending that long is deleted and ``JobPending`` says why (without it, one node
+        could hold its 8 GPUs while the other waits until the job's deadline, days later)."""
         stop = threading.Event()
         streamer = threading.Thread(target=self._stream_rank0, args=(name, stop), daemon=True)
         streamer.start()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        pending_until = time.monotonic() + pending_timeout_s if pending_timeout_s and nodes else None
         last = None
         try:
             while True:
@@ -441,6 +511,18 @@ class Launcher:
                     last = state
                 if state in FINISHED:
                     break
+                if pending_until is not None:
+                    started, why = self._pods_started(name, nodes)
+                    if started:
+                        pending_until = None  # every node ran once: no pending check any more
+                    elif time.monotonic() > pending_until:
+                        why = "; ".join(x for x in (reason if state == "Suspended" else "", why) if x)
+                        self.delete(name)
+                        raise JobPending(
+                            f"{self.kind} {self.namespace}/{name}: not all {nodes} nodes running "
+                            f"{pending_timeout_s:.0f}s after the start (state {state}); deleted. "
+                            f"{why or 'no pod of the job exists'}"
+                        )
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(
                         f"{self.kind} {name} did not finish in {timeout_s:.0f}s (state {state})"
@@ -459,9 +541,35 @@ class Launcher:
         self.log(f"{self.kind} {name}: deleted after completion")
         return obj
 
-    def run(self, manifest: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
+    def run(
+        self, manifest: dict[str, Any], timeout_s: float | None = None, *, nodes: int = 0,
+        pending_timeout_s: float = 0.0,
+    ) -> dict[str, Any]:  # fmt: skip
         self.start(manifest)
-        return self.follow(manifest["metadata"]["name"], timeout_s=timeout_s)
+        name = manifest["metadata"]["name"]
+        return self.follow(name, timeout_s=timeout_s, nodes=nodes, pending_timeout_s=pending_timeout_s)
+
+    def _pods_started(self, name: str, nodes: int) -> tuple[bool, str]:
+        """(all ``nodes`` pods of the job are Running or done, why not: each waiting pod's reason)."""
+        selector = JOB_PODS_SELECTOR[self.api].format(name=name)
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+        up = [p for p in pods if p.status and p.status.phase in {"Running", "Succeeded", "Failed"}]
+        reasons = []
+        for pod in pods:
+            if pod in up:
+                continue
+            status = pod.status
+            text = next(
+                (f"{c.reason}: {c.message}" for c in (status.conditions or []) if c.type == "PodScheduled"
+                 and c.status == "False"),
+                "",
+            ) if status else ""  # fmt: skip
+            waiting = [
+                c.state.waiting.reason
+                for c in (status.container_statuses or []) if c.state and c.state.waiting
+            ] if status else []  # fmt: skip
+            reasons.append(f"pod {pod.metadata.name}: " + (text or ", ".join(waiting) or "Pending"))
+        return len(up) >= nodes, "; ".join(reasons)
 
     def _rank0_pod(self, name: str) -> str | None:
         selector = (TRAINJOB_RANK0_SELECTOR if self.api == "trainjob" else PYTORCHJOB_RANK0_SELECTOR).format(
@@ -655,6 +763,7 @@ def launch_stage(
     client: Any = None,
     log: Callable[[str], None] = say,
     timeout_s: float | None = None,
+    pending_timeout_s: float = 0.0,
 ) -> dict[str, Any]:
     """Run ``stage`` (its resolved config as YAML text) on ``nodes`` nodes and wait for it; returns the
     finished job object. Raises ``JobFailed`` / ``JobGone`` (the step fails with that message); SIGTERM
@@ -676,4 +785,4 @@ def launch_stage(
     if owner := workflow_owner(own_pod(launcher.core, namespace)):
         manifest["metadata"]["ownerReferences"] = owner  # garbage-collected with the run's Workflow
     with delete_on_sigterm(launcher, name):
-        return launcher.run(manifest, timeout_s=timeout_s)
+        return launcher.run(manifest, timeout_s=timeout_s, nodes=nodes, pending_timeout_s=pending_timeout_s)
