@@ -254,7 +254,7 @@ def build_results(
     for protocol, benches in records.items():
         per[protocol] = {}
         for bench, recs in benches.items():
-            m = benchmark_metrics(bench, recs, cfg.resolved_error_rule)
+            m = benchmark_metrics(bench, recs, cfg.resolved_error_rule, cfg.resolved_reader)
             # every number names what produced it: preset, protocol and the prompt set's checksum
             m["provenance"] = {"preset": cfg.preset, "protocol": protocol, "prompt_set": ps.name,
                                "prompt_checksum": ps.checksum}  # fmt: skip
@@ -286,6 +286,7 @@ def build_results(
         },  # fmt: skip
         "errors_by_reason": dict(errors),
         "error_rule": cfg.resolved_error_rule,
+        "reader": cfg.resolved_reader,
         "gate": error_gate(per, cfg.max_error_share),
         "avg_tool_calls": round(sum(calls) / len(calls), 4) if calls else None,
         "tool_use_rate": round(100 * sum(c > 0 for c in calls) / len(calls), 4) if calls else None,
