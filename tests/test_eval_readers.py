@@ -181,6 +181,21 @@ def test_comparability_names_each_failed_condition(change, model, named):
     assert why.startswith("not comparable: ") and named in why and why.count("; ") == 0
 
 
+def test_preset_release_brings_the_release_frame_path_whatever_the_base_agent_says():
+    from paravt_core.agent.config import AgentConfig
+    from paravt_core.eval.protocols import preset_agent
+    from paravt_core.eval.report import comparability
+
+    assert preset_agent("release", AgentConfig()).frame_path == "qwen-vl-utils"
+    assert AgentConfig().frame_path == "decoder"
+    base = {
+        **RELEASE_CONFIG,
+        "preset": "release",
+        "agent": {"question_suffix": True, "frame_path": "decoder"},
+    }
+    assert comparability(_results(base), "videomme") == ""
+
+
 def test_comparability_names_every_failure_at_once_and_the_reader():
     from paravt_core.eval.report import comparability
 

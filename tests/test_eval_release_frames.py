@@ -91,3 +91,36 @@ def test_release_frames_equal_qwen_vl_utils_own_output(tmp_path):
     # minimum? 252 x 420 = 105,840 >= 100,352: no
     assert tuple(ours["overview"].frames.shape[2:]) == (252, 420)
     assert len(ours["crop"]) == 6
+
+
+def test_the_release_preset_episode_sends_the_release_frames_with_the_processors_own_settings(
+    tiny_model, tmp_path
+):
+    import asyncio
+
+    from paravt_core.agent.config import AgentConfig
+    from paravt_core.agent.episode import arun_episode
+    from paravt_core.engines.scripted import ScriptedEngine
+    from paravt_core.eval.protocols import preset_agent
+
+    video = tmp_path / "v.mp4"
+    write_video(video, [Event("circle", "red", 1.0, 8.0, (10, 10, 120, 100))], 12.0, 30.0, (426, 240))
+    cfg = preset_agent("release", AgentConfig(prompt_set="release-v1", temperature=0.0, forced_answer="mcq"))
+    call = '<tool_call>{"name": "crop_video", "arguments": {"video_path": "v.mp4", "start_time": 2.3, "end_time": 9.1}}</tool_call>'
+    engine = ScriptedEngine(tiny_model.processor, [call, "<answer>B</answer>"])
+    result = asyncio.run(arun_episode({"video": str(video), "question": "Which shape?"}, engine, cfg))
+    assert result.finish_reason == "answer" and result.answer == "B"
+    first, second = (r for r in engine.requests if r.tag == "main")
+    overview = R.overview(video, 64)  # round(linspace) of 360 frames, 252 x 420, through JPEG 85
+    assert len(first.images) == 64 and all(
+        torch.equal(a, b) for a, b in zip(first.images, overview.frames, strict=True)
+    )
+    crop = R.crop(video, 2.3, 9.1)
+    assert (
+        all(torch.equal(a, b) for a, b in zip(second.images[64:], crop.frames, strict=True))
+        and len(second.images) == 70
+    )
+    # no image settings of ours: the processor's own (tiny processor: longest_edge 16,384 px, 32-px grid):
+    # 252 x 420 -> beta = sqrt(105,840 / 16,384) = 2.54; floor(99.2 / 32) x 32 = 96, floor(165.2 / 32) x 32 = 160
+    assert first.images_kwargs == {}
+    assert first.image_grid_thw[0].tolist() == [1, 6, 10]

@@ -387,10 +387,10 @@ COMPARABLE = ("comparable: preset, prompts (release-v1), error rule, reader, eng
 NO_RELEASE_PROTOCOL = {"LongVT-RFT-7B": "its release prompt (agentic_longvt) is an unfilled placeholder"}
 # The release's frames (utils.py get_frames/crop_frames/pil_to_b64, lines 44-86): qwen-vl-utils 0.0.14 sizing on
 # the 28-px grid, torchvision bicubic with antialias, JPEG quality 85, no per-request image settings. Ours: one
-# swscale resize to the 32-px grid, PNG, mm_processor_kwargs (issue 38 item 3: not reproduced yet).
+# swscale resize to the 32-px grid, PNG, mm_processor_kwargs (agent.frame_path=decoder).
 FRAME_PATH = ("frames: ours (swscale to the 32-px grid, PNG, mm_processor_kwargs), not the release's "
               "(qwen-vl-utils 0.0.14 28-px grid, bicubic antialias, JPEG 85, server defaults)")  # fmt: skip
-RELEASE_FRAME_PATH = "qwen-vl-utils"  # agent.frame_path value of the release's frames, once it exists
+RELEASE_FRAME_PATH = "qwen-vl-utils"  # agent.frame_path of the release's frames (preset=release sets it)
 
 
 def release_checksum() -> str:
@@ -423,7 +423,8 @@ def _config_differences(config: dict[str, Any], bench: str, model: str | None) -
         )
     if model in NO_RELEASE_PROTOCOL:
         why.append(f"published_model={model}: {NO_RELEASE_PROTOCOL[model]}")
-    if agent.get("frame_path") != RELEASE_FRAME_PATH:
+    # preset=release sets the frame path itself (protocols.RELEASE_AGENT); config.agent is the base it merges into
+    if config.get("preset") != "release" and agent.get("frame_path") != RELEASE_FRAME_PATH:
         why.append(FRAME_PATH)
     return why
 

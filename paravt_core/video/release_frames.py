@@ -30,7 +30,7 @@ from PIL import Image
 
 from .api import Frames, _assemble, _checked, _table
 from .decoder import DecoderCache
-from .errors import CropError, InvalidWindowError, VideoError
+from .errors import CropError, InvalidWindowError, VideoError, VideoNotFoundError
 from .sampling import plan_runs
 from .sizing import fit_to_grid
 from .timeparse import parse_time
@@ -129,6 +129,20 @@ def overview(
     """The release's overview of ``uri`` (``get_frames``), as the server receives it (``jpeg``)."""
     return _frames(uri, lambda t: overview_indices(len(t.times), nframes), OVERVIEW_MIN_PIXELS,
                    OVERVIEW_MAX_PIXELS, cache, jpeg)  # fmt: skip
+
+
+def overview_fail_soft(
+    uri: str | os.PathLike, nframes: int = 64, *, cache: DecoderCache | None = None
+) -> Frames:
+    """``overview``, or no frames at all where qwen-vl-utils fails (a video shorter than ``nframes`` frames, an
+    undecodable file): ``get_frames`` catches every error and the release asks its question without frames. A
+    missing file is still an error (``eval_one`` checks that first)."""
+    try:
+        return overview(uri, nframes, cache=cache)
+    except VideoNotFoundError:
+        raise
+    except VideoError:
+        return Frames(torch.empty((0, 3, FACTOR, FACTOR), dtype=torch.uint8), [], [])
 
 
 def crop(
