@@ -277,3 +277,35 @@ def test_rescore_rereads_saved_records_offline_with_either_reader(
     assert headline(rel["protocols"]["agentic"]["videomme"]) == 0.0
     assert main(["eval", "rescore", str(tmp_path / "nothing")]) != 0
     assert "holds no results.json" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Finding 5 items followed under preset=release (the others are named in docs/eval-release-protocol.md).
+
+
+def test_release_overview_frames_carry_no_timestamps_without_the_tool_either():
+    """driver.py ``_video_user_content`` (lines 388-416): image_url frames, no labels, in every prompt mode."""
+    from paravt_core.agent.config import AgentConfig
+    from paravt_core.eval import benchmarks as B
+    from paravt_core.eval.protocols import agent_config
+
+    mcq, tvg = B.Sample("videomme", "1"), B.Sample("charades", "2", qtype="tvg")
+    for protocol in ("direct", "reasoning", "agentic"):
+        assert (
+            agent_config(protocol, B.get("videomme"), mcq, AgentConfig(), "release").overview_labels is False
+        )
+        assert (
+            agent_config(protocol, B.get("charades"), tvg, AgentConfig(), "release").overview_labels is True
+        )
+        assert agent_config(protocol, B.get("videomme"), mcq, AgentConfig(), "paravt").overview_labels is True
+
+
+def test_release_preset_waits_as_long_as_the_release_client(tiny_model_dir):
+    """utils.py run_shard (line 616) / driver.py OPENAI_TIMEOUT_S (line 206): 1800 s per request; ours 600 s."""
+    from paravt_core.eval.config import EvalConfig
+    from paravt_core.eval.stage import build_engine
+
+    engine = {"kind": "openai", "base_url": "http://127.0.0.1:9/v1"}
+    release, _ = build_engine(EvalConfig(model=tiny_model_dir, preset="release", engine=engine))
+    ours, _ = build_engine(EvalConfig(model=tiny_model_dir, engine=engine))
+    assert (release.timeout_s, ours.timeout_s) == (1800.0, 600.0)

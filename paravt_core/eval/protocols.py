@@ -35,6 +35,8 @@ from .benchmarks import Benchmark, Sample
 PROTOCOLS: tuple[str, ...] = ("agentic", "direct", "reasoning")
 WITH_TOOL = ("agentic",)
 PRESETS: tuple[str, ...] = ("paravt", "release")
+# The release's OpenAI client timeout per request (utils.py run_shard, driver.py OPENAI_TIMEOUT_S at cf55249).
+RELEASE_CLIENT_TIMEOUT_S = 1800.0
 # The release driver's prompt texts and layouts (prompt_sets/release-v1.yaml): preset=release's prompt set
 # unless agent.prompt_set names another (the report then says the prompts are not the release's); EvalConfig
 # fills it in when the config is validated, so the resolved config names it.
@@ -85,7 +87,8 @@ def agent_config(
             update["overview_labels"] = sample.qtype == "tvg"
         return base.model_copy(update=update)
     if protocol in ("direct", "reasoning"):
-        return base.model_copy(
-            update={"prompt_mode": protocol, "max_turns": 0, "forced_answer": None, "question_suffix": False}
-        )
+        update = {"prompt_mode": protocol, "max_turns": 0, "forced_answer": None, "question_suffix": False}
+        if preset == "release":  # driver.py _video_user_content: frames without timestamps in every mode
+            update["overview_labels"] = sample.qtype == "tvg"
+        return base.model_copy(update=update)
     raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
