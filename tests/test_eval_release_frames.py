@@ -1,6 +1,6 @@
 """Issue 38 item 3: under preset=release the frames are the release's (``agent.frame_path=qwen-vl-utils``):
 ``round(linspace)`` indices, qwen-vl-utils 0.0.14's 28-px sizing and bicubic antialiased resize, JPEG quality 85.
-The comparison runs qwen-vl-utils 0.0.14 itself (with decord 0.6.0) from the side site ``.venv-bench/site``
+The comparison runs qwen-vl-utils 0.0.14 itself (its torchcodec reader, the release's, and decord 0.6.0) from the side site ``.venv-bench/site``
 (``scripts/setup.sh`` makes it; ``PARAVT_QWEN_VL_UTILS_SITE`` overrides the path) in a subprocess. Where it is
 missing the test fails under ``CI=true`` and skips elsewhere. Sizes and indices are also worked out by hand."""
 
@@ -71,22 +71,23 @@ def test_release_frames_equal_qwen_vl_utils_own_output(tmp_path):
     ]
     write_video(video, events, 12.0, 30.0, (426, 240))
     env = {**os.environ, "PYTHONPATH": str(site)}
-    prefix = tmp_path / "qwen"
-    subprocess.run([sys.executable, str(ROOT / "tests" / "qwen_vl_utils_side.py"), str(video), str(prefix), "2.3",
-                    "9.1"], env=env, check=True, capture_output=True, timeout=300)  # fmt: skip
-    indices = json.loads(prefix.with_suffix(".json").read_text())
     ours = {"overview": R.overview(video, 64, jpeg=False), "crop": R.crop(video, 2.3, 9.1, jpeg=False)}
-    for name, frames in ours.items():
-        theirs = np.load(f"{prefix}_{name}.npy")
-        assert frames.indices == indices[name]
-        assert tuple(frames.frames.shape) == theirs.shape
-        # the same decoded frames, resized by the same torchvision call: equal up to the decoders' YUV->RGB
-        diff = np.abs(frames.frames.numpy().astype(int) - theirs.astype(int))
-        assert diff.max() <= 2 and diff.mean() < 0.05
-        # what the server receives: both through JPEG 85; within JPEG round-off of each other
-        sent = np.abs(R.jpeg_round_trip(frames.frames).numpy().astype(int)
-                      - R.jpeg_round_trip(torch.from_numpy(theirs)).numpy().astype(int))  # fmt: skip
-        assert sent.mean() < 0.5
+    for backend in ("torchcodec", "decord"):  # torchcodec: the release's reader
+        prefix = tmp_path / backend
+        subprocess.run([sys.executable, str(ROOT / "tests" / "qwen_vl_utils_side.py"), str(video), str(prefix),
+                        "2.3", "9.1", backend], env=env, check=True, capture_output=True, timeout=300)  # fmt: skip
+        indices = json.loads(prefix.with_suffix(".json").read_text())
+        for name, frames in ours.items():
+            theirs = np.load(f"{prefix}_{name}.npy")
+            assert frames.indices == indices[name]
+            assert tuple(frames.frames.shape) == theirs.shape
+            # the same decoded frames, resized by the same torchvision call: equal up to the decoders' YUV->RGB
+            diff = np.abs(frames.frames.numpy().astype(int) - theirs.astype(int))
+            assert diff.max() <= 2 and diff.mean() < 0.05, (backend, name, diff.max(), diff.mean())
+            # what the server receives: both through JPEG 85; within JPEG round-off of each other
+            sent = np.abs(R.jpeg_round_trip(frames.frames).numpy().astype(int)
+                          - R.jpeg_round_trip(torch.from_numpy(theirs)).numpy().astype(int))  # fmt: skip
+            assert sent.mean() < 0.5
     # smart_resize(240, 426, 28, 100352, 602112): 9 x 28 = 252, round(15.2) x 28 = 420; then grown to the
     # minimum? 252 x 420 = 105,840 >= 100,352: no
     assert tuple(ours["overview"].frames.shape[2:]) == (252, 420)
