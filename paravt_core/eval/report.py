@@ -336,7 +336,9 @@ def _subtitles_label(results: dict[str, Any], bench: str) -> str:
 
 def _all_items(m: dict[str, Any]) -> str:
     """MMVU: lmms-eval's mmvu_val number (all items) beside our multiple-choice headline, labelled."""
-    if "all_items_accuracy" not in m:
+    if (
+        "all_items_accuracy" not in m or m.get("reader") == "release"
+    ):  # then it is the release's number itself
         return ""
     judged = (
         "" if m.get("oe_comparable") or not m.get("oe_scored_by") else "; open-ended by token F1, not a judge"
