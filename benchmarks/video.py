@@ -7,6 +7,9 @@ Columns
   calls it (fps 1, max 16 frames, 784..50176 px), reopening the file on every call, calls of a turn one after
   another, with qwen-vl-utils' torchcodec backend.
 - release (decord): the same calls with the decord backend (how LongVT reads videos).
+- ours, release path: ``paravt_core.video.release_frames`` (``agent.frame_path=qwen-vl-utils``, what
+  preset=release sends): the release's frame indices, decoded at full size, one bicubic antialiased resize to the
+  28-px grid, JPEG 85 and back; the overview with the release's ``nframes=64`` sizing (100,352-602,112 px).
 - seek floor: for each frame we return, every frame from its preceding keyframe up to it, times the measured
   per-frame decode cost (PyAV, one thread, no skipping), spread over the available cores.
 
@@ -42,7 +45,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from paravt_core.video import DecoderCache, crop, overview, run_crops
+from paravt_core.video import DecoderCache, crop, overview, release_frames, run_crops
 from paravt_core.video.decoder import FrameTable, default_workers
 from paravt_core.video.sampling import seek_floor_frames
 
@@ -130,6 +133,7 @@ class Case:
     indices: Callable[[object], list[int]]  # display indices in ours' result (for the floor)
     release: Callable[[Callable], object] | None = None  # given fetch_video, run the release's calls
     exact: bool = True
+    ours_release: Callable[[], object] | None = None  # ours on the release's frame path (preset=release)
     times: dict[str, list[float]] = field(default_factory=dict)  # wall seconds per run
     cpu: dict[str, list[float]] = field(default_factory=dict)  # process CPU seconds per run
 
@@ -158,25 +162,34 @@ def make_cases(path: Path, table: FrameTable, cache: DecoderCache, rng: random.R
         return lambda w: overview(uri, 64, cache=cache, reuse=False, snap_to_keyframes=snap, max_workers=w)
 
     return [
-        Case("overview 64 (exact)", ov(False), lambda r: r.indices, release_overview),
+        Case(
+            "overview 64 (exact)",
+            ov(False),
+            lambda r: r.indices,
+            release_overview,
+            ours_release=lambda: release_frames.overview(uri, 64, cache=cache),
+        ),
         Case("overview 64 (keyframe-snapped)", ov(True), lambda r: r.indices, exact=False),
         Case(
             "crop 16 frames / 30 s",
             lambda w: crop(uri, *one, cache=cache, max_workers=w),
             lambda r: r.indices,
             lambda f: release_crop(f, one, 16),
+            ours_release=lambda: release_frames.crop(uri, *one, cache=cache),
         ),
         Case(
             "crop 32 frames / 5 min",
             lambda w: crop(uri, *five_min, cache=cache, max_frames=32, max_workers=w),
             lambda r: r.indices,
             lambda f: release_crop(f, five_min, 32),
+            ours_release=lambda: release_frames.crop(uri, *five_min, max_frames=32, cache=cache),
         ),
         Case(
             "turn: 5 crops x 16 / 30 s",
             lambda w: run_crops(uri, turn, cache=cache, max_workers=w),
             flat,
             lambda f: [release_crop(f, w, 16) for w in turn],  # the release runs a turn's calls in sequence
+            ours_release=lambda: release_frames.run_crops(uri, turn, cache=cache),
         ),
     ]
 
@@ -210,6 +223,8 @@ def bench_video(name: str, spec: tuple[int, int, int], reps: int, backends: dict
                 "ours": lambda c=case: c.ours(None),
                 "ours-1t": lambda c=case: c.ours(1),  # one thread, one handle: what the handle pool buys
             }
+            if case.ours_release is not None:
+                runs["ours-release-path"] = case.ours_release
             for label, fetch in backends.items():
                 if fetch is not None and case.release is not None:
                     runs[label] = lambda c=case, f=fetch: c.release(f)
@@ -262,6 +277,7 @@ def print_report(result: dict, labels: list[str]) -> None:
     table.add_column("case (median wall s)")
     table.add_column("ours", justify="right")
     table.add_column("ours 1 thread", justify="right")
+    table.add_column("ours rel. path", justify="right")
     for label in labels:
         table.add_column(SHORT[label], justify="right")
     table.add_column("floor", justify="right")
@@ -271,7 +287,13 @@ def print_report(result: dict, labels: list[str]) -> None:
     table.add_column("CPU ours/floor", justify="right")
     for row in result["cases"]:
         med, cpu = row["median_s"], row["median_cpu_s"]
-        cells = [row["case"], f"{med['ours']:.3f}", f"{med['ours-1t']:.3f}"]
+        rel_path = med.get("ours-release-path")
+        cells = [
+            row["case"],
+            f"{med['ours']:.3f}",
+            f"{med['ours-1t']:.3f}",
+            "-" if rel_path is None else f"{rel_path:.3f}",
+        ]
         cells += [f"{med[label]:.3f}" if label in med else "-" for label in labels]
         cells.append(f"{row['floor_s']:.3f}" if row["exact"] else "-")
         cells += [ratio(med.get(label), med["ours"]) for label in labels]

@@ -93,7 +93,25 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_rescore(args: argparse.Namespace) -> int:
+    """``paravt eval rescore OUTPUT [--reader release|robust]`` (``paravt_core.eval.rescore``)."""
+    if len(args.overrides) != 2:
+        raise UsageError("usage: paravt eval rescore <eval output> [--reader release|robust]")
+    from paravt_core.eval.rescore import RescoreError, print_readers, rescore
+
+    try:
+        results = rescore(args.overrides[1], args.reader)
+    except RescoreError as err:
+        raise UsageError(str(err)) from None
+    print_readers(results, f"{args.overrides[1].rstrip('/')}/rescored/{results['reader']}")
+    return 0
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
+    if args.overrides[:1] == ["rescore"]:
+        return _cmd_rescore(args)
+    if args.reader:
+        raise UsageError("--reader belongs to paravt eval rescore (the eval stage's own is reader=...)")
     if args.list_benchmarks:
         from paravt_core.cli_help import list_benchmarks
 
@@ -383,6 +401,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--list-benchmarks",
         action="store_true",
         help="list the benchmarks (name, source, answer types, published number) and exit",
+    )
+    p.add_argument(
+        "--reader",
+        choices=("release", "robust"),
+        default=None,
+        help="paravt eval rescore <eval output>: re-score saved records offline with this headline reader",
     )
 
     p = sub.add_parser(

@@ -12,6 +12,8 @@
 #  5. .venv-router: sglang-router 0.3.2 (the SGLang Model Gateway: a Rust router in an abi3 wheel, launched
 #     as `python -m sglang_router.launch_router`) and the modules its launcher imports, --no-deps, outside the
 #     venv: the real router of the rollout-fleet tests (tests/test_rl_fleet.py).
+#  6. .venv-bench/site: qwen-vl-utils 0.0.14 and decord 0.6.0 (--no-deps), the release's frame path, for
+#     tests/test_eval_release_frames.py and `make bench-video`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +22,7 @@ if [ "${1:-}" = "--plan" ]; then PLAN=1; shift; fi
 MODE=${1:-all}
 case "$MODE" in
   demo) DEB_PACKAGES=(ffmpeg); STEPS=(debian venv) ;;
-  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw); STEPS=(debian venv sglang_site lmms_site router_site) ;;
+  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw); STEPS=(debian venv sglang_site lmms_site router_site qwen_site) ;;
   *) echo "scripts/setup.sh: unknown mode '$MODE' (demo or all)" >&2; exit 2 ;;
 esac
 PYTHON=${PYTHON:-python3.11}
@@ -87,6 +89,14 @@ if [ ! -f "$LMMS_SITE/lmms_eval-0.7.3.dist-info/METADATA" ]; then
   .venv/bin/pip install -q --disable-pip-version-check --target "$LMMS_SITE" --no-deps \
     lmms-eval==0.7.3 loguru==0.7.3 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
   test -f "$LMMS_SITE/lmms_eval/tasks/_task_utils/mcq_extract.py" # fail here, not in the oracle test
+fi
+}
+
+qwen_site() {
+if [ ! -f .venv-bench/site/qwen_vl_utils-0.0.14.dist-info/METADATA ]; then
+  echo "[setup] installing qwen-vl-utils 0.0.14 and decord 0.6.0 (--no-deps) into .venv-bench/site"
+  .venv/bin/pip install -q --disable-pip-version-check --target .venv-bench/site --no-deps \
+    qwen-vl-utils==0.0.14 decord==0.6.0 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
 fi
 }
 

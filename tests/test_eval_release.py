@@ -238,7 +238,9 @@ def test_release_error_rule_scores_multiple_choice_errors_wrong():
     mmvu = [_ok(1.0, kind="multiple-choice"), _ok(0.0, kind="multiple-choice"),
             _error("video_error", kind="multiple-choice"), _ok(0.5, kind="open-ended")]  # fmt: skip
     m = benchmark_metrics("mmvu", mmvu, "release")
-    assert (m["headline"], headline(m)) == ("mc_accuracy_errors_as_wrong", pytest.approx(100 / 3))
+    # the release's MMVU number: correct over every item, errors wrong (1.5 of 4); MC-only beside it (1 of 3)
+    assert (m["headline"], headline(m)) == ("accuracy_errors_as_wrong", pytest.approx(37.5))
+    assert m["mc_accuracy_errors_as_wrong"] == pytest.approx(100 / 3)
     assert headline(benchmark_metrics("mmvu", mmvu)) == 50.0
 
 
@@ -271,14 +273,21 @@ def test_the_error_limit_is_per_benchmark_not_pooled():
     assert error_gate(per, 0.3)["passed"] is True
 
 
-def _report_results(preset="release", checksum=None, rule="release"):
+# The config of a run that is the release's in everything comparability() checks (engine a server, the whole
+# registry split, the question suffix, the frame path of issue 38 item 3).
+RELEASE_RUN_CONFIG = {"engine": {"kind": "openai"}, "benchmarks": [{"name": "videomme"}], "demo_data": "",
+                      "agent": {"question_suffix": True, "frame_path": "qwen-vl-utils"}}  # fmt: skip
+
+
+def _report_results(preset="release", checksum=None, rule="release", reader=None, config=None):
     from paravt_core.eval import report
     from paravt_core.eval.metrics import benchmark_metrics
 
+    reader = reader or ("release" if rule == "release" else "robust")
     recs = {"videomme": [_ok(1.0), _ok(0.0), _error("engine_error")], "charades": [_ok(0.5)]}
-    return {"preset": preset, "error_rule": rule, "prompt_protocol": "x",
-            "prompt_checksum": checksum or report.release_checksum(),
-            "protocols": {"agentic": {b: benchmark_metrics(b, r, rule) for b, r in recs.items()}}}  # fmt: skip
+    return {"preset": preset, "error_rule": rule, "reader": reader, "prompt_protocol": "x",
+            "prompt_checksum": checksum or report.release_checksum(), "config": config or RELEASE_RUN_CONFIG,
+            "protocols": {"agentic": {b: benchmark_metrics(b, r, rule, reader) for b, r in recs.items()}}}  # fmt: skip
 
 
 def test_comparability_requires_preset_prompts_and_error_rule_and_names_each_failure():
@@ -289,11 +298,12 @@ def test_comparability_requires_preset_prompts_and_error_rule_and_names_each_fai
     ours = load_prompt_set("paravt-v1").checksum
     why = comparability(_report_results(checksum=ours), "videomme")
     assert why.startswith("not comparable: prompts x (c91d7f015b4c) are not the release's release-v1")
-    why = comparability(_report_results(rule="paravt"), "videomme")
+    why = comparability(_report_results(rule="paravt", reader="release"), "videomme")
     assert why == ("not comparable: error_rule=paravt: errors left out of the denominator (the release scores "
                    "them wrong)")  # fmt: skip
     why = comparability(_report_results(preset="paravt", checksum=ours, rule="paravt"), "videomme")
-    assert why.count("; ") == 2 and "preset=paravt" in why and "prompts" in why and "error_rule" in why
+    assert why.count("; ") == 3 and "preset=paravt" in why and "prompts" in why and "error_rule" in why
+    assert "reader=robust" in why
     # Charades: the release's input was the whole video as video_url, ours labelled frames -> never a delta
     assert "video_url" in comparability(_report_results(), "charades")
 
@@ -346,8 +356,13 @@ def test_stage_under_preset_release_is_comparable_only_where_everything_is_the_r
     assert "\nOptions:\nA. A. " in first["question"] and first["question"].endswith(LETTER_ONLY)
     table = html.split("<h2>Headline")[1].split("</table>")[0]
     rows = {r.split("<th>")[1].split(" <small>")[0]: r for r in table.split("<tr>")[2:]}
-    assert report.COMPARABLE in rows["videomme"] and report.COMPARABLE in rows["lvbench"]
-    assert report.COMPARABLE not in rows["charades"] and "video_url" in rows["charades"]
+    # a tiny in-process run on fixture rows: every condition the release's run differs in is named (issue 38)
+    for name in ("videomme", "lvbench", "charades"):
+        assert report.COMPARABLE not in rows[name]
+        assert "engine.kind=transformers, not openai" in rows[name]
+        assert "rows overridden (source=" in rows[name] and "frames: ours" not in rows[name]
+        assert "preset=" not in rows[name] and "prompts" not in rows[name] and "reader=" not in rows[name]
+    assert "video_url" in rows["charades"]
 
 
 def test_stage_under_preset_release_with_our_prompts_names_the_prompts(tiny_model, eval_fixtures, tmp_path):

@@ -46,6 +46,8 @@ def _results(
     results = {
         "model": "ParaVT/ParaVT-8B",
         "published_model": model,
+        "reader": "release" if rule == "release" else "robust",
+        "config": {"engine": {"kind": "openai"}, "agent": {"frame_path": "qwen-vl-utils"}},
         "preset": preset,
         "prompt_protocol": "paravt-v1",
         "prompt_checksum": checksum,

@@ -83,6 +83,10 @@ class AgentConfig(StrictModel):
     crop_max_pixels: int | None = Field(
         default=None, ge=1024, description="Pixel budget per crop frame (None: max_pixels)."
     )
+    frame_path: Literal["decoder", "qwen-vl-utils"] = Field(
+        default="decoder",
+        description="decoder: ours (32-px grid); qwen-vl-utils: the release's frames (28-px grid, bicubic, JPEG 85)",
+    )
     overview_labels: bool = Field(
         default=True, description="Put a '<t seconds>' label before each overview frame (off: frames only)."
     )

@@ -39,6 +39,7 @@ from typing import Any
 
 from paravt_core.engines.base import Completion, Engine, SamplingParams
 from paravt_core.video import api as video_api
+from paravt_core.video import release_frames
 from paravt_core.video.errors import CropError
 
 from . import prompts
@@ -316,13 +317,16 @@ class _Episode:
         t0 = time.perf_counter()
         if overview is None:
             try:
-                overview = await asyncio.to_thread(
-                    video_api.overview,
-                    self.row.video,
-                    k,
-                    max_pixels=cfg.overview_pixels[1],
-                    min_pixels=cfg.overview_pixels[0],
-                )
+                if cfg.frame_path == "qwen-vl-utils":
+                    overview = await asyncio.to_thread(release_frames.overview_fail_soft, self.row.video, k)
+                else:
+                    overview = await asyncio.to_thread(
+                        video_api.overview,
+                        self.row.video,
+                        k,
+                        max_pixels=cfg.overview_pixels[1],
+                        min_pixels=cfg.overview_pixels[0],
+                    )
             except Exception as err:  # VideoError for bad files; anything else must not kill a batch either
                 res.finish_reason, res.error = "video_error", f"{type(err).__name__}: {err}"
                 return
@@ -501,18 +505,23 @@ class _Episode:
         if not windows:
             return
         t0 = time.perf_counter()
-        crops = await asyncio.to_thread(
-            video_api.run_crops,
-            self.row.video,
-            windows,
-            cfg.crop.workers,
-            min_frames=cfg.crop.min_frames,
-            max_frames=cfg.crop.max_frames,
-            fps=cfg.crop.fps,
-            rounding=cfg.crop.rounding,
-            max_pixels=cfg.crop_pixels[1],
-            min_pixels=cfg.crop_pixels[0],
-        )
+        if cfg.frame_path == "qwen-vl-utils":
+            crops = await asyncio.to_thread(release_frames.run_crops, self.row.video, windows,
+                                            max_frames=cfg.crop.max_frames, min_pixels=cfg.crop_pixels[0],
+                                            max_pixels=cfg.crop_pixels[1])  # fmt: skip
+        else:
+            crops = await asyncio.to_thread(
+                video_api.run_crops,
+                self.row.video,
+                windows,
+                cfg.crop.workers,
+                min_frames=cfg.crop.min_frames,
+                max_frames=cfg.crop.max_frames,
+                fps=cfg.crop.fps,
+                rounding=cfg.crop.rounding,
+                max_pixels=cfg.crop_pixels[1],
+                min_pixels=cfg.crop_pixels[0],
+            )
         crop_s = time.perf_counter() - t0
         served: list[tuple[int, video_api.Frames]] = []
         asked: dict[int, tuple[float, float]] = {}
@@ -603,6 +612,8 @@ def make_encoder(engine: Engine, cfg: AgentConfig, processor: Any = None) -> Seg
     processor = processor if processor is not None else engine.processor
     if processor is None:
         raise ValueError(f"engine {engine.name!r} has no processor; pass processor= to run an episode")
+    if cfg.frame_path == "qwen-vl-utils":  # the release's server: the checkpoint's own processor settings
+        return SegmentEncoder(processor, max_pixels=None, min_pixels=None)
     lo, hi = cfg.processor_pixels
     return SegmentEncoder(processor, max_pixels=hi, min_pixels=lo)
 

@@ -139,10 +139,15 @@ class SegmentEncoder:
     video module already fitted to this budget on the 32-px grid are not resized a second time.
     """
 
-    def __init__(self, processor: Any, *, max_pixels: int, min_pixels: int):
+    def __init__(self, processor: Any, *, max_pixels: int | None, min_pixels: int | None):
         self.processor = processor
         self.tokenizer = processor.tokenizer
-        self.images_kwargs = image_processor_kwargs(max_pixels=max_pixels, min_pixels=min_pixels)
+        # None: the processor's own settings (the release's server gets no mm_processor_kwargs)
+        self.images_kwargs = (
+            {}
+            if max_pixels is None or min_pixels is None
+            else image_processor_kwargs(max_pixels=max_pixels, min_pixels=min_pixels)
+        )
         self.eos_token_id: int = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.image_token_id: int = self.tokenizer.convert_tokens_to_ids("<|image_pad|>")
 

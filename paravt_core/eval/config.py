@@ -138,6 +138,10 @@ class EvalConfig(StrictModel):
         default="auto",
         description="paravt: errors left out of headlines; release: an MCQ error is wrong; auto: the preset's",
     )
+    reader: Literal["auto", "release", "robust"] = Field(
+        default="auto",
+        description="headline's answer reader: release (its extract_letter), robust (ours); auto: release under error_rule release",
+    )
     max_error_share: float = Field(
         default=0.05,
         ge=0.0,
@@ -162,3 +166,10 @@ class EvalConfig(StrictModel):
         if self.error_rule != "auto":
             return self.error_rule
         return "release" if self.preset == "release" else "paravt"
+
+    @property
+    def resolved_reader(self) -> str:
+        """The headline's answer reader (``auto``: the release's under its error rule, ours otherwise)."""
+        if self.reader != "auto":
+            return self.reader
+        return "release" if self.resolved_error_rule == "release" else "robust"

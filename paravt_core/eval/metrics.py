@@ -17,13 +17,22 @@ A record is the dict the runner writes: ``status`` ``ok`` (scored, ``score`` in 
 - MLVU: micro (over all samples; the headline: the release's driver, which made the published number, reports
   the accuracy over all questions) and M-avg (mean of the per-``task_type`` accuracies: lmms-eval's MLVU score),
   side by side;
-- MMVU: multiple-choice accuracy (the headline) and open-ended accuracy apart, and ``all_items_accuracy`` (over
-  every scored item, lmms-eval's ``mmvu_val`` number) beside them; open-ended items scored by token F1 (no judge,
-  or a judge that fell back) are marked not comparable with a judged number;
+- MMVU: multiple-choice accuracy (the headline under error rule paravt) and open-ended accuracy apart, and
+  ``all_items_accuracy`` (over every scored item, lmms-eval's ``mmvu_val`` number) beside them; under error rule
+  release the headline is the release's: correct over every item (its loader makes every validation item
+  multiple choice, so an open-ended item is right only when its gold is the letter read; errors wrong), the
+  multiple-choice-only number beside it; open-ended items scored by token F1 (no judge, or a judge that fell
+  back) are marked not comparable with a judged number;
 - LongVideoBench: unparseable answers count as wrong; the release's extractor falls back to the reply's first
   character (right when it happens to be the gold letter) and lmms-eval's parser answers a random letter, which
   adds about 1/n of them (n options) - the count is reported so the three can be related;
 - Charades: mIoU (mean IoU x 100) and R@0.3 / 0.5 / 0.7 (share of samples with IoU >= t, x 100).
+
+Readers: ``robust`` (ours, ``scoring.score_sample``: the record's ``score``) and ``release`` (the release's
+``extract_letter`` / ``extract_time_from_response``, ``readers.release_score``: the record's ``release_score``,
+worked out from ``final_text`` when a record predates it). The headline uses one (by default the release's under
+error rule release, ours otherwise); both headlines are kept (``accuracy_robust`` / ``accuracy_release``, Charades
+``miou_robust`` / ``miou_release``) with the number of samples the two read differently (``reader_differences``).
 
 ``headline`` names the metric the published table's number corresponds to; ``notes`` say how it relates to the
 published and to lmms-eval's number.
@@ -35,8 +44,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from .readers import release_score
+
 RECALL_THRESHOLDS = (0.3, 0.5, 0.7)
 ERROR_RULES = ("paravt", "release")
+READERS = ("robust", "release")
+# A judge that could not answer is an error of our reader only: the release reads every MMVU item as a letter.
+JUDGE_ERRORS = ("judge_error", "judge_timeout", "judge_unparseable")
 # Errors that happen inside the release's agent loop (a failed completion): scored there as a reply.
 IN_LOOP_ERRORS = ("engine_error", "engine_timeout", "context_overflow")
 UNREAD = (
@@ -77,12 +91,64 @@ def charades_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def default_reader(error_rule: str) -> str:
+    """The reader of the headline when none is chosen: the release's under its error rule, ours otherwise."""
+    return "release" if error_rule == "release" else "robust"
+
+
+def release_fields(record: dict[str, Any]) -> tuple[float, Any] | None:
+    """(score, what was read) of a record by the release's reader: recorded, or worked out from its reply;
+    None for a record that holds neither (it keeps its recorded score)."""
+    if record.get("release_score") is not None:
+        return float(record["release_score"]), record.get("release_prediction")
+    if record.get("final_text") is None:
+        return None
+    return release_score(record["final_text"], str(record.get("qtype") or "mcq"), str(record.get("gold") or ""),
+                         record.get("gold_interval"))  # fmt: skip
+
+
+def with_reader(records: Iterable[dict[str, Any]], reader: str) -> list[dict[str, Any]]:
+    """The records as ``reader`` scores them (``robust``: as recorded). Under ``release`` a scored record gets
+    the release's score and reading, and a judge failure (an error of our reader only) is scored too."""
+    if reader not in READERS:
+        raise ValueError(f"unknown reader {reader!r}; known: {', '.join(READERS)}")
+    if reader == "robust":
+        return list(records)
+    out = []
+    for r in records:
+        judge_failed = r.get("status") == "error" and (r.get("error") or {}).get("reason") in JUDGE_ERRORS
+        release = release_fields(r) if r.get("status") == "ok" or judge_failed else None
+        if release is not None:
+            r = {**r, "status": "ok", "score": release[0], "prediction": release[1], "score_source": "release",
+                 "score_reason": None, "error": None}  # fmt: skip
+        out.append(r)
+    return out
+
+
 def benchmark_metrics(
-    benchmark: str, records: list[dict[str, Any]], error_rule: str = "paravt"
+    benchmark: str, records: list[dict[str, Any]], error_rule: str = "paravt", reader: str | None = None
 ) -> dict[str, Any]:
-    """Headline and breakdowns of one benchmark under one protocol (``error_rule``: see the module docstring)."""
+    """Headline and breakdowns of one benchmark under one protocol (``error_rule``, ``reader``: see the module
+    docstring), with the other reader's headline beside it."""
     if error_rule not in ERROR_RULES:
         raise ValueError(f"unknown error rule {error_rule!r}; known: {', '.join(ERROR_RULES)}")
+    reader = reader or default_reader(error_rule)
+    views = {name: with_reader(records, name) for name in READERS}
+    out = _metrics(benchmark, views[reader], error_rule)
+    base = "miou" if benchmark == "charades" else "accuracy"
+    for name in READERS:
+        out[f"{base}_{name}"] = headline(
+            out if name == reader else _metrics(benchmark, views[name], error_rule)
+        )
+    out["reader"] = reader
+    out["reader_differences"] = sum(
+        (a.get("status"), a.get("score")) != (b.get("status"), b.get("score"))
+        for a, b in zip(views["robust"], views["release"], strict=True)
+    )
+    return out
+
+
+def _metrics(benchmark: str, records: list[dict[str, Any]], error_rule: str) -> dict[str, Any]:
     ok = scored(records)
     errors = [r for r in records if r.get("status") == "error"]
     out: dict[str, Any] = {
@@ -141,15 +207,23 @@ def benchmark_metrics(
         )
         sources = sorted({r.get("score_source") for r in ok if r.get("qtype") == "oe"} - {None})
         out["oe_scored_by"] = sources
-        out["oe_comparable"] = bool(sources) and sources == ["judge"]
+        # judged (lmms-eval's way) or read as the release reads them (the published number's way)
+        out["oe_comparable"] = sources in (["judge"], ["release"])
         # lmms-eval's mmvu_val headline (tasks/mmvu/utils.py mmvu_aggregate_results_val, 0.7.3): correct over
         # ALL items, multiple choice and open-ended together (open-ended: rule scorer, then a judge)
         out["all_items_accuracy"] = out["accuracy"]
-        out["headline"] = "mc_accuracy_errors_as_wrong" if error_rule == "release" else "mc_accuracy"
-        out["denominator"] = len(mc_all) if error_rule == "release" else len(mc_ok)
-        notes.append("headline: multiple-choice accuracy; open-ended items apart"
-                     + ("" if out["oe_comparable"] or not sources else
-                        " (scored by token F1, not by the LLM judge: not comparable)"))  # fmt: skip
+        if error_rule == "release":
+            # the release (utils.py load_samples lines 376-429: every item is_mcq; run_dataset lines 706-711:
+            # correct / every result, errors included): all items, errors wrong; MC-only beside it
+            out["headline"] = "accuracy_errors_as_wrong"
+            notes.append("headline: correct over every item, errors wrong (the release's number); "
+                         "multiple-choice only beside it (mc_accuracy_errors_as_wrong)")  # fmt: skip
+        else:
+            out["headline"] = "mc_accuracy"
+            out["denominator"] = len(mc_ok)
+            notes.append("headline: multiple-choice accuracy; open-ended items apart"
+                         + ("" if out["oe_comparable"] or not sources else
+                            " (scored by token F1, not by the LLM judge: not comparable)"))  # fmt: skip
     out["notes"] = notes
     out["errors_by_reason"] = dict(Counter(str(r.get("error", {}).get("reason")) for r in errors))
     out["finish_reasons"] = dict(Counter(str(r.get("finish_reason")) for r in records))

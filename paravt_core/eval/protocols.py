@@ -19,7 +19,9 @@ Presets (``EvalConfig.preset``) set the episode knobs that make a protocol, on t
   answer (``crop_frames``: 1 fps, 1-16 frames of at most 50,176 px, the count rounded down to even as
   qwen-vl-utils 0.0.14 does), an unlabelled overview for multiple choice
   (frames only; Charades keeps the timestamps, standing in for the release's ``video_url`` input, which gives
-  the model the frames' times), and a 65,536-token context (its vLLM ``--max-model-len``) that holds those frames.
+  the model the frames' times), a 65,536-token context (its vLLM ``--max-model-len``) that holds those frames,
+  and its frame path (``frame_path=qwen-vl-utils``: ``round(linspace)`` indices, 28-px sizing, bicubic
+  antialiased resize, JPEG 85, the processor's own settings: ``paravt_core.video.release_frames``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from .benchmarks import Benchmark, Sample
 PROTOCOLS: tuple[str, ...] = ("agentic", "direct", "reasoning")
 WITH_TOOL = ("agentic",)
 PRESETS: tuple[str, ...] = ("paravt", "release")
+# The release's OpenAI client timeout per request (utils.py run_shard, driver.py OPENAI_TIMEOUT_S at cf55249).
+RELEASE_CLIENT_TIMEOUT_S = 1800.0
 # The release driver's prompt texts and layouts (prompt_sets/release-v1.yaml): preset=release's prompt set
 # unless agent.prompt_set names another (the report then says the prompts are not the release's); EvalConfig
 # fills it in when the config is validated, so the resolved config names it.
@@ -47,6 +51,8 @@ RELEASE_AGENT: dict[str, Any] = {
     "crop_max_pixels": 50_176,
     "min_pixels": 784,
     "tool_mode": "crop_frames",
+    # utils.py get_frames/crop_frames/pil_to_b64: qwen-vl-utils 0.0.14 frames, JPEG 85, no processor kwargs
+    "frame_path": "qwen-vl-utils",
     # qwen-vl-utils 0.0.14's smart_nframes rounds a crop's frame count DOWN to even (a 7 s window: 6 frames)
     "crop": {"fps": 1.0, "min_frames": 1, "max_frames": 16, "rounding": "floor"},
     "max_context_tokens": 65_536,
@@ -81,7 +87,8 @@ def agent_config(
             update["overview_labels"] = sample.qtype == "tvg"
         return base.model_copy(update=update)
     if protocol in ("direct", "reasoning"):
-        return base.model_copy(
-            update={"prompt_mode": protocol, "max_turns": 0, "forced_answer": None, "question_suffix": False}
-        )
+        update = {"prompt_mode": protocol, "max_turns": 0, "forced_answer": None, "question_suffix": False}
+        if preset == "release":  # driver.py _video_user_content: frames without timestamps in every mode
+            update["overview_labels"] = sample.qtype == "tvg"
+        return base.model_copy(update=update)
     raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")

@@ -210,7 +210,8 @@ def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
             if not m:
                 cells.append("<td>–</td>")
                 continue
-            extra = f"<br><small>{m['scored']} scored · {m['errors']} errors</small>{_denominators(m)}{_all_items(m)}"
+            extra = (f"<br><small>{m['scored']} scored · {m['errors']} errors</small>{_denominators(m)}"
+                     f"{_all_items(m)}{_readers(m)}")  # fmt: skip
             cells.append(f"<td><b>{_fmt(headline(m))}</b> <small>{html.escape(str(m.get('headline')))}</small>"
                          f"{extra}{_provenance(m)}</td>")  # fmt: skip
         if model:
@@ -240,7 +241,8 @@ def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
             keys = [k for k in ("by_duration", "by_duration_group", "by_task_type", "micro", "m_avg", "mc_accuracy",
                                 "oe_accuracy", "oe_scored_by", "oe_comparable", "unparseable_as_wrong", "r@0.3",
                                 "r@0.5", "r@0.7", "accuracy_errors_as_wrong", "miou_errors_as_zero",
-                                "mc_accuracy_errors_as_wrong", "all_items_accuracy", "avg_tool_calls",
+                                "mc_accuracy_errors_as_wrong", "all_items_accuracy", "accuracy_release",
+                                "accuracy_robust", "miou_release", "miou_robust", "reader_differences", "avg_tool_calls",
                                 "tool_use_rate") if k in m]  # fmt: skip
             parts = "; ".join(f"{k}: {_detail(m[k])}" for k in keys)
             parts += "".join(f"<br><small>{html.escape(n)}</small>" for n in m.get("notes") or [])
@@ -334,13 +336,25 @@ def _subtitles_label(results: dict[str, Any], bench: str) -> str:
 
 def _all_items(m: dict[str, Any]) -> str:
     """MMVU: lmms-eval's mmvu_val number (all items) beside our multiple-choice headline, labelled."""
-    if "all_items_accuracy" not in m:
+    if (
+        "all_items_accuracy" not in m or m.get("reader") == "release"
+    ):  # then it is the release's number itself
         return ""
     judged = (
         "" if m.get("oe_comparable") or not m.get("oe_scored_by") else "; open-ended by token F1, not a judge"
     )
     return (f"<br><small class='lmms'>lmms-eval mmvu_val (all items, multiple choice + open-ended{judged}): "
             f"{_fmt(m['all_items_accuracy'])}</small>")  # fmt: skip
+
+
+def _readers(m: dict[str, Any]) -> str:
+    """Both answer readers' headlines (the release's extract_letter and ours) and how many samples they read
+    differently: a reader change is measured on every run."""
+    base = "miou" if "miou" in m else "accuracy"
+    if f"{base}_release" not in m:
+        return ""
+    return (f"<br><small class='readers'>release reader: {_fmt(m[f'{base}_release'])} · robust reader: "
+            f"{_fmt(m[f'{base}_robust'])} ({m.get('reader_differences', 0)} read differently)</small>")  # fmt: skip
 
 
 def _provenance(m: dict[str, Any]) -> str:
@@ -355,8 +369,8 @@ def _provenance(m: dict[str, Any]) -> str:
 
 # What a reader must know when setting our headline against the published one (shown under the difference).
 CAVEATS = {
-    "mmvu": "ours: multiple-choice accuracy; the release's loader reads every MMVU item as multiple choice, so "
-    "the published number's item mix is not documented",
+    "mmvu": "the release's loader reads every MMVU item as multiple choice and divides by all of them (open-ended "
+    "items right only when the gold is the letter read); multiple-choice only in the breakdowns",
     "mlvu": "micro accuracy, as the release reports it (lmms-eval's M-avg is in the breakdowns)",
     "longvideobench": "an unreadable answer is wrong here; the release's extractor reads the reply's first "
     "character, lmms-eval draws a random letter (the count is in the breakdowns)",
@@ -368,7 +382,17 @@ CHARADES_INPUT = ("not comparable: the release feeds Charades as video_url (vLLM
                   "server-side); ours sends 64 labelled frames")  # fmt: skip
 
 
-COMPARABLE = "comparable: preset, prompts (release-v1) and error rule are the release's"
+COMPARABLE = ("comparable: preset, prompts (release-v1), error rule, reader, engine, rows and frame path are the "
+              "release's")  # fmt: skip
+# Published models whose release protocol cannot be run: driver.py (cf55249) line 182 ships LongVT-RFT-7B's
+# prompt as the placeholder "FILL_FROM_LONGVT" and _system_message (lines 372-380) refuses to run it.
+NO_RELEASE_PROTOCOL = {"LongVT-RFT-7B": "its release prompt (agentic_longvt) is an unfilled placeholder"}
+# The release's frames (utils.py get_frames/crop_frames/pil_to_b64, lines 44-86): qwen-vl-utils 0.0.14 sizing on
+# the 28-px grid, torchvision bicubic with antialias, JPEG quality 85, no per-request image settings. Ours: one
+# swscale resize to the 32-px grid, PNG, mm_processor_kwargs (agent.frame_path=decoder).
+FRAME_PATH = ("frames: ours (swscale to the 32-px grid, PNG, mm_processor_kwargs), not the release's "
+              "(qwen-vl-utils 0.0.14 28-px grid, bicubic antialias, JPEG 85, server defaults)")  # fmt: skip
+RELEASE_FRAME_PATH = "qwen-vl-utils"  # agent.frame_path of the release's frames (preset=release sets it)
 
 
 def release_checksum() -> str:
@@ -380,10 +404,39 @@ def release_checksum() -> str:
     return load_prompt_set(RELEASE_PROMPT_SET).checksum
 
 
+def _config_differences(config: dict[str, Any], bench: str, model: str | None) -> list[str]:
+    """What the run's config (``results["config"]``) changes from the release's run of ``bench``."""
+    why = []
+    engine = (config.get("engine") or {}).get("kind", "transformers")
+    if engine != "openai":  # the release queries a vLLM server (utils.py launch_servers, run_shard)
+        why.append(f"engine.kind={engine}, not openai (the release queries a vLLM server)")
+    for b in config.get("benchmarks") or []:
+        if b.get("name") != bench:
+            continue
+        changed = [f"{k}={b[k]}" for k in ("limit", "split", "source") if b.get(k)]
+        if changed:
+            why.append(f"rows overridden ({', '.join(changed)}): the release runs the registry's whole split")
+    if config.get("demo_data"):
+        why.append("rows from demo_data fixtures, not the benchmark")
+    agent = config.get("agent") or {}
+    if agent.get("question_suffix") is False:
+        why.append(
+            "agent.question_suffix=false (the release appends the video path to every agentic question)"
+        )
+    if model in NO_RELEASE_PROTOCOL:
+        why.append(f"published_model={model}: {NO_RELEASE_PROTOCOL[model]}")
+    # preset=release sets the frame path itself (protocols.RELEASE_AGENT); config.agent is the base it merges into
+    if config.get("preset") != "release" and agent.get("frame_path") != RELEASE_FRAME_PATH:
+        why.append(FRAME_PATH)
+    return why
+
+
 def comparability(results: dict[str, Any], bench: str) -> str:
     """Why our headline of ``bench`` cannot be set against the published number ("" when it can): the
-    preset, the prompt texts (the ``release-v1`` checksum) and the error rule must all be the release's, and
-    the benchmark's input and scoring too. Every condition that fails is named."""
+    preset, the prompt texts (the ``release-v1`` checksum), the error rule and the reader must all be the
+    release's, and so must the engine (a server), the rows (no limit/split/source override), the question
+    suffix, the published model's protocol, the frame path and the benchmark's input and scoring. Every
+    condition that fails is named."""
     why = []
     preset = results.get("preset", "paravt")
     if preset != "release":
@@ -397,6 +450,11 @@ def comparability(results: dict[str, Any], bench: str) -> str:
     rule = results.get("error_rule", "paravt")
     if rule != "release":
         why.append(f"error_rule={rule}: errors left out of the denominator (the release scores them wrong)")
+    reader = results.get("reader", "robust")
+    if reader != "release":
+        why.append(f"reader={reader}: answers read by ours, not the release's extract_letter")
+    if "config" in results:
+        why += _config_differences(results["config"], bench, results.get("published_model"))
     if bench == "charades":
         why.append(CHARADES_INPUT.removeprefix("not comparable: "))
     if _subtitle_mode(results, bench) == "aligned":
@@ -406,7 +464,7 @@ def comparability(results: dict[str, Any], bench: str) -> str:
     for p in results["protocols"]:
         m = results["protocols"][p].get(bench) or {}
         if bench == "mmvu" and m.get("oe_scored_by") and not m.get("oe_comparable"):
-            why.append("MMVU open-ended items scored by token F1, not the judge")
+            why.append("MMVU open-ended items scored by token F1, not the judge or the release's reader")
             break
     return "not comparable: " + "; ".join(why) if why else ""
 

@@ -30,6 +30,7 @@ from paravt_core.engines.coalesce import CoalescingEngine
 
 from . import protocols
 from .benchmarks import Benchmark, Sample
+from .readers import release_score
 from .records import SampleLog
 from .scoring import prediction_of, score_sample
 
@@ -56,6 +57,7 @@ def _record(sample: Sample, protocol: str, **fields: Any) -> dict[str, Any]:
         "gold": sample.gold,
         **({"gold_interval": list(sample.gold_interval)} if sample.gold_interval else {}),
         "qtype": sample.qtype,
+        **({"letters": sample.letters} if sample.letters else {}),  # our reader's option range (rescore)
         **fields,
     }
 
@@ -122,6 +124,10 @@ async def run_one(
         if result.finish_reason in ERROR_FINISH:
             return error_record(sample, protocol, result.finish_reason, result.error or result.finish_reason,
                                 **fields)  # fmt: skip
+        # the release's reader beside ours on every sample (the headline's under error_rule=release)
+        fields["release_score"], fields["release_prediction"] = release_score(
+            result.final_text, sample.qtype, sample.gold, sample.gold_interval
+        )
         score = await score_sample(sample, prediction_of(result.final_text), judge)
         if score.error:
             return error_record(

@@ -50,7 +50,7 @@ from . import report
 from .config import EvalBenchmarkConfig, EvalConfig
 from .formats import FormatError, read_rows
 from .metrics import benchmark_metrics
-from .protocols import WITH_TOOL, preset_agent
+from .protocols import RELEASE_CLIENT_TIMEOUT_S, WITH_TOOL, preset_agent
 from .records import RecordError, SampleLog, parse_shard, read_records, shard_of
 from .runner import RunOptions, run_samples
 
@@ -156,7 +156,8 @@ def build_engine(cfg: EvalConfig) -> tuple[Any, Any]:
         if not e.base_url:
             raise EvalError("engine.kind=openai needs engine.base_url")
         processor = AutoProcessor.from_pretrained(resolve_model_dir(cfg.model), local_files_only=True)
-        engine = OpenAIEngine(e.base_url, e.served_model or cfg.model, processor=processor)
+        timeout = {"timeout_s": RELEASE_CLIENT_TIMEOUT_S} if cfg.preset == "release" else {}  # the release's
+        engine = OpenAIEngine(e.base_url, e.served_model or cfg.model, processor=processor, **timeout)
     if e.coalesce and e.kind == "transformers":
         from paravt_core.engines.coalesce import CoalescingEngine
 
@@ -254,7 +255,7 @@ def build_results(
     for protocol, benches in records.items():
         per[protocol] = {}
         for bench, recs in benches.items():
-            m = benchmark_metrics(bench, recs, cfg.resolved_error_rule)
+            m = benchmark_metrics(bench, recs, cfg.resolved_error_rule, cfg.resolved_reader)
             # every number names what produced it: preset, protocol and the prompt set's checksum
             m["provenance"] = {"preset": cfg.preset, "protocol": protocol, "prompt_set": ps.name,
                                "prompt_checksum": ps.checksum}  # fmt: skip
@@ -286,6 +287,7 @@ def build_results(
         },  # fmt: skip
         "errors_by_reason": dict(errors),
         "error_rule": cfg.resolved_error_rule,
+        "reader": cfg.resolved_reader,
         "gate": error_gate(per, cfg.max_error_share),
         "avg_tool_calls": round(sum(calls) / len(calls), 4) if calls else None,
         "tool_use_rate": round(100 * sum(c > 0 for c in calls) / len(calls), 4) if calls else None,
