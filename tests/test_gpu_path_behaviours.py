@@ -187,62 +187,7 @@ def test_bars_off_restores_the_callers_state_in_both_directions():
         (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
-# 7 ----------------------------------------------------------------------------------------------------------
-HERE = os.path.dirname(os.path.abspath(__file__))
-SELF = f"tests/{os.path.basename(__file__)}"
-
-
-def _reads(call) -> dict[str, int]:
-    from paravt_core.train.syncs import HostReads
-
-    with HostReads(roots=[HERE]) as reads:
-        call()
-    return dict(reads.sites)
-
-
-@pytest.mark.parametrize(
-    "read",
-    [
-        lambda t: t.item(),
-        lambda t: t.tolist(),
-        lambda t: float(t),
-        lambda t: int(t),
-        lambda t: bool(t),
-        lambda t: t.numpy(),
-        lambda t: t.cpu(),
-        lambda t: torch.nonzero(t),
-        lambda t: [0, 1][t],  # __index__
-    ],
-    ids=["item", "tolist", "float", "int", "bool", "numpy", "cpu", "nonzero", "index"],
-)
-def test_host_reads_count_each_read_once_at_its_line(read):
-    """The one-read-per-step tests count with ``HostReads``: a new ``.item()`` in the step must show there."""
-    t = torch.tensor(1)
-    ((site, count),) = _reads(lambda: read(t)).items()
-    assert count == 1
-    path, _, line = site.rpartition(":")
-    assert path == SELF and int(line) > 0
-
-
-def test_host_reads_leave_out_other_roots_non_reads_and_the_optimizers_step_counter():
-    from paravt_core.train.syncs import HostReads
-
-    t = torch.tensor([1.0, 2.0])
-    assert _reads(lambda: (t + 1, t.to("cpu"), t.sum())) == {}
-    with HostReads(roots=[os.path.join(HERE, "fixtures")]) as reads:  # a read made outside the roots
-        t.sum().item()
-    assert reads.total == 0
-    with HostReads() as reads:  # default roots: the package; this file is outside it
-        t.sum().item()
-    assert reads.total == 0 and reads.sites == {}
-    w = torch.nn.Parameter(torch.ones(2))
-    opt = torch.optim.AdamW([w], lr=0.1)
-    w.grad = torch.ones(2)
-    opt.step()  # the first step makes the state
-    w.grad = torch.ones(2)
-    assert _reads(opt.step) == {}  # ``_get_value(step)`` in torch/optim: a host counter, not a device sync
-    two = _reads(lambda: (t[0].item(), t[1].item()))
-    assert sum(two.values()) == 2 and len(two) == 1  # one line, two reads
+# 7: tests/test_train_syncs.py (HostReads, with the module's other tests)
 
 
 # 8 ----------------------------------------------------------------------------------------------------------
