@@ -64,3 +64,33 @@ def test_host_reads_leave_out_other_roots_non_reads_and_the_optimizers_step_coun
     assert _reads(opt.step) == {}  # ``_get_value(step)`` in torch/optim: a host counter, not a device sync
     two = _reads(lambda: (t[0].item(), t[1].item()))
     assert sum(two.values()) == 2 and len(two) == 1  # one line, two reads
+
+
+def test_a_read_inside_torch_is_counted_at_the_first_caller_outside_it():
+    """``clip_grad_norm_(error_if_nonfinite=True)`` tests its norm with a ``bool`` inside torch/nn/utils: the
+    read is the caller's (this line), made through torch's own code; without the check there is none."""
+    w = torch.nn.Parameter(torch.ones(2))
+    w.grad = torch.ones(2)
+    sites = _reads(lambda: torch.nn.utils.clip_grad_norm_([w], 1.0, error_if_nonfinite=True))
+    ((site, count),) = sites.items()
+    assert count == 1 and site.startswith(f"{SELF}:")
+    assert _reads(lambda: torch.nn.utils.clip_grad_norm_([w], 1.0)) == {}
+
+
+def test_sites_are_named_from_the_repository_root_wherever_the_process_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    t = torch.tensor(2.0)
+    ((site, _),) = _reads(lambda: t.item()).items()
+    assert site.startswith(f"{SELF}:")
+
+
+def test_calls_under_the_counter_keep_their_keyword_arguments():
+    from paravt_core.train.syncs import HostReads
+
+    t = torch.tensor([[0.0, 3.0], [5.0, 0.0]])
+    with HostReads(roots=[HERE]) as reads:
+        rows, cols = torch.nonzero(t, as_tuple=True)
+        summed = t.sum(dim=0, keepdim=True)
+    assert rows.tolist() == [0, 1] and cols.tolist() == [1, 0]
+    assert summed.tolist() == [[5.0, 3.0]]
+    assert reads.total == 1  # the nonzero
