@@ -84,6 +84,7 @@ PLATFORM: list[Platform] = [
             "tests/test_cli_bad_inputs.py::test_only_folders_without_results_are_tidied",
             "tests/test_stage_output_owner.py",
         ),
+        sample=150,
     ),
     Platform(
         "rl/launch.py",
