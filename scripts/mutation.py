@@ -239,9 +239,11 @@ def scratch_root(m: Platform) -> Path:
     source = m.path.split("/", 1)[0]
     also = [p.name for p in entries if p.name not in (source, "tests") and not p.name.endswith(".py")]
     project = (ROOT / "pyproject.toml").read_text()
-    head, _, tail = project.partition("[tool.mutmut]")
-    rest = re.search(r"^\[", tail, flags=re.M)  # the next table after [tool.mutmut], if any
-    project = head + (tail[rest.start() :] if rest else "")
+    table_at = re.search(r"^\[tool\.mutmut\]\s*$", project, flags=re.M)  # the table, not a mention of it
+    if table_at:
+        tail = project[table_at.end() :]
+        rest = re.search(r"^\[", tail, flags=re.M)  # the next table after [tool.mutmut], if any
+        project = project[: table_at.start()] + (tail[rest.start() :] if rest else "")
     table = (
         "\n[tool.mutmut]\n"
         f'source_paths = ["{source}"]\n'
@@ -267,9 +269,15 @@ def run_platform(m: Platform) -> None:
     if not m.sample:
         subprocess.run([MUTMUT, "run"], cwd=root, env=env, check=False, stdout=subprocess.DEVNULL)
         return
-    # generate the mutants and the stats pass without running any (a glob that matches none), then run a sample
+    # generate the mutants without running any (a name that matches none: mutmut stops, saying so, once they are
+    # written), then run a sample of them
     subprocess.run(
-        [MUTMUT, "run", _prefix(m) + "none-match"], cwd=root, env=env, check=False, stdout=subprocess.DEVNULL
+        [MUTMUT, "run", _prefix(m) + "none-match"],
+        cwd=root,
+        env=env,
+        check=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     names = sorted(statuses(root, _prefix(m)))
     step = max(1, math.ceil(len(names) / m.sample))
