@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import types
 from pathlib import Path
 
@@ -147,10 +148,10 @@ def test_network_errors_by_hand():
         "paravt eval: network: cannot download from the Hugging Face hub (off); "
     )
     response = types.SimpleNamespace(headers={}, status_code=404, request=None, url="u")
-    missing = hfe.RepositoryNotFoundError("no repo", response=response)
+    missing = hfe.RepositoryNotFoundError("r" * 300, response=response)
     assert ce.classify(missing, "eval") == (
         1,
-        f"paravt eval: network: the Hugging Face hub refused the repository ({ce.one_line(missing)[:200]}); "
+        f"paravt eval: network: the Hugging Face hub refused the repository ({'r' * 200}); "
         "check the id and HF_TOKEN",
     )
     gated = hfe.GatedRepoError("gated", response=response)
@@ -245,8 +246,12 @@ def test_check_device_by_hand(monkeypatch):
     with pytest.raises(ce.UsageError, match=r"^unknown device 'gpu'; expected cpu, cuda or cuda:N$"):
         ce.check_device(ns(device="cpu", engine=ns(device="gpu")))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(ce.PreflightError, match=r"^device=cuda:1 but no CUDA GPU is visible here"):
+    with pytest.raises(ce.PreflightError) as err:
         ce.check_device(ns(device="cuda:1"))
+    assert str(err.value) == (
+        "device=cuda:1 but no CUDA GPU is visible here (torch.cuda.is_available() is False); "
+        "use device=cpu or run on a GPU machine"
+    )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     ce.check_device(ns(device="cuda:1"))
@@ -266,8 +271,30 @@ def test_nearest_existing_and_check_writable(tmp_path):
     file.write_text("x")
     with pytest.raises(ce.PreflightError, match=f"^output {file}/out: {file} is a file, not a directory"):
         ce.check_writable(str(file / "out"))
-    with pytest.raises(ce.PreflightError, match=r"^output /proc/x: cannot write in /proc \("):
+    try:  # what the system says to a folder made in /proc (the probe's own failure, worked out here)
+        tempfile.mkdtemp(dir="/proc")
+        reason = ""
+    except OSError as made:
+        reason = made.strerror
+    with pytest.raises(ce.PreflightError) as err:
         ce.check_writable("/proc/x")
+    assert (
+        reason
+        and str(err.value) == f"output /proc/x: cannot write in /proc ({reason}); choose another output"
+    )
+
+
+def test_empty_and_s3_outputs_are_not_probed_wherever_the_process_runs(monkeypatch):
+    monkeypatch.chdir("/proc")  # a relative probe would land in /proc and fail
+    ce.check_writable("")
+    ce.check_writable("s3://bucket/x")
+
+
+def test_check_writable_names_a_folder_it_may_not_write(tmp_path, monkeypatch):
+    monkeypatch.setattr(ce.os, "access", lambda *a, **k: False)  # what access() says to a non-root user
+    with pytest.raises(ce.PreflightError) as err:
+        ce.check_writable(str(tmp_path / "out"))
+    assert str(err.value) == f"output {tmp_path}/out: {tmp_path} is not writable; choose another output"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
@@ -331,6 +358,25 @@ def test_check_model_dir_by_hand(tmp_path):
     assert str(err.value) == (
         f"model.uri={tmp_path}: no config.json there (a Hugging Face checkpoint folder is expected)"
     )
+
+
+def test_a_uri_is_never_read_as_a_local_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s3:" / "bucket" / "m").mkdir(parents=True)  # "s3://bucket/m" read as a relative path
+    ce.check_model_dir("model=", "s3://bucket/m")
+
+
+def test_old_markers_are_read_by_their_files_on_s3_too(s3_bucket):
+    from paravt_core import storage
+
+    out = f"{s3_bucket}/eval-out"
+    storage.write_bytes(f"{out}/results.json", b"{}")
+    storage.mark_complete(out)
+    assert ce.output_owner(out) == "eval"
+
+
+def test_preflight_of_a_config_without_an_output():
+    ce.preflight("data", types.SimpleNamespace())
 
 
 def test_check_benchmarks_names_the_nearest_known_one(tmp_path):
