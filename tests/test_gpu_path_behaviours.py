@@ -250,7 +250,12 @@ def test_eval_merge_without_benchmarks_of_its_own_is_accepted(tmp_path):
         preflight("eval", tiny_eval_config(tmp_path / "n", "tiny", []))
 
 
-def test_a_shard_run_of_a_complete_output_evaluates_its_shard(tiny_model, eval_fixtures, tmp_path):
+@pytest.mark.parametrize("saved_config", [True, False], ids=["config-saved", "no-config-saved"])
+def test_a_shard_run_of_a_complete_output_evaluates_its_shard(
+    tiny_model, eval_fixtures, tmp_path, saved_config
+):
+    """Without a saved config.yaml (an output made before it was saved, or copied without it) the changed-config
+    rule has nothing to compare, and only the shard itself says the whole output is not what was asked for."""
     from paravt_core import storage
     from paravt_core.eval.records import shard_of
     from paravt_core.eval.stage import run
@@ -264,6 +269,8 @@ def test_a_shard_run_of_a_complete_output_evaluates_its_shard(tiny_model, eval_f
     ids = [json.loads(x)["id"] for x in (tmp_path / "eval" / "samples" / "direct" / "mlvu.jsonl").open()]
     mine = [i for i in ids if shard_of(i, 2) == 0]
     assert 0 < len(mine) < len(ids)  # the shard is a real part of the output
+    if not saved_config:
+        (tmp_path / "eval" / "config.yaml").unlink()
     shard = run(tiny_eval_config(tmp_path, "tiny", benches, protocols=["direct"], shard="0/2"), engine=engine,
                 processor=tiny_model.processor)  # fmt: skip
     assert "reused_output" not in shard.metrics
