@@ -89,9 +89,10 @@ bench-eval: setup
 	OMP_NUM_THREADS=1 $(VENV)/bin/python benchmarks/eval_throughput.py
 
 # Mutation testing of the pure modules (mutmut 3; hours on 2 cores, not in `test`): kill rate per module and
-# every survivor (docs/mutation.md). MODULES="rl/loss.py rl/gating.py" limits it.
+# every survivor (docs/mutation.md). MODULES="rl/loss.py rl/gating.py" limits it. PLATFORM=1: the GPU-path and
+# platform modules instead, each in its own scratch root (MODULES="train/syncs.py cli_errors.py").
 mutation: setup
-	$(VENV)/bin/python scripts/mutation.py $(foreach m,$(MODULES),--only $(m))
+	$(VENV)/bin/python scripts/mutation.py $(if $(PLATFORM),--platform) $(foreach m,$(MODULES),--only $(m))
 
 # Answer scoring vs lmms-eval 0.7.3's task scorers (side site from setup) and the release's rule: agreement per
 # benchmark and every disagreement with its reason.

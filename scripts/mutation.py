@@ -12,13 +12,24 @@ Survivors are either killed by a new test or listed as equivalent in docs/mutati
     .venv/bin/python scripts/mutation.py --report             # print the table from the last runs
     .venv/bin/python scripts/mutation.py --verify tests/test_x.py paravt_core.mod.x_f__mutmut_3 ...
                                                # does this test file kill these mutants? (after a run)
+    .venv/bin/python scripts/mutation.py --platform --only train/syncs.py   # a GPU-path / platform module
+
+GPU-path and platform modules (``--platform``, issue 41): their tests start processes, train tiny models and
+run SGLang's own code, so one shared selection of test files (mutmut 3 has one ``[tool.mutmut]``) would make
+every module's stats pass run all of them. Each gets a scratch root ``build/mutation/<label>/`` instead:
+links to the repository's files, and a ``pyproject.toml`` whose ``[tool.mutmut]`` mutates that module only
+and selects only its own test files (``PLATFORM`` below). A module marked with a sample runs every k-th of
+its mutants (sorted by name; k = ceil(mutants / sample)), and the table says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
+import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,31 +58,251 @@ MODULES: list[tuple[str, list[str]]] = [
     ("sft/packing.py", ["paravt_core.sft.packing.*"]),
     ("rewards/accuracy.py", ["paravt_core.rewards.accuracy.*"]),
 ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Platform:
+    """A GPU-path or platform module run in its own scratch root (see the module docstring)."""
+
+    label: str  # as in docs/mutation.md
+    path: str  # the file mutated, relative to the repository
+    tests: tuple[str, ...]  # pytest node ids / files: its own tests (the stats pass runs each once)
+    sample: int = 0  # 0: every mutant; N: about N of them, every k-th by name
+
+
+B = "tests/test_gpu_path_behaviours.py::"
+PLATFORM: list[Platform] = [
+    Platform("train/syncs.py", "paravt_core/train/syncs.py", ("tests/test_train_syncs.py",)),
+    Platform(
+        "cli_errors.py",
+        "paravt_core/cli_errors.py",
+        (
+            "tests/test_cli_errors_units.py",
+            B + "test_tidying_keeps_the_config_beside_a_checkpoint_and_empty_folders",
+            B + "test_the_removed_again_line_names_only_the_output_or_its_parents",
+            B + "test_eval_merge_without_benchmarks_of_its_own_is_accepted",
+            "tests/test_cli_bad_inputs.py::test_only_folders_without_results_are_tidied",
+            "tests/test_stage_output_owner.py",
+        ),
+        sample=150,
+    ),
+    Platform(
+        "rl/launch.py",
+        "paravt_core/rl/launch.py",
+        (
+            "tests/test_rl_launch.py",
+            "tests/test_rl_fleet.py",
+            B + "test_every_server_of_a_fleet_plan_is_told_the_served_dtype",
+            B + "test_the_launched_server_process_gets_its_pinning",
+        ),
+    ),
+    Platform(
+        "rl/weight_sync.py",
+        "paravt_core/rl/weight_sync.py",
+        (
+            "tests/test_sglang_contract.py",
+            "tests/test_served_dtype.py",
+            B + "test_two_group_names_made_in_one_process_differ",
+        ),
+    ),
+    Platform(
+        "rl/stage.py",
+        "paravt_core/rl/stage.py",
+        (
+            "tests/test_rl_stage.py",
+            "tests/test_rl_pinning.py",
+            "tests/test_served_dtype.py",
+            B + "test_the_server_the_rl_stage_starts_itself_gets_its_pinning",
+        ),
+        sample=100,
+    ),
+    Platform(
+        "checkpoint.py",
+        "paravt_core/checkpoint.py",
+        (
+            "tests/test_sft_train.py",
+            "tests/test_rl_resume.py",
+            "tests/test_storage_faults.py",
+            B + "test_save_hf_writes_the_saved_tensors_dtype_when_none_is_given",
+            B + "test_saving_a_bf16_copy_leaves_the_live_models_config_float32",
+        ),
+        sample=100,
+    ),
+    Platform(
+        "models.py",
+        "paravt_core/models.py",
+        ("tests/test_models.py", B + "test_bars_off_restores_the_callers_state_in_both_directions"),
+    ),
+    Platform(
+        "engines/sglang_engine.py",
+        "paravt_core/engines/sglang_engine.py",
+        ("tests/test_engines_sglang.py", "tests/test_sglang_contract.py", "tests/test_rl_sglang.py"),
+        sample=150,
+    ),
+    Platform("launch/trainjob.py", "paravt_core/launch/trainjob.py", ("tests/test_launch_trainjob.py",)),
+    Platform(
+        "sft/trainer.py",
+        "paravt_core/sft/trainer.py",
+        ("tests/test_sft_train.py", "tests/test_sft_step_host.py", "tests/test_sft_config.py"),
+        sample=100,
+    ),
+    Platform(
+        "eval/stage.py",
+        "paravt_core/eval/stage.py",
+        (
+            "tests/test_eval_stage.py",
+            "tests/test_eval_shards.py",
+            B + "test_a_shard_run_of_a_complete_output_evaluates_its_shard",
+            B + "test_release_preset_aligns_subtitles_to_its_own_frame_count",
+        ),
+        sample=150,
+    ),
+    Platform(
+        "eval/formats.py",
+        "paravt_core/eval/formats.py",
+        ("tests/test_eval_benchmarks.py", "tests/test_eval_release.py", "tests/test_eval_runner.py"),
+    ),
+    Platform("components/multinode.py", "components/multinode.py", ("tests/test_pipeline_multinode.py",)),
+    Platform(
+        "scripts/gpu_check.py",
+        "scripts/gpu_check.py",
+        (
+            "tests/test_gpu_check.py",
+            B + "test_gpu_check_refuses_a_checksum_unless_every_rank_reported_one",
+            B + "test_gpu_check_served_scores_check_which_tokens_were_scored",
+            B + "test_gpu_check_nccl_push_fails_whenever_the_launch_checksum_does_not_come_back",
+        ),
+    ),
+]
+SCRATCH = ROOT / "build" / "mutation"
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 NOT_RUN = {"not checked", "skipped"}
 
 
-def _env() -> dict[str, str]:
+def _env(root: Path = ROOT) -> dict[str, str]:
     # mutmut runs the tests inside mutants/: its copy of paravt_core must win over any installed one.
     return {
         **os.environ,
-        "PYTHONPATH": str(ROOT / "mutants"),
+        "PYTHONPATH": str(root / "mutants"),
         "OMP_NUM_THREADS": "1",
         "HYPOTHESIS_PROFILE": "mutation",
     }
 
 
-def statuses() -> dict[str, str]:
+def statuses(root: Path = ROOT, prefix: str = "paravt_core.") -> dict[str, str]:
     """mutant name -> status, from ``mutmut results --all true`` (lines ``    name: status``)."""
+    if root != ROOT and not (root / "mutants").is_dir():
+        return {}
     out = subprocess.run(
-        [MUTMUT, "results", "--all", "true"], cwd=ROOT, env=_env(), capture_output=True, text=True, check=True
+        [MUTMUT, "results", "--all", "true"],
+        cwd=root,
+        env=_env(root),
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     result = {}
     for line in out.splitlines():
         name, sep, status = line.strip().rpartition(": ")
-        if sep and name.startswith("paravt_core."):
+        if sep and name.startswith(prefix):
             result[name] = status
     return result
+
+
+# ----------------------------------------------------------------------------- GPU-path / platform modules
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-")
+
+
+def _prefix(m: Platform) -> str:
+    """mutmut's name prefix of the module's mutants (its dotted path)."""
+    return m.path.removesuffix(".py").replace("/", ".") + "."
+
+
+def _toml_list(items: list[str] | tuple[str, ...]) -> str:
+    return "[" + ", ".join(f'"{x}"' for x in items) + "]"
+
+
+def scratch_root(m: Platform) -> Path:
+    """``build/mutation/<label>/``: links to the repository's entries and a pyproject.toml whose ``[tool.mutmut]``
+    mutates ``m.path`` only, checked by ``m.tests`` only (the rest of pyproject.toml as it is)."""
+    root = SCRATCH / _slug(m.label)
+    root.mkdir(parents=True, exist_ok=True)
+    skip = {"pyproject.toml", "mutants", "build", ".git"}
+    entries = sorted(p for p in ROOT.iterdir() if p.name not in skip and not p.name.startswith("."))
+    for entry in [*entries, ROOT / ".venv"]:
+        link = root / entry.name
+        if not link.is_symlink() and entry.exists():
+            link.symlink_to(entry)
+    source = m.path.split("/", 1)[0]
+    also = [p.name for p in entries if p.name not in (source, "tests") and not p.name.endswith(".py")]
+    project = (ROOT / "pyproject.toml").read_text()
+    table_at = re.search(r"^\[tool\.mutmut\]\s*$", project, flags=re.M)  # the table, not a mention of it
+    if table_at:
+        tail = project[table_at.end() :]
+        rest = re.search(r"^\[", tail, flags=re.M)  # the next table after [tool.mutmut], if any
+        project = project[: table_at.start()] + (tail[rest.start() :] if rest else "")
+    table = (
+        "\n[tool.mutmut]\n"
+        f'source_paths = ["{source}"]\n'
+        f'only_mutate = ["{m.path}"]\n'
+        f"also_copy = {_toml_list(also)}\n"
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:randomly", "-x", "-q"]\n'
+        f"pytest_add_cli_args_test_selection = {_toml_list(m.tests)}\n"
+        'process_isolation = "forkserver"\n'
+        "use_git_change_detection = false\n"
+    )
+    (root / "pyproject.toml").write_text(project.rstrip() + "\n" + table)
+    return root
+
+
+def run_platform(m: Platform) -> None:
+    root = scratch_root(m)
+    shutil.rmtree(
+        root / "mutants", ignore_errors=True
+    )  # from scratch: the module and its tests as they are now
+    (root / "mutants").mkdir()
+    (root / "sample.txt").unlink(missing_ok=True)
+    env = _env(root)
+    if not m.sample:
+        subprocess.run([MUTMUT, "run"], cwd=root, env=env, check=False, stdout=subprocess.DEVNULL)
+        return
+    # generate the mutants without running any (a name that matches none: mutmut stops, saying so, once they are
+    # written), then run a sample of them
+    subprocess.run(
+        [MUTMUT, "run", _prefix(m) + "none-match"],
+        cwd=root,
+        env=env,
+        check=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    names = sorted(statuses(root, _prefix(m)))
+    step = max(1, math.ceil(len(names) / m.sample))
+    chosen = names[::step]
+    (root / "sample.txt").write_text(f"every {step}th of {len(names)}\n" + "\n".join(chosen) + "\n")
+    subprocess.run([MUTMUT, "run", *chosen], cwd=root, env=env, check=False, stdout=subprocess.DEVNULL)
+
+
+def report_platform(selected: list[Platform]) -> int:
+    print(f"{'module':<26}{'mutants':>8}{'run':>6}{'killed':>8}{'survived':>10}{'kill rate':>11}  sampling")
+    survivors: list[tuple[str, str]] = []
+    for m in selected:
+        root = SCRATCH / _slug(m.label)
+        table = statuses(root, _prefix(m))
+        run = [n for n in table if table[n] not in NOT_RUN]
+        killed = [n for n in run if table[n] in KILLED]
+        alive = sorted(n for n in run if table[n] not in KILLED)
+        survivors += [(f"{m.label}: {n}", table[n]) for n in alive]
+        rate = f"{100 * len(killed) / len(run):.1f} %" if run else "not run"
+        note = (root / "sample.txt").read_text().splitlines()[0] if (root / "sample.txt").is_file() else "all"
+        print(f"{m.label:<26}{len(table):>8}{len(run):>6}{len(killed):>8}{len(alive):>10}{rate:>11}  {note}")
+    print(f"\nsurvivors ({len(survivors)}; `cd build/mutation/<label> && mutmut show NAME` prints the diff):")
+    for name, status in survivors:
+        print(f"  {name}: {status}")
+    return 0
 
 
 def report(selected: list[tuple[str, list[str]]]) -> int:
@@ -98,23 +329,26 @@ def verify(test_file: str, names: list[str]) -> int:
     """Run ``test_file`` against each named mutant of the last run (mutmut's trampolines pick the mutant from
     ``MUTANT_UNDER_TEST``) and print KILLED / SURVIVED per mutant: the check that a new test kills the
     survivor it was written for, in seconds, without a new stats pass. The file must pass with no mutant."""
-    short = [n for n in names if not n.startswith("paravt_core.")]
+    platform = [m for m in PLATFORM if names and names[0].startswith(_prefix(m))]
+    root = SCRATCH / _slug(platform[0].label) if platform else ROOT  # a platform module: its scratch root
+    prefix = _prefix(platform[0]) if platform else "paravt_core."
+    short = [n for n in names if not n.startswith(prefix)]
     if short:  # a name that matches no module's prefix silently runs the original code
         raise SystemExit(
-            f"mutant names are full (paravt_core.<module>.<name>, as --report prints them): {short}"
+            f"mutant names are full ({prefix}<name>, as --report prints them), one module at a time: {short}"
         )
-    if not (ROOT / "mutants" / "paravt_core").is_dir():
+    if not (root / "mutants" / prefix.split(".")[0]).is_dir():
         raise SystemExit("no mutants/ yet: run `make mutation MODULES=...` for the module first")
     # inside mutants/, where the mutated paravt_core is the one imported (a test's own helpers too)
-    copy = ROOT / "mutants" / "tests" / f"_verify_{os.getpid()}_{Path(test_file).name}"
+    copy = root / "mutants" / "tests" / f"_verify_{os.getpid()}_{Path(test_file).name}"
     shutil.copyfile(test_file, copy)
     try:
 
         def run(mutant: str) -> subprocess.CompletedProcess[str]:
             cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly", "-p", "no:cacheprovider"]
-            env = {**_env(), "MUTANT_UNDER_TEST": mutant}
+            env = {**_env(root), "MUTANT_UNDER_TEST": mutant}
             return subprocess.run(
-                [*cmd, str(copy)], cwd=ROOT / "mutants", env=env, capture_output=True, text=True
+                [*cmd, str(copy)], cwd=root / "mutants", env=env, capture_output=True, text=True
             )
 
         baseline = run("")
@@ -142,7 +376,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--verify", nargs="+", metavar=("TEST_FILE", "MUTANT"), help="run TEST_FILE against each named mutant"
     )
+    ap.add_argument("--platform", action="store_true", help="the GPU-path and platform modules (PLATFORM)")
     args = ap.parse_args(argv)
+    if args.platform:
+        known_p = {m.label for m in PLATFORM}
+        unknown_p = [m for m in args.only if m not in known_p]
+        if unknown_p:
+            ap.error(f"unknown module(s) {unknown_p}; known: {sorted(known_p)}")
+        chosen = [m for m in PLATFORM if not args.only or m.label in args.only]
+        if not args.report:
+            for m in chosen:
+                print(
+                    f"== mutmut run ({'sample ' + str(m.sample) if m.sample else 'all'}): {m.label}",
+                    flush=True,
+                )
+                run_platform(m)
+        return report_platform(chosen)
     if args.verify:
         if len(args.verify) < 2:
             ap.error("--verify needs a test file and at least one mutant name")

@@ -27,6 +27,7 @@ READS = frozenset(
 _PAVT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
 _OPTIM = os.path.join(_TORCH, "optim") + os.sep
+_SELF = os.path.abspath(__file__)
 
 
 class HostReads(TorchFunctionMode):
@@ -56,14 +57,24 @@ class HostReads(TorchFunctionMode):
 
 
 def _caller() -> tuple[str, int] | None:
-    frame = sys._getframe(2)
-    if os.path.abspath(frame.f_code.co_filename).startswith(_OPTIM):
+    frame = sys._getframe()  # this one, HostReads.__torch_function__ (and any wrapper of theirs) skipped
+    while frame is not None and _own(frame):
+        frame = frame.f_back
+    # the frame that called into torch's dispatch
+    if frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_OPTIM):
         # torch's optimizers keep their ``step`` counters on the host unless ``capturable`` (the
         # ``_get_value(step)`` reads of torch/optim/optimizer.py): host reads, never a device sync
         return None
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_TORCH) and not path.startswith(os.path.abspath(__file__)):
+        if not path.startswith(_TORCH):
             return path, frame.f_lineno
         frame = frame.f_back
     return None
+
+
+def _own(frame: Any) -> bool:
+    """A frame of this module, or of a wrapper around its functions (mutmut's trampolines, in
+    ``make mutation``): never the caller whose read is counted."""
+    path = os.path.abspath(frame.f_code.co_filename)
+    return path == _SELF or str(frame.f_globals.get("__name__", "")).startswith("mutmut.")

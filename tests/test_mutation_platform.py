@@ -1,0 +1,56 @@
+"""``make mutation PLATFORM=1`` (scripts/mutation.py): every GPU-path / platform module named there exists with
+the test files and tests it names, and its scratch root's pyproject.toml holds exactly one ``[tool.mutmut]``
+mutating that module only, checked by those tests only (mutmut itself is not run here)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import mutation  # noqa: E402
+
+ISSUE_41 = {
+    "rl/weight_sync.py", "rl/launch.py", "rl/stage.py", "checkpoint.py", "models.py", "engines/sglang_engine.py",
+    "launch/trainjob.py", "cli_errors.py", "sft/trainer.py", "train/syncs.py", "eval/stage.py", "eval/formats.py",
+    "components/multinode.py", "scripts/gpu_check.py",
+}  # fmt: skip
+
+
+def test_every_module_of_issue_41_is_listed_once():
+    labels = [m.label for m in mutation.PLATFORM]
+    assert sorted(labels) == sorted(ISSUE_41)
+
+
+@pytest.mark.parametrize("module", mutation.PLATFORM, ids=lambda m: m.label)
+def test_module_and_its_tests_exist(module):
+    assert (ROOT / module.path).is_file()
+    assert module.path.endswith(module.label)
+    for node in module.tests:
+        file, _, name = node.partition("::")
+        assert (ROOT / file).is_file(), node
+        if name:
+            tree = ast.parse((ROOT / file).read_text())
+            assert name in {f.name for f in tree.body if isinstance(f, ast.FunctionDef)}, node
+
+
+def test_scratch_root_holds_one_mutmut_table_for_its_module(tmp_path, monkeypatch):
+    monkeypatch.setattr(mutation, "SCRATCH", tmp_path)
+    module = next(m for m in mutation.PLATFORM if m.label == "scripts/gpu_check.py")
+    root = mutation.scratch_root(module)
+    text = (root / "pyproject.toml").read_text()
+    assert text.count("\n[tool.mutmut]\n") == 1
+    config = tomllib.loads(text)
+    mut = config["tool"]["mutmut"]
+    assert mut["source_paths"] == ["scripts"] and mut["only_mutate"] == ["scripts/gpu_check.py"]
+    assert mut["pytest_add_cli_args_test_selection"] == list(module.tests)
+    assert "paravt_core" in mut["also_copy"] and "tests" not in mut["also_copy"]
+    assert config["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]  # the rest of the file kept
+    assert (root / "paravt_core").resolve() == ROOT / "paravt_core"
+    assert mutation._prefix(module) == "scripts.gpu_check."
+    assert mutation._slug(module.label) == "scripts-gpu-check-py"
