@@ -12,6 +12,9 @@
 #  5. .venv-router: sglang-router 0.3.2 (the SGLang Model Gateway: a Rust router in an abi3 wheel, launched
 #     as `python -m sglang_router.launch_router`) and the modules its launcher imports, --no-deps, outside the
 #     venv: the real router of the rollout-fleet tests (tests/test_rl_fleet.py).
+#  6. .venv-mlflow: the full mlflow 3.17.2 (its server; it pins pyarrow<26, against the lock) in a venv of its
+#     own: the real tracking server of the MLflow tests (tests/fixtures/mlflow_server.py). The stages use only
+#     mlflow-skinny's client, in .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +23,7 @@ if [ "${1:-}" = "--plan" ]; then PLAN=1; shift; fi
 MODE=${1:-all}
 case "$MODE" in
   demo) DEB_PACKAGES=(ffmpeg); STEPS=(debian venv) ;;
-  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw); STEPS=(debian venv sglang_site lmms_site router_site) ;;
+  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw); STEPS=(debian venv sglang_site lmms_site router_site mlflow_site) ;;
   *) echo "scripts/setup.sh: unknown mode '$MODE' (demo or all)" >&2; exit 2 ;;
 esac
 PYTHON=${PYTHON:-python3.11}
@@ -107,6 +110,19 @@ if [ ! -f "$router_stamp" ] || [ "$(cat "$router_stamp")" != "$router_want" ]; t
   # fail here, not in the fleet tests: the launcher's imports resolve and the Rust extension loads
   PYTHONPATH=$ROUTER_SITE .venv/bin/python -m sglang_router.launch_router --help >/dev/null
   echo "$router_want" > "$router_stamp"
+fi
+}
+
+mlflow_site() {
+MLFLOW_VENV=.venv-mlflow
+if [ ! -f "$MLFLOW_VENV/.paravt-installed" ]; then
+  echo "[setup] installing mlflow 3.17.2 (the tracking server of the tests) into $MLFLOW_VENV"
+  rm -rf "$MLFLOW_VENV"
+  "$PYTHON" -m venv "$MLFLOW_VENV"
+  "$MLFLOW_VENV/bin/pip" install -q --disable-pip-version-check mlflow==3.17.2 2>&1 \
+    | grep -v "is ignored: it is neither a file nor a directory" || true
+  "$MLFLOW_VENV/bin/mlflow" --version # fail here, not in the first tracking test
+  touch "$MLFLOW_VENV/.paravt-installed"
 fi
 }
 

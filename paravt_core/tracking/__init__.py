@@ -130,3 +130,25 @@ class Tracker:
 
     def close(self, final_uri: str = "") -> None:
         self._each("close", final_uri)
+
+
+def log_results(
+    cfg: TrackingConfig,
+    stage: str,
+    output: str,
+    work_dir: str,
+    scalars: dict[str, float],
+    config: dict[str, Any],
+    checkpoint: str = "",
+) -> None:
+    """A stage with one result (eval): its numbers as one point (step 1), replacing an earlier attempt's."""
+    tracker = Tracker.open(
+        cfg,
+        stage=stage,
+        output=output,
+        work_dir=os.path.join(work_dir, "tracking"),
+        last_step=1,
+        config=config,
+    )
+    tracker.log(1, scalars)
+    tracker.close(checkpoint)

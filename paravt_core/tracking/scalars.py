@@ -115,3 +115,32 @@ def flatten_params(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             out[name] = str(value)
     return out
+
+
+def _indented(text: str) -> str:
+    """Markdown code block by indentation (a model's text may hold backticks)."""
+    return "\n".join("    " + line for line in (text or "").splitlines()) or "    (empty)"
+
+
+def trajectory_markdown(line: dict[str, Any]) -> str:
+    """One sampled RL episode (a ``trajectories/*.jsonl`` line) as Markdown for TensorBoard's text tab: the
+    question and gold answer, the reward and its parts, then each main-agent turn's text and its tool calls."""
+    prompt, reward, episode = line.get("prompt", {}), line.get("reward", {}), line.get("episode", {})
+    parts = [
+        f"**step {line.get('step', 0) + 1}**, group {line.get('group')}, K = {line.get('nframes')} frames, "
+        f"policy version {line.get('policy_version')}",
+        f"**question** ({prompt.get('row_id', '')}):",
+        _indented(str(prompt.get("question", ""))),
+        f"**gold**: `{prompt.get('gold', '')}`",
+        "**reward** {:.3f} (accuracy {:.3f}, format {:.3f}, tool {:.3f}), finish: {}".format(
+            *(float(reward.get(k) or 0.0) for k in ("total", "accuracy", "format", "tool")),
+            episode.get("finish_reason", ""),
+        ),
+    ]
+    for turn in episode.get("turns", []):
+        calls = ", ".join(f"{c.get('name')}({c.get('arguments')})" for c in turn.get("calls", []))
+        parts.append(
+            f"**turn {turn.get('turn')}** ({turn.get('tokens')} tokens){': ' + calls if calls else ''}"
+        )
+        parts.append(_indented(str(turn.get("text", ""))))
+    return "\n\n".join(parts)
