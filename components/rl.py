@@ -28,6 +28,7 @@ def rl_op(
     curves: Output[Artifact],
     metrics: Output[Metrics],
     trained: Output[Model],
+    tensorboard: Output[Artifact],
     output: str = "",
     run_prefix: str = "",
     run_id: str = "",
@@ -35,11 +36,12 @@ def rl_op(
     """Run ``paravt rl`` on ``data`` (the data step's ``Dataset``, recorded as this step's input) from
     ``model`` (the URI of the SFT step's final checkpoint: read from S3 by the stage, not downloaded);
     return the URI of the trained model (``<output>/final``), also the ``trained`` artifact (no copy). ``output`` empty: ``<run root>/rl``
-    (components/locations.py)."""
+    (components/locations.py); ``tensorboard``: its TensorBoard logs (``<output>/tensorboard``)."""
+    import os
     import tempfile
 
     from components.locations import location, run_root
-    from components.publish import publish_rl
+    from components.publish import publish_rl, publish_tensorboard
     from paravt_core import storage
     from paravt_core.config import load_config
     from paravt_core.rl.config import RlConfig
@@ -52,5 +54,7 @@ def rl_op(
         raise ValueError(f"launch.nodes={cfg.launch.nodes}: compile with --rl-config <this config>")
     output = output or storage.join(run_root(run_prefix, run_id, trained.uri), "rl")
     cfg.data, cfg.model, cfg.output = location(data), model, output  # S3 directories
+    os.environ["KFP_RUN_ID"] = run_id  # the trackers' run name (paravt_core/tracking), the launched ranks too
     summary = launch(cfg)  # python -m torch.distributed.run --nproc-per-node N -m paravt_core.cli rl ...
+    publish_tensorboard(tensorboard, output, run_id)
     return publish_rl(output, summary, curves=curves, metrics=metrics, trained=trained, run_id=run_id)
