@@ -203,3 +203,53 @@ def test_flatten_params() -> None:
 def test_every_stage_has_the_tracking_block(stage: str) -> None:
     cfg = stage_config(stage)()
     assert cfg.tracking.backends == ["tensorboard"] and cfg.tracking.log_every == 1
+
+
+def test_s3_output_uploads_at_each_checkpoint_and_a_fresh_pod_resumes_from_it(
+    s3_bucket: str, tmp_path: Path
+) -> None:
+    from paravt_core import storage
+
+    out = f"{s3_bucket}/run/sft"
+    cfg = TrackingConfig()
+    first = Tracker.open(cfg, stage="sft", output=out, work_dir=str(tmp_path / "pod1"), last_step=6)
+    for step in (1, 2):
+        first.log(step, {"train/loss": float(step)})
+    first.checkpoint()  # the checkpoint at step 2
+    first.log(3, {"train/loss": 3.0})  # then the pod is lost: step 3 never reaches S3
+    assert storage.list_uris(f"{out}/tensorboard"), "nothing uploaded at the checkpoint"
+
+    again = Tracker.open(
+        cfg, stage="sft", output=out, work_dir=str(tmp_path / "pod2"), resume_step=2, last_step=6
+    )
+    for step in (3, 4, 5, 6):
+        again.log(step, {"train/loss": step + 0.5})
+    again.close()
+    local = tmp_path / "read"
+    storage.download_dir(f"{out}/tensorboard", local)
+    assert scalars(local)["train/loss"] == [(1, 1.0), (2, 2.0), (3, 3.5), (4, 4.5), (5, 5.5), (6, 6.5)]
+    assert sorted(raw_points(local)) == [("train/loss", s) for s in range(1, 7)]
+    assert len(event_files(local)) == 2  # the compacted steps 1-2 and the resumed writer's file
+
+
+def test_nightly_trend_holds_one_point_per_night_even_when_a_night_is_reported_twice(tmp_path: Path) -> None:
+    from paravt_core.report.stage import run
+    from tests.test_report_stage import _config, _seed
+
+    prefix, output = str(tmp_path / "nightly"), str(tmp_path / "report")
+    _seed(prefix)  # 11-21: videomme agentic 60.0; 11-22: failed; 11-23: agentic 62.5, direct 58.0
+    for _ in range(2):  # the night's report step retried
+        assert run(_config(prefix, output, "FAILED")).outputs["tensorboard"] == f"{prefix}/tensorboard"
+    # days since 1970-01-01: 56 years of 365 days + 14 leap days (1972..2024) to 2026-01-01, + 304 (Jan-Oct) + 20
+    day = {"2026-11-21": 56 * 365 + 14 + 304 + 20, "2026-11-23": 56 * 365 + 14 + 304 + 22}
+    series = scalars(tmp_path / "nightly" / "tensorboard")
+    assert series == {
+        "nightly/videomme/agentic": [(day["2026-11-21"], 60.0), (day["2026-11-23"], 62.5)],
+        "nightly/videomme/direct": [(day["2026-11-23"], 58.0)],
+    }
+    acc = EventAccumulator(str(tmp_path / "nightly" / "tensorboard"))
+    acc.Reload()
+    assert [e.wall_time for e in acc.Scalars("nightly/videomme/direct")] == [
+        1795392000.0
+    ]  # 2026-11-23T00:00Z
+    assert len(event_files(tmp_path / "nightly" / "tensorboard")) == 1
