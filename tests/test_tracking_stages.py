@@ -189,3 +189,63 @@ def test_mlflow_run_resumed_from_its_id_sends_no_point_twice(mlflow_server: str)
     run = client.get_run(state["mlflow_run_id"])
     assert run.data.params == {"steps": "4"} and run.data.tags["paravt.final_checkpoint"] == "s3://b/rl/final"
     assert len(client.search_runs([run.info.experiment_id])) == 1
+
+
+WANDB_SITE = Path(os.environ.get("PARAVT_WANDB_SITE", ROOT / ".venv-wandb"))
+
+
+def _wandb_records(path: Path) -> list:
+    """The records of a W&B run file (``run-<id>.wandb``): a 7-byte header (``:W&B``, magic, version), then
+    LevelDB-log framing in 32 KiB blocks (7-byte record headers: CRC, length, type 1 full / 2 first /
+    3 middle / 4 last), each record a ``wandb_internal_pb2.Record``."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, pos, pending, out = path.read_bytes(), 7, b"", []
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        kind, length = data[pos + 6], int.from_bytes(data[pos + 4 : pos + 6], "little")
+        if left < 7 or (kind == 0 and length == 0):  # block trailer padding
+            pos += left
+            continue
+        pending += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            out.append(wandb_internal_pb2.Record.FromString(pending))
+            pending = b""
+    return out
+
+
+def test_wandb_offline_run_holds_every_step_and_the_last_values_in_its_summary(
+    tiny_model_dir: str, sft_data_output: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not (WANDB_SITE / "wandb").is_dir():
+        message = f"wandb is not set up in {WANDB_SITE} (scripts/setup.sh makes it)"
+        pytest.fail(message) if os.environ.get("CI") else pytest.skip(message)
+    monkeypatch.syspath_prepend(str(WANDB_SITE))  # wandb's record types, for reading the run file
+    out = tmp_path / "sft"
+    cmd = [sys.executable, "-m", "paravt_core.cli", "sft", "--config", str(TINY_SFT), f"model.uri={tiny_model_dir}",
+           f"data.input={sft_data_output}", f"output={out}", f"work_dir={tmp_path / 'work'}", "trainer.steps=3",
+           "data.num_workers=1", "tracking.backends=[wandb]", "tracking.wandb.mode=offline"]  # fmt: skip
+    env = _env(
+        PYTHONPATH=os.pathsep.join([str(WANDB_SITE), str(ROOT)]), WANDB_SILENT="true", KFP_RUN_ID="run-w"
+    )
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    (run_file,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
+    history, summary, name = {}, {}, None
+    for r in _wandb_records(run_file):
+        kind = r.WhichOneof("record_type")
+        if kind == "run":
+            name = r.run.display_name
+        items = r.history.item if kind == "history" else r.summary.update if kind == "summary" else []
+        values = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items}
+        if kind == "history":
+            history[values["_step"]] = values
+        elif kind == "summary":
+            summary.update(values)
+    assert name == "run-w" and sorted(history) == [1, 2, 3]
+    assert [history[s]["train/loss"] for s in (1, 2, 3)] == [pytest.approx(r["loss"]) for r in records]
+    assert summary["train/loss"] == pytest.approx(records[-1]["loss"]) and summary["_step"] == 3
+    assert summary["final_checkpoint"] == str(out / "final")

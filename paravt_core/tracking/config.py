@@ -26,7 +26,7 @@ class WandbTrackingConfig(StrictModel):
     project: str = Field(default="paravt", description="W&B project (WANDB_PROJECT wins when set)")
     mode: Literal["online", "offline"] = Field(
         default="online",
-        description="offline: write the run under <output>/wandb only (wandb sync uploads it)",
+        description="offline: the run only under <output>/wandb (wandb sync uploads it); WANDB_MODE wins",
     )
 
 

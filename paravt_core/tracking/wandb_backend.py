@@ -1,8 +1,8 @@
 """The run in Weights & Biases, for users who have it (``pip install wandb``: not in the images by default).
 
 Key, entity and base URL come from W&B's own environment variables (``WANDB_API_KEY``, ``WANDB_ENTITY``,
-``WANDB_BASE_URL``); ``tracking.wandb.mode=offline`` (or ``WANDB_MODE=offline``) writes the run under
-``<work_dir>/wandb`` only, for ``wandb sync``. The run id goes into the checkpoint state and a resumed stage
+``WANDB_BASE_URL``); ``tracking.wandb.mode=offline`` (or ``WANDB_MODE=offline``) writes the run under ``<output>/wandb/``
+only (an ``s3://`` output: the stage's local work directory), for ``wandb sync``. The run id goes into the checkpoint state and a resumed stage
 continues that run (``resume="allow"``).
 """
 
@@ -28,7 +28,8 @@ class WandbBackend:
     ):
         import wandb
 
-        folder = os.path.join(work_dir, "wandb-dir")
+        # wandb writes <dir>/wandb/<run>: under a local output it stays with the run's other outputs
+        folder = work_dir if "://" in output else output
         os.makedirs(folder, exist_ok=True)
         self.run = wandb.init(
             project=os.environ.get("WANDB_PROJECT") or cfg.project,
