@@ -253,3 +253,18 @@ def test_nightly_trend_holds_one_point_per_night_even_when_a_night_is_reported_t
         1795392000.0
     ]  # 2026-11-23T00:00Z
     assert len(event_files(tmp_path / "nightly" / "tensorboard")) == 1
+
+
+def test_a_backend_that_cannot_start_fails_a_training_stage_but_not_a_finished_eval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from paravt_core.tracking.mlflow_backend import MlflowError
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = TrackingConfig(backends=["tensorboard", "mlflow"])
+    with pytest.raises(MlflowError, match="set tracking.mlflow.uri or MLFLOW_TRACKING_URI"):
+        Tracker.open(cfg, stage="sft", output=str(tmp_path / "a"), work_dir=str(tmp_path))
+    t = Tracker.open(cfg, stage="eval", output=str(tmp_path / "b"), work_dir=str(tmp_path), strict=False)
+    assert [type(b).__name__ for b in t.backends] == ["TensorBoardBackend"]
+    assert "tracking: the mlflow backend did not start (MlflowError" in capsys.readouterr().err
+    t.close()

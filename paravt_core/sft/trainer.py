@@ -324,9 +324,9 @@ def train(
     autocast = (
         torch.autocast("cuda", dtype=torch.bfloat16) if bf16 and not d.sharded else contextlib.nullcontext()
     )
+    tracker, per_token = _tracker(cfg, d, model, start, state.get("tracking"))
     packs = NextPacks(feed, cfg.trainer.grad_accum, pin=d.device.type == "cuda")
     progress = _progress(d.rank == 0, cfg, start)
-    tracker, per_token = _tracker(cfg, d, model, start, state.get("tracking"))
     try:
         for step in range(start + 1, cfg.trainer.steps + 1):
             t0 = time.perf_counter()

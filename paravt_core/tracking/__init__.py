@@ -26,6 +26,42 @@ def run_name(cfg: TrackingConfig, output: str) -> str:
     return cfg.run_name or os.environ.get(KFP_RUN_ID, "") or os.path.basename(output.rstrip("/")) or "run"
 
 
+def _backend(
+    kind: str,
+    cfg: TrackingConfig,
+    stage: str,
+    output: str,
+    work_dir: str,
+    resume_step: int,
+    state: dict[str, Any],
+    config: dict[str, Any],
+) -> Any:
+    """One backend of ``tracking.backends``, started (resumed runs continue the runs named in ``state``)."""
+    if kind == "tensorboard":
+        from paravt_core.tracking.tensorboard import TensorBoardBackend
+
+        return TensorBoardBackend(output, work_dir, resume_step)
+    name = run_name(cfg, output)
+    if kind == "mlflow":
+        from paravt_core.tracking.mlflow_backend import MlflowBackend
+        from paravt_core.tracking.scalars import flatten_params
+
+        kfp = os.environ.get(KFP_RUN_ID, "")
+        return MlflowBackend(
+            cfg.mlflow.uri,
+            cfg.mlflow.experiment,
+            name,
+            stage=stage,
+            run_id=str(state.get("mlflow_run_id", "")) if resume_step else "",
+            params=flatten_params(config),
+            tags={"kfp.run_id": kfp} if kfp else {},
+        )
+    from paravt_core.tracking.wandb_backend import WandbBackend
+
+    run_id = str(state.get("wandb_run_id", "")) if resume_step else ""
+    return WandbBackend(cfg.wandb, name, output, work_dir, stage=stage, config=config, run_id=run_id)
+
+
 class Tracker:
     """The backends of one stage run; a disabled one (other ranks, no backends) does nothing."""
 
@@ -52,42 +88,25 @@ class Tracker:
         state: dict[str, Any] | None = None,
         config: dict[str, Any] | None = None,
         enabled: bool = True,
+        strict: bool = True,
     ) -> Tracker:
         """``resume_step``: the steps a checkpoint already holds (their points are kept, later ones dropped);
-        ``state``: what :meth:`state` returned into that checkpoint; ``config``: the resolved config (params)."""
+        ``state``: what :meth:`state` returned into that checkpoint; ``config``: the resolved config (params).
+        ``strict``: a backend that cannot start is an error (a training stage fails before any compute);
+        otherwise it is reported and left out (a finished eval still records its results)."""
         if not enabled or not cfg.backends:
             return cls.disabled()
-        name = run_name(cfg, output)
         backends: list[Any] = []
-        if "tensorboard" in cfg.backends:
-            from paravt_core.tracking.tensorboard import TensorBoardBackend
-
-            backends.append(TensorBoardBackend(output, work_dir, resume_step))
-        if "mlflow" in cfg.backends:
-            from paravt_core.tracking.mlflow_backend import MlflowBackend
-            from paravt_core.tracking.scalars import flatten_params
-
-            kfp = os.environ.get(KFP_RUN_ID, "")
-            backends.append(
-                MlflowBackend(
-                    cfg.mlflow.uri,
-                    cfg.mlflow.experiment,
-                    name,
-                    stage=stage,
-                    run_id=str((state or {}).get("mlflow_run_id", "")) if resume_step else "",
-                    params=flatten_params(config or {}),
-                    tags={"kfp.run_id": kfp} if kfp else {},
+        for kind in dict.fromkeys(cfg.backends):
+            try:
+                backends.append(
+                    _backend(kind, cfg, stage, output, work_dir, resume_step, state or {}, config or {})
                 )
-            )
-        if "wandb" in cfg.backends:
-            from paravt_core.tracking.wandb_backend import WandbBackend
-
-            backends.append(
-                WandbBackend(
-                    cfg.wandb, name, output, work_dir, stage=stage, config=config or {},
-                    run_id=str((state or {}).get("wandb_run_id", "")),
-                )
-            )  # fmt: skip
+            except Exception as err:
+                if strict:
+                    raise
+                print(f"tracking: the {kind} backend did not start ({type(err).__name__}: {err}); not logging "
+                      "there", file=sys.stderr, flush=True)  # fmt: skip
         return cls(backends, cfg.log_every, last_step)
 
     @property
