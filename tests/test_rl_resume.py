@@ -53,6 +53,16 @@ def test_sigkill_then_rerun_matches_the_uninterrupted_run(rl_data, tiny_model_di
     assert "resumed from" in rerun.stderr and "step 2" in rerun.stderr
 
     assert _history(killed) == _history(straight)  # every step's reward and loss, bit for bit
+    # TensorBoard holds each step once, in the files themselves, with the uninterrupted run's values
+    from tests.test_tracking import raw_points, scalars
+
+    assert sorted(step for tag, step in raw_points(killed / "tensorboard") if tag == "reward/mean") == [
+        1,
+        2,
+        3,
+        4,
+    ]
+    assert scalars(killed / "tensorboard")["reward/mean"] == scalars(straight / "tensorboard")["reward/mean"]
     assert state_checksum(load(str(killed / "final")).model.state_dict()) == state_checksum(
         load(str(straight / "final")).model.state_dict()
     )

@@ -43,7 +43,7 @@ class TrackingConfig(StrictModel):
     progress_every_s: float = Field(
         default=60.0,
         ge=0.0,
-        description="pod logs (stderr not a terminal): at most one progress line per this",
+        description="pod logs (stderr not a terminal): at least this many seconds between progress lines",
     )
     run_name: str = Field(
         default="", description="run name in the trackers; empty: the KFP run id, else the output's last part"
