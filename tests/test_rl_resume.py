@@ -68,7 +68,7 @@ def test_sigkill_then_rerun_matches_the_uninterrupted_run(rl_data, tiny_model_di
     )
 
 
-def test_s3_output_checkpoints_final_and_resume(rl_data, tiny_model_dir, s3_bucket):  # noqa: F811
+def test_s3_output_checkpoints_final_and_resume(rl_data, tiny_model_dir, s3_bucket, tmp_path, capfd):  # noqa: F811
     from paravt_core import checkpoint, storage
     from paravt_core.rl.stage import run
     from tests.rl_support import tiny_rl_config
@@ -94,3 +94,9 @@ def test_s3_output_checkpoints_final_and_resume(rl_data, tiny_model_dir, s3_buck
     ]
     trainer = json.loads(storage.read_bytes(f"{step3}/trainer.json"))
     assert state_checksum(load(result.outputs["final"]).model.state_dict()) == trainer["weights_sha256"]
+    # the TensorBoard logs reached S3 (at each checkpoint and at the end, the continued run's too), each step once
+    from tests.test_tracking import raw_points
+
+    storage.download_dir(f"{out}/tensorboard", tmp_path / "tb")
+    assert sorted(step for tag, step in raw_points(tmp_path / "tb") if tag == "reward/mean") == [1, 2, 3]
+    assert "tracking:" not in capfd.readouterr().err  # no backend failed

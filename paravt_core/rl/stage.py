@@ -513,7 +513,6 @@ class _Run:
             **final_summary(history, cfg.final_steps),  # f_tau / kappa of the ablation table, f_tau curve
         }
         storage.write_bytes(storage.join(out, "metrics.json"), json.dumps(summary, indent=2).encode())
-        self.tracker.close(final)
         storage.mark_complete(out, {"stage": "rl", "steps": len(history)})
         return StageResult(
             "rl",
@@ -685,6 +684,7 @@ def run(cfg: RlConfig) -> StageResult:
         final = checkpoint.save_final(
             out, learner.root, policy.processor, staging_root=r.staging, dtype=dtype, submodule="inner"
         )
+        r.tracker.close(final)  # before the staging directory (an s3:// output's local event files) goes
     except BaseException:
         r.tracker.checkpoint()  # what was logged is on the output; a resumed run drops uncheckpointed steps
         raise
