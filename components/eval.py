@@ -8,7 +8,7 @@ The output is ``<output_prefix>/<benchmark>``; a shard's records go under its ``
 """
 
 from kfp import dsl
-from kfp.dsl import HTML, Metrics, Output
+from kfp.dsl import HTML, Artifact, Metrics, Output
 
 from components.images import EVAL_IMAGE
 
@@ -44,6 +44,7 @@ def eval_op(
     settle_caches()  # the download caches' volume, or ~/.cache: before anything reads HF_HOME
     import html
     import json
+    import os
 
     from components.eval_task import eval_task_config
     from components.publish import log_numbers
@@ -52,6 +53,7 @@ def eval_op(
 
     cfg = eval_task_config(config_yaml, overrides, benchmark, report.uri, model=model, output_prefix=output_prefix,
                            night=night, run_id=run_id, run_prefix=run_prefix, train_run_id=train_run_id)  # fmt: skip
+    os.environ["KFP_RUN_ID"] = train_run_id or run_id  # the trackers' run name (paravt_core/tracking)
     cfg.shard = shard
     result = run(cfg)
     report.metadata["gpus"] = gpus
@@ -90,6 +92,7 @@ def eval_merge_op(
     shards: int,
     report: Output[HTML],
     metrics: Output[Metrics],
+    tensorboard: Output[Artifact],
     model: str = "",
     output_prefix: str = "",
     night: str = "",
@@ -99,18 +102,24 @@ def eval_merge_op(
 ) -> str:
     """One benchmark's results from its ``shards`` shards (``paravt eval --merge``: refuses an incomplete
     set, naming the missing shards); one shard: the eval task wrote the results itself, checked complete
-    here. Same location inputs as ``eval_op``. Returns the URI of the benchmark's complete output."""
+    here. Same location inputs as ``eval_op``. Returns the URI of the benchmark's complete output;
+    ``tensorboard``: its TensorBoard logs (``<output>/tensorboard``)."""
+    import os
+
     from components.eval_task import eval_task_config, publish_output
+    from components.publish import publish_tensorboard
     from paravt_core import storage
     from paravt_core.eval.stage import run
 
     cfg = eval_task_config(config_yaml, overrides, benchmark, report.uri, model=model, output_prefix=output_prefix,
                            night=night, run_id=run_id, run_prefix=run_prefix, train_run_id=train_run_id)  # fmt: skip
+    os.environ["KFP_RUN_ID"] = train_run_id or run_id  # the trackers' run name (paravt_core/tracking)
     if int(shards) > 1:
         cfg.merge, cfg.expected_shards = True, int(shards)
         run(cfg)
     elif not storage.is_complete(cfg.output):
         raise RuntimeError(f"eval output {cfg.output} is not complete: its eval task did not finish")
     publish_output(cfg.output, report, metrics)
+    publish_tensorboard(tensorboard, cfg.output, train_run_id or run_id)
     print(f"{benchmark}: {cfg.output}")
     return cfg.output

@@ -27,6 +27,15 @@ def read_summary(output: str) -> dict[str, Any]:
     return json.loads(storage.read_bytes(storage.join(output, "metrics.json")))
 
 
+def publish_tensorboard(artifact: Any, output: str, run_id: str) -> str:
+    """The stage's TensorBoard log directory (``<output>/tensorboard``) as an output artifact of the step, so
+    the run page links to it (a Kubeflow ``Tensorboard`` resource serves it: manifests/base/tensorboard)."""
+    logdir = storage.join(output, "tensorboard")
+    artifact.metadata["logdir"] = logdir
+    expose(artifact, logdir, run_id)
+    return logdir
+
+
 def publish_sft(
     output: str, summary: Mapping[str, Any], *, curve: Any, metrics: Any, model: Any, run_id: str
 ) -> str:

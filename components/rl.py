@@ -28,6 +28,7 @@ def rl_op(
     curves: Output[Artifact],
     metrics: Output[Metrics],
     trained: Output[Model],
+    tensorboard: Output[Artifact],
     output: str = "",
     run_prefix: str = "",
     run_id: str = "",
@@ -35,14 +36,15 @@ def rl_op(
     """Run ``paravt rl`` on ``data`` (the data step's ``Dataset``, recorded as this step's input) from
     ``model`` (the URI of the SFT step's final checkpoint: read from S3 by the stage, not downloaded);
     return the URI of the trained model (``<output>/final``), also the ``trained`` artifact (no copy). ``output`` empty: ``<run root>/rl``
-    (components/locations.py)."""
+    (components/locations.py); ``tensorboard``: its TensorBoard logs (``<output>/tensorboard``)."""
     from paravt_core.launch.caches import settle_caches
 
     settle_caches()  # the download caches' volume, or ~/.cache: before anything reads HF_HOME
+    import os
     import tempfile
 
     from components.locations import location, run_root
-    from components.publish import publish_rl
+    from components.publish import publish_rl, publish_tensorboard
     from paravt_core import storage
     from paravt_core.config import load_config
     from paravt_core.rl.config import RlConfig
@@ -64,9 +66,11 @@ def rl_op(
     check_uses_gpus("rl", gpus=gpus, device=cfg.device, float32=cfg.dtype == "float32", model=cfg.model,
                     parameter="rl_config_yaml", example="configs/rl/paragrpo_8b.yaml")  # fmt: skip
 
+    os.environ["KFP_RUN_ID"] = run_id  # the trackers' run name (paravt_core/tracking), the launched ranks too
     # python -m torch.distributed.run --nproc-per-node N -m paravt_core.cli rl ...; rerun in the pod after a
     # crash a rerun can fix (launch.retries), from the newest checkpoint
     summary = run_with_retries(
         lambda: launch(cfg), stage="rl", retries=cfg.launch.retries, backoff_s=cfg.launch.retry_backoff_s
     )
+    publish_tensorboard(tensorboard, output, run_id)
     return publish_rl(output, summary, curves=curves, metrics=metrics, trained=trained, run_id=run_id)

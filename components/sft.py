@@ -8,7 +8,7 @@ default), or a KFP retry.
 """
 
 from kfp import dsl
-from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output
+from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Model, Output
 
 from components.images import SFT_IMAGE
 
@@ -22,22 +22,25 @@ def sft_op(
     curve: Output[HTML],
     metrics: Output[Metrics],
     model: Output[Model],
+    tensorboard: Output[Artifact],
     output: str = "",
     run_prefix: str = "",
     run_id: str = "",
 ) -> str:
     """Run ``paravt sft`` on ``data`` (the data step's ``Dataset``, or an importer's: KFP records the
     lineage); return the URI of the final Hugging Face checkpoint, also the ``model`` artifact (no
-    copy). ``output``: where the stage writes (empty: ``<run root>/sft``, components/locations.py)."""
+    copy). ``output``: where the stage writes (empty: ``<run root>/sft``, components/locations.py);
+    ``tensorboard``: its TensorBoard logs (``<output>/tensorboard``)."""
     from paravt_core.launch.caches import settle_caches
 
     settle_caches()  # the download caches' volume, or ~/.cache: before anything reads HF_HOME
+    import os
     import subprocess
     import sys
     import tempfile
 
     from components.locations import location, run_root
-    from components.publish import publish_sft, read_summary
+    from components.publish import publish_sft, publish_tensorboard, read_summary
     from paravt_core import storage
     from paravt_core.config import SftConfig, config_to_yaml, load_config
 
@@ -50,6 +53,7 @@ def sft_op(
     cfg.model.uri = model_uri
     cfg.output = output or storage.join(run_root(run_prefix, run_id, model.uri), "sft")
     output = cfg.output
+    os.environ["KFP_RUN_ID"] = run_id  # the trackers' run name (paravt_core/tracking), torchrun's ranks too
 
     import torch
 
@@ -75,4 +79,5 @@ def sft_op(
     summary = run_with_retries(
         attempt, stage="sft", retries=cfg.launch.retries, backoff_s=cfg.launch.retry_backoff_s
     )
+    publish_tensorboard(tensorboard, output, run_id)
     return publish_sft(output, summary, curve=curve, metrics=metrics, model=model, run_id=run_id)

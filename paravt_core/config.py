@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from paravt_core.config_base import ConfigError, StrictModel
+from paravt_core.tracking.config import TrackingConfig
 
 C = TypeVar("C", bound="StrictModel")
 
@@ -483,6 +484,10 @@ class SftConfig(StrictModel):
     )
     train: TrainConfig = Field(default_factory=TrainConfig, description="shared training core options")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="one node or a multi-node job")
+    tracking: TrackingConfig = Field(
+        default_factory=TrackingConfig,
+        description="experiment tracking (TensorBoard, MLflow, W&B) and pod-log progress",
+    )
 
     # ``model=URI`` / ``data=URI`` set only these keys (the section's other YAML keys stay); ``steps`` is
     # the RL stage's name for the same thing as ``trainer.steps``.

@@ -54,6 +54,7 @@ RUN_ONLY_FIELDS = (
     "data.prefetch_factor",
     "train.dist_timeout_s",
     "train.follower_wait_s",
+    "tracking.",
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -148,6 +149,13 @@ ACCURACY_NOTE = (
 )
 
 
+def tensorboard_command(run_prefix: str) -> str:
+    """The one command that shows every stage's TensorBoard logs of a run (``<stage>/tensorboard`` under
+    ``run_prefix``), with the path relative to the working directory when it is below it."""
+    rel = os.path.relpath(run_prefix)
+    return f"tensorboard --logdir {run_prefix if rel.startswith('..') else rel}"
+
+
 def demo(out_dir: str, videos: int = 8, seconds: float = 12.0, runner: Any = None) -> TrainRun:
     """``make demo``: synthetic data + tiny Qwen3-VL -> the whole train DAG (data, SFT, RL, eval on the
     synthetic split with and without the tool, report) through kfp.local, on CPU. The console gets one
@@ -219,6 +227,7 @@ def demo(out_dir: str, videos: int = 8, seconds: float = 12.0, runner: Any = Non
         say(f"report        : {run.report_uri}")
         say(f"report (text) : {Path(run.run_prefix) / 'report' / 'report.md'}")
         say(f"stage outputs : {run.run_prefix}   kfp local outputs: {run.pipeline_root}")
+        say(f"curves        : {tensorboard_command(run.run_prefix)}   (SFT, RL and eval logs side by side)")
         say(ACCURACY_NOTE.format(params=f"{params / 1e3:.0f}K-parameter", videos=videos))
     return run
 

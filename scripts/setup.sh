@@ -14,6 +14,11 @@
 #     venv: the real router of the rollout-fleet tests (tests/test_rl_fleet.py).
 #  6. .venv-bench/site: qwen-vl-utils 0.0.14 and decord 0.6.0 (--no-deps), the release's frame path, for
 #     tests/test_eval_release_frames.py and `make bench-video`.
+#  7. .venv-mlflow: the full mlflow 3.17.2 (its server; it pins pyarrow<26, against the lock) in a venv of its
+#     own: the real tracking server of the MLflow tests (tests/fixtures/mlflow_server.py). The stages use only
+#     mlflow-skinny's client, in .venv.
+#  8. .venv-wandb: wandb 0.31.0 and the few modules it adds to .venv's, --no-deps, outside the venv (not in the
+#     images): the W&B backend's offline test (tests/test_tracking_stages.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +27,7 @@ if [ "${1:-}" = "--plan" ]; then PLAN=1; shift; fi
 MODE=${1:-all}
 case "$MODE" in
   demo) DEB_PACKAGES=(ffmpeg); STEPS=(debian venv) ;;
-  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw); STEPS=(debian venv sglang_site lmms_site router_site qwen_site) ;;
+  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw); STEPS=(debian venv sglang_site lmms_site router_site qwen_site mlflow_site wandb_site) ;;
   *) echo "scripts/setup.sh: unknown mode '$MODE' (demo or all)" >&2; exit 2 ;;
 esac
 PYTHON=${PYTHON:-python3.11}
@@ -117,6 +122,38 @@ if [ ! -f "$router_stamp" ] || [ "$(cat "$router_stamp")" != "$router_want" ]; t
   # fail here, not in the fleet tests: the launcher's imports resolve and the Rust extension loads
   PYTHONPATH=$ROUTER_SITE .venv/bin/python -m sglang_router.launch_router --help >/dev/null
   echo "$router_want" > "$router_stamp"
+fi
+}
+
+mlflow_site() {
+MLFLOW_VENV=.venv-mlflow
+if [ ! -f "$MLFLOW_VENV/.paravt-installed" ]; then
+  echo "[setup] installing mlflow 3.17.2 (the tracking server of the tests) into $MLFLOW_VENV"
+  rm -rf "$MLFLOW_VENV"
+  "$PYTHON" -m venv "$MLFLOW_VENV"
+  "$MLFLOW_VENV/bin/pip" install -q --disable-pip-version-check mlflow==3.17.2 2>&1 \
+    | grep -v "is ignored: it is neither a file nor a directory" || true
+  "$MLFLOW_VENV/bin/mlflow" --version # fail here, not in the first tracking test
+  touch "$MLFLOW_VENV/.paravt-installed"
+fi
+}
+
+wandb_site() {
+WANDB_SITE=.venv-wandb
+WANDB_SITE_PACKAGES=(
+  wandb==0.31.0 cwevals==0.0.1b1 distro==1.9.0 sniffio==1.3.1 xxhash==4.1.0
+  opentelemetry-exporter-http-transport==0.66b2 opentelemetry-exporter-otlp-common==0.66b2
+  opentelemetry-exporter-otlp-proto-common==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2
+)
+wandb_stamp=$WANDB_SITE/.paravt-installed
+wandb_want=$(echo "${WANDB_SITE_PACKAGES[*]}" | sha256sum | cut -d' ' -f1)
+if [ ! -f "$wandb_stamp" ] || [ "$(cat "$wandb_stamp")" != "$wandb_want" ]; then
+  echo "[setup] installing wandb 0.31.0 (--no-deps) into $WANDB_SITE"
+  rm -rf "$WANDB_SITE"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps --target "$WANDB_SITE" \
+    "${WANDB_SITE_PACKAGES[@]}" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+  PYTHONPATH=$WANDB_SITE .venv/bin/python -c "import wandb" # fail here, not in the W&B test
+  echo "$wandb_want" > "$wandb_stamp"
 fi
 }
 

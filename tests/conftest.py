@@ -35,4 +35,5 @@ pytest_plugins = [
     "tests.fixtures.sft",
     "tests.fixtures.eval",
     "tests.fixtures.sglang",
+    "tests.fixtures.mlflow_server",
 ]

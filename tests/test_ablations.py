@@ -29,6 +29,7 @@ FULL = THINK + "</think>\n" + CALL + "\n<think>\nthe report says red</think><ans
 
 class Call:
     parsed = executed = ok = True
+    frames = 2  # frames its crop fetched
 
 
 # --- the two switches -------------------------------------------------------------------------------------
@@ -142,8 +143,9 @@ def test_study_rejects_repeated_and_unsafe_names():
 
 
 def _sample(calls: int, compliant: bool, fmt: float):
-    turn = SimpleNamespace(tokens=10)
-    episode = SimpleNamespace(turns=[turn, turn], calls=[Call()] * calls, finish_reason="answer")
+    first = SimpleNamespace(tokens=10, calls=[Call()] * calls)  # every call in the first of two turns
+    episode = SimpleNamespace(turns=[first, SimpleNamespace(tokens=10, calls=[])], calls=first.calls,
+                              finish_reason="answer")  # fmt: skip
     reward = RewardBreakdown(total=fmt, accuracy=0.0, format=fmt, tool=0.0, compliant=compliant)
     return SimpleNamespace(reward=reward, episode=episode, nframes=8, policy_version=0)
 
@@ -155,6 +157,12 @@ def test_kappa_is_calls_per_rollout_and_f_tau_the_compliant_share():
     assert m["calls_per_turn"] == pytest.approx(0.5)  # 4 calls / 8 turns
     assert m["format_compliance"] == pytest.approx(0.5)  # 2 of 4
     assert m["format_mean"] == pytest.approx(0.65)  # (1 + .2 + .9 + .5) / 4
+    # the rewards' population std: deviations .35, -.45, .25, -.15 -> sqrt((.1225 + .2025 + .0625 + .0225) / 4)
+    assert m["reward_std"] == pytest.approx(0.1025**0.5)
+    assert m["parallel_turn_share"] == pytest.approx(
+        1 / 8
+    )  # one turn (the 3-call one) of 8 has parallel calls
+    assert m["frames_requested_mean"] == pytest.approx(2.0)  # (3 + 0 + 1 + 0) calls x 2 frames / 4 rollouts
 
 
 def test_final_summary_averages_the_last_steps_and_keeps_the_curve():

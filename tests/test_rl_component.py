@@ -22,7 +22,7 @@ def test_rl_component_ir(tmp_path, monkeypatch):
     assert params["model"]["parameterType"] == "STRING"
     artifacts = component["inputDefinitions"]["artifacts"]
     assert {k: v["artifactType"]["schemaTitle"] for k, v in artifacts.items()} == {"data": "system.Dataset"}
-    assert set(component["outputDefinitions"]["artifacts"]) == {"curves", "metrics", "trained"}
+    assert set(component["outputDefinitions"]["artifacts"]) == {"curves", "metrics", "trained", "tensorboard"}
     assert component["outputDefinitions"]["parameters"]["Output"]["parameterType"] == "STRING"
     executor = spec["deploymentSpec"]["executors"]["exec-rl-op"]["container"]
     assert executor["image"].startswith("paravt-rl")

@@ -53,12 +53,22 @@ def test_sigkill_then_rerun_matches_the_uninterrupted_run(rl_data, tiny_model_di
     assert "resumed from" in rerun.stderr and "step 2" in rerun.stderr
 
     assert _history(killed) == _history(straight)  # every step's reward and loss, bit for bit
+    # TensorBoard holds each step once, in the files themselves, with the uninterrupted run's values
+    from tests.test_tracking import raw_points, scalars
+
+    assert sorted(step for tag, step in raw_points(killed / "tensorboard") if tag == "reward/mean") == [
+        1,
+        2,
+        3,
+        4,
+    ]
+    assert scalars(killed / "tensorboard")["reward/mean"] == scalars(straight / "tensorboard")["reward/mean"]
     assert state_checksum(load(str(killed / "final")).model.state_dict()) == state_checksum(
         load(str(straight / "final")).model.state_dict()
     )
 
 
-def test_s3_output_checkpoints_final_and_resume(rl_data, tiny_model_dir, s3_bucket):  # noqa: F811
+def test_s3_output_checkpoints_final_and_resume(rl_data, tiny_model_dir, s3_bucket, tmp_path, capfd):  # noqa: F811
     from paravt_core import checkpoint, storage
     from paravt_core.rl.stage import run
     from tests.rl_support import tiny_rl_config
@@ -84,3 +94,9 @@ def test_s3_output_checkpoints_final_and_resume(rl_data, tiny_model_dir, s3_buck
     ]
     trainer = json.loads(storage.read_bytes(f"{step3}/trainer.json"))
     assert state_checksum(load(result.outputs["final"]).model.state_dict()) == trainer["weights_sha256"]
+    # the TensorBoard logs reached S3 (at each checkpoint and at the end, the continued run's too), each step once
+    from tests.test_tracking import raw_points
+
+    storage.download_dir(f"{out}/tensorboard", tmp_path / "tb")
+    assert sorted(step for tag, step in raw_points(tmp_path / "tb") if tag == "reward/mean") == [1, 2, 3]
+    assert "tracking:" not in capfd.readouterr().err  # no backend failed

@@ -44,6 +44,8 @@ def test_make_test_still_sets_up_everything() -> None:
         "lmms_site",
         "router_site",
         "qwen_site",
+        "mlflow_site",
+        "wandb_site",
     ]
 
 

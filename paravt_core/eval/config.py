@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from paravt_core.agent.config import AgentConfig
 from paravt_core.config_base import StrictModel
+from paravt_core.tracking.config import TrackingConfig
 
 
 class EvalBenchmarkConfig(StrictModel):
@@ -147,6 +148,10 @@ class EvalConfig(StrictModel):
         ge=0.0,
         le=1.0,
         description="fail the stage (after writing everything) when any benchmark's errors / samples exceeds this",
+    )
+    tracking: TrackingConfig = Field(
+        default_factory=TrackingConfig,
+        description="experiment tracking (TensorBoard, MLflow, W&B) and pod-log progress",
     )
 
     @model_validator(mode="after")

@@ -44,6 +44,9 @@ from paravt_core import storage
 from paravt_core.agent import prompts
 from paravt_core.config import config_to_dict
 from paravt_core.stage import StageResult, announce_config, check_output, config_changes, console
+from paravt_core.tracking import log_results
+from paravt_core.tracking.progress import EvalProgress, is_terminal
+from paravt_core.tracking.scalars import eval_scalars
 
 from . import benchmarks as registry
 from . import report
@@ -520,6 +523,7 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
             return StageResult(STAGE, outputs={"shard": run_root}, metrics={"records": total})
 
     results = write_outputs(cfg, output, records, time.perf_counter() - started)
+    log_results(cfg.tracking, "eval", output, work, eval_scalars(results), config_to_dict(cfg), cfg.model)
     print_summary(results)
     outputs = _outputs(output)
     failing = results["gate"]["failing"]
@@ -545,6 +549,15 @@ def _summary(results: dict[str, Any]) -> dict[str, Any]:
     for protocol, benches in results["protocols"].items():
         summary.update({f"{protocol}.{b}.{m['headline']}": m.get(m["headline"]) for b, m in benches.items()})
     return summary
+
+
+def _lines(cfg: EvalConfig, samples: dict[str, list[registry.Sample]], logs: dict) -> EvalProgress:
+    totals: Counter[str] = Counter()
+    done: Counter[str] = Counter()
+    for (_, bench), log in logs.items():
+        totals[bench] += len(samples[bench])
+        done[bench] += len({s.id for s in samples[bench]} & log.done)
+    return EvalProgress(totals, done, cfg.tracking.log_every, cfg.tracking.progress_every_s)
 
 
 def _evaluate(
@@ -577,11 +590,15 @@ def _evaluate(
             TextColumn("samples"),
             TimeRemainingColumn(),
         )
-        with Progress(*columns, console=console) as bar:
+        # pod logs (stderr not a terminal): plain lines per benchmark instead of the live bar
+        lines = None if is_terminal() else _lines(cfg, samples, logs)
+        with Progress(*columns, console=console, disable=lines is not None) as bar:
             task = bar.add_task("eval", total=total, completed=already)
 
-            def done(_: dict) -> None:
+            def done(record: dict) -> None:
                 bar.advance(task)
+                if lines is not None:
+                    lines.update(record)
                 store.maybe_upload()
 
             async def all_runs() -> None:  # every benchmark and protocol at once, one concurrency limit

@@ -109,6 +109,20 @@ def load_nights(results_prefix: str, limit: int) -> list[Night]:
     return nights
 
 
+def _nightly_tensorboard(results_prefix: str) -> str:
+    """Every night's headline values as one TensorBoard point per night (paravt_core/tracking/nightly.py)."""
+    from paravt_core.tracking.nightly import write_nightly
+
+    points = [
+        (night.date, f"nightly/{bench}/{protocol}", value)
+        for night in load_nights(results_prefix, 1_000_000)
+        for bench, result in night.benchmarks.items()
+        if result.state == SUCCEEDED
+        for protocol, value in result.scores.items()
+    ]
+    return write_nightly(results_prefix, points)
+
+
 def eval_table(eval_outputs: list[str]) -> list[dict]:
     """One row per benchmark and protocol over the given eval stage outputs."""
     rows = []
@@ -259,6 +273,7 @@ def run(cfg: ReportConfig) -> StageResult:
         outputs["trend_png"] = storage.join(cfg.output, "trend.png")
         outputs["night"] = night_uri(cfg.trend.results_prefix, night)
         metrics.update({f"trend.{k}": v for k, v in latest_deltas(nights, today).items()})
+        outputs["tensorboard"] = _nightly_tensorboard(cfg.trend.results_prefix)
         markdown.append(f"## Nightly trend ({len(nights)} nights)\n\n" + render.trend_markdown(*trend, today))
 
     page = render.report_html(

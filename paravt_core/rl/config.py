@@ -11,6 +11,7 @@ from pydantic import Field
 from paravt_core.agent.config import AgentConfig
 from paravt_core.config import AdvantageConfig, LaunchConfig, ParavtRecipe, PolicyLossConfig, TrainConfig
 from paravt_core.config_base import StrictModel
+from paravt_core.tracking.config import TrackingConfig
 
 
 class OptimConfig(StrictModel):
@@ -179,3 +180,7 @@ class RlConfig(StrictModel):
     )
     train: TrainConfig = Field(default_factory=TrainConfig, description="shared training core options")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="one node or a multi-node job")
+    tracking: TrackingConfig = Field(
+        default_factory=TrackingConfig,
+        description="experiment tracking (TensorBoard, MLflow, W&B) and pod-log progress",
+    )

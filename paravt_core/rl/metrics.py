@@ -28,6 +28,10 @@ def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else 0.0
 
 
+def _share(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
+
+
 def step_metrics(step: int, samples: Sequence[Sample], learner: dict[str, float], extra: dict[str, Any]):
     rewards = [s.reward for s in samples]
     episodes = [s.episode for s in samples]
@@ -37,11 +41,14 @@ def step_metrics(step: int, samples: Sequence[Sample], learner: dict[str, float]
     for s in samples:
         by_k[s.nframes].append(s.reward.total)
     generated = [sum(t.tokens for t in e.turns) for e in episodes]
+    totals = [r.total for r in rewards]
+    mean = _mean(totals)
     out: dict[str, Any] = {
         "step": step,
         "samples": len(samples),
         "reward_mean": _mean([r.total for r in rewards]),
         "reward_max": max((r.total for r in rewards), default=0.0),
+        "reward_std": _mean([(x - mean) ** 2 for x in totals]) ** 0.5,  # population std of the step's rewards
         "accuracy_mean": _mean([r.accuracy for r in rewards]),
         "format_mean": _mean([r.format for r in rewards]),
         "tool_mean": _mean([r.tool for r in rewards]),
@@ -51,6 +58,8 @@ def step_metrics(step: int, samples: Sequence[Sample], learner: dict[str, float]
         "tool_call_rate": _mean([float(bool(e.calls)) for e in episodes]),
         "calls_per_turn": calls / turns if turns else 0.0,
         "calls_per_rollout": calls / len(episodes) if episodes else 0.0,  # kappa
+        "parallel_turn_share": _share(sum(len(t.calls) > 1 for e in episodes for t in e.turns), turns),
+        "frames_requested_mean": _mean([float(sum(c.frames for c in e.calls)) for e in episodes]),
         "calls_succeeded": sum(c.ok for e in episodes for c in e.calls),
         "finish_reasons": dict(Counter(e.finish_reason for e in episodes)),
         "acc_reasons": dict(Counter(r.reason for r in rewards if r.reason)),

@@ -60,6 +60,9 @@ from paravt_core.stage import (
     refuse_changed_config,
     same_location,
 )
+from paravt_core.tracking import Tracker
+from paravt_core.tracking.progress import StepProgress, is_terminal, rl_numbers
+from paravt_core.tracking.scalars import rl_scalars, trajectory_markdown
 from paravt_core.train.dist import Dist, LeadHandoff, setup_distributed
 from paravt_core.train.fsdp import CoreOptions
 
@@ -299,6 +302,10 @@ class _Run:
     # Bounded staleness: rollouts of steps [step, queued) already submitted to ``pool``
     ahead: deque[Future[StepRollouts]] = dataclasses.field(default_factory=deque)
     queued: int = 0
+    # TensorBoard / MLflow / W&B (rank 0; paravt_core/tracking) and the pod-log lines (None: a terminal)
+    tracker: Tracker = dataclasses.field(default_factory=Tracker.disabled)
+    lines: StepProgress | None = None
+    tracking_state: dict[str, Any] = dataclasses.field(default_factory=dict)  # the resumed checkpoint's
 
     @property
     def lead(self) -> bool:
@@ -316,6 +323,7 @@ class _Run:
                 f"not {self.reference_uri!r}"
             )
         start, self.history = int(state["step"]), list(state["history"])
+        self.tracking_state = dict(state.get("tracking") or {})
         weights = self.learner.weights(self.dtype)
         if self.lead:
             self.sync.push(weights, int(state["policy_version"]))
@@ -421,14 +429,21 @@ class _Run:
         }
         metrics = step_metrics(step, samples, learned, extra)
         self.history.append(metrics)
-        console.print(
-            f"rl step {step + 1}/{cfg.steps}: reward {metrics['reward_mean']:.3f} "
-            f"(acc {metrics['accuracy_mean']:.3f} fmt {metrics['format_mean']:.3f} "
-            f"tool {metrics['tool_mean']:.3f}) loss {metrics.get('loss', 0.0):.3g} "
-            f"rollout {rollouts.seconds:.1f}s learner {metrics.get('learner_s', 0.0):.1f}s",
-            soft_wrap=True,
-        )
+        self.tracker.log(step + 1, rl_scalars(metrics))  # steps counted from 1, as the console does
+        if self.lines is not None:  # pod logs: a plain line every log_every steps, at most one a minute
+            self.lines.update(step + 1, rl_numbers(metrics))
+        else:
+            console.print(
+                f"rl step {step + 1}/{cfg.steps}: reward {metrics['reward_mean']:.3f} "
+                f"(acc {metrics['accuracy_mean']:.3f} fmt {metrics['format_mean']:.3f} "
+                f"tool {metrics['tool_mean']:.3f}) loss {metrics.get('loss', 0.0):.3g} "
+                f"rollout {rollouts.seconds:.1f}s learner {metrics.get('learner_s', 0.0):.1f}s",
+                soft_wrap=True,
+            )
         lines = trajectory_lines(step, samples, cfg.trajectories_per_step, cfg.seed)
+        every = cfg.tracking.text_every
+        if lines and every and (step + 1) % every == 0:  # one rendered trajectory in TensorBoard's text tab
+            self.tracker.text(step + 1, "rollout/trajectory", trajectory_markdown(json.loads(lines[0])))
         storage.write_bytes(
             storage.join(out, "trajectories", f"step_{step:08d}.jsonl"),
             "".join(x + "\n" for x in lines).encode(),
@@ -440,6 +455,7 @@ class _Run:
         cfg = self.cfg
         if done % cfg.checkpoint.every != 0 and done != cfg.steps:
             return
+        self.tracker.checkpoint()  # the events up to this step are on the output before the checkpoint is
         state = (
             {
                 "step": done,
@@ -449,6 +465,7 @@ class _Run:
                 "data_position": done * cfg.prompts_per_step,
                 "history": self.history,
                 "weights_sha256": state_checksum(weights),
+                "tracking": self.tracker.state(),  # the tracker runs a resumed run continues (MLflow run id)
             }
             if self.lead
             else {}
@@ -502,6 +519,22 @@ class _Run:
             outputs=_outputs(out, final),
             metrics={k: v for k, v in summary.items() if k not in SUMMARY_ONLY},
         )
+
+
+def _tracker(cfg: RlConfig, start: int, state: dict[str, Any], staging: str) -> Tracker:
+    """Rank 0's tracker, continuing the runs of the checkpoint resumed from (``start`` steps done)."""
+    from paravt_core.config import config_to_dict
+
+    return Tracker.open(
+        cfg.tracking,
+        stage="rl",
+        output=cfg.output,
+        work_dir=os.path.join(staging, "tracking"),
+        resume_step=start,
+        last_step=cfg.steps,
+        state=state,
+        config=config_to_dict(cfg),
+    )
 
 
 def _announce_data(data: RlDataset, d: Dist) -> None:
@@ -637,11 +670,24 @@ def run(cfg: RlConfig) -> StageResult:
     )
     try:
         start = r.queued = r.resume()
+        if lead:
+            r.tracker = _tracker(cfg, start, r.tracking_state, r.staging)
+            r.lines = (
+                None
+                if is_terminal()
+                else StepProgress(
+                    "rl", cfg.steps, start, cfg.tracking.log_every, cfg.tracking.progress_every_s
+                )
+            )
         for step in range(start, cfg.steps):
             r.step(step)
         final = checkpoint.save_final(
             out, learner.root, policy.processor, staging_root=r.staging, dtype=dtype, submodule="inner"
         )
+        r.tracker.close(final)  # before the staging directory (an s3:// output's local event files) goes
+    except BaseException:
+        r.tracker.checkpoint()  # what was logged is on the output; a resumed run drops uncheckpointed steps
+        raise
     finally:
         r.pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(r.staging, ignore_errors=True)

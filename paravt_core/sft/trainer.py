@@ -31,7 +31,7 @@ import torch
 from torch.profiler import record_function
 
 from paravt_core import checkpoint, faults
-from paravt_core.config import SftConfig
+from paravt_core.config import SftConfig, config_to_dict
 from paravt_core.sft.data import (
     Dropped,
     RankIndices,
@@ -45,6 +45,9 @@ from paravt_core.sft.data import (
 )
 from paravt_core.sft.inputs import REASONS, MediaSpec
 from paravt_core.sft.packing import Bin, PackedBatch, PackedLoss, Packer, Sample, pack
+from paravt_core.tracking import Tracker
+from paravt_core.tracking.progress import StepProgress, is_terminal, sft_numbers
+from paravt_core.tracking.scalars import mfu, peak_tflops, sft_scalars
 from paravt_core.train.attention import set_implementation
 from paravt_core.train.dist import Dist, seed_everything, setup_distributed
 from paravt_core.train.fsdp import CoreOptions, build, clip_grads, make_adamw
@@ -300,7 +303,7 @@ def train(
 
     resumed_from = checkpoint.latest_complete(cfg.output)
     position, pending, records = StreamPosition(), {}, []
-    rows_used, dropped, start = 0, Counter(), 0
+    rows_used, dropped, start, state = 0, Counter(), 0, {}
     if resumed_from is not None:
         state = checkpoint.load(resumed_from, model, optimizer, staging_root=staging, scheduler=scheduler)
         if state["n_rows"] != rows.n_rows or state["data_seed"] != cfg.data.seed:
@@ -321,8 +324,9 @@ def train(
     autocast = (
         torch.autocast("cuda", dtype=torch.bfloat16) if bf16 and not d.sharded else contextlib.nullcontext()
     )
+    tracker, per_token = _tracker(cfg, d, model, start, state.get("tracking"))
     packs = NextPacks(feed, cfg.trainer.grad_accum, pin=d.device.type == "cuda")
-    progress = _progress(d.rank == 0, cfg.trainer.steps, start)
+    progress = _progress(d.rank == 0, cfg, start)
     try:
         for step in range(start + 1, cfg.trainer.steps + 1):
             t0 = time.perf_counter()
@@ -360,10 +364,12 @@ def train(
                 if d.device.type == "cuda":  # this rank's peak since the start (ranks are alike under FSDP)
                     record["peak_mem_gib"] = torch.cuda.max_memory_allocated(d.device) / 2**30
                 records.append(record)
+                tracker.log(step, sft_scalars(record, mfu(record["tokens_per_s"], *per_token)))
                 _check_bad_rows(cfg, rows_used, dropped, final=False)
                 if progress is not None:
                     progress.update(step, record)
             if saves:
+                tracker.checkpoint()  # events up to this step are on the output before the checkpoint is
                 _save(
                     cfg,
                     d,
@@ -377,25 +383,52 @@ def train(
                     rows_used,
                     dropped,
                     rows,
+                    tracker.state(),
                 )
             if on_step is not None:
                 on_step(step, record)
             faults.check("sft", step)  # resilience tests: fail here once, like a preempted pod
+    except BaseException:
+        tracker.checkpoint()  # what was logged so far is on the output; a resumed run drops the uncheckpointed steps
+        raise
     finally:
         packs.close()
         if progress is not None:
             progress.close()
     _check_bad_rows(cfg, rows_used, dropped, final=True)
     if not save_checkpoints:
+        tracker.close()
         return TrainResult(records, rows_used, dict(dropped), "", resumed_from, d.world)
     final = checkpoint.save_final(
         cfg.output, model, loaded.processor, staging_root=staging, dtype=save_dtype, submodule="inner"
     )
+    tracker.close(final)
     return TrainResult(records, rows_used, dict(dropped), final, resumed_from, d.world)
 
 
+def _tracker(
+    cfg: SftConfig, d: Dist, model: torch.nn.Module, start: int, state: dict | None
+) -> tuple[Tracker, tuple[int, int, float]]:
+    """Rank 0's tracker (the others: a disabled one) and what the MFU estimate needs: (parameters, world,
+    the device's peak TFLOP/s; 0 on a CPU: no MFU)."""
+    tracker = Tracker.open(
+        cfg.tracking,
+        stage="sft",
+        output=cfg.output,
+        work_dir=os.path.join(cfg.work_dir, "tracking"),
+        resume_step=start,
+        last_step=cfg.trainer.steps,
+        state=state,
+        config=config_to_dict(cfg),
+        enabled=d.rank == 0,
+    )
+    name = torch.cuda.get_device_name(d.device) if d.device.type == "cuda" else ""
+    parameters = sum(p.numel() for p in model.parameters())  # global sizes, also of FSDP2's sharded DTensors
+    return tracker, (parameters, d.world, peak_tflops(name, cfg.tracking.peak_tflops))
+
+
 def _save(
-    cfg, d, feed, position, step, model, optimizer, scheduler, records, rows_used, dropped, rows
+    cfg, d, feed, position, step, model, optimizer, scheduler, records, rows_used, dropped, rows, tracking
 ) -> None:
     for done in d.gather(feed.done):
         position.mark(done)
@@ -412,6 +445,7 @@ def _save(
         "n_rows": rows.n_rows,
         "data_seed": cfg.data.seed,
         "metrics": records,
+        "tracking": tracking,  # the tracker runs a resumed run continues (the MLflow run id)
     }
     staging = os.path.join(cfg.work_dir, f"rank{d.rank}")
     checkpoint.save(
@@ -453,8 +487,24 @@ class _Bar:
         self.progress.stop()
 
 
-def _progress(enabled: bool, total: int, start: int) -> _Bar | None:
-    return _Bar(total, start) if enabled else None
+class _Lines:
+    """Rank 0's progress where stderr is not a terminal (pod logs): plain lines (``tracking.progress``)."""
+
+    def __init__(self, cfg: SftConfig, start: int):
+        t = cfg.tracking
+        self.lines = StepProgress("sft", cfg.trainer.steps, start, t.log_every, t.progress_every_s)
+
+    def update(self, step: int, record: dict[str, Any]) -> None:
+        self.lines.update(step, sft_numbers(record))
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(enabled: bool, cfg: SftConfig, start: int) -> _Bar | _Lines | None:
+    if not enabled:
+        return None
+    return _Bar(cfg.trainer.steps, start) if is_terminal() else _Lines(cfg, start)
 
 
 __all__ = ["Dist", "SftDataError", "SftError", "TrainResult", "setup_distributed", "train"]
