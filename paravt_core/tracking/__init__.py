@@ -16,9 +16,8 @@ from typing import Any
 
 from paravt_core.tracking.config import TrackingConfig
 
-KFP_RUN_ID = (
-    "KFP_RUN_ID"  # set by the components (their run_id parameter) for the stage and its torchrun children
-)
+# Set by the components (their run_id parameter) for the stage and its torchrun children.
+KFP_RUN_ID = "KFP_RUN_ID"
 
 
 def run_name(cfg: TrackingConfig, output: str) -> str:
