@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up what `make demo` / `make test` need on a fresh Debian machine; safe to rerun.
 #   scripts/setup.sh [--plan] [demo|all]   (all is the default; --plan prints the steps and runs nothing)
-# demo (what `make demo` runs): steps 1 (ffmpeg only) and 2. all (`make test` and every other target): 1-5.
+# demo (what `make demo` runs): steps 1 (ffmpeg only) and 2. all (`make test` and every other target): 1-6.
 #  1. Debian packages: ffmpeg (videos); with all also Ceph (mon, osd, radosgw: the test S3 server).
 #  2. .venv with the pinned Python stack (torch comes from the machine's local wheel mirror).
 #  3. .venv-bench/sglang-site: SGLang 0.5.23's own Python package (its wheel, --no-deps) and the pure-Python
@@ -12,6 +12,8 @@
 #  5. .venv-router: sglang-router 0.3.2 (the SGLang Model Gateway: a Rust router in an abi3 wheel, launched
 #     as `python -m sglang_router.launch_router`) and the modules its launcher imports, --no-deps, outside the
 #     venv: the real router of the rollout-fleet tests (tests/test_rl_fleet.py).
+#  6. .venv-bench/tf517-site: transformers 5.17.0 (--no-deps), the version of the image a lent GPU runs: the
+#     media-path test (tests/test_media_path.py) trains under it as well as under the pinned one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +22,7 @@ if [ "${1:-}" = "--plan" ]; then PLAN=1; shift; fi
 MODE=${1:-all}
 case "$MODE" in
   demo) DEB_PACKAGES=(ffmpeg); STEPS=(debian venv) ;;
-  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw); STEPS=(debian venv sglang_site lmms_site router_site) ;;
+  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw); STEPS=(debian venv sglang_site lmms_site router_site tf517_site) ;;
   *) echo "scripts/setup.sh: unknown mode '$MODE' (demo or all)" >&2; exit 2 ;;
 esac
 PYTHON=${PYTHON:-python3.11}
@@ -107,6 +109,16 @@ if [ ! -f "$router_stamp" ] || [ "$(cat "$router_stamp")" != "$router_want" ]; t
   # fail here, not in the fleet tests: the launcher's imports resolve and the Rust extension loads
   PYTHONPATH=$ROUTER_SITE .venv/bin/python -m sglang_router.launch_router --help >/dev/null
   echo "$router_want" > "$router_stamp"
+fi
+}
+
+tf517_site() {
+TF517_SITE=.venv-bench/tf517-site
+if [ ! -f "$TF517_SITE/transformers-5.17.0.dist-info/METADATA" ]; then
+  echo "[setup] installing transformers 5.17.0 (--no-deps) into $TF517_SITE"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps --target "$TF517_SITE" transformers==5.17.0 \
+    2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+  test -f "$TF517_SITE/transformers/models/qwen3_vl/modeling_qwen3_vl.py"
 fi
 }
 

@@ -43,6 +43,7 @@ def test_make_test_still_sets_up_everything() -> None:
         "sglang_site",
         "lmms_site",
         "router_site",
+        "tf517_site",
     ]
 
 

@@ -157,6 +157,11 @@ class RlConfig(StrictModel):
     pack_tokens: int = Field(
         default=8192, ge=256, description="learner: tokens packed per forward pass (like SFT)"
     )
+    attn_implementation: str = Field(
+        default="packed_sdpa",
+        description='learner attention: "packed_sdpa" (per packed sample), "sdpa" (masked [L, L] per pack), '
+        '"flash_attention_2"',
+    )
     trajectories_per_step: int = Field(
         default=2, ge=0, description="sampled episodes written to trajectories.jsonl per step"
     )

@@ -536,6 +536,7 @@ def _learner(cfg: RlConfig, d: Dist, dtype: Any, reference_uri: str) -> tuple[Le
         opts,
         dtype=dtype,
         logprob_chunk=cfg.train.logprob_chunk,
+        attn_implementation=cfg.attn_implementation,
         temperature=cfg.agent.temperature,
         advantage=cfg.advantage,
         loss=cfg.loss,
