@@ -41,3 +41,12 @@ def test_the_rl_learner_runs_the_configured_attention(
             want,
             "sdpa",
         )
+
+
+def test_the_weights_checksum_is_off_in_the_8b_recipes() -> None:
+    # issue 40, finding 5: a sha256 over 16 GB of served weights on the CPU at every 8B checkpoint
+    recipes = sorted((REPO / "configs/rl").glob("*8b*.yaml"))
+    assert len(recipes) == 4
+    for recipe in recipes:
+        assert load_config(RlConfig, str(recipe), []).checkpoint.weights_checksum is False, recipe
+    assert load_config(RlConfig, str(REPO / "configs/rl/tiny.yaml"), []).checkpoint.weights_checksum is True

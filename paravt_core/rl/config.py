@@ -23,6 +23,10 @@ class OptimConfig(StrictModel):
 class RlCheckpointConfig(StrictModel):
     every: int = Field(default=5, ge=1, description="steps between checkpoints (the last step always saves)")
     keep_last: int = Field(default=2, ge=1, description="complete checkpoints kept; older ones are deleted")
+    weights_checksum: bool = Field(
+        default=True,
+        description="sha256 of the served weights in trainer.json (host pass over them; off at 8B)",
+    )
 
 
 class RolloutEngineConfig(StrictModel):
