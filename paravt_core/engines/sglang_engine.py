@@ -655,7 +655,12 @@ class SGLangEngine(Engine):
             if task in done and task.exception() is not None and not sending.done():
                 # the broadcast thread stays blocked until the group's timeout: nothing can cancel it
                 raise task.exception()  # type: ignore[misc]
-            await sending
+            try:
+                await sending
+            except BaseException:
+                task.cancel()  # the announced bucket will not arrive whole: stop waiting for the server's answer
+                await asyncio.gather(task, return_exceptions=True)
+                raise
         data = await task
         if weight_version is not None:
             self.weight_version = weight_version

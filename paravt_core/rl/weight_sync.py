@@ -110,6 +110,16 @@ class DiskSync:
             await self.engine.check_versions(version)
 
 
+def _cause(err: BaseException) -> str:
+    """``err`` and, when the cleanup after a cut push raised it (e.g. ``/end_weight_update`` timing out on the
+    stuck server), the error that cut the push first."""
+    first = err
+    while first.__context__ is not None and first.__context__ is not first:
+        first = first.__context__
+    said = f"{type(err).__name__}: {err}"
+    return said if first is err else f"{type(first).__name__}: {first} (then {said})"
+
+
 class PushFailed(EngineError):
     """A weight push cut short: the server may be left unable to take another (see ``NcclSync.failed``)."""
 
@@ -325,8 +335,10 @@ class NcclSync:
             self.connect()
         try:
             asyncio.run(_closing(self.engine, self._push(weights, version)))
-        except BaseException as err:  # KeyboardInterrupt included: the server's side is just as stuck
-            self.failed = f"{type(err).__name__}: {err}"
+        except BaseException as err:  # an interrupt leaves the server's side just as stuck
+            self.failed = _cause(err)
+            if not isinstance(err, Exception):
+                raise  # Ctrl-C / exit: the caller stops, no recovery attempted
             raise PushFailed(f"NCCL weight push of version {version} failed: {self.failed}") from err
         self.version = version
 
