@@ -3,7 +3,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-demo demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-step-host bench-rl-step-host bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check gpu-profile mutation clean ablations-demo
+.PHONY: setup setup-demo demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-step-host bench-rl-step-host bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check gpu-profile gpu-carry gpu-lending mutation clean ablations-demo
 
 setup:
 	@scripts/setup.sh all
@@ -39,12 +39,21 @@ compile: setup
 # parity, disk and NCCL pushes, one FSDP2 SFT step, one RL step; report in build/gpu-check/gpu-check.md.
 GPU_PYTHON ?= python3
 gpu-check:
-	$(GPU_PYTHON) scripts/gpu_check.py
+	$(GPU_PYTHON) scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 # For a machine with one GPU (the image's torch is enough): 1 + 2 SFT steps at Qwen3-VL-2B shapes under
 # torch.profiler; trace and summary in build/gpu-profile/, summary appended to docs/gpu-runs.md.
 gpu-profile:
 	$(GPU_PYTHON) scripts/gpu_profile.py $(GPU_PROFILE_ARGS)
+
+# On the build machine: build/gpu-carry (dependencies for the GPU image's Python + the synthetic data, < 50 MiB).
+gpu-carry: setup
+	PYTHON=$(VENV)/bin/python scripts/gpu_carry.sh
+
+# On a lent one-GPU machine, with build/gpu-carry carried: probe, versions, two profiles, sft_step in <= 8 min,
+# results in $$OUT/lending (docs/gpu-profile.md). Without make: scripts/gpu_lending.sh.
+gpu-lending:
+	PYTHON=$(GPU_PYTHON) scripts/gpu_lending.sh $(GPU_LENDING_ARGS)
 
 # Builds the three images with podman and runs a stage in a container (minutes, several GB; not in `test`).
 images-smoke: setup

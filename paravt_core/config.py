@@ -380,7 +380,7 @@ class SftModelConfig(StrictModel):
         description="checkpoint to start from: local dir, s3:// prefix or hub id",
     )
     attn_implementation: str = Field(
-        default="sdpa",
+        default="packed_sdpa",
         description='"sdpa" (masked [L, L] per pack), "packed_sdpa" (per sample: skips cross-sample blocks), '
         '"flash_attention_2"',
     )

@@ -30,7 +30,12 @@ log-probs both sides give one fixed continuation, never "the greedy outputs happ
 Writes ``<work>/gpu-check.json`` and ``gpu-check.md`` (pass / fail / skipped per item, detail, seconds);
 exits 1 if any selected item did not pass (a skipped one included).
 
-    python scripts/gpu_check.py [--work build/gpu-check] [--port 30000] [--only sft_step ...]
+    python scripts/gpu_check.py [--work build/gpu-check] [--port 30000] [--only sft_step ...] [--tiny]
+    make gpu-check GPU_CHECK_ARGS="--only sft_step"
+
+Carried data (built on another machine) has its media paths re-pointed here (``gpu_profile.relocate``);
+``sft_step`` starts from an empty output; ``--tiny`` runs it on the tiny model, on a CPU too (the lending
+command's test, ``tests/test_gpu_lending.py``).
 
 ``--only`` runs the named items alone (the others read "skipped: not selected"): on a machine with one GPU and
 no SGLang, ``--only sft_step`` is the item that can run.
@@ -219,12 +224,21 @@ def write_report(items: list[Item], work: Path, environment: dict[str, Any]) -> 
 
 
 def sft_command(
-    model_dir: str, data_dir: str, output: str, python: str = sys.executable, nproc: int = 1
+    model_dir: str,
+    data_dir: str,
+    output: str,
+    python: str = sys.executable,
+    nproc: int = 1,
+    tiny: bool = False,
 ) -> list[str]:
-    """One FSDP2 step of the published SFT recipe on ``nproc`` GPUs (shapes of the model at ``model_dir``)."""
+    """One FSDP2 step of the published SFT recipe on ``nproc`` GPUs (shapes of the model at ``model_dir``);
+    ``tiny``: configs/sft/tiny.yaml in one plain process (the CPU run of the lending command's test)."""
+    recipe = "tiny.yaml" if tiny else "qwen3vl_8b.yaml"
+    launch = (
+        ["-m"] if tiny else ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m"]
+    )
     return [
-        python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-        "-m", "paravt_core.cli", "sft", "--config", str(ROOT / "configs" / "sft" / "qwen3vl_8b.yaml"),
+        python, *launch, "paravt_core.cli", "sft", "--config", str(ROOT / "configs" / "sft" / recipe),
         f"model.uri={model_dir}", f"data.input={data_dir}", f"output={output}",
         "trainer.steps=1", "trainer.grad_accum=1", "checkpoint.every=1", "data.num_workers=2",
     ]  # fmt: skip
@@ -262,9 +276,9 @@ class GpuChecks:
     """The checks; state (the server, the local model, the launch weights' checksum, the continuation)
     passes from one to the next. ``device``: where the transformers side runs."""
 
-    def __init__(self, work: Path, port: int, device: str = "cuda:0"):
-        self.work, self.port, self.device = work, port, device
-        self.model_dir = str(work / "qwen3vl-2b-random")
+    def __init__(self, work: Path, port: int, device: str = "cuda:0", tiny: bool = False):
+        self.work, self.port, self.device, self.tiny = work, port, device, tiny
+        self.model_dir = str(work / ("tiny-model" if tiny else "qwen3vl-2b-random"))
         self.data_dir = str(work / "data")
         self.server: Any = None
         self.client: Any = None
@@ -275,22 +289,11 @@ class GpuChecks:
 
     # -- setup (not an item: a failure here fails every item that needs it) --------------------------------
     def prepare(self) -> None:
-        from benchmarks.sft_gpu_check import build
-        from paravt_core.config import DataConfig, load_config
-        from paravt_core.data.stage import run as data_run
-        from paravt_core.synth import synthesize
+        """The model and the data under ``work`` (built when absent; carried data's media paths re-pointed
+        like ``gpu_profile``'s, by the same code)."""
+        from scripts.gpu_profile import prepare
 
-        if not Path(self.model_dir, "config.json").is_file():
-            build(self.model_dir, None)
-        if not Path(self.data_dir).is_dir():
-            synth = synthesize(str(self.work / "synth"), videos=8, seconds=20, seed=0)
-            overrides = [
-                f"download.media_source={synth.source_dir}",
-                f"download.parquet_source={synth.parquet_dir}",
-                f"work_dir={self.work / 'data-work'}",
-                f"output={self.data_dir}",
-            ]
-            data_run(load_config(DataConfig, None, overrides))
+        prepare(self.work, self.tiny)
 
     def connect(self, base_url: str, local: Any) -> None:
         """Talk to the server at ``base_url``; ``local``: the transformers side (``models.load``)."""
@@ -449,7 +452,11 @@ class GpuChecks:
             self.server = None
 
     def _sft(self, output: Path, nproc: int) -> str:
-        subprocess.run(sft_command(self.model_dir, self.data_dir, str(output), nproc=nproc), check=True)
+        import shutil
+
+        shutil.rmtree(output, ignore_errors=True)  # from an empty output: a rerun never reuses a finished one
+        command = sft_command(self.model_dir, self.data_dir, str(output), nproc=nproc, tiny=self.tiny)
+        subprocess.run(command, check=True)
         records = [json.loads(x) for x in (output / "metrics.jsonl").read_text().splitlines()]
         if len(records) != 1:
             raise AssertionError(f"{len(records)} steps recorded, expected 1")
@@ -519,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ITEM",
         help=f"run only these items ({', '.join(ITEMS)})",
     )
+    parser.add_argument("--tiny", action="store_true", help="the tiny model; sft_step runs on a CPU too")
     args = parser.parse_args(argv)
     import torch
 
@@ -529,8 +537,8 @@ def main(argv: list[str] | None = None) -> int:
         "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
     }
-    checks = GpuChecks(work, args.port)
-    if not torch.cuda.is_available():
+    checks = GpuChecks(work, args.port, tiny=args.tiny)
+    if not torch.cuda.is_available() and not (args.tiny and set(selected) <= {"sft_step"}):
         items = [
             Item(n, "fail", "no CUDA device: make gpu-check is for a machine with GPUs", 0.0) for n in ITEMS
         ]

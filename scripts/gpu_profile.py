@@ -47,10 +47,6 @@ SYNC_WARNING = "called a synchronizing CUDA operation"
 
 def prepare(work: Path, tiny: bool) -> tuple[str, str]:
     """(model dir, data dir): built under ``work`` when absent."""
-    from paravt_core.config import DataConfig, load_config
-    from paravt_core.data.stage import run as data_run
-    from paravt_core.synth import synthesize
-
     model_dir = work / ("tiny-model" if tiny else "qwen3vl-2b-random")
     data_dir = work / "data"
     if not (model_dir / "config.json").is_file():
@@ -63,6 +59,11 @@ def prepare(work: Path, tiny: bool) -> tuple[str, str]:
 
             build(str(model_dir), None)
     if not data_dir.is_dir():
+        # imported here only: synth needs ffmpeg-python (and its `future`), which a lent GPU's carry lacks
+        from paravt_core.config import DataConfig, load_config
+        from paravt_core.data.stage import run as data_run
+        from paravt_core.synth import synthesize
+
         synth = synthesize(str(work / "synth"), videos=8, seconds=20, seed=0)
         overrides = [
             f"download.media_source={synth.source_dir}",
@@ -76,24 +77,39 @@ def prepare(work: Path, tiny: bool) -> tuple[str, str]:
     return str(model_dir), str(data_dir)
 
 
+def _replace(value: Any, old: str, new: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(old, new)
+    if isinstance(value, list):
+        return [_replace(v, old, new) for v in value]
+    if isinstance(value, dict):
+        return {k: _replace(v, old, new) for k, v in value.items()}
+    return value
+
+
 def relocate(data_dir: Path, work: Path) -> int:
     """Data built on another machine (carried): its rows name media under that machine's ``<work>/data-work``;
-    point them at this ``work``'s copy. Returns the number of parquet files rewritten."""
+    point them at this ``work``'s copy (SFT and RL rows, every column that names a file there). Returns the
+    number of parquet files rewritten. Shared with ``scripts/gpu_check.py``."""
+    import re
+
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     here = str(work.resolve() / "data-work") + "/"
+    found = re.compile(r"(/[^'\"\s]*?/data-work/)")
     changed = 0
-    for path in sorted(data_dir.glob("sft/*.parquet")):  # the SFT rows (what the profile trains on)
-        table = pq.read_table(path)
-        messages = table.column("messages").to_pylist()
-        old = next((m[: m.index("/data-work/") + 11] for m in messages if "/data-work/" in m), None)
-        start = old[old.rindex('"') + 1 :] if old else None  # the path starts after the JSON quote
-        if not start or start == here:
-            continue
-        fixed = pa.array([m.replace(start, here) for m in messages], type=pa.string())
-        pq.write_table(table.set_column(table.schema.get_field_index("messages"), "messages", fixed), path)
-        changed += 1
+    for path in sorted([*data_dir.glob("sft/*.parquet"), *data_dir.glob("rl/*.parquet")]):
+        table = original = pq.read_table(path)
+        for i, name in enumerate(table.column_names):
+            column = table.column(name)
+            values = column.to_pylist()  # a few dozen rows
+            old = next((m.group(1) for v in values if (m := found.search(str(v)))), None)
+            if old is not None and old != here:
+                table = table.set_column(i, name, pa.array(_replace(values, old, here), type=column.type))
+        if table is not original:
+            pq.write_table(table, path)
+            changed += 1
     return changed
 
 

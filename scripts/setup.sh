@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up what `make demo` / `make test` need on a fresh Debian machine; safe to rerun.
 #   scripts/setup.sh [--plan] [demo|all]   (all is the default; --plan prints the steps and runs nothing)
-# demo (what `make demo` runs): steps 1 (ffmpeg only) and 2. all (`make test` and every other target): 1-5.
+# demo (what `make demo` runs): steps 1 (ffmpeg only) and 2. all (`make test` and every other target): 1-6.
 #  1. Debian packages: ffmpeg (videos); with all also Ceph (mon, osd, radosgw: the test S3 server).
 #  2. .venv with the pinned Python stack (torch comes from the machine's local wheel mirror).
 #  3. .venv-bench/sglang-site: SGLang 0.5.23's own Python package (its wheel, --no-deps) and the pure-Python
@@ -19,6 +19,8 @@
 #     mlflow-skinny's client, in .venv.
 #  8. .venv-wandb: wandb 0.31.0 and the few modules it adds to .venv's, --no-deps, outside the venv (not in the
 #     images): the W&B backend's offline test (tests/test_tracking_stages.py).
+#  9. .venv-bench/tf517-site: transformers 5.17.0 (--no-deps), the version of the image a lent GPU runs: the
+#     media-path test (tests/test_media_path.py) trains under it as well as under the pinned one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +29,7 @@ if [ "${1:-}" = "--plan" ]; then PLAN=1; shift; fi
 MODE=${1:-all}
 case "$MODE" in
   demo) DEB_PACKAGES=(ffmpeg); STEPS=(debian venv) ;;
-  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw); STEPS=(debian venv sglang_site lmms_site router_site qwen_site mlflow_site wandb_site) ;;
+  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw); STEPS=(debian venv sglang_site lmms_site router_site qwen_site mlflow_site wandb_site tf517_site) ;;
   *) echo "scripts/setup.sh: unknown mode '$MODE' (demo or all)" >&2; exit 2 ;;
 esac
 PYTHON=${PYTHON:-python3.11}
@@ -154,6 +156,16 @@ if [ ! -f "$wandb_stamp" ] || [ "$(cat "$wandb_stamp")" != "$wandb_want" ]; then
     "${WANDB_SITE_PACKAGES[@]}" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
   PYTHONPATH=$WANDB_SITE .venv/bin/python -c "import wandb" # fail here, not in the W&B test
   echo "$wandb_want" > "$wandb_stamp"
+fi
+}
+
+tf517_site() {
+TF517_SITE=.venv-bench/tf517-site
+if [ ! -f "$TF517_SITE/transformers-5.17.0.dist-info/METADATA" ]; then
+  echo "[setup] installing transformers 5.17.0 (--no-deps) into $TF517_SITE"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps --target "$TF517_SITE" transformers==5.17.0 \
+    2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+  test -f "$TF517_SITE/transformers/models/qwen3_vl/modeling_qwen3_vl.py"
 fi
 }
 

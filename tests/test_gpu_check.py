@@ -312,3 +312,17 @@ def test_two_gpu_sft_step_is_skipped_with_the_reason_on_fewer_gpus(tmp_path):
     assert [(i.status, i.detail) for i in items if i.name == "sft_step_2gpu"] == [
         ("skipped", "needs 2 GPUs, found 0")
     ]
+
+
+def test_sft_step_starts_from_an_empty_output(tmp_path, monkeypatch):
+    # issue 40, finding 6: a rerun must not pass on the metrics a finished earlier run left behind. Fault
+    # injected: the training command does nothing, so only a stale output could make the item pass.
+    stale = tmp_path / "sft"
+    stale.mkdir()
+    (stale / "metrics.jsonl").write_text('{"loss": 1.0, "grad_norm": 1.0, "tokens": 10}\n')
+    ran = []
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda command, check: ran.append(command))
+    checks = gpu_check.GpuChecks(tmp_path, 0, device="cpu")
+    with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
+        checks.sft_step()
+    assert len(ran) == 1 and not stale.exists()

@@ -82,3 +82,24 @@ def test_relocate_points_carried_rows_at_this_machines_media(tmp_path: Path) -> 
         rows[1],
     ]
     assert relocate(tmp_path / "data", tmp_path) == 0  # already here: nothing rewritten
+
+
+def test_relocate_points_carried_rl_rows_too(tmp_path: Path) -> None:
+    # issue 40: gpu_check's rl_step reads the RL rows, whose media sit in a list of structs
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from scripts.gpu_profile import relocate
+
+    (tmp_path / "data" / "rl").mkdir(parents=True)
+    videos = [
+        [{"video": "/other/host/build/data-work/media/a.mp4"}],
+        [{"video": "/other/host/build/data-work/b.mp4"}],
+    ]
+    pq.write_table(pa.table({"id": ["r0", "r1"], "videos": videos}), tmp_path / "data" / "rl" / "x.parquet")
+    assert relocate(tmp_path / "data", tmp_path) == 1
+    got = pq.read_table(tmp_path / "data" / "rl" / "x.parquet").column("videos").to_pylist()
+    assert got == [
+        [{"video": f"{tmp_path}/data-work/media/a.mp4"}],
+        [{"video": f"{tmp_path}/data-work/b.mp4"}],
+    ]

@@ -108,3 +108,30 @@ def test_attention_flops_saved_on_the_synthetic_datas_packs(
         f"{len(lengths)} packs, samples per pack {[len(b) for b in lengths]}: attention FLOPs saved {saved:.1%}"
     )
     assert saved > 0.5
+
+
+def _backward_ops(fn) -> list[str]:
+    seen, stack, names = set(), [fn], []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.append(type(node).__name__)
+        stack.extend(n for n, _ in node.next_functions)
+    return names
+
+
+def test_packed_attention_splits_its_inputs_instead_of_slicing_them() -> None:
+    # issue 40, finding 7: a slice's backward writes its gradient into a zero tensor of the whole input (one per
+    # sample); split's backward concatenates the pieces once
+    q, k, v = (torch.randn(1, 2, 7, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    out, _ = packed_attention(torch.nn.Module(), q, k, v, None, packed_lengths=(3, 4))
+    ops = _backward_ops(out.grad_fn)
+    assert "SplitWithSizesBackward0" in ops and "SliceBackward0" not in ops
+    # the values: per sample, causal attention over its own slice only
+    for lo, hi in ((0, 3), (3, 7)):
+        want = torch.nn.functional.scaled_dot_product_attention(
+            q[:, :, lo:hi], k[:, :, lo:hi], v[:, :, lo:hi], is_causal=True
+        )
+        torch.testing.assert_close(out[:, lo:hi], want.transpose(1, 2))

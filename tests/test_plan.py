@@ -234,7 +234,9 @@ def test_rl_reference_is_counted_once_and_activations_do_not_depend_on_world(tin
 
 
 def test_published_sft_recipe_fits_8_h100():
-    cfg = load_config(SftConfig, SFT_8B)
+    # the dense sdpa path, whose activations are worked out by hand below (the recipe's packed_sdpa, issue 40,
+    # measures 2.19 GiB here: slightly less)
+    cfg = load_config(SftConfig, SFT_8B, ["model.attn_implementation=sdpa"])
     out = report.plan_sft(report.load_model_config(), cfg, 8, report.GPUS["h100-80g"])
     assert out["fits"], out
     comps = out["components_gib"]

@@ -60,15 +60,18 @@ def test_stage_pushes_each_step_to_the_sglang_server(rl_data, tiny_model_dir, tm
     # generation paused (retract) around every reload, so a push never waits for in-flight requests
     assert [(paths[i - 1], paths[i + 1]) for i in reloads] == [
         ("/pause_generation", "/continue_generation")
-    ] * 2
-    assert [b for p, b in server.calls if p == "/pause_generation"] == [{"mode": "retract"}] * 2
-    assert server.weight_versions == ["1", "2"]  # one push per step, policy version as the weight version
+    ] * 3
+    assert [b for p, b in server.calls if p == "/pause_generation"] == [{"mode": "retract"}] * 3
+    # issue 40: the starting weights go first, before any rollout (a long-lived server may hold another run's),
+    # then one push per step, policy version as the weight version
+    assert reloads[0] < paths.index("/generate")
+    assert server.weight_versions == ["0", "1", "2"]
     # After step k the server serves exactly the learner's step-k weights (the checkpoint's checksum).
     learner = [
         json.loads(Path(checkpoint.step_dir(cfg.output, k), "trainer.json").read_text())["weights_sha256"]
         for k in (1, 2)
     ]
-    assert server.served_checksums == learner and learner[0] != start and learner[0] != learner[1]
+    assert server.served_checksums == [start, *learner] and learner[0] != start and learner[0] != learner[1]
     assert state_checksum(load_file(str(tmp_path / "out" / "final" / "model.safetensors"))) == learner[1]
     history = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert [h["policy_version"] for h in history] == [1, 2]

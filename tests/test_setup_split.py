@@ -46,6 +46,7 @@ def test_make_test_still_sets_up_everything() -> None:
         "qwen_site",
         "mlflow_site",
         "wandb_site",
+        "tf517_site",
     ]
 
 

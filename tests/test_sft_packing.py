@@ -152,18 +152,32 @@ class _Tower(torch.nn.Module):
         )
 
 
-class _Body(torch.nn.Module):
-    """``model.model``: the language model returns ``(hidden,)`` with hidden = an embedding of the ids."""
+class _Text(torch.nn.Module):
+    """``model.model.language_model``: returns ``(inputs_embeds,)``, so hidden = the embedding of the ids.
+    Takes the media arguments by name like transformers' ``Qwen3VLTextModel``; records its calls."""
 
     def __init__(self, rows: list[list[float]]) -> None:
         super().__init__()
-        self.embed = torch.nn.Embedding.from_pretrained(torch.tensor(rows, dtype=torch.float64), freeze=False)
-        self.visual = _Tower()
+        self.embed_tokens = torch.nn.Embedding.from_pretrained(
+            torch.tensor(rows, dtype=torch.float64), freeze=False
+        )
         self.calls: list[dict] = []
 
-    def forward(self, input_ids, position_ids, mm_token_type_ids, **kwargs):
-        self.calls.append(kwargs)
-        return (self.embed(input_ids),)
+    def forward(
+        self, inputs_embeds, position_ids, visual_pos_masks=None, deepstack_visual_embeds=None, **kwargs
+    ):
+        self.calls.append({"position_ids": position_ids, **kwargs})
+        return (inputs_embeds,)
+
+
+class _Body(torch.nn.Module):
+    """``model.model``: the vision tower and the language model."""
+
+    def __init__(self, rows: list[list[float]]) -> None:
+        super().__init__()
+        self.language_model = _Text(rows)
+        self.embed = self.language_model.embed_tokens
+        self.visual = _Tower()
 
 
 class _LM(torch.nn.Module):
@@ -358,7 +372,7 @@ def test_token_losses_by_hand() -> None:
     loss = token_losses(lm, batch)
     assert loss.item() == pytest.approx(math.log(60), rel=1e-12)
     assert lm.model.visual.calls == []  # a text batch runs no tower unless asked
-    assert lm.model.calls[0]["use_cache"] is False
+    assert lm.model.language_model.calls[0]["use_cache"] is False
     assert token_losses(lm, batch, always_run_vision=True).item() == pytest.approx(math.log(60), rel=1e-12)
     assert len(lm.model.visual.calls) == 1
     # the head runs on `chunk` positions at a time: 1024 by default

@@ -21,6 +21,7 @@ from paravt_core.sft.data import SftRows, StreamPosition, read_rows, sft_files
 from paravt_core.sft.inputs import MediaSpec
 from paravt_core.sft.packing import PackedLoss
 from paravt_core.sft.trainer import Feed, make_optimizer, make_scheduler, train
+from paravt_core.train.attention import set_implementation
 from paravt_core.train.dist import Dist, seed_everything
 from paravt_core.train.fsdp import CoreOptions, grad_norm_and_clip, prepare
 from paravt_core.train.syncs import HostReads
@@ -71,6 +72,7 @@ def _reference_losses(cfg: SftConfig) -> list[tuple[float, float]]:
     messages, row_ids = read_rows(sft_files(cfg.data.input, cfg.data.include))
     loaded = load(cfg.model.uri, device="cpu", dtype=torch.float32)
     prepare(loaded.model, CoreOptions(activation_checkpointing=False), trainable=True)
+    set_implementation(loaded.model, cfg.model.attn_implementation)  # the trainer's attention
     model = PackedLoss(loaded.model, chunk=cfg.train.logprob_chunk)
     model.train()
     optimizer, scheduler = make_optimizer(model, cfg), None

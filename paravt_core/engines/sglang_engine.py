@@ -363,8 +363,11 @@ class SGLangEngine(Engine):
         deterministic_inference: bool = False,
         one_request_per_body: bool = False,
         routing_header: str | None = None,
+        control_timeout_s: float = 120.0,
     ):
-        """``deterministic_inference``: the server runs with ``--enable-deterministic-inference`` (only then
+        """``control_timeout_s``: one weight-update control call (pause, begin, a bucket, end, continue,
+        destroy; not a load from disk), so a wedged server is noticed in minutes, not ``timeout_s``.
+        ``deterministic_inference``: the server runs with ``--enable-deterministic-inference`` (only then
         are seeds sent). ``max_total_s`` bounds one call with its retries (default: ``timeout_s`` per
         attempt). ``one_request_per_body``: every request in its own un-batched body (behind a router);
         ``routing_header``: the header that carries a request's ``routing_key`` (a router's sticky key)."""
@@ -374,7 +377,7 @@ class SGLangEngine(Engine):
         self.image_token_id: int | None = (
             self.tokenizer.convert_tokens_to_ids(IMAGE_PAD) if self.tokenizer is not None else None
         )
-        self.timeout_s = timeout_s
+        self.timeout_s, self.control_timeout_s = timeout_s, control_timeout_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.max_total_s = max_total_s if max_total_s is not None else timeout_s * (max_retries + 1)
@@ -534,7 +537,8 @@ class SGLangEngine(Engine):
     async def _control(
         self, path: str, body: dict[str, Any], *, timeout_s: float | None = None
     ) -> dict[str, Any]:
-        data = await self._post(path, lambda _: body, retry=False, timeout_s=timeout_s)  # never resent
+        limit = timeout_s if timeout_s is not None else self.control_timeout_s
+        data = await self._post(path, lambda _: body, retry=False, timeout_s=limit)  # never resent
         if not isinstance(data, dict) or not data.get("success", False):
             message = data.get("message") if isinstance(data, dict) else data
             raise EngineError(f"{path} failed: {message}")
@@ -548,7 +552,9 @@ class SGLangEngine(Engine):
             body["load_format"] = load_format
         if weight_version is not None:
             body["weight_version"] = weight_version
-        data = await self._control("/update_weights_from_disk", body)
+        data = await self._control(
+            "/update_weights_from_disk", body, timeout_s=self.timeout_s
+        )  # a whole load
         self.weight_version = weight_version
         return data
 
@@ -649,7 +655,12 @@ class SGLangEngine(Engine):
             if task in done and task.exception() is not None and not sending.done():
                 # the broadcast thread stays blocked until the group's timeout: nothing can cancel it
                 raise task.exception()  # type: ignore[misc]
-            await sending
+            try:
+                await sending
+            except BaseException:
+                task.cancel()  # the announced bucket will not arrive whole: stop waiting for the server's answer
+                await asyncio.gather(task, return_exceptions=True)
+                raise
         data = await task
         if weight_version is not None:
             self.weight_version = weight_version
@@ -666,10 +677,12 @@ class SGLangEngine(Engine):
         """``retract``: running requests go back to the queue (their KV cache is recomputed after
         ``continue_generation``), so a weight update runs at once; ``abort``: they end with finish reason
         abort; ``in_place``: they keep their cache (the cache flush then fails while any runs)."""
-        await self._post("/pause_generation", lambda _: {"mode": mode}, retry=False)
+        await self._post(
+            "/pause_generation", lambda _: {"mode": mode}, retry=False, timeout_s=self.control_timeout_s
+        )
 
     async def continue_generation(self) -> None:
-        await self._post("/continue_generation", lambda _: {}, retry=False)
+        await self._post("/continue_generation", lambda _: {}, retry=False, timeout_s=self.control_timeout_s)
 
     async def flush_cache(self) -> None:
         self.http_calls.append("/flush_cache")

@@ -24,6 +24,10 @@ class OptimConfig(StrictModel):
 class RlCheckpointConfig(StrictModel):
     every: int = Field(default=5, ge=1, description="steps between checkpoints (the last step always saves)")
     keep_last: int = Field(default=2, ge=1, description="complete checkpoints kept; older ones are deleted")
+    weights_checksum: bool = Field(
+        default=True,
+        description="sha256 of the served weights in trainer.json (host pass over them; off at 8B)",
+    )
 
 
 class RolloutEngineConfig(StrictModel):
@@ -157,6 +161,11 @@ class RlConfig(StrictModel):
     )
     pack_tokens: int = Field(
         default=8192, ge=256, description="learner: tokens packed per forward pass (like SFT)"
+    )
+    attn_implementation: str = Field(
+        default="packed_sdpa",
+        description='learner attention: "packed_sdpa" (per packed sample), "sdpa" (masked [L, L] per pack), '
+        '"flash_attention_2"',
     )
     trajectories_per_step: int = Field(
         default=2, ge=0, description="sampled episodes written to trajectories.jsonl per step"

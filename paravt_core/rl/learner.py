@@ -53,6 +53,7 @@ from paravt_core.sft.packing import Sample as PackSample
 from paravt_core.train.dist import Dist
 from paravt_core.train.fsdp import CoreOptions, assemble, build, clip_grads, make_adamw
 from paravt_core.train.logprobs import target_logprobs
+from paravt_core.train.media import require_media_path
 
 from .advantages import sequence_advantages, token_advantages, zero_groups
 from .loss import STATS, decoupled_ppo_terms, stats_of
@@ -122,16 +123,14 @@ class PolicyLogprobs(torch.nn.Module):
 
     def __init__(self, inner: torch.nn.Module, always_run_vision: bool = False, chunk: int = 1024):
         super().__init__()
+        require_media_path(inner)
         self.inner = inner
         self.always_run_vision = always_run_vision
         self.chunk = chunk
 
     def forward(self, batch: PackedBatch, temperature: float) -> torch.Tensor:
         encoded, zero = encode_media(self.inner, batch, always=self.always_run_vision)
-        inputs = batch.model_inputs()
-        for name in ("pixel_values", "pixel_values_videos"):
-            inputs.pop(name, None)  # already encoded
-        keep, hidden = target_hidden(self.inner, batch, **inputs, mm_encoder_outputs=encoded or None)
+        keep, hidden = target_hidden(self.inner, batch, encoded)
         picked = target_logprobs(  # position p predicts token p + 1
             hidden,
             self.inner.lm_head.weight,
@@ -200,6 +199,20 @@ def state_checksum(state: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
+DEFAULT_ATTENTION = "packed_sdpa"  # each packed sample's own causal block (paravt_core.train.attention)
+
+
+def _wrapper(d: Dist, logprob_chunk: int, attn_implementation: str) -> Any:
+    """``inner -> PolicyLogprobs(inner)`` with the language model's attention set to ``attn_implementation``."""
+    from paravt_core.train.attention import set_implementation
+
+    def wrap(inner: Any) -> PolicyLogprobs:
+        set_implementation(inner, attn_implementation)
+        return PolicyLogprobs(inner, always_run_vision=d.sharded, chunk=logprob_chunk)
+
+    return wrap
+
+
 class Learner:
     """``model`` / ``reference``: Hugging Face models (prepared and, under torchrun, sharded in place here) or
     ``PolicyLogprobs`` roots already built by :meth:`from_uris` / ``paravt_core.train.fsdp.build``."""
@@ -217,13 +230,12 @@ class Learner:
         dist: Dist | None = None,
         opts: CoreOptions | None = None,
         logprob_chunk: int = 1024,
+        attn_implementation: str = DEFAULT_ATTENTION,
     ):
         self.dist = d = dist or Dist()
         opts = opts or CoreOptions()
 
-        def wrap(inner: Any) -> PolicyLogprobs:
-            return PolicyLogprobs(inner, always_run_vision=d.sharded, chunk=logprob_chunk)
-
+        wrap = _wrapper(d, logprob_chunk, attn_implementation)
         self.root = model if isinstance(model, PolicyLogprobs) else assemble(model, d, wrap, opts)
         # frozen; under torchrun sharded like the policy (its own dtype, no float32 masters)
         self.reference = (
@@ -265,9 +277,7 @@ class Learner:
         Loaded within host memory (``paravt_core.train.fsdp.build``); the policy's parameters are float32
         masters when ``opts.mixed_precision``, else ``dtype``; the reference is kept in ``dtype``."""
 
-        def wrap(inner: Any) -> PolicyLogprobs:
-            return PolicyLogprobs(inner, always_run_vision=d.sharded, chunk=logprob_chunk)
-
+        wrap = _wrapper(d, logprob_chunk, kwargs.get("attn_implementation", DEFAULT_ATTENTION))
         master = torch.float32 if opts.mixed_precision else dtype
         root, loaded = build(policy_uri, d, wrap, opts, dtype=master)
         reference, _ = build(reference_uri, d, wrap, opts, dtype=dtype, trainable=False)

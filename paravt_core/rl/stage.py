@@ -71,7 +71,7 @@ from .handoff import compact, restore
 from .learner import Learner, state_checksum
 from .metrics import curves_png, final_summary, step_metrics, trajectory_lines
 from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
-from .weight_sync import DiskSync, InProcessSync, NcclSync, _closing
+from .weight_sync import DiskSync, InProcessSync, NcclSync, PushFailed, _closing, recover
 
 
 def prompts_for_step(prompts: list[RlPrompt], step: int, per_step: int, seed: int) -> list[RlPrompt]:
@@ -315,6 +315,13 @@ class _Run:
         """Restore the newest complete checkpoint (collective) and push its weights; the first step to run."""
         resumed = checkpoint.latest_complete(self.cfg.output)
         if not resumed:
+            e = self.cfg.engine
+            if e.kind != "transformers" and (e.base_url or e.weight_sync == "distributed"):
+                # a long-lived server may serve another run's (possibly half-pushed) weights: ours first
+                weights = self.learner.weights(self.dtype)
+                if self.lead:
+                    self.push_weights(weights, 0)
+                    console.print("rl: pushed the starting weights (version 0) before any rollout")
             return 0
         state = checkpoint.load(resumed, self.learner.root, self.learner.optimizer, staging_root=self.staging)
         if not same_location(str(state.get("reference_model")), self.reference_uri):
@@ -326,7 +333,7 @@ class _Run:
         self.tracking_state = dict(state.get("tracking") or {})
         weights = self.learner.weights(self.dtype)
         if self.lead:
-            self.sync.push(weights, int(state["policy_version"]))
+            self.push_weights(weights, int(state["policy_version"]))
             console.print(
                 f"rl: resumed from {resumed} (step {start}, policy version {self.sync.version})",
                 soft_wrap=True,
@@ -398,8 +405,19 @@ class _Run:
         t0 = time.perf_counter()
         weights = self.learner.weights(self.dtype)
         if self.lead:
-            self.sync.push(weights, version)
+            self.push_weights(weights, version)
         return weights, time.perf_counter() - t0
+
+    def push_weights(self, weights: dict[str, Any], version: int) -> None:
+        """Rank 0's push; an NCCL push cut short restarts the server this stage owns (or, for an external
+        server, ends the stage with one line naming what to restart): never a rollout on a wedged server."""
+        try:
+            self.sync.push(weights, version)
+        except PushFailed as err:
+            if not isinstance(self.sync, NcclSync):
+                raise
+            self.sync, done = recover(self.sync, weights, version, err)
+            console.print(f"rl: {done}", soft_wrap=True)
 
     def record(
         self,
@@ -464,7 +482,7 @@ class _Run:
                 "model": cfg.model,
                 "data_position": done * cfg.prompts_per_step,
                 "history": self.history,
-                "weights_sha256": state_checksum(weights),
+                "weights_sha256": state_checksum(weights) if cfg.checkpoint.weights_checksum else None,
                 "tracking": self.tracker.state(),  # the tracker runs a resumed run continues (MLflow run id)
             }
             if self.lead
@@ -569,6 +587,7 @@ def _learner(cfg: RlConfig, d: Dist, dtype: Any, reference_uri: str) -> tuple[Le
         opts,
         dtype=dtype,
         logprob_chunk=cfg.train.logprob_chunk,
+        attn_implementation=cfg.attn_implementation,
         temperature=cfg.agent.temperature,
         advantage=cfg.advantage,
         loss=cfg.loss,

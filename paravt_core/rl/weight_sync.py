@@ -110,6 +110,20 @@ class DiskSync:
             await self.engine.check_versions(version)
 
 
+def _cause(err: BaseException) -> str:
+    """``err`` and, when the cleanup after a cut push raised it (e.g. ``/end_weight_update`` timing out on the
+    stuck server), the error that cut the push first."""
+    first = err
+    while first.__context__ is not None and first.__context__ is not first:
+        first = first.__context__
+    said = f"{type(err).__name__}: {err}"
+    return said if first is err else f"{type(first).__name__}: {first} (then {said})"
+
+
+class PushFailed(EngineError):
+    """A weight push cut short: the server may be left unable to take another (see ``NcclSync.failed``)."""
+
+
 def sent_bytes(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> int:
     """Bytes of ``tensor`` on the wire: floating tensors are sent in ``dtype`` when given."""
     size = dtype.itemsize if dtype is not None and tensor.is_floating_point() else tensor.element_size()
@@ -197,6 +211,9 @@ class NcclSync:
         self.dtype = dtype
         self.group: Any = None
         self.pushed_buckets: list[list[str]] = []  # names per bucket of the last push (logs, tests)
+        # why a push was cut short: the server may hold receives that never complete (NCCL: queued on its
+        # stream; SGLang 0.5.23 has no abort), so this sync refuses to push again and close() does not wait
+        self.failed: str | None = None
 
     @property
     def device(self) -> torch.device:
@@ -265,14 +282,23 @@ class NcclSync:
         dist.broadcast(tensor.to(self.device).contiguous(), group=self.group, group_src=0)
 
     def close(self) -> None:
-        """The server leaves the group (best effort: it may be gone), then we do."""
-        if self.group is not None:
-            import torch.distributed as dist
+        """The server leaves the group (best effort: it may be gone), then we do. After a failed push neither
+        side's group is destroyed (both would wait on the interrupted transfer): ours is aborted (NCCL) or
+        dropped, and the server is left for its owner to restart."""
+        if self.group is None:
+            return
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
 
-            with contextlib.suppress(EngineError):
-                asyncio.run(_closing(self.engine, self.engine.destroy_weights_update_group(self.group_name)))
-            dist.destroy_process_group(self.group)
-            self.group = None
+        group, self.group = self.group, None
+        if self.failed is not None:
+            if self.backend == "nccl":
+                with contextlib.suppress(Exception):
+                    c10d._abort_process_group(group)
+            return
+        with contextlib.suppress(EngineError):
+            asyncio.run(_closing(self.engine, self.engine.destroy_weights_update_group(self.group_name)))
+        dist.destroy_process_group(group)
 
     async def _push(self, weights: dict[str, torch.Tensor], version: int) -> None:
         engine = self.engine
@@ -301,7 +327,51 @@ class NcclSync:
         self._pushed = True
 
     def push(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """Push ``weights`` as ``version``. A push cut short raises :class:`PushFailed` and leaves this sync
+        (and the server's side of its group) unusable: the caller restarts the server or pushes from disk."""
+        if self.failed is not None:
+            raise PushFailed(f"NCCL weight sync: an earlier push failed ({self.failed}); restart the server")
         if self.group is None:
             self.connect()
-        asyncio.run(_closing(self.engine, self._push(weights, version)))
+        try:
+            asyncio.run(_closing(self.engine, self._push(weights, version)))
+        except BaseException as err:  # an interrupt leaves the server's side just as stuck
+            self.failed = _cause(err)
+            if not isinstance(err, Exception):
+                raise  # Ctrl-C / exit: the caller stops, no recovery attempted
+            raise PushFailed(f"NCCL weight push of version {version} failed: {self.failed}") from err
         self.version = version
+
+
+def recover(
+    sync: NcclSync, weights: dict[str, torch.Tensor], version: int, err: PushFailed
+) -> tuple[NcclSync, str]:
+    """After ``err`` cut a push short: restart the server ``sync``'s engine owns (``SGLangEngine.launch``), join
+    it under a new group and push ``weights`` as ``version`` again, in full (the new server has only the
+    checkpoint it was launched on). Returns the new sync and what was done; raises :class:`PushFailed` with one
+    line naming what to restart when the server is not ours (``engine.base_url``)."""
+    sync.close()  # does not wait on the interrupted transfer
+    engine = sync.engine
+    server = getattr(engine, "server", None)
+    if server is None:
+        raise PushFailed(
+            f"{err}. Restart the SGLang server at {engine.base_url} (an interrupted weight push leaves it unable "
+            "to take another), then rerun this stage: it resumes from its last checkpoint"
+        ) from err
+    server.stop()
+    server.start()
+    fresh = NcclSync(
+        engine,
+        master_address=sync.master_address,
+        master_port=sync.master_port,
+        server_ranks=sync.server_ranks,
+        version=sync.version,
+        backend=sync.backend,
+        bucket_bytes=sync.bucket_bytes,
+        pause_mode=sync.pause_mode,
+        timeout_s=sync.timeout_s,
+        dtype=sync.dtype,
+    )
+    fresh.static = sync.static
+    fresh.push(weights, version)
+    return fresh, f"{err}; restarted the SGLang server this stage owns and pushed version {version} to it"

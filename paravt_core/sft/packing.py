@@ -216,8 +216,8 @@ def pack(samples: Sequence[Sample]) -> PackedBatch:
 def encode_media(model: Any, batch: PackedBatch, always: bool = False) -> tuple[dict[str, Any], torch.Tensor]:
     """Run the vision tower **once** on all images and videos of ``batch``.
 
-    Returns ``mm_encoder_outputs`` for the model's forward (so it does not call the tower again, once for
-    images and once for videos) and a zero-valued term to add to the loss. Under FSDP every rank must run
+    Returns ``{"image"|"video": tower output split per image / video}`` for :func:`target_hidden` (so the tower
+    runs once, not once for images and once for videos) and a zero-valued term to add to the loss. Under FSDP every rank must run
     the same sharded modules the same number of times, forward and backward, whatever its batch holds; with
     ``always`` a batch without media runs the tower on one blank 32x32 patch group and the zero term ties
     its output into the loss, so the backward reaches the vision blocks on every rank.
@@ -277,15 +277,23 @@ def target_logits(model: Any, batch: PackedBatch, **inputs: Any) -> tuple[torch.
     return keep, logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 logits -> float32
 
 
-def target_hidden(model: Any, batch: PackedBatch, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def target_hidden(
+    model: Any, batch: PackedBatch, encoded: dict[str, Any] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(positions of ``batch`` that have a target [K], the language model's last hidden states there [K, H]).
 
     The head is applied by the caller in chunks (``paravt_core.train.logprobs``), so no [K, vocab] tensor of
-    all positions exists at once. ``inputs``: as for :func:`target_logits`."""
+    all positions exists at once. ``encoded``: :func:`encode_media`'s media, merged into the token embeddings
+    here (``paravt_core.train.media``: not through ``Qwen3VLModel.forward``, whose media arguments differ
+    between transformers versions)."""
     from paravt_core.train.attention import forward_kwargs
+    from paravt_core.train.media import merge_media
 
     keep = batch.target_positions()
-    hidden = model.model(**inputs, use_cache=False, **forward_kwargs(model, batch.lengths))[0][0]
+    inputs = merge_media(model, batch.input_ids, batch.mm_token_type_ids, encoded or {})
+    hidden = model.model.language_model(
+        position_ids=batch.position_ids, use_cache=False, **inputs, **forward_kwargs(model, batch.lengths)
+    )[0][0]
     return keep, hidden[keep]
 
 
@@ -301,10 +309,7 @@ def token_losses(
     from paravt_core.train.logprobs import target_logprobs
 
     encoded, zero = encode_media(model, batch, always=always_run_vision)
-    inputs = batch.model_inputs()
-    for name in ("pixel_values", "pixel_values_videos"):
-        inputs.pop(name, None)  # already encoded
-    keep, hidden = target_hidden(model, batch, **inputs, mm_encoder_outputs=encoded or None)
+    keep, hidden = target_hidden(model, batch, encoded)
     logp = target_logprobs(hidden, model.lm_head.weight, batch.targets[0][keep], chunk=chunk)
     return -logp.sum() + zero
 
@@ -318,7 +323,10 @@ class PackedLoss(torch.nn.Module):
     """
 
     def __init__(self, inner: torch.nn.Module, always_run_vision: bool = False, chunk: int = 1024):
+        from paravt_core.train.media import require_media_path
+
         super().__init__()
+        require_media_path(inner)
         self.inner = inner
         self.always_run_vision = always_run_vision
         self.chunk = chunk

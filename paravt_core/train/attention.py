@@ -44,21 +44,16 @@ def packed_attention(
             f"packed_lengths {list(packed_lengths)} do not cover the query's {query.shape[2]} tokens"
         )
     gqa = query.shape[1] != key.shape[1]
-    outs, start = [], 0
-    for n in packed_lengths:
-        end = start + n
-        outs.append(
-            torch.nn.functional.scaled_dot_product_attention(
-                query[:, :, start:end],
-                key[:, :, start:end],
-                value[:, :, start:end],
-                is_causal=True,
-                dropout_p=dropout,
-                scale=scaling,
-                enable_gqa=gqa,
-            )
+    # torch.split, not slicing: a slice's backward scatters into a zero tensor of the whole input per slice
+    lengths = list(packed_lengths)
+    outs = [
+        torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=dropout, scale=scaling, enable_gqa=gqa
         )
-        start = end
+        for q, k, v in zip(
+            query.split(lengths, dim=2), key.split(lengths, dim=2), value.split(lengths, dim=2), strict=True
+        )
+    ]
     return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None
 
 

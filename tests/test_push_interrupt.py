@@ -1,0 +1,123 @@
+"""Issue 40, finding 4: a weight push cut short mid-bucket, against SGLang 0.5.23's own weight updater (the
+loopback receiver of ``tests/sglang_support.py``, gloo in place of NCCL). The sync marks itself failed and
+refuses to push again; ``close()`` returns without destroying either side's group (NCCL would wait on the
+stuck transfer); ``recover`` restarts a server the stage owns and pushes again in full, or, for an external
+server, ends with one line naming what to restart."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from paravt_core.engines.sglang_engine import SGLangEngine
+from paravt_core.models import load
+from paravt_core.rl.weight_sync import NcclSync, PushFailed, recover
+from tests.sglang_support import SGLangReceiver, sglang_site
+
+STOP_AT = 40  # the tensor the push is cut before (a later bucket: session open, generation paused)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _sync(url: str, port: int) -> NcclSync:
+    engine = SGLangEngine(url, timeout_s=120, control_timeout_s=5)
+    return NcclSync(engine, master_address="127.0.0.1", master_port=port, server_ranks=1, backend="gloo",
+                    bucket_bytes=64 * 1024, timeout_s=20)  # fmt: skip
+
+
+def _cut(sync: NcclSync) -> None:
+    send, sent = sync._broadcast, [0]
+
+    def broadcast(tensor: torch.Tensor) -> None:
+        sent[0] += 1
+        if sent[0] == STOP_AT:
+            raise RuntimeError("learner interrupted mid-bucket")
+        send(tensor)
+
+    sync._broadcast = broadcast
+
+
+class _OwnedServer:
+    """What ``SGLangEngine.launch`` leaves on ``engine.server`` (stop / start), over the receiver: a restart
+    is a new receiver process (a new port, which the engine is pointed at)."""
+
+    def __init__(self, engine: SGLangEngine, receiver: SGLangReceiver, workdir: Path):
+        self.engine, self.receiver, self.workdir, self.starts = engine, receiver, workdir, 0
+
+    def stop(self) -> None:
+        self.receiver.kill()
+
+    def start(self) -> None:
+        self.starts += 1
+        self.workdir.mkdir()
+        self.receiver = SGLangReceiver(sglang_site(), self.workdir)
+        self.engine.base_url = self.receiver.url
+
+
+def test_an_interrupted_push_fails_the_sync_and_close_does_not_wait(receiver, tiny_model_dir: str) -> None:
+    weights = {k: v.detach() + 0.5 for k, v in load(tiny_model_dir).model.state_dict().items()}
+    sync = _sync(receiver.url, _free_port())
+    _cut(sync)
+    with pytest.raises(
+        PushFailed, match=r"^NCCL weight push of version 1 failed: RuntimeError: learner interrupted"
+    ):
+        sync.push(weights, 1)
+    assert sync.failed is not None and sync.version == 0
+    with pytest.raises(PushFailed, match=r"an earlier push failed .*; restart the server$"):
+        sync.push(weights, 1)  # never again into a server that may be stuck on the cut transfer
+    sync.close()
+    assert sync.group is None
+    assert not [e for e in receiver.log() if e.get("path") == "/destroy_weights_update_group"]
+    # an external server (engine.base_url): one line naming what to restart
+    with pytest.raises(PushFailed) as why:
+        recover(sync, weights, 1, PushFailed("NCCL weight push of version 1 failed"))
+    assert str(why.value) == (
+        f"NCCL weight push of version 1 failed. Restart the SGLang server at {receiver.url} (an interrupted "
+        "weight push leaves it unable to take another), then rerun this stage: it resumes from its last checkpoint"
+    )
+
+
+def test_recover_restarts_the_owned_server_and_pushes_in_full(
+    receiver, tiny_model_dir: str, tmp_path
+) -> None:
+    weights = {k: v.detach() + 0.5 for k, v in load(tiny_model_dir).model.state_dict().items()}
+    sync = _sync(receiver.url, _free_port())
+    sync.engine.server = server = _OwnedServer(sync.engine, receiver, tmp_path / "restarted")
+    sync.static = {n for n in weights if n.startswith("model.visual.")}  # sent by a first push only
+    _cut(sync)
+    with pytest.raises(PushFailed) as cut:
+        sync.push(weights, 1)
+    fresh, said = recover(sync, weights, 1, cut.value)
+    try:
+        assert server.starts == 1 and fresh is not sync and fresh.group_name != sync.group_name
+        assert said.endswith("; restarted the SGLang server this stage owns and pushed version 1 to it")
+        received = server.receiver.snapshot()
+        assert list(received) == list(weights)  # in full: the new server has the tower too
+        assert all(torch.equal(received[k], weights[k]) for k in weights)
+        assert fresh.version == 1 and fresh.failed is None
+    finally:
+        fresh.close()
+        server.receiver.kill()
+
+
+def test_a_failed_push_names_what_cut_it_not_only_the_cleanup_after_it() -> None:
+    from paravt_core.engines.base import EngineError
+    from paravt_core.rl.weight_sync import _cause
+
+    try:
+        try:
+            raise RuntimeError("learner interrupted mid-bucket")
+        finally:
+            raise EngineError("/end_weight_update: timed out after 120 s")
+    except EngineError as err:
+        assert _cause(err) == (
+            "RuntimeError: learner interrupted mid-bucket (then EngineError: /end_weight_update: timed out after 120 s)"
+        )
+    assert _cause(RuntimeError("x")) == "RuntimeError: x"
