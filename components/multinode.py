@@ -5,7 +5,8 @@ The step's own pod is small (no GPU): it resolves the stage config like ``compon
 Trainer ``TrainJob`` (or ``PyTorchJob``) whose every node runs ``torchrun -m paravt_core.cli sft|rl`` on
 the stage's image, and follows it to its end (status, rank-0 log, failure reason; a retried step
 re-attaches to a job still running). The outputs are those of the one-node components, read from the
-stage's output URI once the job completed, so the DAG downstream is the same.
+stage's output URI once the job completed, so the DAG downstream is the same, the TensorBoard log directory
+included; the nodes get the run id as ``KFP_RUN_ID`` (the trackers' run name, paravt_core/tracking).
 ``node_spec``: the node pods' settings from ``pipelines/platform.py`` (``node_spec``), fixed at compile time.
 """
 
@@ -31,19 +32,20 @@ def sft_trainjob_op(
     curve: Output[HTML],
     metrics: Output[Metrics],
     model: Output[Model],
+    tensorboard: Output[Artifact],
     output: str = "",
     run_prefix: str = "",
     run_id: str = "",
 ) -> str:
     """``paravt sft`` on ``nodes`` x ``gpus_per_node`` GPUs as one multi-node job; returns the URI of the
-    final checkpoint, also the ``model`` artifact."""
+    final checkpoint, also the ``model`` artifact; ``tensorboard``: its logs (``<output>/tensorboard``)."""
     import tempfile
 
     from components.locations import run_root
-    from components.publish import publish_sft, read_summary
+    from components.publish import publish_sft, publish_tensorboard, read_summary
     from paravt_core import storage
     from paravt_core.config import SftConfig, config_to_yaml, load_config
-    from paravt_core.launch.trainjob import NodeSpec, launch_stage, with_launch
+    from paravt_core.launch.trainjob import NodeSpec, launch_stage, with_launch, with_run_id
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config_yaml)
@@ -70,7 +72,7 @@ def sft_trainjob_op(
             api=api,
             runtime=runtime,
             poll_s=poll_s,
-            spec=with_launch(NodeSpec(**{**node_spec, "pvc": media_pvc}), cfg.launch),
+            spec=with_run_id(with_launch(NodeSpec(**{**node_spec, "pvc": media_pvc}), cfg.launch), run_id),
             pending_timeout_s=cfg.launch.pending_timeout_s,
         ),
         stage="sft",
@@ -78,6 +80,7 @@ def sft_trainjob_op(
         backoff_s=cfg.launch.retry_backoff_s,
     )
     summary = read_summary(output)
+    publish_tensorboard(tensorboard, output, run_id)
     return publish_sft(output, summary, curve=curve, metrics=metrics, model=model, run_id=run_id)
 
 
@@ -97,16 +100,18 @@ def rl_trainjob_op(
     curves: Output[Artifact],
     metrics: Output[Metrics],
     trained: Output[Model],
+    tensorboard: Output[Artifact],
     output: str = "",
     run_prefix: str = "",
     run_id: str = "",
 ) -> str:
     """``paravt rl`` on ``nodes`` x ``gpus_per_node`` learner GPUs as one multi-node job, rolling out on
-    the server(s) at ``engine.base_url``; returns the URI of the trained model, also ``trained``."""
+    the server(s) at ``engine.base_url``; returns the URI of the trained model, also ``trained``;
+    ``tensorboard``: its logs (``<output>/tensorboard``)."""
     import tempfile
 
     from components.locations import run_root
-    from components.publish import publish_rl, read_summary
+    from components.publish import publish_rl, publish_tensorboard, read_summary
     from paravt_core import storage
     from paravt_core.config import config_to_yaml, load_config
     from paravt_core.launch.trainjob import (
@@ -117,6 +122,7 @@ def rl_trainjob_op(
         launch_stage,
         rank0_address,
         with_launch,
+        with_run_id,
     )
     from paravt_core.rl.config import RlConfig
 
@@ -149,7 +155,7 @@ def rl_trainjob_op(
             api=api,
             runtime=runtime,
             poll_s=poll_s,
-            spec=with_launch(NodeSpec(**{**node_spec, "pvc": media_pvc}), cfg.launch),
+            spec=with_run_id(with_launch(NodeSpec(**{**node_spec, "pvc": media_pvc}), cfg.launch), run_id),
             pending_timeout_s=cfg.launch.pending_timeout_s,
         ),
         stage="rl",
@@ -157,4 +163,5 @@ def rl_trainjob_op(
         backoff_s=cfg.launch.retry_backoff_s,
     )
     summary = read_summary(output)
+    publish_tensorboard(tensorboard, output, run_id)
     return publish_rl(output, summary, curves=curves, metrics=metrics, trained=trained, run_id=run_id)

@@ -62,7 +62,7 @@ def test_a_multinode_rl_step_refuses_the_cpu_demo_on_16_gpus(tmp_path, monkeypat
             data="s3://b/data", model="s3://b/sft/final", nodes=2, gpus_per_node=8, api="trainjob",
             runtime="torch-distributed", poll_s=1.0, node_spec={"image": "registry/paravt-rl:1"}, media_pvc="",
             curves=Artifact(name="c"), metrics=Metrics(name="m"), trained=Model(name="t"),
-            output="s3://b/rl", run_id="r",
+            tensorboard=Artifact(name="tb"), output="s3://b/rl", run_id="r",
         )  # fmt: skip
     message = str(err.value)
     assert "\n" not in message
@@ -85,7 +85,8 @@ def test_a_one_node_rl_step_refuses_the_cpu_demo_in_a_gpu_pod(monkeypatch, tmp_p
     with pytest.raises(ConfigError, match=r"^rl: device: cpu with 8 GPU\(s\) reserved: .* rl_config_yaml "):
         rl_op.python_func(config_yaml="{}", overrides=[], data=Dataset(name="d", uri=str(tmp_path / "data")),
                           model=str(tmp_path / "sft"), curves=Artifact(name="c"), metrics=Metrics(name="m"),
-                          trained=Model(name="t", uri=str(tmp_path / "t")), output=str(tmp_path / "rl"))  # fmt: skip
+                          trained=Model(name="t", uri=str(tmp_path / "t")), tensorboard=Artifact(name="tb"),
+                          output=str(tmp_path / "rl"))  # fmt: skip
 
 
 def test_float32_is_refused_at_8b_and_allowed_for_the_tiny_model(tmp_path, tiny_model_dir):

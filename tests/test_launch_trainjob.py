@@ -29,6 +29,7 @@ from paravt_core.launch.trainjob import (
     launch_stage,
     pytorchjob_manifest,
     trainjob_manifest,
+    with_run_id,
 )
 from tests.k8s_emulator import Emulator
 
@@ -675,7 +676,7 @@ def test_sigterm_to_the_step_deletes_its_job_and_a_rerun_creates_it_again(tmp_pa
     The component's body gets SIGTERM while following the job in the emulator: the job is deleted and the
     step exits 143; a rerun of the step creates the job once more, with the same config (the same output
     URI, whose checkpoints the stage resumes from)."""
-    from kfp.dsl import HTML, Metrics, Model
+    from kfp.dsl import HTML, Artifact, Metrics, Model
 
     from components.multinode import sft_trainjob_op
 
@@ -714,6 +715,7 @@ def test_sigterm_to_the_step_deletes_its_job_and_a_rerun_creates_it_again(tmp_pa
                 curve=outputs[0],
                 metrics=outputs[1],
                 model=outputs[2],
+                tensorboard=Artifact(name="tb"),
                 output="s3://bucket/runs/x/sft",
                 run_id=RUN,
             )
@@ -729,9 +731,11 @@ def test_sigterm_to_the_step_deletes_its_job_and_a_rerun_creates_it_again(tmp_pa
             emu, name, [lambda: jobs.append(emu.get("trainjobs", ns, name)), lambda: _complete(emu, ns, name)]
         )
         config = next(e["value"] for e in jobs[0]["spec"]["trainer"]["env"] if e["name"] == CONFIG_ENV)
+        # the nodes' trackers name their run after the pipeline run, as the one-node steps do
+        assert {"name": "KFP_RUN_ID", "value": RUN} in jobs[0]["spec"]["trainer"]["env"]
         log: list[str] = []
         launch_stage("sft", config, run_id=RUN, nodes=2, gpus_per_node=8, api="trainjob",
-                     spec=NodeSpec(image="registry/paravt-sft:1"), namespace=ns, poll_s=0.05,
+                     spec=with_run_id(NodeSpec(image="registry/paravt-sft:1"), RUN), namespace=ns, poll_s=0.05,
                      client=emu.client(), log=log.append, timeout_s=30)  # fmt: skip
         ctl.join(5)
         assert emu.count("create", "trainjobs") == 2 and emu.get("trainjobs", ns, name) is None

@@ -4,7 +4,8 @@ pod), against the loopback emulator; the test plays the Trainer controller and r
 says on two emulated nodes: each node's ``trainer.command`` with the job's env and the ``PET_*``
 variables the torch plugin sets (trainer v2.3.0, pkg/constants/constants.go), as two local processes.
 So the node command, the config handed over in the env var, ``torchrun``'s multi-node rendezvous and the
-stage on 2 x 1 gloo ranks all run for real; the step then reads the stage's outputs."""
+stage on 2 x 1 gloo ranks all run for real; the step then reads the stage's outputs, its TensorBoard logs
+included (written by rank 0 once, the run named by the ``KFP_RUN_ID`` the nodes get)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 import yaml
-from kfp.dsl import HTML, Metrics, Model
+from kfp.dsl import HTML, Artifact, Metrics, Model
 
 from components.multinode import sft_trainjob_op
 from paravt_core.launch.trainjob import job_name
 from tests.k8s_emulator import Emulator
+from tests.test_tracking import raw_points, scalars
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "sft" / "tiny.yaml"
@@ -42,6 +45,7 @@ def _play_controller(emu: Emulator, ns: str, name: str, tmp: Path, result: dict)
     job = emu.get("trainjobs", ns, name)
     trainer = job["spec"]["trainer"]
     env = {e["name"]: e["value"] for e in trainer["env"] if "value" in e}
+    result["env"] = env
     port = _free_port()
     procs = []
     for rank in range(trainer["numNodes"]):
@@ -125,6 +129,7 @@ def test_sft_step_runs_the_stage_on_two_emulated_nodes(
         controller.start()
         curve, metrics, model = HTML(name="curve"), Metrics(name="metrics"), Model(name="model")
         curve.path, metrics.path, model.path = (str(tmp_path / n) for n in ("curve.html", "m.json", "model"))
+        tensorboard = Artifact(name="tensorboard")
         final = sft_trainjob_op.python_func(
             config_yaml=TINY.read_text(),
             overrides=[
@@ -150,6 +155,7 @@ def test_sft_step_runs_the_stage_on_two_emulated_nodes(
             curve=curve,
             metrics=metrics,
             model=model,
+            tensorboard=tensorboard,
             output=str(out),
             run_id=RUN,
         )
@@ -168,3 +174,10 @@ def test_sft_step_runs_the_stage_on_two_emulated_nodes(
     )
     assert f"[{name}-node-0-0-x1y2z]" in logged  # rank 0's output streamed by the step
     assert "<img" in Path(curve.path).read_text()
+    # The run page's TensorBoard link: the stage's log directory, each step once (rank 0 alone writes).
+    assert tensorboard.metadata["logdir"] == str(out / "tensorboard")
+    assert sorted(step for tag, step in raw_points(out / "tensorboard") if tag == "train/loss") == [1, 2]
+    assert [v for _, v in scalars(out / "tensorboard")["train/loss"]] == pytest.approx(
+        [r["loss"] for r in records], rel=1e-6
+    )
+    assert result["env"]["KFP_RUN_ID"] == RUN  # the nodes' trackers name their run after the pipeline run

@@ -42,6 +42,24 @@ def test_multinode_stages_are_trainjob_creating_steps(ir):
         assert container["resources"]["cpuLimit"] == 1.0
 
 
+def test_multinode_steps_have_the_one_node_steps_outputs(ir, tmp_path):
+    """The run page shows the same outputs whatever the node count: the TensorBoard log directory too."""
+    out = tmp_path / "one.yaml"
+    compile_pipeline("train", str(out), warn=False)
+    one = next(yaml.safe_load_all(out.read_text()))["components"]
+    multi = ir["spec"]["components"]
+
+    def outputs(comps: dict, name: str) -> dict:
+        return {
+            k: v["artifactType"]["schemaTitle"]
+            for k, v in comps[name]["outputDefinitions"]["artifacts"].items()
+        }
+
+    for stage in ("sft", "rl"):
+        assert outputs(multi, f"comp-{stage}-trainjob-op") == outputs(one, f"comp-{stage}-op")
+        assert outputs(multi, f"comp-{stage}-trainjob-op")["tensorboard"] == "system.Artifact"
+
+
 def test_the_ir_fixes_nodes_gpus_api_and_the_node_spec(ir):
     tasks = ir["spec"]["root"]["dag"]["tasks"]
     sft, rl = tasks["sft-trainjob-op"], tasks["rl-trainjob-op"]
@@ -136,7 +154,8 @@ def test_a_one_node_step_refuses_a_multinode_config(stage, tmp_path):
     from components.rl import rl_op
     from components.sft import sft_op
 
-    common = dict(config_yaml="launch:\n  nodes: 2\n", overrides=[], metrics=Metrics(name="m"), run_id="r")
+    common = dict(config_yaml="launch:\n  nodes: 2\n", overrides=[], metrics=Metrics(name="m"), run_id="r",
+                  tensorboard=Artifact(name="tb"))  # fmt: skip
     with pytest.raises(ValueError, match=f"launch.nodes=2: compile with --{stage}-config"):
         if stage == "sft":
             sft_op.python_func(

@@ -121,7 +121,7 @@ def test_a_crashed_sft_step_reruns_in_its_pod_from_its_newest_checkpoint(
 ):
     """The one-node SFT step's body (what its pod runs) crashes after step 10 (checkpointed every 10): it
     reruns itself, resumes from step 10 and completes, instead of failing a step Argo will not retry."""
-    from kfp.dsl import HTML, Dataset, Metrics, Model
+    from kfp.dsl import HTML, Artifact, Dataset, Metrics, Model
 
     from components.sft import sft_op
 
@@ -143,6 +143,7 @@ def test_a_crashed_sft_step_reruns_in_its_pod_from_its_newest_checkpoint(
         curve=curve,
         metrics=metrics,
         model=model,
+        tensorboard=Artifact(name="tb"),
         output=str(out),
     )
     assert final == str(out / "final")
@@ -157,7 +158,7 @@ def test_a_multinode_step_recreates_its_failed_job_and_follows_it_to_completion(
 ):
     """The job fails (an NCCL error on a node): the step deletes it, creates it again (the stage resumes from
     its checkpoints) and completes, where before the step failed and Argo's OnError left it failed."""
-    from kfp.dsl import HTML, Metrics, Model
+    from kfp.dsl import HTML, Artifact, Metrics, Model
 
     from components.multinode import sft_trainjob_op
 
@@ -197,7 +198,8 @@ def test_a_multinode_step_recreates_its_failed_job_and_follows_it_to_completion(
             config_yaml=(ROOT / "configs/sft/tiny.yaml").read_text(), overrides=["launch.retry_backoff_s=0"],
             data_uri="s3://bucket/runs/x/data", model_uri="s3://bucket/models/base", nodes=2, gpus_per_node=8,
             api="trainjob", runtime="torch-distributed", poll_s=0.05, node_spec={"image": "registry/paravt-sft:1"},
-            media_pvc="", curve=curve, metrics=metrics, model=model, output=str(out), run_id=RUN,
+            media_pvc="", curve=curve, metrics=metrics, model=model, tensorboard=Artifact(name="tb"),
+            output=str(out), run_id=RUN,
         )  # fmt: skip
         thread.join(10)
         assert final == str(out / "final")

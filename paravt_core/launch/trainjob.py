@@ -44,6 +44,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from paravt_core.tracking import KFP_RUN_ID
+
 TRAINJOB = ("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
 PYTORCHJOB = ("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
 KINDS = {"trainjob": TRAINJOB, "pytorchjob": PYTORCHJOB}
@@ -157,6 +159,12 @@ def with_launch(spec: NodeSpec, launch: Any) -> NodeSpec:
         queue_name=launch.queue_name or spec.queue_name,
         gang=launch.gang or spec.gang,
     )
+
+
+def with_run_id(spec: NodeSpec, run_id: str) -> NodeSpec:
+    """``spec`` whose nodes get the pipeline run id as ``KFP_RUN_ID``: the stage's trackers name their run
+    after it (paravt_core/tracking), as the one-node components set it in their own pod."""
+    return dataclasses.replace(spec, env={**spec.env, KFP_RUN_ID: run_id}) if run_id else spec
 
 
 def job_name(run_id: str, stage: str) -> str:
