@@ -39,7 +39,7 @@ def test_example_tensorboards_follow_the_crd_schema() -> None:
     # the controller's two log sources (tensorboard_controller.go: isCloudPath, isPVCPath): S3 and a claim
     assert found["tensorboard-s3.yaml"]["spec"]["logspath"].startswith("s3://")
     assert found["tensorboard-pvc.yaml"]["spec"]["logspath"] == "pvc://paravt-media/runs"
-    media = yaml.safe_load((ROOT / "manifests" / "base" / "media-pvc.yaml").read_text())
+    media = yaml.safe_load((ROOT / "manifests" / "volumes" / "media-pvc.yaml").read_text())
     assert media["metadata"]["name"] == "paravt-media"
 
 
