@@ -50,16 +50,19 @@ def test_the_schema_refuses_a_tensorboard_without_logspath() -> None:
         jsonschema.validate(bad, _schema())
 
 
-@pytest.mark.parametrize("name", ["sft_op", "rl_op", "eval_merge_op"])
+@pytest.mark.parametrize("name", ["sft_op", "rl_op", "eval_merge_op", "sft_trainjob_op", "rl_trainjob_op"])
 def test_training_and_eval_steps_output_their_tensorboard_logs(name: str, tmp_path: Path) -> None:
     from kfp import compiler
 
     import components.eval
+    import components.multinode
     import components.rl
     import components.sft
 
     op = {"sft_op": components.sft.sft_op, "rl_op": components.rl.rl_op,
-          "eval_merge_op": components.eval.eval_merge_op}[name]  # fmt: skip
+          "eval_merge_op": components.eval.eval_merge_op,
+          "sft_trainjob_op": components.multinode.sft_trainjob_op,  # launch.nodes > 1
+          "rl_trainjob_op": components.multinode.rl_trainjob_op}[name]  # fmt: skip
     compiler.Compiler().compile(op, str(tmp_path / "c.yaml"))
     spec = yaml.safe_load((tmp_path / "c.yaml").read_text())
     (component,) = spec["components"].values()
