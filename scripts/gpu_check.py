@@ -23,6 +23,10 @@ log-probs both sides give one fixed continuation, never "the greedy outputs happ
  5. ``nccl_push``: the launch weights back through ``NcclSync`` (pause, begin, 1 GiB buckets, end,
     continue): the checksum equals the launch weights' again (after ``disk_push`` changed it) and the
     log-probs match the launch weights';
+ 5b. ``learner_push``: a ``Learner`` (float32 masters, the tower frozen) pushed through the RL stage's own
+    push (``Learner.weight_buckets`` into ``NcclSync``) twice: the disk push's weights with the tower (the
+    disk push's checksum must come back), then the launch weights without it (per tensor: the language model
+    sent, the tower kept), then in full (the launch checksum back);
  6. ``sft_step``: one FSDP2 step of ``paravt sft`` (torchrun, 1 GPU, bf16 + gradient checkpointing);
  7. ``sft_step_2gpu``: the same step with 2 FSDP2 ranks (GPUs 0 and 1) - skipped on a one-GPU machine;
  8. ``rl_step``: one step of ``paravt rl`` with the launcher's own plan (``paravt_core.rl.launch.plan``:
