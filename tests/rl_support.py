@@ -87,7 +87,8 @@ def tiny_learner(cfg: RlConfig, model_dir: str, pack_tokens: int = 8192, **kw):
 
 
 class HostCopies(TorchFunctionMode):
-    """Counts copies of tensors with more than one element to the host (what a D2H copy is spelled as)."""
+    """Counts copies of floating tensors with more than one element to the host (what a D2H copy is spelled
+    as)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -99,7 +100,8 @@ class HostCopies(TorchFunctionMode):
         to_host = name in ("cpu", "numpy") or (
             name == "to" and any(_is_cpu(a) for a in (*args[1:], kwargs.get("device")))
         )
-        if to_host and isinstance(args[0], torch.Tensor) and args[0].numel() > 1:
+        tensor = args[0] if args else None  # weights are floating (a collective's pickled bytes are not)
+        if to_host and isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and tensor.numel() > 1:
             self.count += 1
         return func(*args, **kwargs)
 

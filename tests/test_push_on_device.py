@@ -150,3 +150,33 @@ def test_a_cut_streamed_push_restarts_the_owned_server_and_streams_again_in_full
     finally:
         run.sync.close()
         server.receiver.kill()
+
+
+def test_two_ranks_push_through_the_stage_and_stop_together_on_a_cut_push(
+    receiver, tiny_model_dir: str, tmp_path
+) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    worker = str(repo / "tests" / "push_fsdp_worker.py")
+    out = str(tmp_path / "push")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", worker,
+           tiny_model_dir, receiver.url, str(_free_port()), out]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lead, other = (json.loads(Path(f"{out}.{r}.json").read_text()) for r in (0, 1))
+    want = {k: v.bfloat16() for k, v in load(tiny_model_dir).model.state_dict().items()}
+    frozen = set(lead["frozen"])
+    assert frozen and lead["copies"] == other["copies"] == 0  # the buckets never went to the host
+    assert lead["first"] == list(want) and lead["second"] == [k for k in want if k not in frozen]
+    served = receiver.snapshot()
+    assert list(served) == list(want) and all(torch.equal(served[k], want[k]) for k in want)
+    # the cut push: rank 0 names the server to restart, rank 1 (which finished its gathers) stops with it
+    assert lead["cut"].startswith("NCCL weight push of version 3 failed: RuntimeError: learner interrupted")
+    assert f"Restart the SGLang server at {receiver.url}" in lead["cut"]
+    assert other["cut"].startswith("rank 0's weight push failed: NCCL weight push of version 3 failed")
