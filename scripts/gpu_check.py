@@ -14,18 +14,25 @@ log-probs both sides give one fixed continuation, never "the greedy outputs happ
     our expanded prompt length (it made the same image tokens as our processor);
  3. ``logprob_parity``: a fixed continuation (the transformers engine's greedy tokens on the launch weights)
     scored on SGLang (``input_token_logprobs``) and on transformers (GPU 0, bf16): every token's log-prob
-    within ``TOLERANCE``. Two unrelated models differ by about a nat or more per token;
+    within ``TOLERANCE``. Two unrelated models differ by about a nat or more per token. Control: the same
+    continuation after other images (the frames' negatives) on both sides; images A vs B must move it by
+    ``CONTROL_RATIO`` x more than the sides differ (``image_control``), or a server that ignores images passes;
  4. ``disk_push``: perturbed weights through ``DiskSync`` (``/update_weights_from_disk``): the checksum
     differs from the launch weights', and the continuation's log-probs match transformers on the same
     perturbed weights;
  5. ``nccl_push``: the launch weights back through ``NcclSync`` (pause, begin, 1 GiB buckets, end,
     continue): the checksum equals the launch weights' again (after ``disk_push`` changed it) and the
     log-probs match the launch weights';
+ 5b. ``learner_push``: a ``Learner`` (float32 masters, the tower frozen) pushed through the RL stage's own
+    push (``Learner.weight_buckets`` into ``NcclSync``) twice: the disk push's weights with the tower (the
+    disk push's checksum must come back), then the launch weights without it (per tensor: the language model
+    sent, the tower kept), then in full (the launch checksum back);
  6. ``sft_step``: one FSDP2 step of ``paravt sft`` (torchrun, 1 GPU, bf16 + gradient checkpointing);
  7. ``sft_step_2gpu``: the same step with 2 FSDP2 ranks (GPUs 0 and 1) - skipped on a one-GPU machine;
  8. ``rl_step``: one step of ``paravt rl`` with the launcher's own plan (``paravt_core.rl.launch.plan``:
-    server on GPU 1, the learner on GPU 0, the NCCL push): the step trained sequences and the server's weight
-    checksum changed.
+    server on GPU 1, the learner on GPU 0, the NCCL push): the step trained sequences, the server's weight
+    checksum changed, and it equals that of a server launched from the run's saved final (the learner's
+    weights, hashed by SGLang itself).
 
 Writes ``<work>/gpu-check.json`` and ``gpu-check.md`` (pass / fail / skipped per item, detail, seconds);
 exits 1 if any selected item did not pass (a skipped one included).
@@ -65,6 +72,7 @@ ITEMS = [
     "logprob_parity",
     "disk_push",
     "nccl_push",
+    "learner_push",
     "sft_step",
     "sft_step_2gpu",
     "rl_step",
@@ -75,11 +83,15 @@ NEEDS = {  # an item is skipped when one of these did not pass
     "disk_push": ["sglang_launch"],
     # the launch weights' checksum coming back proves the NCCL push only after the disk push changed it
     "nccl_push": ["sglang_launch", "disk_push"],
+    # its first push must reproduce the disk push's checksum
+    "learner_push": ["sglang_launch", "disk_push"],
 }
 # bf16 on both sides, different kernels: a few hundredths of a nat apart per token; unrelated weights (or
 # weights loaded under the wrong names) are about a nat or more apart on the continuation's tokens
 TOLERANCE = 0.25
 CONTINUATION_TOKENS = 8
+# the image control: images must move the continuation by this many times more than served and local differ
+CONTROL_RATIO = 10.0
 
 
 class Skip(Exception):
@@ -146,6 +158,15 @@ def weights_checksum(base_url: str, timeout_s: float = 600.0) -> str:
     return checksum_of(answer)
 
 
+def tensor_checksums(base_url: str, timeout_s: float = 600.0) -> dict[str, str]:
+    """The served weights' per-tensor checksums (``/weights_checker``: rank i's ``name`` as ``i:name``)."""
+    import httpx
+
+    answer = httpx.post(base_url + "/weights_checker", json={"action": "checksum"}, timeout=timeout_s).json()
+    checksum_of(answer)  # refusals and empty answers, as for the whole checksum
+    return {f"{i}:{name}": h for i, r in enumerate(answer["ranks"]) for name, h in r["checksums"].items()}
+
+
 def logprob_gap(served: list[float], ours: list[float], tol: float = TOLERANCE) -> str:
     """The continuation's log-probs on both sides agree token by token within ``tol`` (nats); a detail line,
     or ``AssertionError`` naming the largest difference."""
@@ -159,6 +180,32 @@ def logprob_gap(served: list[float], ours: list[float], tol: float = TOLERANCE) 
             f"(served {served[worst]:.3f}, ours {ours[worst]:.3f})"
         )
     return f"{len(gaps)} tokens, max log-prob gap {gaps[worst]:.4f}, mean {sum(gaps) / len(gaps):.4f}"
+
+
+def image_control(
+    served_a: list[float],
+    local_a: list[float],
+    served_b: list[float],
+    local_b: list[float],
+    ratio: float = CONTROL_RATIO,
+) -> str:
+    """The parity's control: the continuation scored after images A and after other images B, on the server
+    and here. Images must move it on both sides by far more (``ratio`` x) than the sides differ, or the
+    parity cannot see a server that mis-embeds or drops images (on random weights images may move it by
+    less than a bf16 gap: then this fails, saying so). Means over tokens, in nats."""
+
+    def mean_gap(x: list[float], y: list[float]) -> float:
+        return sum(abs(a - b) for a, b in zip(x, y, strict=True)) / max(len(x), 1)
+
+    gap = (mean_gap(served_a, local_a) + mean_gap(served_b, local_b)) / 2
+    served, local = mean_gap(served_a, served_b), mean_gap(local_a, local_b)
+    if not (served > ratio * gap and local > ratio * gap):
+        raise AssertionError(
+            f"images A vs B move the continuation by {served:.4f} nats/token on the server and {local:.4f} "
+            f"here, not more than {ratio:g} x the served-vs-local gap {gap:.4f}: the parity cannot tell a "
+            "server that mis-embeds images"
+        )
+    return f"images A vs B: {served:.4f} (served) / {local:.4f} (here) nats/token vs gap {gap:.4f}"
 
 
 def score_payload(request: Any, continuation: list[int], image_token_id: int) -> dict[str, Any]:
@@ -302,7 +349,9 @@ class GpuChecks:
         self.local = local
         self.client = SGLangEngine(base_url, processor=local.processor)
 
-    def request(self, processor: Any):
+    def request(self, processor: Any, other_images: bool = False):
+        """The check's 4-frame request; ``other_images``: the same prompt with every frame's negative (the
+        image-sensitivity control's images B)."""
         import numpy as np
         import torch
 
@@ -310,6 +359,8 @@ class GpuChecks:
 
         rng = np.random.default_rng(0)
         frames = [torch.from_numpy(rng.integers(0, 256, (3, 224, 224), dtype=np.uint8)) for _ in range(4)]
+        if other_images:
+            frames = [255 - f for f in frames]
         parts = [{"type": "image", "image": f} for f in frames] + [{"type": "text", "text": "What happens?"}]
         text = processor.apply_chat_template(
             [{"role": "user", "content": parts}], add_generation_prompt=True, tokenize=False
@@ -348,17 +399,20 @@ class GpuChecks:
             self.continuation = list(self._generate(engine, self.request(self.local.processor)).token_ids)
         return self.continuation
 
-    def _parity(self, model: Any) -> str:
-        """The continuation scored by the server and by ``model``: ``logprob_gap``'s detail."""
+    def _scores(self, model: Any, other_images: bool = False) -> tuple[list[float], list[float]]:
+        """The continuation's log-probs (served, ``model``'s) after the request's prompt and images."""
         import httpx
 
-        request = self.request(self.local.processor)
+        request = self.request(self.local.processor, other_images)
         continuation = self._continuation()
         body = score_payload(request, continuation, self.client.image_token_id)
         reply = httpx.post(self.client.base_url + "/generate", json=body, timeout=600.0)
         reply.raise_for_status()
-        served = served_scores(reply.json(), continuation)
-        return logprob_gap(served, local_scores(model, request, continuation))
+        return served_scores(reply.json(), continuation), local_scores(model, request, continuation)
+
+    def _parity(self, model: Any) -> str:
+        """The continuation scored by the server and by ``model``: ``logprob_gap``'s detail."""
+        return logprob_gap(*self._scores(model))
 
     def checksum(self) -> str:
         return weights_checksum(self.client.base_url)
@@ -394,7 +448,12 @@ class GpuChecks:
         return f"prompt_tokens {completion.prompt_tokens} on both sides"
 
     def logprob_parity(self) -> str:
-        return "sglang vs transformers, launch weights: " + self._parity(self.local.model)
+        served_a, local_a = self._scores(self.local.model)
+        parity = logprob_gap(served_a, local_a)
+        served_b, local_b = self._scores(self.local.model, other_images=True)
+        logprob_gap(served_b, local_b)
+        control = image_control(served_a, local_a, served_b, local_b)
+        return f"sglang vs transformers, launch weights: {parity}; {control}"
 
     def _perturbed(self) -> dict:
         import torch
@@ -446,6 +505,84 @@ class GpuChecks:
         parity = self._parity(self.local.model)
         return f"{len(sync.pushed_buckets)} bucket(s); launch checksum back; log-probs: {parity}"
 
+    def learner_push(self) -> str:
+        """``Learner``'s weights pushed through the RL stage's own push (``_Run.push``: the learner's buckets
+        gathered and cast to the served dtype, ``NcclSync``), twice. 1: the disk push's perturbed weights, the
+        tower included: the checksum must be the disk push's. 2: the launch weights, without the tower (sent
+        by the first push only): the language model's tensors must be the launch ones and the tower's those of
+        push 1. 3: the launch weights in full (a new sync): the launch checksum back."""
+        import dataclasses
+
+        import torch
+
+        from paravt_core.models import load
+        from paravt_core.rl.config import RlConfig
+        from paravt_core.rl.learner import Learner
+        from paravt_core.rl.stage import _Run
+        from paravt_core.rl.weight_sync import NcclSync
+        from paravt_core.train.dist import Dist
+
+        if self.launch_checksum is None or self.pushed_checksum is None:
+            raise AssertionError(
+                "no checksum of the launch or disk-pushed weights (sglang_launch, disk_push)"
+            )
+        cfg = RlConfig(
+            engine={"kind": "sglang", "weight_sync": "distributed", "base_url": self.client.base_url}
+        )
+        served = self.local.model.dtype
+        learner = Learner(  # float32 masters (as the RL learner on a GPU), the vision tower frozen
+            load(self.model_dir, device=self.device, dtype=torch.float32).model,
+            load(self.model_dir, device=self.device, dtype=served).model,
+            temperature=cfg.agent.temperature,
+            advantage=cfg.advantage,
+            loss=cfg.loss,
+            optim=cfg.optim,
+            dist=dataclasses.replace(Dist(), device=torch.device(self.device)),
+        )
+        frozen = learner.frozen_names()
+        if not frozen:
+            raise AssertionError("the learner froze no tensor: nothing to leave out of the second push")
+        launch = {k: v.detach().to("cpu", copy=True) for k, v in self.local.model.state_dict().items()}
+
+        def sync(port: int) -> Any:
+            made = NcclSync(
+                self.client, master_address="127.0.0.1", master_port=port, server_ranks=1, dtype=served
+            )
+            made.static = frozen
+            return made
+
+        first = sync(29612)
+        run = _Run(cfg=cfg, d=learner.dist, learner=learner, policy=None, data=None, judge=None, engine=None,
+                   sync=first, handoff=None, images_kwargs={}, staging="", reference_uri="", pool=None,
+                   dtype=served)  # fmt: skip
+        syncs = [first]
+        try:
+            learner.model.load_state_dict(self._perturbed())
+            run.push(1)
+            one, after_one = self.checksum(), tensor_checksums(self.client.base_url)
+            if one != self.pushed_checksum:
+                raise AssertionError(
+                    f"after the learner's first push the checksum is {one[:12]}, not the disk push's "
+                    f"{self.pushed_checksum[:12]} of the same weights: the push landed other weights"
+                )
+            learner.model.load_state_dict(launch)
+            run.push(2)
+            sent = {n for b in first.pushed_buckets for n in b}
+            if sent & frozen or not sent:
+                raise AssertionError(
+                    f"the second push sent {len(sent & frozen)} frozen tensors of {len(sent)}"
+                )
+            two, after_two = self.checksum(), tensor_checksums(self.client.base_url)
+            syncs.append(sync(29613))  # a new group and sync: its first push is a full one
+            run.sync = syncs[-1]
+            run.pushed_full = False
+            run.push(3)  # in full: the tower back to the launch weights too
+            three, after_three = self.checksum(), tensor_checksums(self.client.base_url)
+        finally:
+            for made in syncs:
+                made.close()
+        return push_twice_verdict(after_one, after_two, after_three, two, one, self.launch_checksum, three)
+
     def stop_server(self) -> None:
         if self.server is not None:
             self.server.stop()
@@ -484,8 +621,9 @@ class GpuChecks:
         self.stop_server()  # the launcher's plan starts its own server on GPU 1
         output = self.work / "rl"
         p = rl_plan(self.model_dir, self.data_dir, str(output), self.port, str(self.work / "rl.yaml"))
+        env = {**os.environ, **p.server_env}
         log = str(self.work / "sglang-server-rl.log")
-        server = SGLangServer(p.server_command, p.base_url, log_path=log, env={**os.environ, **p.server_env})
+        server = SGLangServer(p.server_command, p.base_url, log_path=log, env=env)
         server.start(timeout_s=900)
         try:
             before = weights_checksum(p.base_url)
@@ -493,12 +631,69 @@ class GpuChecks:
             after = weights_checksum(p.base_url)
         finally:
             server.stop()
-        return rl_verdict(output, before, after)
+        # the learner's own weights, as SGLang hashes them: a server launched from the saved final (bf16,
+        # the served dtype) must hold exactly what the push left on the pushed one
+        command = with_model_path(p.server_command, str(output / "final"))
+        log = str(self.work / "sglang-server-final.log")
+        final = SGLangServer(command, p.base_url, log_path=log, env=env)
+        final.start(timeout_s=900)
+        try:
+            saved = weights_checksum(p.base_url)
+        finally:
+            final.stop()
+        return rl_verdict(output, before, after, saved)
 
 
-def rl_verdict(output: Path, before: str, after: str) -> str:
-    """One RL step's outputs and the server's checksums before and after it: the step trained sequences,
-    reached policy version 1, and the served weights changed."""
+def push_twice_verdict(
+    one: dict[str, str],
+    two: dict[str, str],
+    launch: dict[str, str],
+    whole_two: str,
+    whole_one: str,
+    whole_launch: str,
+    whole_three: str,
+) -> str:
+    """The served tensors after push 1 (perturbed, the tower included), push 2 (the launch weights without
+    the tower) and push 3 (the launch weights in full): per-tensor checksums ``one``, ``two``, ``launch``;
+    ``whole_*`` the server's (``whole_launch``: as launched). After push 2 every tensor is either the launch
+    one (sent) or push 1's (kept), and there are both; push 3 brings the launch checksum back."""
+    if whole_two == whole_launch:
+        raise AssertionError(
+            "after the second push the server holds the launch weights: the tower was sent again"
+        )
+    if whole_two == whole_one:
+        raise AssertionError(
+            "after the second push the server holds the first push's weights: the second push did not land"
+        )
+    if whole_three != whole_launch:
+        raise AssertionError(
+            f"a full push of the launch weights left checksum {whole_three[:12]}, not the launch one"
+        )
+    if not (one.keys() == two.keys() == launch.keys()):
+        raise AssertionError("the served tensors' names changed between pushes")
+    sent = {k for k in two if two[k] == launch[k] != one[k]}
+    kept = {k for k in two if two[k] == one[k] != launch[k]}
+    other = {k for k in two if two[k] not in (one[k], launch[k])}
+    if other or not sent or not kept:
+        raise AssertionError(
+            f"after the second push: {len(sent)} tensors sent, {len(kept)} kept from the first, {len(other)} "
+            f"neither (e.g. {sorted(other)[:3]})"
+        )
+    return (
+        f"push 1 = the disk push's checksum; push 2: {len(sent)} tensors sent, {len(kept)} (the tower) kept"
+    )
+
+
+def with_model_path(command: list[str], model_path: str) -> list[str]:
+    """A server command with ``--model-path`` replaced."""
+    at = command.index("--model-path") + 1
+    return [*command[:at], model_path, *command[at + 1 :]]
+
+
+def rl_verdict(output: Path, before: str, after: str, saved: str) -> str:
+    """One RL step's outputs and the server's checksums before and after it and of a server launched from
+    the saved final: the step trained sequences, reached policy version 1, the served weights changed, and
+    they are the learner's (a partial, misnamed or mis-cast push changes the checksum too, to another value)."""
     steps = [json.loads(x) for x in (output / "metrics.jsonl").read_text().splitlines()]
     summary = json.loads((output / "metrics.json").read_text())
     trained = steps[-1].get("trained_sequences", 0) if steps else 0
@@ -510,7 +705,15 @@ def rl_verdict(output: Path, before: str, after: str) -> str:
         raise AssertionError(
             "the server's weight checksum is unchanged after the step: the push did not land"
         )
-    return f"1 step, {trained:g} sequences trained, server checksum {before[:12]} -> {after[:12]}"
+    if after != saved:
+        raise AssertionError(
+            f"the pushed server's checksum {after[:12]} is not the saved final's {saved[:12]}: the push "
+            "landed other weights than the learner's"
+        )
+    return (
+        f"1 step, {trained:g} sequences trained, server checksum {before[:12]} -> {after[:12]} "
+        "= the saved final's"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from paravt_core.rl.data import load_prompts
 from paravt_core.rl.rollout import arollout_step
 from paravt_core.rl.stage import _broadcast
 from paravt_core.train.dist import setup_distributed
-from tests.rl_support import tiny_learner, tiny_rl_config
+from tests.rl_support import HostCopies, tiny_learner, tiny_rl_config
 
 REWARDS = (1.0, 0.0, 0.5, -1.0)  # per index within a group: every group has a nonzero spread
 
@@ -43,11 +43,27 @@ def main(model: str, data: str, out: str) -> None:
     learner = tiny_learner(cfg, model, dist=d)
     stats = learner.step(samples)
     weights = learner.weights()
-    served = learner.weights(torch.bfloat16)  # what a bf16 server is sent: converted where it was gathered
+    whole = HostCopies()  # the control: the disk push's gather copies each tensor to rank 0's host
+    with whole:
+        served = learner.weights(
+            torch.bfloat16
+        )  # what a bf16 server is sent: converted where it was gathered
+    # the NCCL push's stream: gathered bucket by bucket and cast on the device, nothing copied to the host
+    copies = HostCopies()
+    with copies:
+        count, parts = learner.weight_buckets(32 * 1024, torch.bfloat16)
+        streamed = list(parts)
+    assert copies.count == 0 and len(streamed) == count > 1, (copies.count, len(streamed), count)
+    checksum = learner.weights_checksum(torch.bfloat16)
     if d.rank == 0:
-        torch.save({"stats": stats, "weights": weights, "served": served}, out)
+        torch.save(
+            {"stats": stats, "weights": weights, "served": served, "streamed": streamed, "checksum": checksum,
+             "whole_copies": whole.count},
+            out,
+        )  # fmt: skip
     else:
         assert weights == served == {}  # only rank 0 receives the full weights
+        assert streamed == [[]] * count and checksum is None
 
 
 if __name__ == "__main__":

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
+from torch.overrides import TorchFunctionMode
 
 from paravt_core.config import DataConfig, load_config
 from paravt_core.rl.config import RlConfig
@@ -80,4 +83,30 @@ def tiny_learner(cfg: RlConfig, model_dir: str, pack_tokens: int = 8192, **kw):
         optim=cfg.optim,
         pack_tokens=pack_tokens,
         **kw,
+    )
+
+
+class HostCopies(TorchFunctionMode):
+    """Counts copies of floating tensors with more than one element to the host (what a D2H copy is spelled
+    as)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        to_host = name in ("cpu", "numpy") or (
+            name == "to" and any(_is_cpu(a) for a in (*args[1:], kwargs.get("device")))
+        )
+        tensor = args[0] if args else None  # weights are floating (a collective's pickled bytes are not)
+        if to_host and isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and tensor.numel() > 1:
+            self.count += 1
+        return func(*args, **kwargs)
+
+
+def _is_cpu(arg: Any) -> bool:
+    return (isinstance(arg, str) and arg.startswith("cpu")) or (
+        isinstance(arg, torch.device) and arg.type == "cpu"
     )

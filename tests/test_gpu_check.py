@@ -44,6 +44,7 @@ def test_items_run_in_order_and_failures_skip_their_dependants(tmp_path):
         "logprob_parity": ("skipped", "needs sglang_launch"),
         "disk_push": ("skipped", "needs sglang_launch"),
         "nccl_push": ("skipped", "needs sglang_launch, disk_push"),
+        "learner_push": ("skipped", "needs sglang_launch, disk_push"),
         "sft_step": ("pass", "1 step"),
         "sft_step_2gpu": ("skipped", "needs 2 GPUs, found 1"),
         "rl_step": ("pass", "ok"),
@@ -52,11 +53,12 @@ def test_items_run_in_order_and_failures_skip_their_dependants(tmp_path):
     assert (
         "| sglang_launch | FAIL |" in md
         and "| sft_step | PASS |" in md
-        and md.rstrip().endswith("2/8 passed")
+        and md.rstrip().endswith("2/9 passed")
     )
     saved = json.loads((tmp_path / "gpu-check.json").read_text())
     assert [i["status"] for i in saved["items"]] == [
         "fail",
+        "skipped",
         "skipped",
         "skipped",
         "skipped",
@@ -76,6 +78,7 @@ def test_only_the_selected_items_run():
         ("logprob_parity", "skipped", "needs sglang_launch"),
         ("disk_push", "skipped", "needs sglang_launch"),
         ("nccl_push", "skipped", "needs sglang_launch, disk_push"),
+        ("learner_push", "skipped", "needs sglang_launch, disk_push"),
         ("sft_step", "pass", "1 step"),
         ("sft_step_2gpu", "skipped", "not selected"),
         ("rl_step", "skipped", "not selected"),
@@ -161,6 +164,10 @@ def test_without_a_gpu_every_item_fails_with_the_reason(tmp_path, capsys):
 # weight push a no-op that still answers success (what SGLang does with names its load_weights skips).
 
 
+def _tensor_hash(t) -> str:
+    return hashlib.sha256(t.detach().float().contiguous().numpy().tobytes()).hexdigest()[:16]
+
+
 def _checksum(model) -> str:
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
@@ -170,11 +177,13 @@ def _checksum(model) -> str:
 
 
 class WrongServer:
-    def __init__(self, model, checks: gpu_check.GpuChecks, processor, *, lands: bool = True):
-        self.model, self.lands = model, lands
+    def __init__(self, model, checks: gpu_check.GpuChecks, processor, *, lands: bool = True, sees=True):
+        self.model, self.lands, self.sees = model, lands, sees
         request = checks.request(processor)
+        other = checks.request(processor, other_images=True)
         image_pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
         self.prompt = gpu_check.score_payload(request, [], image_pad)["input_ids"]
+        other_images = gpu_check.score_payload(other, [], image_pad)["image_data"]
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -191,11 +200,13 @@ class WrongServer:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 if self.path == "/weights_checker":
-                    names = {k: "00" for k in server.model.state_dict()}
+                    names = {k: _tensor_hash(t) for k, t in server.model.state_dict().items()}
                     return self._send(_answer(names, _checksum(server.model)))
                 if self.path == "/generate":  # scoring: the prompt, then the continuation
                     continuation = body["input_ids"][len(server.prompt) :]
-                    scores = gpu_check.local_scores(server.model, request, continuation)
+                    # the images sent (sees False: always images A, a server that mis-embeds images)
+                    sent = other if server.sees and body["image_data"] == other_images else request
+                    scores = gpu_check.local_scores(server.model, sent, continuation)
                     entries = [[None, t, None] for t in server.prompt] + [
                         [lp, t, None] for lp, t in zip(scores, continuation, strict=True)
                     ]
@@ -222,11 +233,11 @@ def checks_on(tiny_model_dir, tmp_path):
 
     servers = []
 
-    def make(served: str, *, lands: bool = True) -> gpu_check.GpuChecks:
+    def make(served: str, *, lands: bool = True, sees: bool = True) -> gpu_check.GpuChecks:
         checks = gpu_check.GpuChecks(tmp_path, 0, device="cpu")
         checks.model_dir = tiny_model_dir
         local = load(tiny_model_dir)
-        servers.append(WrongServer(load(served).model, checks, local.processor, lands=lands))
+        servers.append(WrongServer(load(served).model, checks, local.processor, lands=lands, sees=sees))
         checks.connect(servers[-1].url, local)
         checks.stand_in = servers[-1]
         checks.launch_checksum = checks.checksum()
@@ -252,6 +263,29 @@ def test_logprob_parity_passes_on_the_same_weights_and_fails_on_unrelated_ones(
         checks_on(unrelated_model_dir).logprob_parity()
 
 
+def test_logprob_parity_fails_on_a_server_that_ignores_the_images(checks_on, tiny_model_dir):
+    # issue 40, finding 6: scored always after images A, the server agrees with us on images A (gap 0) and
+    # the 0.25-nat parity alone passes; the control (images B on both sides) does not
+    checks = checks_on(tiny_model_dir, sees=False)
+    assert "max log-prob gap 0.0000" in checks._parity(checks.local.model)
+    with pytest.raises(AssertionError, match=r"images A vs B move the continuation by 0\.0000 nats/token on"):
+        checks.logprob_parity()
+    shown = checks_on(tiny_model_dir).logprob_parity()
+    assert "; images A vs B: " in shown and "vs gap 0.0000" in shown
+
+
+def test_image_control_by_hand():
+    # gap: mean |A| diffs (0.1 + 0.0) / 2 = 0.05 and B 0.0 -> 0.025; effects: served |(-1)-(-2)|, |(-2)-(-2)|
+    # -> 0.5, here |(-1.1)-(-2)|, 0 -> 0.45; both > 10 x 0.025 = 0.25
+    assert gpu_check.image_control([-1.0, -2.0], [-1.1, -2.0], [-2.0, -2.0], [-2.0, -2.0]) == (
+        "images A vs B: 0.5000 (served) / 0.4500 (here) nats/token vs gap 0.0250"
+    )
+    with pytest.raises(
+        AssertionError, match=r"by 0\.5000 nats/token on the server and 0\.4500 here, not more"
+    ):
+        gpu_check.image_control([-1.0, -2.0], [-1.1, -2.0], [-2.0, -2.0], [-2.0, -2.0], ratio=20.0)
+
+
 def test_disk_push_fails_when_the_push_never_lands(checks_on, tiny_model_dir):
     landed = checks_on(tiny_model_dir).disk_push()
     assert landed.startswith("checksum changed; served vs transformers on the pushed weights: ")
@@ -262,16 +296,30 @@ def test_disk_push_fails_when_the_push_never_lands(checks_on, tiny_model_dir):
 
 class _LoadingSync:
     """The NCCL push's effect on the stand-in server: the pushed tensors become its weights (or, ``lands``
-    False, nothing happens)."""
+    False, nothing happens). A bucket stream (the stage's push) is read as ``NcclSync`` reads it: the
+    ``static`` names left out after the first push (``resend_static``, a fault: sent every time)."""
 
     server: WrongServer | None = None
+    resend_static = False
 
-    def __init__(self, client, **_):
+    def __init__(self, client, **kwargs):
         self.pushed_buckets = [1]
+        self.static: set[str] = set()
+        self.dtype = kwargs.get("dtype")
+        self._pushed = False
 
     def push(self, weights, version):
+        if callable(weights):
+            skip = self.static if self._pushed and not self.resend_static else set()
+            parts = list(weights(1 << 20, self.dtype, skip)[1])
+            self.pushed_buckets = [[n for n, _ in b] for b in parts]
+            weights = {n: t for b in parts for n, t in b}
         if self.server is not None and self.server.lands:
-            self.server.model.load_state_dict(weights)
+            self.server.model.load_state_dict(weights, strict=False)
+        self._pushed = True
+
+    def close(self) -> None:
+        pass
 
 
 def test_nccl_push_fails_when_the_launch_weights_do_not_come_back(checks_on, tiny_model_dir, monkeypatch):
@@ -290,21 +338,81 @@ def test_nccl_push_fails_when_the_launch_weights_do_not_come_back(checks_on, tin
                 checks.nccl_push()
 
 
-def test_rl_verdict_needs_trained_sequences_and_changed_server_weights(tmp_path):
+def test_learner_push_fails_when_the_tower_is_sent_again_or_the_push_does_not_land(
+    checks_on, tiny_model_dir, monkeypatch
+):
+    import paravt_core.rl.weight_sync as weight_sync
+
+    monkeypatch.setattr(weight_sync, "NcclSync", _LoadingSync)
+
+    def ready(**kwargs) -> gpu_check.GpuChecks:
+        checks = checks_on(tiny_model_dir, **kwargs)
+        checks.disk_push()  # the server holds the perturbed weights; their checksum is the disk push's
+        _LoadingSync.server = checks.stand_in
+        return checks
+
+    shown = ready().learner_push()
+    assert shown.startswith("push 1 = the disk push's checksum; push 2: ") and shown.endswith(
+        "(the tower) kept"
+    )
+    monkeypatch.setattr(_LoadingSync, "resend_static", True)  # the tower gathered and sent by every push
+    with pytest.raises(AssertionError, match=r"the second push sent 39 frozen tensors of 64"):
+        ready().learner_push()
+    monkeypatch.setattr(_LoadingSync, "resend_static", False)
+    checks = ready()
+    checks.stand_in.lands = False  # the pushes answer success and change nothing
+    with pytest.raises(AssertionError, match="holds the first push's weights: the second push did not land"):
+        checks.learner_push()
+
+
+def test_push_twice_verdict_by_hand():
+    one, launch = {"lm": "1", "tower": "t1"}, {"lm": "L", "tower": "tL"}
+    assert gpu_check.push_twice_verdict(one, {"lm": "L", "tower": "t1"}, launch, "x", "p", "l", "l") == (
+        "push 1 = the disk push's checksum; push 2: 1 tensors sent, 1 (the tower) kept"
+    )
+    with pytest.raises(AssertionError, match="holds the launch weights: the tower was sent again"):
+        gpu_check.push_twice_verdict(one, launch, launch, "l", "p", "l", "l")
+    with pytest.raises(AssertionError, match="holds the first push's weights: the second push did not land"):
+        gpu_check.push_twice_verdict(one, one, launch, "p", "p", "l", "l")
+    with pytest.raises(
+        AssertionError, match="a full push of the launch weights left checksum q, not the launch"
+    ):
+        gpu_check.push_twice_verdict(one, {"lm": "L", "tower": "t1"}, launch, "x", "p", "l", "q")
+    with pytest.raises(
+        AssertionError, match=r"1 tensors sent, 0 kept from the first, 1 neither \(e.g. \['tower'\]\)"
+    ):
+        gpu_check.push_twice_verdict(one, {"lm": "L", "tower": "??"}, launch, "x", "p", "l", "l")
+
+
+def test_rl_verdict_needs_trained_sequences_and_the_learners_weights_on_the_server(tmp_path):
     def outputs(trained: float, version: int) -> Path:
         (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 0, "trained_sequences": trained}) + "\n")
         (tmp_path / "metrics.json").write_text(json.dumps({"policy_version": version}))
         return tmp_path
 
-    assert gpu_check.rl_verdict(outputs(6.0, 1), "a" * 64, "b" * 64) == (
-        "1 step, 6 sequences trained, server checksum aaaaaaaaaaaa -> bbbbbbbbbbbb"
+    a, b, c = "a" * 64, "b" * 64, "c" * 64
+    assert gpu_check.rl_verdict(outputs(6.0, 1), a, b, b) == (
+        "1 step, 6 sequences trained, server checksum aaaaaaaaaaaa -> bbbbbbbbbbbb = the saved final's"
     )
     with pytest.raises(AssertionError, match="trained no sequence"):
-        gpu_check.rl_verdict(outputs(0.0, 1), "a" * 64, "b" * 64)
+        gpu_check.rl_verdict(outputs(0.0, 1), a, b, b)
     with pytest.raises(AssertionError, match="policy_version 0"):
-        gpu_check.rl_verdict(outputs(6.0, 0), "a" * 64, "b" * 64)
+        gpu_check.rl_verdict(outputs(6.0, 0), a, b, b)
     with pytest.raises(AssertionError, match="unchanged after the step: the push did not land"):
-        gpu_check.rl_verdict(outputs(6.0, 1), "a" * 64, "a" * 64)
+        gpu_check.rl_verdict(outputs(6.0, 1), a, a, a)
+    # issue 40, finding 6: a partial or misnamed push changes the checksum too, to what no saved final has
+    with pytest.raises(
+        AssertionError, match="not the saved final's cccccccccccc: the push landed other weights"
+    ):
+        gpu_check.rl_verdict(outputs(6.0, 1), a, b, c)
+
+
+def test_the_final_server_is_the_plans_command_on_the_saved_final(sglang_checker, tmp_path):
+    p = gpu_check.rl_plan("/w/model", "/w/data", "/w/rl", 30000, str(tmp_path / "rl.yaml"), python="python")
+    command = gpu_check.with_model_path(p.server_command, "/w/rl/final")
+    assert len(command) == len(p.server_command) and command.count("/w/rl/final") == 1
+    args = sglang_checker.server_args(command[3:])
+    assert args["error"] is None and args["args"]["model_path"] == "/w/rl/final"
 
 
 def test_two_gpu_sft_step_is_skipped_with_the_reason_on_fewer_gpus(tmp_path):

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from paravt_core import checkpoint
 from paravt_core.models import load
-from paravt_core.rl.learner import Learner
+from paravt_core.rl.learner import Learner, state_checksum
 from paravt_core.rl.stage import run
 from tests.rl_support import TINY_RL, rl_data, tiny_rl_config  # noqa: F401
 
@@ -56,6 +56,14 @@ def test_two_rank_learner_step_equals_the_one_process_step(rl_data, tiny_model_d
     for run_ in (one, two):  # the served dtype: each float32 weight converted, nothing else changed
         assert run_["served"].keys() == start.keys()
         assert all(torch.equal(run_["served"][k], run_["weights"][k].bfloat16()) for k in start)
+        # the NCCL push's buckets (issue 40, finding 5): the served tensors, in order, made on the device
+        streamed = [kv for bucket in run_["streamed"] for kv in bucket]
+        assert [k for k, _ in streamed] == list(run_["served"])
+        assert all(torch.equal(t, run_["served"][k]) for k, t in streamed)
+        assert run_["checksum"] == state_checksum(run_["served"])
+    # the host-copy counter sees the disk push's copies to rank 0's host (2 ranks: one per tensor), so the
+    # worker's count of 0 for the stream is a count, not a blind spot
+    assert two["whole_copies"] == len(start) and one["whole_copies"] == 0
 
 
 def test_stage_under_torchrun_then_resume_on_one_process(rl_data, tiny_model_dir, tmp_path):  # noqa: F811

@@ -639,10 +639,12 @@ class SGLangEngine(Engine):
             loop = asyncio.get_running_loop()
             sending: asyncio.Future = loop.create_future()
 
+            tensors = [t for _, t in reversed(named_tensors)]
+
             def send_all() -> None:
                 try:
-                    for _, tensor in named_tensors:
-                        broadcast(tensor)
+                    while tensors:  # each one let go once sent: the thread may outlive the request a moment
+                        broadcast(tensors.pop())
                 except BaseException as err:  # handed to the awaiting coroutine
                     loop.call_soon_threadsafe(_settle, sending, err)
                 else:

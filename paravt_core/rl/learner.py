@@ -39,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,10 +193,14 @@ def state_checksum(state: dict[str, torch.Tensor]) -> str:
     """SHA-256 over every tensor of a state dict (sorted keys): equal weights <=> equal checksums."""
     digest = hashlib.sha256()
     for key in sorted(state):
-        tensor = state[key].detach().to("cpu").contiguous()
-        digest.update(key.encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        _digest(digest, key, state[key])
     return digest.hexdigest()
+
+
+def _digest(digest: Any, key: str, tensor: torch.Tensor) -> None:
+    host = tensor.detach().to("cpu").contiguous()
+    digest.update(key.encode())
+    digest.update(host.view(torch.uint8).numpy().tobytes() if host.numel() else b"")
 
 
 DEFAULT_ATTENTION = "packed_sdpa"  # each packed sample's own causal block (paravt_core.train.attention)
@@ -444,17 +448,64 @@ class Learner:
         in ``dtype`` (None: as kept); collective under FSDP, where only rank 0 receives them (the others get
         ``{}``). Sharded: one parameter at a time is gathered on the device and converted there, and only its
         ``dtype`` copy goes to rank 0's host - never the float32 model in host memory (8B: 16 GB in bf16,
-        not 32 GB in float32 beside it)."""
+        not 32 GB in float32 beside it). For a disk push or the in-process engine; the NCCL push streams
+        :meth:`weight_buckets` instead (no host copy at all)."""
         if not self.dist.sharded:
             return {k: _cast(v.detach(), dtype).clone() for k, v in self.model.state_dict().items()}
         out = {}
-        for name, tensor in self.root.state_dict().items():  # the same order on every rank
+        for name, tensor in self._state():  # the same order on every rank
             full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor  # all-gather (device)
             full = _cast(full.detach(), dtype)
             if self.dist.rank == 0:
-                out[name.replace(_CKPT_PREFIX, "").removeprefix("inner.")] = full.to("cpu", copy=True)
+                out[name] = full.to("cpu", copy=True)
             del full
         return out
+
+    def _state(self) -> list[tuple[str, torch.Tensor]]:
+        """The root's state (sharded DTensors under FSDP: nothing gathered) under the model's own keys."""
+        return [
+            (n.replace(_CKPT_PREFIX, "").removeprefix("inner."), t) for n, t in self.root.state_dict().items()
+        ]
+
+    def weight_buckets(
+        self, max_bytes: int, dtype: torch.dtype | None = None, skip: set[str] | frozenset[str] = frozenset()
+    ) -> tuple[int, Iterator[list[tuple[str, torch.Tensor]]]]:
+        """The weights (all but ``skip``) for the NCCL push, bucket by bucket: (number of buckets, the
+        buckets). Each bucket (at most ``max_bytes`` in ``dtype``, ``weight_sync.buckets``) is made when the
+        iterator reaches it: its parameters gathered (``full_tensor``: an all-gather on the device, collective
+        on every rank, which must iterate to the end too) and cast on the device, one at a time; rank 0 gets
+        the device tensors (a parameter itself when nothing changes), the other ranks empty lists. Nothing goes
+        to the host, and rank 0 holds one bucket beside its shards, not the model."""
+        from .weight_sync import buckets
+
+        plan = buckets([(n, t) for n, t in self._state() if n not in skip], max_bytes, dtype)
+        return len(plan), self._gathered(plan, dtype)
+
+    def _gathered(
+        self, plan: list[list[tuple[str, torch.Tensor]]], dtype: torch.dtype | None
+    ) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        lead = self.dist.rank == 0
+        for bucket in plan:
+            out = []
+            for name, tensor in bucket:
+                full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+                full = _cast(full.detach(), dtype)  # the float32 gather dropped as soon as it is cast
+                if lead:
+                    out.append((name, full))
+                del full
+            yield out
+
+    def weights_checksum(self, dtype: torch.dtype | None = None) -> str | None:
+        """``state_checksum(self.weights(dtype))`` without the full copy: one tensor at a time gathered, cast on
+        the device and hashed on the host (collective; rank 0 gets the checksum, the others None)."""
+        digest = hashlib.sha256()
+        for name, tensor in sorted(self._state(), key=lambda kv: kv[0]):
+            full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+            full = _cast(full.detach(), dtype)
+            if self.dist.rank == 0:
+                _digest(digest, name, full)
+            del full
+        return digest.hexdigest() if self.dist.rank == 0 else None
 
     def frozen_names(self) -> set[str]:
         """Names (the model's own keys) of the parameters that never change (e.g. the frozen vision tower)."""

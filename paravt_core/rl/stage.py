@@ -306,6 +306,7 @@ class _Run:
     tracker: Tracker = dataclasses.field(default_factory=Tracker.disabled)
     lines: StepProgress | None = None
     tracking_state: dict[str, Any] = dataclasses.field(default_factory=dict)  # the resumed checkpoint's
+    pushed_full: bool = False  # the NCCL push: the frozen tower is on the server (left out of later pushes)
 
     @property
     def lead(self) -> bool:
@@ -318,9 +319,8 @@ class _Run:
             e = self.cfg.engine
             if e.kind != "transformers" and (e.base_url or e.weight_sync == "distributed"):
                 # a long-lived server may serve another run's (possibly half-pushed) weights: ours first
-                weights = self.learner.weights(self.dtype)
+                self.push(0)
                 if self.lead:
-                    self.push_weights(weights, 0)
                     console.print("rl: pushed the starting weights (version 0) before any rollout")
             return 0
         state = checkpoint.load(resumed, self.learner.root, self.learner.optimizer, staging_root=self.staging)
@@ -331,9 +331,8 @@ class _Run:
             )
         start, self.history = int(state["step"]), list(state["history"])
         self.tracking_state = dict(state.get("tracking") or {})
-        weights = self.learner.weights(self.dtype)
+        self.push(int(state["policy_version"]))
         if self.lead:
-            self.push_weights(weights, int(state["policy_version"]))
             console.print(
                 f"rl: resumed from {resumed} (step {start}, policy version {self.sync.version})",
                 soft_wrap=True,
@@ -399,18 +398,67 @@ class _Run:
             restore(self.handoff.share(step, None), self.policy.processor, self.images_kwargs)
         )
 
-    def push(self, version: int) -> tuple[dict[str, Any], float]:
-        """Gather the new weights (collective) and push them to the engine as ``version`` (rank 0); the
-        weights and the push's seconds."""
+    @property
+    def streams(self) -> bool:
+        """The NCCL push: known on every rank (the others take part in its bucket gathers)."""
+        e = self.cfg.engine
+        return e.kind != "transformers" and e.weight_sync == "distributed"
+
+    def push(self, version: int) -> tuple[dict[str, Any] | None, float]:
+        """Push the new weights to the engine as ``version`` (collective; rank 0 sends); the weights when they
+        were gathered whole (a disk or in-process push; None for the NCCL push) and the push's seconds."""
         t0 = time.perf_counter()
+        if self.streams:
+            self.push_buckets(version)
+            return None, time.perf_counter() - t0
         weights = self.learner.weights(self.dtype)
         if self.lead:
             self.push_weights(weights, version)
         return weights, time.perf_counter() - t0
 
+    def push_buckets(self, version: int) -> None:
+        """The NCCL push straight from the device: every rank walks ``Learner.weight_buckets`` (the frozen
+        tower only in a full push: the first one and the one to a restarted server) while rank 0 sends each
+        bucket. Then every rank learns whether it went through: a cut push restarts the server this stage owns
+        and all ranks push again in full, or (an external server) every rank stops."""
+        e = self.cfg.engine
+        skip = self.learner.frozen_names() if self.pushed_full else set()
+
+        def stream(max_bytes: int, dtype: Any, skip: set[str]) -> Any:
+            return self.learner.weight_buckets(max_bytes, dtype, skip)
+
+        def walk(skip: set[str]) -> None:  # the other ranks' share of rank 0's gathers
+            for _ in self.learner.weight_buckets(e.bucket_mb << 20, self.dtype, skip)[1]:
+                pass
+
+        failure: PushFailed | None = None
+        if self.lead:
+            try:
+                self.sync.push(stream, version)
+            except PushFailed as err:
+                failure = err
+        else:
+            walk(skip)
+        said = self.d.gather(
+            (str(failure), getattr(self.sync.engine, "server", None) is not None) if failure else None
+        )[0]
+        if said is None:
+            self.pushed_full = True
+            return
+        self.pushed_full = False
+        if self.lead:
+            self.sync, done = recover(self.sync, stream, version, failure)  # raises for an external server
+            console.print(f"rl: {done}", soft_wrap=True)
+        elif not said[1]:
+            raise PushFailed(f"rank 0's weight push failed: {said[0]}")
+        else:
+            walk(set())
+        self.pushed_full = True
+
     def push_weights(self, weights: dict[str, Any], version: int) -> None:
-        """Rank 0's push; an NCCL push cut short restarts the server this stage owns (or, for an external
-        server, ends the stage with one line naming what to restart): never a rollout on a wedged server."""
+        """Rank 0's push of a whole state dict; an NCCL push cut short restarts the server this stage owns (or,
+        for an external server, ends the stage with one line naming what to restart): never a rollout on a
+        wedged server."""
         try:
             self.sync.push(weights, version)
         except PushFailed as err:
@@ -468,11 +516,18 @@ class _Run:
         )
         write_jsonl(storage.join(out, "metrics.jsonl"), self.history)
 
-    def save_checkpoint(self, done: int, weights: dict[str, Any]) -> None:
-        """Every ``checkpoint.every`` steps and at the end (collective); rank 0 adds the trainer state."""
+    def save_checkpoint(self, done: int, weights: dict[str, Any] | None) -> None:
+        """Every ``checkpoint.every`` steps and at the end (collective); rank 0 adds the trainer state (the
+        served weights' checksum when asked: from ``weights`` when the push gathered them whole, else one
+        tensor at a time)."""
         cfg = self.cfg
         if done % cfg.checkpoint.every != 0 and done != cfg.steps:
             return
+        checksum = None
+        if cfg.checkpoint.weights_checksum:
+            checksum = (
+                state_checksum(weights) if weights is not None else self.learner.weights_checksum(self.dtype)
+            )
         self.tracker.checkpoint()  # the events up to this step are on the output before the checkpoint is
         state = (
             {
@@ -482,7 +537,7 @@ class _Run:
                 "model": cfg.model,
                 "data_position": done * cfg.prompts_per_step,
                 "history": self.history,
-                "weights_sha256": state_checksum(weights) if cfg.checkpoint.weights_checksum else None,
+                "weights_sha256": checksum,
                 "tracking": self.tracker.state(),  # the tracker runs a resumed run continues (MLflow run id)
             }
             if self.lead

@@ -20,7 +20,7 @@ import os
 import shutil
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -148,6 +148,24 @@ def buckets(
         out[-1].append((name, tensor))
         size += nbytes
     return out
+
+
+Bucket = list[tuple[str, torch.Tensor]]
+# ``stream(max_bytes, dtype, skip) -> (number of buckets, the buckets)``: the weights bucket by bucket, each
+# made only when it is sent (``Learner.weight_buckets``: gathered and cast on the device, collective)
+BucketStream = Callable[[int, torch.dtype | None, set[str]], tuple[int, Iterator[Bucket]]]
+Weights = dict[str, torch.Tensor] | BucketStream
+
+
+def dict_stream(weights: dict[str, torch.Tensor]) -> BucketStream:
+    """A state dict as a :data:`BucketStream` (each bucket cast to ``dtype`` when it is sent)."""
+
+    def stream(max_bytes: int, dtype: torch.dtype | None, skip: set[str]) -> tuple[int, Iterator[Bucket]]:
+        plan = buckets([(n, t) for n, t in weights.items() if n not in skip], max_bytes, dtype)
+        cast = lambda t: t.to(dtype) if dtype is not None and t.is_floating_point() else t  # noqa: E731
+        return len(plan), ([(n, cast(t)) for n, t in b] for b in plan)
+
+    return stream
 
 
 def unique_group_name() -> str:
@@ -279,7 +297,9 @@ class NcclSync:
         import torch.distributed as dist
 
         # group_src: rank 0 *of this group* (the trainer), whatever its rank in torchrun's world
-        dist.broadcast(tensor.to(self.device).contiguous(), group=self.group, group_src=0)
+        # a tensor already on the group's device is sent from where it lies (a device buffer, no copy)
+        here = tensor if tensor.device == self.device else tensor.to(self.device)
+        dist.broadcast(here.contiguous(), group=self.group, group_src=0)
 
     def close(self) -> None:
         """The server leaves the group (best effort: it may be gone), then we do. After a failed push neither
@@ -300,18 +320,15 @@ class NcclSync:
             asyncio.run(_closing(self.engine, self.engine.destroy_weights_update_group(self.group_name)))
         dist.destroy_process_group(group)
 
-    async def _push(self, weights: dict[str, torch.Tensor], version: int) -> None:
+    async def _push(self, count: int, stream: Iterator[Bucket], version: int) -> None:
         engine = self.engine
-        changing = [(n, t) for n, t in weights.items() if not (self._pushed and n in self.static)]
-        plan = buckets(changing, self.bucket_bytes, self.dtype)
+        names: list[list[str]] = []
         await engine.pause_generation(self.pause_mode)
         try:
             await engine.begin_weight_update()
             try:
-                for i, bucket in enumerate(plan):
-                    last = i == len(plan) - 1
-                    if self.dtype is not None:
-                        bucket = [(n, t.to(self.dtype) if t.is_floating_point() else t) for n, t in bucket]
+                for i, bucket in enumerate(stream):  # each bucket made (gathered, cast) only now
+                    last = i == count - 1
                     await engine.update_weights_from_distributed(
                         bucket,
                         self._broadcast,
@@ -319,33 +336,40 @@ class NcclSync:
                         weight_version=str(version) if last else None,
                         flush_cache=last,
                     )
+                    names.append([n for n, _ in bucket])
+                    del bucket  # one bucket alive at a time, not two while the next is gathered
             finally:
                 await engine.end_weight_update()
         finally:
             await engine.continue_generation()
-        self.pushed_buckets = [[n for n, _ in b] for b in plan]
+        self.pushed_buckets = names
         self._pushed = True
 
-    def push(self, weights: dict[str, torch.Tensor], version: int) -> None:
-        """Push ``weights`` as ``version``. A push cut short raises :class:`PushFailed` and leaves this sync
-        (and the server's side of its group) unusable: the caller restarts the server or pushes from disk."""
+    def push(self, weights: Weights, version: int) -> None:
+        """Push ``weights`` (a state dict, or a :data:`BucketStream` such as ``Learner.weight_buckets``) as
+        ``version``; after the first push the ``static`` names are left out. A push cut short raises
+        :class:`PushFailed` and leaves this sync (and the server's side of its group) unusable: the caller
+        restarts the server or pushes from disk. The stream's remaining buckets are still made (its gathers are
+        collective on the learner's ranks, which go on with them)."""
         if self.failed is not None:
             raise PushFailed(f"NCCL weight sync: an earlier push failed ({self.failed}); restart the server")
+        stream = dict_stream(weights) if isinstance(weights, dict) else weights
+        count, buckets_ = stream(self.bucket_bytes, self.dtype, self.static if self._pushed else set())
         if self.group is None:
             self.connect()
         try:
-            asyncio.run(_closing(self.engine, self._push(weights, version)))
+            asyncio.run(_closing(self.engine, self._push(count, buckets_, version)))
         except BaseException as err:  # an interrupt leaves the server's side just as stuck
             self.failed = _cause(err)
             if not isinstance(err, Exception):
                 raise  # Ctrl-C / exit: the caller stops, no recovery attempted
+            for _ in buckets_:  # the other ranks' gathers of the buckets not sent
+                pass
             raise PushFailed(f"NCCL weight push of version {version} failed: {self.failed}") from err
         self.version = version
 
 
-def recover(
-    sync: NcclSync, weights: dict[str, torch.Tensor], version: int, err: PushFailed
-) -> tuple[NcclSync, str]:
+def recover(sync: NcclSync, weights: Weights, version: int, err: PushFailed) -> tuple[NcclSync, str]:
     """After ``err`` cut a push short: restart the server ``sync``'s engine owns (``SGLangEngine.launch``), join
     it under a new group and push ``weights`` as ``version`` again, in full (the new server has only the
     checkpoint it was launched on). Returns the new sync and what was done; raises :class:`PushFailed` with one
