@@ -7,8 +7,8 @@ The release (EvolvingLMMs-Lab/ParaVT) is imported from a path given on the comma
 
 Each benchmark gets one synthetic dataset row (the HF schema the release's ``load_samples`` reads) and one
 synthetic video (``paravt_core.synth.write_video``). The release's own ``utils.load_samples`` turns the row into a
-sample and its ``driver.eval_one`` runs it with two scripted replies (one ``crop_video`` call, then the answer),
-so both requests it sends are recorded. Only what cannot run here is stubbed: ``datasets.load_dataset`` returns
+sample and its ``driver.eval_one`` runs it with scripted replies (three rounds of ``crop_video`` calls, then the
+forced answer), so every request it sends is recorded. Only what cannot run here is stubbed: ``datasets.load_dataset`` returns
 the row, and the OpenAI client records the request instead of sending it (``openai`` is not installed here).
 qwen-vl-utils 0.0.14 comes from the side site (``--site``, made by ``scripts/setup.sh``) with torchcodec, the
 release's reader (its ``requirements/eval.lock``).
@@ -52,11 +52,26 @@ SRT = (
     "1\n00:00:01,000 --> 00:00:03,000\nA red circle appears.\n\n"
     "2\n00:00:04,000 --> 00:00:06,500\n<i>Then</i> a blue square\njoins it.\n"
 )
-CALL = (  # two parallel calls: one served, one after the end of the video (the driver's error message)
-    '<think>Check the middle and the end.</think>\n<tool_call>\n{"name": "crop_video", "arguments": '
-    '{"video_path": "v.mp4", "start_time": 2.3, "end_time": 9.1}}\n</tool_call>\n<tool_call>\n'
-    '{"name": "crop_video", "arguments": {"video_path": "v.mp4", "start_time": 20, "end_time": 30}}\n</tool_call>'
-)
+
+
+def _call(args: str) -> str:
+    return (
+        f'<tool_call>\n{{"name": "crop_video", "arguments": {{"video_path": "v.mp4", {args}}}}}\n</tool_call>'
+    )
+
+
+# Three tool rounds, then the driver's forced answer (max_turns=3): two parallel calls, one after the end of the
+# video (the driver's error message); six calls, of which the driver keeps max_parallel=5; a time as "MM:SS" and no
+# end (parse_time_val, start + 10 s, past the end of the video).
+CALLS = [
+    "<think>Check the middle and the end.</think>\n"
+    + _call('"start_time": 2.3, "end_time": 9.1')
+    + "\n"
+    + _call('"start_time": 20, "end_time": 30'),
+    "<think>Second by second.</think>\n"
+    + "\n".join(_call(f'"start_time": {t}, "end_time": {t + 1}') for t in range(6)),
+    "<think>Once more.</think>\n" + _call('"start_time": "00:05"'),
+]
 SHAPES = ["A red circle", "A blue square", "A green triangle", "Nothing"]
 Q = "Which shape appears first?"
 
@@ -230,7 +245,7 @@ def record(release: Path, site: Path, commit: str, out: Path) -> None:
 
             mode = case.get("prompt_mode", "agentic_general")
             (sample,) = utils.load_samples(dataset, str(hf_home), prompt_mode=mode)
-            client = RecordingClient([CALL, case["reply"]])
+            client = RecordingClient([*CALLS, case["reply"]])
             channel = case.get("video_channel", "image_url")
             result = driver.eval_one(client, "model", sample, nframes=64, max_turns=3, prompt_mode=mode,
                                      video_channel=channel)  # fmt: skip
@@ -248,7 +263,7 @@ def record(release: Path, site: Path, commit: str, out: Path) -> None:
                 "srt": SRT if "srt" in case else None,
                 "row": case["row"],
                 "media_root": case["media_root"],
-                "replies": [CALL, case["reply"]],
+                "replies": [*CALLS, case["reply"]],
                 "release_result": {k: result[k] for k in ("pred", "score", "tool_calls")},
                 "requests": tails(client.requests),
             }

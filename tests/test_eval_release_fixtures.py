@@ -4,7 +4,8 @@ release's own code sent (EvolvingLMMs-Lab/ParaVT, ``paravt/eval/utils.py`` ``loa
 snapshot into ``tests/fixtures/release/*.json`` (each names its commit; no release code is in this repository).
 
 Both sides get the same synthetic dataset row, the same synthetic video (regenerated here bit for bit) and the
-same two scripted replies (a ``crop_video`` call, then the answer); on our side the row goes through our converter,
+same scripted replies (three rounds of ``crop_video`` calls: a window after the end of the video, six calls of
+which five are kept, a "MM:SS" time without an end; then the forced answer); on our side the row goes through our converter,
 ``run_one`` under ``preset=release`` and the real ``OpenAIEngine`` whose HTTP post is replaced by a recorder (the
 same stub the recording used for the release's client). The comparison is on the OpenAI message lists themselves
 (each request, message by message, part by part): text byte for byte, images by size and pixels (the sha256 of
@@ -167,19 +168,20 @@ def rendered(processor: Any, messages: list[dict[str, Any]]) -> str:
 
 
 # Differences by design, asserted exactly (a new one, or one that goes away, fails):
-# - "content shape": the release sends the system prompt and the "[Error cropping …]" response as a plain string,
-#   we send one text part of the same text; the chat template renders both the same (checked below on the
+# - "content shape": the release sends the system prompt, the "[Error cropping …]" response and the forced answer as
+#   a plain string, we send one text part of the same text; the chat template renders both the same (checked below on the
 #   rendered text), so only the JSON differs.
 WIRE_ONLY = [
     "request 0 message 0 content shape: str vs list",
     "request 1 message 2 content shape: str vs list",
+    "request 3 message 2 content shape: str vs list",
 ]
 # - Charades overview: the release's recipe sends Charades as a ``video_url`` (scripts/reproduce_paravt_8b.sh
 #   ``--video_channel video_url``; driver.py ``_video_user_content``), decoded by the vLLM server with its own
 #   frame sampling and timestamps; a client sending frames cannot reproduce that, so we send 64 frames of the
 #   release's sizing, each after its time label (protocols.agent_config ``overview_labels``).
 NOT_REPRODUCIBLE = {"charades": ["request 0 message 1 parts: 2 vs 129"]}
-IDENTICAL = {"charades": 16}  # items compared equal (settings, texts byte for byte, images); 81 elsewhere
+IDENTICAL = {"charades": 47}  # items compared equal (settings, texts byte for byte, images); 112 elsewhere
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.stem for p in FIXTURES])
@@ -190,7 +192,7 @@ def test_release_requests_equal_ours_but_for_the_named_differences(path, tmp_pat
     same, diffs = compare(fixture["requests"], mine)
     unreproducible = NOT_REPRODUCIBLE.get(path.stem, [])
     assert diffs == WIRE_ONLY[:1] + unreproducible + WIRE_ONLY[1:]
-    assert same == IDENTICAL.get(path.stem, 81)
+    assert same == IDENTICAL.get(path.stem, 112)
     # the rendered chat template: equal for every request, the unreproducible overview set aside (theirs on both)
     theirs, ours_full = full_lists(fixture["requests"]), full_lists(mine)
     for t, m in zip(theirs, ours_full, strict=True):
@@ -199,7 +201,9 @@ def test_release_requests_equal_ours_but_for_the_named_differences(path, tmp_pat
         assert rendered(tiny_model.processor, t) == rendered(tiny_model.processor, m)
     # the release's reader on the final reply reads what the release's own scoring read
     release = fixture["release_result"]
-    assert record["status"] == "ok" and record["tool_calls"] == release["tool_calls"] == 2
+    assert (
+        record["status"] == "ok" and record["tool_calls"] == release["tool_calls"] == 8
+    )  # 2 + 5 kept of 6 + 1
     assert record["release_score"] == release["score"]
     if fixture["dataset"] != "charades":
         assert record["release_prediction"] == release["pred"]
