@@ -115,6 +115,21 @@ CASES: dict[str, dict[str, Any]] = {
                                            "E": ""}, "answer": "A"},
         "release_video": "mmvu/videos/Art/v.mp4", "media_root": "mmvu", "reply": "<answer>A</answer>",
     },
+    "videomme_direct": {  # the driver's single-turn modes (no tool): direct, and reasoning below
+        "dataset": "videomme",
+        "row": {"videoID": "v", "question_id": "001-1", "duration": "short", "domain": "Synthetic",
+                "task_type": "Temporal Perception", "question": Q,
+                "options": [f"{k}. {s}" for k, s in zip("ABCD", SHAPES, strict=True)], "answer": "A"},
+        "release_video": "videomme/data/v.mp4", "media_root": "videomme", "reply": "<answer>A</answer>",
+        "prompt_mode": "direct",
+    },
+    "mlvu_reasoning": {
+        "dataset": "mlvu",
+        "row": {"video_name": "v.mp4", "question": Q, "candidates": SHAPES, "answer": SHAPES[0],
+                "task_type": "order", "question_id": "order-0"},
+        "release_video": "MLVU/video/v.mp4", "media_root": "MLVU/video",
+        "reply": "<think>Red first.</think><answer>A</answer>", "prompt_mode": "reasoning",
+    },
     "mmvu_open_ended": {  # the same loader; an open-ended item (empty choices) as the release reads it
         "dataset": "mmvu",
         "row": {"id": "mmvu-2", "question_type": "open-ended", "subject": "Art", "metadata": {"subject": "Art"},
@@ -245,7 +260,8 @@ def record(release: Path, site: Path, commit: str, out: Path) -> None:
 
             mode = case.get("prompt_mode", "agentic_general")
             (sample,) = utils.load_samples(dataset, str(hf_home), prompt_mode=mode)
-            client = RecordingClient([*CALLS, case["reply"]])
+            replies = [*CALLS, case["reply"]] if mode.startswith("agentic_") else [case["reply"]]
+            client = RecordingClient(replies)
             channel = case.get("video_channel", "image_url")
             result = driver.eval_one(client, "model", sample, nframes=64, max_turns=3, prompt_mode=mode,
                                      video_channel=channel)  # fmt: skip
@@ -263,7 +279,7 @@ def record(release: Path, site: Path, commit: str, out: Path) -> None:
                 "srt": SRT if "srt" in case else None,
                 "row": case["row"],
                 "media_root": case["media_root"],
-                "replies": [*CALLS, case["reply"]],
+                "replies": replies,
                 "release_result": {k: result[k] for k in ("pred", "score", "tool_calls")},
                 "requests": tails(client.requests),
             }
