@@ -4,13 +4,14 @@ release's own code sent (EvolvingLMMs-Lab/ParaVT, ``paravt/eval/utils.py`` ``loa
 snapshot into ``tests/fixtures/release/*.json`` (each names its commit; no release code is in this repository).
 
 Both sides get the same synthetic dataset row, the same synthetic video (regenerated here bit for bit) and the
-same scripted replies (three rounds of ``crop_video`` calls: a window after the end of the video, six calls of
-which five are kept, a "MM:SS" time without an end; then the forced answer); on our side the row goes through our converter,
-``run_one`` under ``preset=release`` and the real ``OpenAIEngine`` whose HTTP post is replaced by a recorder (the
-same stub the recording used for the release's client). The comparison is on the OpenAI message lists themselves
-(each request, message by message, part by part): text byte for byte, images by size and pixels (the sha256 of
-the decoded RGB, else a 4 x 4 box thumbnail within JPEG round-off). Where the two differ by design the
-difference is listed in ``KNOWN`` exactly, so a new difference (or a fixed one) fails."""
+same scripted replies (agentic: three rounds of ``crop_video`` calls, with a window after the end of the video,
+six calls of which five are kept and a "MM:SS" time without an end, then the forced answer; ``direct`` and
+``reasoning``: the answer). On our side the row goes through our converter, ``run_one`` under ``preset=release``
+and the real ``OpenAIEngine`` whose HTTP post is replaced by a recorder (the same stub the recording used for the
+release's client). The comparison is on the OpenAI message lists (each request, message by message, part by
+part): text byte for byte, images by size and pixels (the sha256 of the decoded RGB, else a 4 x 4 box thumbnail
+within JPEG round-off); then on each request's text rendered by the Qwen3-VL chat template. Differences by
+design are listed exactly (``WIRE_ONLY``, ``NOT_REPRODUCIBLE``), so a new one, or one that goes away, fails."""
 
 from __future__ import annotations
 
