@@ -102,7 +102,10 @@ def test_launcher_on_cpu_two_gloo_ranks_and_a_server_process(rl_data, tiny_model
     # the server process was stopped with the stage (it wrote its log on SIGTERM) and served the rollouts
     lines = [json.loads(x) for x in calls.read_text().splitlines()]
     paths = [x["path"] for x in lines]
-    assert paths.count("/generate") >= cfg.group_size and paths.count("/update_weights_from_disk") == 1
+    # two disk pushes: version 0 before any rollout (the ranks get the server as base_url, and a server at a
+    # given address may hold another run's weights) and version 1 after the step
+    assert paths.count("/generate") >= cfg.group_size and paths.count("/update_weights_from_disk") == 2
+    assert paths.index("/update_weights_from_disk") < paths.index("/generate")
     assert (tmp_path / "out" / "_COMPLETE").exists()
     config = (tmp_path / "out" / "config.yaml").read_text()
     assert f"base_url: http://127.0.0.1:{port}" in config  # the learner ranks got the server's address
