@@ -44,8 +44,8 @@ def sft_trainjob_op(
     from components.locations import run_root
     from components.publish import publish_sft, publish_tensorboard, read_summary
     from paravt_core import storage
-    from paravt_core.config import SftConfig, config_to_yaml, load_config
-    from paravt_core.launch.trainjob import NodeSpec, launch_stage, with_launch, with_run_id
+    from paravt_core.config import SftConfig, load_config
+    from paravt_core.launch.trainjob import NodeSpec, launch_with_retries
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config_yaml)
@@ -56,28 +56,18 @@ def sft_trainjob_op(
     cfg.launch.nodes, cfg.launch.gpus_per_node, cfg.launch.api = nodes, gpus_per_node, api
     output = cfg.output
     from paravt_core.launch.hardware import check_uses_gpus
-    from paravt_core.launch.retry import run_with_retries
 
     check_uses_gpus("sft", gpus=nodes * gpus_per_node, device="cuda", float32=not cfg.model.bf16,
                     model=cfg.model.uri, parameter="sft_config_yaml",
                     example="configs/sft/qwen3vl_8b_2node.yaml")  # fmt: skip
 
-    run_with_retries(  # a failed job is deleted and created again: the stage resumes from its checkpoints
-        lambda: launch_stage(
-            "sft",
-            config_to_yaml(cfg),
-            run_id=run_id,
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            api=api,
-            runtime=runtime,
-            poll_s=poll_s,
-            spec=with_run_id(with_launch(NodeSpec(**{**node_spec, "pvc": media_pvc}), cfg.launch), run_id),
-            pending_timeout_s=cfg.launch.pending_timeout_s,
-        ),
-        stage="sft",
-        retries=cfg.launch.retries,
-        backoff_s=cfg.launch.retry_backoff_s,
+    launch_with_retries(
+        "sft",
+        cfg,
+        run_id=run_id,
+        runtime=runtime,
+        poll_s=poll_s,
+        spec=NodeSpec(**{**node_spec, "pvc": media_pvc}),
     )
     summary = read_summary(output)
     publish_tensorboard(tensorboard, output, run_id)
@@ -113,16 +103,14 @@ def rl_trainjob_op(
     from components.locations import run_root
     from components.publish import publish_rl, publish_tensorboard, read_summary
     from paravt_core import storage
-    from paravt_core.config import config_to_yaml, load_config
+    from paravt_core.config import load_config
     from paravt_core.launch.trainjob import (
         NodeSpec,
         check_rl_multinode,
         in_cluster_namespace,
         job_name,
-        launch_stage,
+        launch_with_retries,
         rank0_address,
-        with_launch,
-        with_run_id,
     )
     from paravt_core.rl.config import RlConfig
 
@@ -143,24 +131,13 @@ def rl_trainjob_op(
         cfg.engine.nccl_address = rank0_address(
             api, job_name(run_id, "rl"), in_cluster_namespace(), cfg.launch.cluster_domain
         )
-    from paravt_core.launch.retry import run_with_retries
-
-    run_with_retries(  # a failed job is deleted and created again: the stage resumes from its checkpoints
-        lambda: launch_stage(
-            "rl",
-            config_to_yaml(cfg),
-            run_id=run_id,
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            api=api,
-            runtime=runtime,
-            poll_s=poll_s,
-            spec=with_run_id(with_launch(NodeSpec(**{**node_spec, "pvc": media_pvc}), cfg.launch), run_id),
-            pending_timeout_s=cfg.launch.pending_timeout_s,
-        ),
-        stage="rl",
-        retries=cfg.launch.retries,
-        backoff_s=cfg.launch.retry_backoff_s,
+    launch_with_retries(
+        "rl",
+        cfg,
+        run_id=run_id,
+        runtime=runtime,
+        poll_s=poll_s,
+        spec=NodeSpec(**{**node_spec, "pvc": media_pvc}),
     )
     summary = read_summary(output)
     publish_tensorboard(tensorboard, output, run_id)

@@ -103,3 +103,23 @@ class KeyedEngine(Engine):
         if delay:
             await asyncio.sleep(delay)
         return [self._scripted.complete(r, i) for r, i in zip(requests, items, strict=True)]
+
+
+# One Video-MME row on a 10 s, 4 fps video (40 frames) with four subtitle cues: at 4 sampled frames
+# (0, 13, 26, 39) the cue of seconds 2-3 (frames 8-11) is missed; 64 samples keep every cue.
+SUBTITLED_ROW = {"videoID": "fxA", "question_id": "1", "duration": "short", "question": "Q?",
+                 "options": ["A. x", "B. y"], "answer": "A"}  # fmt: skip
+
+
+def write_subtitled_video(root: Path) -> None:
+    """``root/data/fxA.mp4`` and ``root/subtitle/fxA.srt``, the media of :data:`SUBTITLED_ROW`."""
+    from paravt_core.synth import Event, write_video
+
+    (root / "data").mkdir()
+    (root / "subtitle").mkdir()
+    write_video(root / "data" / "fxA.mp4", [Event("circle", "red", 0.0, 10.0, (10, 10, 60, 60))], 10.0, 4.0,
+                (64, 48))  # fmt: skip
+    (root / "subtitle" / "fxA.srt").write_text(
+        "1\n00:00:00,000 --> 00:00:01,000\nHi\n\n2\n00:00:02,000 --> 00:00:03,000\nskipped\n\n"
+        "3\n00:00:03,000 --> 00:00:04,000\nmiddle\n\n4\n00:00:09,000 --> 00:00:10,000\nend\n"
+    )

@@ -470,19 +470,12 @@ def test_videomme_wsub_aligned_on_a_real_video_and_labelled_in_the_report(tmp_pa
     from paravt_core.eval import benchmarks as B
     from paravt_core.eval import report
     from paravt_core.eval.metrics import benchmark_metrics
+    from tests.eval_support import SUBTITLED_ROW, write_subtitled_video
 
-    (tmp_path / "data").mkdir()
-    (tmp_path / "subtitle").mkdir()
-    write_video(tmp_path / "data" / "fxA.mp4", [Event("circle", "red", 0.0, 10.0, (10, 10, 60, 60))], 10.0, 4.0,
-                (64, 48))  # fmt: skip
+    write_subtitled_video(tmp_path)
     # 40 frames at 4 fps; 4 sampled: 0, 13, 26, 39. Cues in frames: [0, 4) 0; [8, 12) none; [12, 16) 13;
     # [36, 40) 39.
-    (tmp_path / "subtitle" / "fxA.srt").write_text(
-        "1\n00:00:00,000 --> 00:00:01,000\nHi\n\n2\n00:00:02,000 --> 00:00:03,000\nskipped\n\n"
-        "3\n00:00:03,000 --> 00:00:04,000\nmiddle\n\n4\n00:00:09,000 --> 00:00:10,000\nend\n"
-    )
-    row = {"videoID": "fxA", "question_id": "1", "duration": "short", "question": "Q?",
-           "options": ["A. x", "B. y"], "answer": "A"}  # fmt: skip
+    row = dict(SUBTITLED_ROW)
     (s,) = B.to_samples("videomme_wsub", [row], B.Context(str(tmp_path), subtitle_frames=4))
     assert s.question.startswith("This video's subtitles are listed below:\nHi\nmiddle\nend\nQuestion: Q?")
     (full,) = B.to_samples("videomme_wsub", [row], B.Context(str(tmp_path)))

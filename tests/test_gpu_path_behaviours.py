@@ -285,19 +285,10 @@ def test_release_preset_aligns_subtitles_to_its_own_frame_count(tmp_path):
     whatever ``agent.overview_frames`` (4 here) says. 40 frames at 4 fps: 64 samples cover every frame, so
     every cue is kept; 4 samples (0, 13, 26, 39) miss the cue of seconds 2-3 (frames 8-11)."""
     from paravt_core.eval.stage import _samples_by_bench
-    from paravt_core.synth import Event, write_video
-    from tests.eval_support import tiny_eval_config
+    from tests.eval_support import SUBTITLED_ROW, tiny_eval_config, write_subtitled_video
 
-    (tmp_path / "data").mkdir()
-    (tmp_path / "subtitle").mkdir()
-    write_video(tmp_path / "data" / "fxA.mp4", [Event("circle", "red", 0.0, 10.0, (10, 10, 60, 60))], 10.0, 4.0,
-                (64, 48))  # fmt: skip
-    (tmp_path / "subtitle" / "fxA.srt").write_text(
-        "1\n00:00:00,000 --> 00:00:01,000\nHi\n\n2\n00:00:02,000 --> 00:00:03,000\nskipped\n\n"
-        "3\n00:00:03,000 --> 00:00:04,000\nmiddle\n\n4\n00:00:09,000 --> 00:00:10,000\nend\n"
-    )
-    row = {"videoID": "fxA", "question_id": "1", "duration": "short", "question": "Q?",
-           "options": ["A. x", "B. y"], "answer": "A"}  # fmt: skip
+    write_subtitled_video(tmp_path)
+    row = dict(SUBTITLED_ROW)
     (tmp_path / "rows.json").write_text(json.dumps([row]))
     bench = {"name": "videomme_wsub", "source": str(tmp_path / "rows.json"), "media_root": str(tmp_path),
              "subtitle_mode": "aligned"}  # fmt: skip

@@ -35,7 +35,7 @@ def test_multinode_stages_are_trainjob_creating_steps(ir):
         container = spec["deploymentSpec"]["executors"][f"exec-{stage}-trainjob-op"]["container"]
         assert container["image"].startswith(image)  # the step's pod runs the stage's image
         body = container["command"][-1]
-        assert "from paravt_core.launch.trainjob import" in body and "launch_stage(" in body
+        assert "from paravt_core.launch.trainjob import" in body and "launch_with_retries(" in body
         assert f'"{stage}",' in body
         # The launcher pod asks for no GPU: the job's nodes do.
         assert "accelerator" not in container.get("resources", {})

@@ -794,3 +794,32 @@ def launch_stage(
         manifest["metadata"]["ownerReferences"] = owner  # garbage-collected with the run's Workflow
     with delete_on_sigterm(launcher, name):
         return launcher.run(manifest, timeout_s=timeout_s, nodes=nodes, pending_timeout_s=pending_timeout_s)
+
+
+def launch_with_retries(
+    stage: str, cfg: Any, *, run_id: str, runtime: str, poll_s: float, spec: NodeSpec
+) -> None:
+    """:func:`launch_stage` for a stage config (``SftConfig``/``RlConfig``) on ``cfg.launch``'s nodes, its cluster
+    settings and the run id on every node; a job that failed is deleted and created again
+    (``launch.retries``), and the stage resumes from its checkpoints."""
+    from paravt_core.config import config_to_yaml
+    from paravt_core.launch.retry import run_with_retries
+
+    launch = cfg.launch
+    run_with_retries(
+        lambda: launch_stage(
+            stage,
+            config_to_yaml(cfg),
+            run_id=run_id,
+            nodes=launch.nodes,
+            gpus_per_node=launch.gpus_per_node,
+            api=launch.api,
+            runtime=runtime,
+            poll_s=poll_s,
+            spec=with_run_id(with_launch(spec, launch), run_id),
+            pending_timeout_s=launch.pending_timeout_s,
+        ),
+        stage=stage,
+        retries=launch.retries,
+        backoff_s=launch.retry_backoff_s,
+    )
