@@ -89,10 +89,11 @@ def test_the_push_streams_device_buckets_and_gathers_the_tower_once(receiver, ti
 
     peak = _peak_allocated(prof)
     print(f"push peak {peak} B, bucket {BUCKET} B, largest tensor {largest} B, model (bf16) {model_bytes} B")
-    # one bucket (a tensor larger than a bucket goes alone) and what is let go of as the next one is made,
-    # not the model's bf16 copy (the old push cloned it whole: a peak of at least the model)
-    bound = max(BUCKET, largest) + BUCKET
-    assert model_bytes > 4 * bound, (model_bytes, bound)
+    # a bucket being sent (a tensor larger than a bucket goes alone), the next one being made and what is let
+    # go of between them (the broadcast thread's release is not ordered with the main thread's gathers), not
+    # the model's bf16 copy (the old push cloned it whole: a peak of at least the model)
+    bound = 2 * max(BUCKET, largest) + BUCKET
+    assert model_bytes > 2 * bound, (model_bytes, bound)
     assert peak <= bound, (peak, BUCKET, largest, model_bytes)
     assert _peak_allocated(prof2) <= bound  # the later push: trainable weights only, one bucket at a time
     assert copies.count == 0 and second_copies.count == 0, (copies.count, second_copies.count)
