@@ -81,7 +81,7 @@ def ours(fixture: dict[str, Any], tmp: Path, processor: Any) -> tuple[list[dict[
     cfg = EvalConfig(preset="release")
     from paravt_core.agent.prompts import load_prompt_set
 
-    ctx = B.Context(str(root), texts=load_prompt_set(cfg.agent.prompt_set).benchmark)
+    ctx = B.Context(str(root), texts=load_prompt_set(cfg.agent.prompt_set).benchmark, preset=cfg.preset)
     bench = B.get(fixture["dataset"])  # the release's dataset name is ours (mmvu_open_ended: mmvu)
     (sample,) = B.to_samples(bench.name, [fixture["row"]], ctx)
     engine = RecordingEngine(fixture["replies"], processor)

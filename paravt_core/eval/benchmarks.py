@@ -43,7 +43,7 @@ from typing import Any
 from paravt_core import storage
 from paravt_core.agent.prompts import DEFAULT_PROMPT_SET, BenchmarkLayout, BenchmarkTexts, load_prompt_set
 
-from .formats import aligned_subtitles, parse_srt, subtitle_text
+from .formats import aligned_subtitles, parse_srt, release_subtitle_text, subtitle_text
 
 LETTERS = "ABCDEFGHIJ"
 # Containers a benchmark's video may come in under its id (Video-MME ships .mp4, .MP4 and .mkv files).
@@ -66,6 +66,7 @@ class Sample:
     gold_interval: tuple[float, float] | None = None  # tvg: the gold [start, end] seconds as numbers
     direct_question: str = ""  # the question under protocol=direct when the set's hint differs there
     forced: str | None = ""  # forced answer kind (mcq / tvg / None); "": by qtype
+    error_reason: str = "row_error"  # the record's error reason when ``error`` is set
 
     def question_for(self, protocol: str) -> str:
         """The question the model sees under ``protocol``."""
@@ -86,6 +87,9 @@ class Context:
     # "aligned" subtitles, N = the overview frames)
     subtitle_frames: int = 0
     texts: BenchmarkTexts = field(default_factory=lambda: load_prompt_set(DEFAULT_PROMPT_SET).benchmark)
+    # "release": files read as the release's loader reads them (Video-MME only as <videoID>.mp4, its SRT reader,
+    # LVBench's question field as it is); "paravt": ours
+    preset: str = "paravt"
 
 
 Converter = Callable[[dict[str, Any], Context], Sample]
@@ -164,6 +168,21 @@ def video_file(ctx: Context, stem: str) -> str:
     return first
 
 
+def release_missing_mp4(ctx: Context, stem: str) -> str | None:
+    """Under preset=release, why the video of ``stem`` is an error although we would run it: the release's
+    loader names every Video-MME video ``<videoID>.mp4`` (``paravt/eval/utils.py`` lines 246 and 282 at cf55249)
+    and ``eval_one`` answers a path that does not exist with the error "video not found" (``driver.py`` lines
+    439-440), scored wrong; a copy named ``.MP4``/``.mkv``/``.webm`` is such a sample. None: not that case."""
+    first = media(ctx, stem + VIDEO_EXTENSIONS[0])
+    if ctx.preset != "release" or storage.is_s3(first) or "://" in first or os.path.exists(first):
+        return None
+    other = next((p for ext in VIDEO_EXTENSIONS[1:] if os.path.exists(p := media(ctx, stem + ext))), None)
+    if other is None:
+        return None  # no copy at all: the episode reports the missing file, as for every preset
+    return (f"video not found: {first} (preset=release looks only for <videoID>.mp4, as the release's loader; "
+            f"this copy is {os.path.basename(other)}, which preset=paravt runs)")  # fmt: skip
+
+
 _LEADING_LETTER = re.compile(r"^\s*\(?([A-J])[.):]\s*")
 
 
@@ -193,12 +212,15 @@ def _videomme(row: dict[str, Any], ctx: Context, subtitles: bool) -> Sample:
     block = lettered(options) if layout(ctx).videomme_options == "lettered" else "\n".join(options)
     t = ctx.texts
     prefix = None
-    if subtitles:
+    missing = release_missing_mp4(ctx, f"data/{video_id}")
+    if subtitles and not missing:
         root = ctx.subtitles_root or media(ctx, "subtitle")
         join = "\n" if layout(ctx).subtitle_lines == "line" else " "
         srt = media(Context(root, texts=ctx.texts), f"{video_id}.srt")
         if ctx.subtitle_frames:
             text = _aligned(ctx, srt, video_file(ctx, f"data/{video_id}"), join)
+        elif ctx.preset == "release":  # the release's positional reader (formats.release_srt_lines)
+            text = release_subtitle_text(srt)
         else:
             text = subtitle_text(srt, join)
         # a set whose no_subtitles is "" leaves the block out for a video without subtitles (the release)
@@ -214,7 +236,7 @@ def _videomme(row: dict[str, Any], ctx: Context, subtitles: bool) -> Sample:
     sample = Sample(
         benchmark="",
         id=str(_need(row, "question_id")),
-        video=video_file(ctx, f"data/{video_id}"),
+        video=media(ctx, f"data/{video_id}.mp4") if missing else video_file(ctx, f"data/{video_id}"),
         gold=letter_of(_need(row, "answer"), options),
         letters=LETTERS[: len(options)],
         meta={
@@ -223,6 +245,8 @@ def _videomme(row: dict[str, Any], ctx: Context, subtitles: bool) -> Sample:
             "domain": row.get("domain"),
         },
     )
+    if missing:
+        sample.error, sample.error_reason = missing, "video_not_found"
     return with_direct(ctx, sample, build)
 
 
@@ -279,9 +303,12 @@ def _lvbench(row: dict[str, Any], ctx: Context) -> Sample:
     listed = row.get("options")
     if not options and isinstance(listed, list | tuple) and listed:
         # the migrated copy lists the options apart: lettered "(A) ..." under the question, as lmms-eval 0.7.3's
-        # lvbench_doc_to_text writes them
+        # lvbench_doc_to_text writes them; preset=release shows the question field as it is (the release's loader,
+        # paravt/eval/utils.py lines 320-334 at cf55249: the question field, then the
+        # instruction (line 329); no options list is read)
         options = [str(o) for o in listed]
-        question = question + "\n" + "\n".join(f"({LETTERS[i]}) {o}" for i, o in enumerate(options))
+        if ctx.preset != "release":
+            question = question + "\n" + "\n".join(f"({LETTERS[i]}) {o}" for i, o in enumerate(options))
     if not options:
         raise RowError("question holds no (A)…(D) options and the row has no options list")
     qtypes = row.get("question_type") or []

@@ -156,3 +156,30 @@ def aligned_subtitles(
     spans = [(int(a * fps), int(b * fps)) for a, b, _ in cues]
     kept = [i for i, (lo, hi) in enumerate(spans) if any(lo <= f < hi for f in sampled)]
     return "\n".join(cues[i][2] for i in kept)
+
+
+def release_srt_lines(raw: bytes) -> str:
+    """The subtitle text the release's driver gives the model (``parse_srt``, ``paravt/eval/utils.py`` lines
+    178-195 at cf55249), our own code written from its behaviour: the bytes decoded as UTF-8 with undecodable
+    bytes dropped, line ends made ``\\n`` (Python's text mode), blocks split at blank lines, and in each block
+    of at least three lines every line after the **second** (by position: a block without its index line loses
+    its first text line, and a broken time line is not noticed), markup removed, one line per line."""
+    text = raw.decode("utf-8", errors="ignore").replace("\r\n", "\n").replace("\r", "\n")
+    lines = []
+    for block in re.split(r"\n\s*\n", text.strip()):
+        parts = block.strip().split("\n")
+        if len(parts) < 3:
+            continue
+        lines += [t for ln in parts[2:] if (t := _TAGS.sub("", ln).strip())]
+    return "\n".join(lines)
+
+
+def release_subtitle_text(uri: str) -> str | None:
+    """:func:`release_srt_lines` of a subtitle file (local path or ``s3://`` URI); None when it does not exist."""
+    from paravt_core import storage
+
+    try:
+        raw = storage.read_bytes(uri)
+    except FileNotFoundError:
+        return None
+    return release_srt_lines(raw)

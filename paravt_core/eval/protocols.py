@@ -42,6 +42,14 @@ RELEASE_CLIENT_TIMEOUT_S = 1800.0
 # fills it in when the config is validated, so the resolved config names it.
 RELEASE_PROMPT_SET = "release-v1"
 
+# The release's vLLM 0.17.1 server (utils.py launch_servers lines 517-524 at cf55249): --max-model-len 65536 and
+# --limit-mm-per-prompt '{"video":1,"image":1024}'. The context is applied by the episode as vLLM applies it (see
+# server.py); the image limit never binds: an episode sends at most overview_frames + max_turns x max_parallel
+# x crop.max_frames images (64 + 3 x 5 x 16 = 304), and vLLM refuses only more than 1024 (its
+# multimodal/processing/context.py validate_num_items: "At most 1024 image(s) may be provided in one prompt.").
+RELEASE_MAX_MODEL_LEN = 65_536
+RELEASE_IMAGE_LIMIT = 1024
+
 # qwen-vl-utils 0.0.14: VIDEO_MIN_PIXELS = 128 * 28 * 28, VIDEO_MAX_PIXELS = 768 * 28 * 28 (the per-frame cap
 # for 64 frames: its total-pixel budget / 64 is larger); the release's crops pass max_pixels 50,176, min 784.
 RELEASE_AGENT: dict[str, Any] = {
@@ -55,7 +63,7 @@ RELEASE_AGENT: dict[str, Any] = {
     "frame_path": "qwen-vl-utils",
     # qwen-vl-utils 0.0.14's smart_nframes rounds a crop's frame count DOWN to even (a 7 s window: 6 frames)
     "crop": {"fps": 1.0, "min_frames": 1, "max_frames": 16, "rounding": "floor"},
-    "max_context_tokens": 65_536,
+    "max_context_tokens": RELEASE_MAX_MODEL_LEN,
     "max_new_tokens": 2048,
     "max_turns": 3,
     "max_parallel": 5,
@@ -72,8 +80,23 @@ def preset_agent(preset: str, base: AgentConfig) -> AgentConfig:
         merged = {**base.model_dump(), **RELEASE_AGENT}
         merged["crop"] = {**base.crop.model_dump(), **RELEASE_AGENT["crop"]}
         merged["max_pixels"] = max(base.max_pixels, merged["min_pixels"])
-        return AgentConfig.model_validate(merged)
+        agent = AgentConfig.model_validate(merged)
+        if max_images(agent) > RELEASE_IMAGE_LIMIT:  # the release's server would refuse such an episode
+            raise ValueError(f"preset=release sends up to {max_images(agent)} images, over the release server's "
+                             f"--limit-mm-per-prompt of {RELEASE_IMAGE_LIMIT}")  # fmt: skip
+        return agent
     raise ValueError(f"unknown eval preset {preset!r}; known: {', '.join(PRESETS)}")
+
+
+def max_images(agent: AgentConfig) -> int:
+    """The most images one episode's last request carries: the overview, then every tool round's calls each
+    answered with its most crop frames (``crop_frames``; the sub-agent mode sends the main agent text)."""
+    crops = (
+        agent.max_turns * agent.max_parallel * agent.crop.max_frames
+        if agent.tool_mode == "crop_frames"
+        else 0
+    )
+    return agent.overview_frames + crops
 
 
 def agent_config(

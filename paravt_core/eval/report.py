@@ -19,7 +19,7 @@ from typing import Any
 
 from . import benchmarks as registry
 from .metrics import headline
-from .protocols import WITH_TOOL
+from .protocols import RELEASE_MAX_MODEL_LEN, WITH_TOOL
 
 # SPEC §7: published accuracy (%) and Charades mIoU of the with-tool protocol.
 PUBLISHED: dict[str, dict[str, float]] = {
@@ -455,6 +455,10 @@ def comparability(results: dict[str, Any], bench: str) -> str:
         why.append(f"reader={reader}: answers read by ours, not the release's extract_letter")
     if "config" in results:
         why += _config_differences(results["config"], bench, results.get("published_model"))
+    served = (results.get("server") or {}).get("max_model_len")
+    if served is not None and served < RELEASE_MAX_MODEL_LEN:  # it refuses requests the release's server took
+        why.append(f"the server's context is {served} tokens, under the release's --max-model-len "
+                   f"{RELEASE_MAX_MODEL_LEN}: it refuses the longest requests the release answered")  # fmt: skip
     if bench == "charades":
         why.append(CHARADES_INPUT.removeprefix("not comparable: "))
     if _subtitle_mode(results, bench) == "aligned":

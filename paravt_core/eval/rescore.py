@@ -90,7 +90,7 @@ def rescore(
             recs = _local_records(output, RecordStore.rel(protocol, bench), work)
             records.setdefault(protocol, {})[bench] = asyncio.run(_rescore_all(recs))
     dest = storage.join(output, "rescored", cfg.resolved_reader)
-    return write_outputs(cfg, dest, canonical(records), time.perf_counter() - started)
+    return write_outputs(cfg, dest, canonical(records), time.perf_counter() - started, before.get("server"))
 
 
 def readers_table(results: dict[str, Any]) -> list[tuple[str, str, str, float | None, float | None, int]]:

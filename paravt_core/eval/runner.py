@@ -101,7 +101,7 @@ async def run_one(
     """The record of one sample (never raises). ``base``: the agent config with the preset already applied
     (``protocols.preset_agent``); ``preset`` adds its per-sample knobs."""
     if sample.error:
-        return error_record(sample, protocol, "row_error", sample.error, attempts=0)
+        return error_record(sample, protocol, sample.error_reason, sample.error, attempts=0)
     try:
         cfg = protocols.agent_config(protocol, bench, sample, base, preset)
         row = EpisodeRow(video=sample.video, question=sample.question_for(protocol), row_id=sample.id,

@@ -113,7 +113,11 @@ def _rows_source(b: EvalBenchmarkConfig, bench: registry.Benchmark, work: str) -
 
 
 def load_samples(
-    b: EvalBenchmarkConfig, work: str, prompt_set: str = prompts.DEFAULT_PROMPT_SET, overview_frames: int = 64
+    b: EvalBenchmarkConfig,
+    work: str,
+    prompt_set: str = prompts.DEFAULT_PROMPT_SET,
+    overview_frames: int = 64,
+    preset: str = "paravt",
 ) -> list[registry.Sample]:
     source_spec(b)  # an unknown benchmark name is an EvalError (one line), before anything is fetched
     if b.media_root and "://" not in b.media_root and not os.path.isdir(b.media_root):
@@ -131,7 +135,11 @@ def load_samples(
     texts = prompts.load_prompt_set(prompt_set).benchmark  # question texts of the run's prompt set
     aligned = overview_frames if b.subtitle_mode == "aligned" else 0
     ctx = registry.Context(
-        media_root=b.media_root, subtitles_root=b.subtitles, texts=texts, subtitle_frames=aligned
+        media_root=b.media_root,
+        subtitles_root=b.subtitles,
+        texts=texts,
+        subtitle_frames=aligned,
+        preset=preset,
     )
     return registry.to_samples(b.name, rows, ctx)
 
@@ -248,7 +256,10 @@ def prompt_set_of(cfg: EvalConfig) -> prompts.PromptSet:
 
 
 def build_results(
-    cfg: EvalConfig, records: dict[str, dict[str, list[dict[str, Any]]]], elapsed_s: float
+    cfg: EvalConfig,
+    records: dict[str, dict[str, list[dict[str, Any]]]],
+    elapsed_s: float,
+    server: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     per: dict[str, dict[str, Any]] = {}
     errors: Counter[str] = Counter()
@@ -298,6 +309,8 @@ def build_results(
         "code_version": _code_version(),
         "prompt_protocol": ps.name,
         "prompt_checksum": ps.checksum,
+        # the serving engine's own report (engine.kind=openai): its context, set against the release's
+        **({"server": server} if server else {}),
         "config": config_to_dict(cfg),
     }
 
@@ -312,10 +325,14 @@ def error_gate(per: dict[str, dict[str, Any]], limit: float) -> dict[str, Any]:
 
 
 def write_outputs(
-    cfg: EvalConfig, output: str, records: dict[str, dict[str, list[dict]]], elapsed: float
+    cfg: EvalConfig,
+    output: str,
+    records: dict[str, dict[str, list[dict]]],
+    elapsed: float,
+    server: dict[str, Any] | None = None,
 ) -> dict:
     records = canonical(records)
-    results = build_results(cfg, records, elapsed)
+    results = build_results(cfg, records, elapsed, server)
     storage.write_bytes(storage.join(output, "results.json"), json.dumps(results, indent=2).encode())
     metrics = report.kfp_metrics(results)
     storage.write_bytes(storage.join(output, "metrics.json"), json.dumps(metrics, indent=2).encode())
@@ -356,7 +373,7 @@ def _samples_by_bench(cfg: EvalConfig, work: str) -> dict[str, list[registry.Sam
         if b.name in out:
             raise EvalError(f"benchmark {b.name} is configured twice")
         frames = preset_agent(cfg.preset, cfg.agent).overview_frames
-        out[b.name] = load_samples(b, work, cfg.agent.prompt_set, frames)
+        out[b.name] = load_samples(b, work, cfg.agent.prompt_set, frames, cfg.preset)
     return out
 
 
@@ -522,7 +539,7 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
             console.print(f"[bold]paravt eval[/]: shard {cfg.shard} complete ({total} records) in {run_root}")
             return StageResult(STAGE, outputs={"shard": run_root}, metrics={"records": total})
 
-    results = write_outputs(cfg, output, records, time.perf_counter() - started)
+    results = write_outputs(cfg, output, records, time.perf_counter() - started, server_report(cfg))
     log_results(cfg.tracking, "eval", output, work, eval_scalars(results), config_to_dict(cfg), cfg.model)
     print_summary(results)
     outputs = _outputs(output)
@@ -535,6 +552,15 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
         )
     storage.mark_complete(output, {"stage": STAGE, "samples": results["totals"]["samples"]})
     return StageResult(STAGE, outputs=outputs, metrics=_summary(results))
+
+
+def server_report(cfg: EvalConfig) -> dict[str, Any] | None:
+    """What the server (``engine.kind=openai``) reports about its context; None for the in-process engine."""
+    if cfg.engine.kind != "openai" or not cfg.engine.base_url:
+        return None
+    from .server import served_context
+
+    return served_context(cfg.engine.base_url, cfg.engine.served_model or cfg.model)
 
 
 def _outputs(output: str) -> dict[str, str]:
