@@ -240,3 +240,15 @@ def test_a_release_preset_over_the_image_limit_is_refused(monkeypatch):
     monkeypatch.setitem(protocols.RELEASE_AGENT, "overview_frames", 1024)
     with pytest.raises(ValueError, match="over the release server's --limit-mm-per-prompt of 1024"):
         protocols.preset_agent("release", AgentConfig())
+
+
+def test_charades_engine_failure_without_the_tool_is_left_out_as_the_release_does():
+    """A request the server refuses (context_overflow) or that fails: inside the release's agent loop the reply
+    is "[API error: ...]", read as no interval (IoU 0; driver.py lines 466-476); under direct/reasoning the
+    sample is an error result (driver.py lines 453-460) that Charades leaves out (utils.py line 729)."""
+    ok = {"id": "a", "status": "ok", "score": 0.6, "release_score": 0.6, "qtype": "tvg"}
+    overflow = {"id": "b", "status": "error", "score": None, "error": {"reason": "context_overflow"}}
+    agentic = benchmark_metrics("charades", [ok, overflow], "release", "release", "agentic")
+    direct = benchmark_metrics("charades", [ok, overflow], "release", "release", "direct")
+    assert agentic["miou_errors_as_zero"] == pytest.approx(30.0) and agentic["denominator"] == 2
+    assert direct["miou_errors_as_zero"] == pytest.approx(60.0) and direct["denominator"] == 1

@@ -10,7 +10,8 @@ A record is the dict the runner writes: ``status`` ``ok`` (scored, ``score`` in 
   the denominator), so the headline is ``accuracy_errors_as_wrong``; Charades leaves out results with an
   ``error`` (a missing video, a crash) but scores an engine failure inside the agent loop as the reply
   "[API error: ...]", which names no interval: IoU 0 (``miou_errors_as_zero`` counts our engine errors, timeouts
-  and context overflows that way).
+  and context overflows that way under ``agentic``; without the tool the release's failure is an error result,
+  left out).
 
 - accuracy: mean score x 100 (MCQ scores are 0/1; an answer that names no option, or two, scores 0);
 - Video-MME: accuracy per ``duration`` group (short / medium / long);
@@ -51,8 +52,11 @@ ERROR_RULES = ("paravt", "release")
 READERS = ("robust", "release")
 # A judge that could not answer is an error of our reader only: the release reads every MMVU item as a letter.
 JUDGE_ERRORS = ("judge_error", "judge_timeout", "judge_unparseable")
-# Errors that happen inside the release's agent loop (a failed completion): scored there as a reply.
+# Errors that happen inside the release's agent loop (a failed completion): scored there as a reply. Without the
+# tool (direct, reasoning) the same failure is an error result (driver.py eval_one lines 453-460 at cf55249), which
+# Charades leaves out (utils.py run_dataset line 729).
 IN_LOOP_ERRORS = ("engine_error", "engine_timeout", "context_overflow")
+IN_LOOP_PROTOCOLS = ("agentic",)
 UNREAD = (
     "unparseable_letter",
     "hedged_letter",
@@ -126,7 +130,11 @@ def with_reader(records: Iterable[dict[str, Any]], reader: str) -> list[dict[str
 
 
 def benchmark_metrics(
-    benchmark: str, records: list[dict[str, Any]], error_rule: str = "paravt", reader: str | None = None
+    benchmark: str,
+    records: list[dict[str, Any]],
+    error_rule: str = "paravt",
+    reader: str | None = None,
+    protocol: str = "agentic",
 ) -> dict[str, Any]:
     """Headline and breakdowns of one benchmark under one protocol (``error_rule``, ``reader``: see the module
     docstring), with the other reader's headline beside it."""
@@ -134,11 +142,11 @@ def benchmark_metrics(
         raise ValueError(f"unknown error rule {error_rule!r}; known: {', '.join(ERROR_RULES)}")
     reader = reader or default_reader(error_rule)
     views = {name: with_reader(records, name) for name in READERS}
-    out = _metrics(benchmark, views[reader], error_rule)
+    out = _metrics(benchmark, views[reader], error_rule, protocol)
     base = "miou" if benchmark == "charades" else "accuracy"
     for name in READERS:
         out[f"{base}_{name}"] = headline(
-            out if name == reader else _metrics(benchmark, views[name], error_rule)
+            out if name == reader else _metrics(benchmark, views[name], error_rule, protocol)
         )
     out["reader"] = reader
     out["reader_differences"] = sum(
@@ -148,7 +156,9 @@ def benchmark_metrics(
     return out
 
 
-def _metrics(benchmark: str, records: list[dict[str, Any]], error_rule: str) -> dict[str, Any]:
+def _metrics(
+    benchmark: str, records: list[dict[str, Any]], error_rule: str, protocol: str = "agentic"
+) -> dict[str, Any]:
     ok = scored(records)
     errors = [r for r in records if r.get("status") == "error"]
     out: dict[str, Any] = {
@@ -160,7 +170,8 @@ def _metrics(benchmark: str, records: list[dict[str, Any]], error_rule: str) -> 
     if benchmark == "charades":
         out.update(charades_metrics(records))
         out["headline"] = "miou"
-        in_loop = [r for r in errors if (r.get("error") or {}).get("reason") in IN_LOOP_ERRORS]
+        in_loop = [r for r in errors if (r.get("error") or {}).get("reason") in IN_LOOP_ERRORS
+                   and protocol in IN_LOOP_PROTOCOLS]  # fmt: skip
         total = len(ok) + len(in_loop)
         out["miou_errors_as_zero"] = 100.0 * sum(float(r["score"]) for r in ok) / total if total else None
         out["denominator"] = total if error_rule == "release" else len(ok)

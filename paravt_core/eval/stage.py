@@ -269,7 +269,7 @@ def build_results(
     for protocol, benches in records.items():
         per[protocol] = {}
         for bench, recs in benches.items():
-            m = benchmark_metrics(bench, recs, cfg.resolved_error_rule, cfg.resolved_reader)
+            m = benchmark_metrics(bench, recs, cfg.resolved_error_rule, cfg.resolved_reader, protocol)
             # every number names what produced it: preset, protocol and the prompt set's checksum
             m["provenance"] = {"preset": cfg.preset, "protocol": protocol, "prompt_set": ps.name,
                                "prompt_checksum": ps.checksum}  # fmt: skip
