@@ -211,6 +211,9 @@ def test_server_context_is_recorded_and_a_smaller_one_makes_the_row_not_comparab
     assert results["server"] == server
     why = report.comparability(results, "videomme")
     assert "the server's context is 32768 tokens, under the release's --max-model-len 65536" in why
+    assert "server context</th><td>32768 tokens (the release's vLLM: 65536)" in report.render_html(
+        results, {}
+    )
     # the release's own context, or a larger one (the episode still stops at 65,536): not named
     for ok in (65536, 131072, None):
         assert "server's context" not in report.comparability(_results({"max_model_len": ok}), "videomme")
@@ -252,3 +255,38 @@ def test_charades_engine_failure_without_the_tool_is_left_out_as_the_release_doe
     direct = benchmark_metrics("charades", [ok, overflow], "release", "release", "direct")
     assert agentic["miou_errors_as_zero"] == pytest.approx(30.0) and agentic["denominator"] == 2
     assert direct["miou_errors_as_zero"] == pytest.approx(60.0) and direct["denominator"] == 1
+
+
+def test_release_request_asks_for_the_room_left_and_a_full_context_ends_the_sample(tiny_model, tmp_path):
+    """vLLM 0.17.1 lowers ``max_tokens`` to ``max_model_len - prompt`` (``entrypoints/utils.py``
+    ``get_max_tokens``) and refuses only a prompt of ``max_model_len`` tokens or more
+    (``v1/engine/input_processor.py`` ``_validate_prompt_len``): the release episode does the same with the
+    release's 65,536 (frames included: 64 unlabelled overview frames of the synthetic video). A refused
+    request is an error the release scores wrong (``context_overflow``, in ``IN_LOOP_ERRORS``)."""
+    from paravt_core.engines.scripted import ScriptedEngine
+    from paravt_core.synth import Event, write_video
+
+    video = tmp_path / "v.mp4"
+    write_video(video, [Event("circle", "red", 1.0, 8.0, (10, 10, 120, 100))], 12.0, 30.0, (426, 240))
+    base = protocols.preset_agent("release", EvalConfig(preset="release").agent)
+    bench = B.get("videomme")
+
+    def run(question: str) -> tuple[dict[str, Any], ScriptedEngine]:
+        sample = B.Sample("videomme", "1", str(video), question, "A", letters="AB")
+        engine = ScriptedEngine(tiny_model.processor, ["<answer>A</answer>"])
+        record = asyncio.run(run_one(sample, "direct", bench, engine, base, RunOptions(retries=0),
+                                     processor=tiny_model.processor, preset="release"))  # fmt: skip
+        return record, engine
+
+    short, engine = run("Which shape?")
+    (request,) = engine.requests
+    assert short["status"] == "ok" and short["frames"] == 64 and request.sampling.max_new_tokens == 2048
+    per = len(tiny_model.processor.tokenizer(" hello" * 1000)["input_ids"]) // 1000  # tokens per " hello"
+    p0 = len(request.input_ids)
+    near, engine = run("Which shape?" + " hello" * ((65_536 - 100 - p0) // per))
+    (request,) = engine.requests
+    assert near["status"] == "ok" and 65_536 - 2048 < len(request.input_ids) < 65_536
+    assert request.sampling.max_new_tokens == 65_536 - len(request.input_ids)  # under the 2048 asked for
+    full, engine = run("Which shape?" + " hello" * ((65_536 - p0) // per + 1))
+    assert engine.requests == []  # never sent: the release's server answers such a request with 400
+    assert (full["status"], full["error"]["reason"]) == ("error", "context_overflow")

@@ -280,7 +280,7 @@ small {{ color: #666; }} figure {{ display: inline-block; margin: 8px; }}
  {html.escape(str(results.get("error_rule", "paravt")))}</td></tr>
 <tr><th>prompts</th><td>{html.escape(str(results.get("prompt_protocol")))} · {html.escape(str(results.get("prompt_checksum", "")))}</td></tr>
 <tr><th>code</th><td>{html.escape(str(results.get("code_version")))} · {results.get("elapsed_s", 0):.1f} s</td></tr>
-</table>
+{_server_row(results)}</table>
 <h2>Headline (accuracy %, Charades mIoU)</h2>
 <table><tr><th>benchmark</th>{head}</tr>{"".join(rows)}</table>
 <p><small>Errors (engine failures after retries, unreadable videos, bad rows, judge unavailable): under error
@@ -471,6 +471,17 @@ def comparability(results: dict[str, Any], bench: str) -> str:
             why.append("MMVU open-ended items scored by token F1, not the judge or the release's reader")
             break
     return "not comparable: " + "; ".join(why) if why else ""
+
+
+def _server_row(results: dict[str, Any]) -> str:
+    """The serving engine's reported context (engine.kind=openai), beside the release's."""
+    server = results.get("server")
+    if not server:
+        return ""
+    value = server.get("max_model_len")
+    told = "not reported" if value is None else f"{value} tokens"
+    return (f"<tr><th>server context</th><td>{html.escape(told)} (the release's vLLM: "
+            f"{RELEASE_MAX_MODEL_LEN})</td></tr>")  # fmt: skip
 
 
 def _gate_banner(results: dict[str, Any]) -> str:
