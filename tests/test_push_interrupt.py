@@ -121,3 +121,20 @@ def test_a_failed_push_names_what_cut_it_not_only_the_cleanup_after_it() -> None
             "RuntimeError: learner interrupted mid-bucket (then EngineError: /end_weight_update: timed out after 120 s)"
         )
     assert _cause(RuntimeError("x")) == "RuntimeError: x"
+
+
+def test_a_renewed_sync_keeps_the_settings_under_a_new_group() -> None:
+    """``recover``'s sync for the restarted server: every setting and the tower's names kept, a group name of
+    its own (SGLang keeps the old one), nothing joined, failed or pushed (its first push is in full)."""
+    sync = NcclSync(SGLangEngine("http://127.0.0.1:9"), master_address="10.0.0.5", master_port=29600,
+                    server_ranks=2, version=7, backend="gloo", bucket_bytes=1234, pause_mode="abort",
+                    timeout_s=9.0, dtype=torch.bfloat16)  # fmt: skip
+    sync.static = {"model.visual.x"}
+    sync.failed, sync._pushed, sync.group, sync.pushed_buckets = "cut", True, object(), [["w"]]
+    fresh = sync.renewed()
+    settings = ["engine", "master_address", "master_port", "server_ranks", "version", "backend", "bucket_bytes",
+                "pause_mode", "timeout_s", "dtype", "static"]  # fmt: skip
+    assert [getattr(fresh, k) for k in settings] == [getattr(sync, k) for k in settings]
+    assert (fresh.version, fresh.bucket_bytes, fresh.dtype) == (7, 1234, torch.bfloat16)
+    assert fresh.group_name != sync.group_name and fresh.group_name.startswith("paravt-")
+    assert (fresh.failed, fresh._pushed, fresh.group, fresh.pushed_buckets) == (None, False, None, [])

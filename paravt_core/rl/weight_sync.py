@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 import socket
@@ -173,6 +174,7 @@ def unique_group_name() -> str:
     return f"paravt-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
+@dataclasses.dataclass(eq=False)
 class NcclSync:
     """Our rank 0 is rank 0 of a group whose ranks 1.. are the server's GPUs (``backend="nccl"``; gloo on
     CPU for tests). One push, in SGLang 0.5.23's protocol (``scheduler_components/weight_updater.py``,
@@ -197,41 +199,37 @@ class NcclSync:
     generation, best effort. ``close`` asks the server to destroy the group (and destroys ours).
     """
 
-    def __init__(
-        self,
-        engine: Any,
-        *,
-        master_address: str,
-        master_port: int,
-        server_ranks: int,
-        version: int = 0,
-        backend: str = "nccl",
-        bucket_bytes: int = 1 << 30,
-        pause_mode: str = "retract",
-        timeout_s: float = 600.0,
-        dtype: torch.dtype | None = None,
-        group_name: str | None = None,
-    ):
-        """``dtype``: floating tensors are sent in it (the server's weight dtype, e.g. bf16 when the learner
-        keeps fp32 masters), converted one bucket at a time. ``group_name``: default ``unique_group_name()``.
-        ``static``: names of tensors that never change (the frozen vision tower): sent by the first push only."""
-        self.group_name = group_name or unique_group_name()
-        self.static: set[str] = set()
-        self._pushed = False
-        self.engine, self.version = engine, version
-        self.master_address, self.master_port, self.server_ranks = master_address, master_port, server_ranks
-        self.backend, self.bucket_bytes, self.pause_mode, self.timeout_s = (
-            backend,
-            bucket_bytes,
-            pause_mode,
-            timeout_s,
-        )
-        self.dtype = dtype
-        self.group: Any = None
-        self.pushed_buckets: list[list[str]] = []  # names per bucket of the last push (logs, tests)
-        # why a push was cut short: the server may hold receives that never complete (NCCL: queued on its
-        # stream; SGLang 0.5.23 has no abort), so this sync refuses to push again and close() does not wait
-        self.failed: str | None = None
+    engine: Any
+    _: dataclasses.KW_ONLY
+    master_address: str
+    master_port: int
+    server_ranks: int
+    version: int = 0
+    backend: str = "nccl"
+    bucket_bytes: int = 1 << 30
+    pause_mode: str = "retract"
+    timeout_s: float = 600.0
+    # floating tensors are sent in it (the server's weight dtype, e.g. bf16 when the learner keeps fp32
+    # masters), converted one bucket at a time
+    dtype: torch.dtype | None = None
+    group_name: str | None = None  # None: unique_group_name()
+    # names of tensors that never change (the frozen vision tower): sent by a sync's first push only
+    static: set[str] = dataclasses.field(default_factory=set)
+    # the state of one group and its pushes (renewed() starts them afresh)
+    group: Any = dataclasses.field(default=None, init=False)
+    pushed_buckets: list[list[str]] = dataclasses.field(default_factory=list, init=False)  # per bucket
+    # why a push was cut short: the server may hold receives that never complete (NCCL: queued on its
+    # stream; SGLang 0.5.23 has no abort), so this sync refuses to push again and close() does not wait
+    failed: str | None = dataclasses.field(default=None, init=False)
+    _pushed: bool = dataclasses.field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.group_name = self.group_name or unique_group_name()
+
+    def renewed(self) -> NcclSync:
+        """This sync's settings (``static`` and ``version`` too) under a new group name, not joined and not
+        failed: the sync for a restarted server, whose first push is in full."""
+        return dataclasses.replace(self, group_name=None)
 
     @property
     def device(self) -> torch.device:
@@ -384,18 +382,6 @@ def recover(sync: NcclSync, weights: Weights, version: int, err: PushFailed) -> 
         ) from err
     server.stop()
     server.start()
-    fresh = NcclSync(
-        engine,
-        master_address=sync.master_address,
-        master_port=sync.master_port,
-        server_ranks=sync.server_ranks,
-        version=sync.version,
-        backend=sync.backend,
-        bucket_bytes=sync.bucket_bytes,
-        pause_mode=sync.pause_mode,
-        timeout_s=sync.timeout_s,
-        dtype=sync.dtype,
-    )
-    fresh.static = sync.static
+    fresh = sync.renewed()
     fresh.push(weights, version)
     return fresh, f"{err}; restarted the SGLang server this stage owns and pushed version {version} to it"
