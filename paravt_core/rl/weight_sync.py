@@ -353,9 +353,9 @@ class NcclSync:
             raise PushFailed(f"NCCL weight sync: an earlier push failed ({self.failed}); restart the server")
         stream = dict_stream(weights) if isinstance(weights, dict) else weights
         count, buckets_ = stream(self.bucket_bytes, self.dtype, self.static if self._pushed else set())
-        if self.group is None:
-            self.connect()
         try:
+            if self.group is None:  # a server held by a cut push answers no join either: failed the same way
+                self.connect()
             asyncio.run(_closing(self.engine, self._push(count, buckets_, version)))
         except BaseException as err:  # an interrupt leaves the server's side just as stuck
             self.failed = _cause(err)
