@@ -349,10 +349,12 @@ class NcclSync:
         :class:`PushFailed` and leaves this sync (and the server's side of its group) unusable: the caller
         restarts the server or pushes from disk. The stream's remaining buckets are still made (its gathers are
         collective on the learner's ranks, which go on with them)."""
-        if self.failed is not None:
-            raise PushFailed(f"NCCL weight sync: an earlier push failed ({self.failed}); restart the server")
         stream = dict_stream(weights) if isinstance(weights, dict) else weights
         count, buckets_ = stream(self.bucket_bytes, self.dtype, self.static if self._pushed else set())
+        if self.failed is not None:
+            for _ in buckets_:  # the other ranks' gathers
+                pass
+            raise PushFailed(f"NCCL weight sync: an earlier push failed ({self.failed}); restart the server")
         try:
             if self.group is None:  # a server held by a cut push answers no join either: failed the same way
                 self.connect()
@@ -367,11 +369,11 @@ class NcclSync:
         self.version = version
 
 
-def recover(sync: NcclSync, weights: Weights, version: int, err: PushFailed) -> tuple[NcclSync, str]:
-    """After ``err`` cut a push short: restart the server ``sync``'s engine owns (``SGLangEngine.launch``), join
-    it under a new group and push ``weights`` as ``version`` again, in full (the new server has only the
-    checkpoint it was launched on). Returns the new sync and what was done; raises :class:`PushFailed` with one
-    line naming what to restart when the server is not ours (``engine.base_url``)."""
+def restart(sync: NcclSync, err: PushFailed) -> NcclSync:
+    """After ``err`` cut a push short: restart the server ``sync``'s engine owns (``SGLangEngine.launch``) and
+    return the sync that joins it under a new group (its first push is in full: the new server has only the
+    checkpoint it was launched on). Raises :class:`PushFailed` with one line naming what to restart when the
+    server is not ours (``engine.base_url``)."""
     sync.close()  # does not wait on the interrupted transfer
     engine = sync.engine
     server = getattr(engine, "server", None)
@@ -382,6 +384,17 @@ def recover(sync: NcclSync, weights: Weights, version: int, err: PushFailed) -> 
         ) from err
     server.stop()
     server.start()
-    fresh = sync.renewed()
+    return sync.renewed()
+
+
+def restarted(err: PushFailed, version: int) -> str:
+    """What ``restart`` and the full push after it did, for the log."""
+    return f"{err}; restarted the SGLang server this stage owns and pushed version {version} to it"
+
+
+def recover(sync: NcclSync, weights: Weights, version: int, err: PushFailed) -> tuple[NcclSync, str]:
+    """``restart``, then push ``weights`` as ``version`` again, in full, over the new sync (one process: the
+    stage's ranks do it step by step, ``_Run.push_buckets``). Returns the new sync and what was done."""
+    fresh = restart(sync, err)
     fresh.push(weights, version)
-    return fresh, f"{err}; restarted the SGLang server this stage owns and pushed version {version} to it"
+    return fresh, restarted(err, version)
