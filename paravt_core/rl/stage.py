@@ -470,14 +470,10 @@ class _Run:
         """Rank 0's outcome of a step only it takes (``err``: its error or None; the other ranks' is ignored),
         learnt by every rank at once (collective): when it failed, rank 0 raises ``err`` and every other rank
         :class:`PushFailed` with its message (the same for a ``PushFailed``)."""
-        said = (
-            None
-            if err is None
-            else str(err)
-            if isinstance(err, PushFailed)
-            else f"{type(err).__name__}: {err}"
-        )
-        said = self.d.gather(said if self.lead else None)[0]
+        said: str | None = None
+        if err is not None and self.lead:
+            said = str(err) if isinstance(err, PushFailed) else f"{type(err).__name__}: {err}"
+        said = self.d.gather(said)[0]
         if said is None:
             return
         if self.lead and err is not None:
