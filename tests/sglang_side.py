@@ -18,12 +18,17 @@ in a process of its own, so its imports and patches never reach the test process
 ``names MODEL_DIR``: which of the tensor names on stdin SGLang's Qwen3-VL ``load_weights`` consumes (see
 ``consumed``).
 
-``serve PORT_FILE OUT_FILE``: a loopback weight receiver assembled from SGLang's scheduler-side code: the
+``serve PORT_FILE OUT_FILE [--port N] [--wedge]``: a loopback weight receiver assembled from SGLang's scheduler-side code: the
 session logic of ``SchedulerWeightUpdaterManager`` (begin/end, "must run between begin and end", flush on the
 last bucket), the model runner's ``WeightUpdater.init_weights_update_group`` (its ``init_custom_process_group``
 join), ``destroy_weights_update_group`` and ``receive_weights_from_distributed`` (its broadcast receive). Only the model is replaced: a
 "load" records the received tensors. The tokenizer manager's rule is kept: a weight update waits for
 in-flight generation unless generation is paused. On ``/shutdown`` the received tensors are saved to OUT_FILE.
+``/weights_checker`` answers SGLang's own checksum of the tensors held (``weights_checksum``). ``--port``: listen
+there (a server restarted at the same address); default any free port. ``--wedge``: a distributed update that
+fails is never answered and holds the scheduler, so every later control request waits (the fault NCCL makes:
+a learner killed mid-bucket leaves receives on the server's stream that never complete; gloo itself fails the
+receive and the server goes on).
 """
 
 from __future__ import annotations
@@ -76,6 +81,32 @@ def server_env(argv: list[str]) -> dict[str, str]:
         os.environ.update(saved)
 
 
+def weights_checksum(tensors: dict) -> dict:
+    """``/weights_checker``'s ``checksum`` answer (``entrypoints/http_server.py:check_weights``) from a one-GPU
+    server whose model holds ``tensors`` (name -> tensor): SGLang's ``WeightChecker`` hashes them (its placement
+    stated as a world of one, which a launched server publishes), and the engine's checksum is its ranks'
+    combined as ``tokenizer_control_mixin.py:check_weights`` does (sha256 over each rank's)."""
+    import hashlib
+
+    import torch
+    from sglang.srt.runtime_context import get_parallel
+    from sglang.srt.utils.weight_checker import WeightChecker
+
+    class Held(torch.nn.Module):  # what WeightChecker reads of a model: its named parameters and buffers
+        def named_parameters(self, *args, **kwargs):
+            yield from tensors.items()
+
+        def named_buffers(self, *args, **kwargs):
+            return iter(())
+
+    model = Held()
+    with get_parallel().override(tp_rank=0, tp_size=1, dp_rank=0, attn_dp_size=1, pp_rank=0, pp_size=1):
+        checker = WeightChecker(get_model=lambda: model)
+    info = checker.handle("checksum", role="target")
+    engine = hashlib.sha256(info["per_gpu_checksum"].encode()).hexdigest()
+    return {"success": True, "message": "", "ranks": [info], "per_engine_checksum": engine}
+
+
 def check_loop() -> None:
     import argparse
 
@@ -121,6 +152,10 @@ def check_loop() -> None:
                     result = {"error": f"argparse exit {err.code}"}
             elif op == "server_env":
                 result = {"error": None, "set": server_env(request["argv"])}
+            elif op == "weights_checksum":  # a state dict saved by torch.save, as a server holding it
+                import torch
+
+                result = {"error": None, "answer": weights_checksum(torch.load(request["path"]))}
             elif op == "model_dtype":  # the dtype the server would serve: its own ModelConfig, as launched
                 from sglang.srt.configs.model_config import ModelConfig
 
@@ -134,7 +169,7 @@ def check_loop() -> None:
         sys.stdout.flush()
 
 
-def serve(port_file: str, out_file: str) -> None:
+def serve(port_file: str, out_file: str, port: int = 0, wedge: bool = False) -> None:
     import torch
     import torch.distributed as dist
     from pydantic import TypeAdapter
@@ -270,6 +305,9 @@ def serve(port_file: str, out_file: str) -> None:
                 state["inflight"] = int(body["n"])
                 return self._send(200, {})
             with lock:
+                if path == "/weights_checker":
+                    TypeAdapter(io_struct.CheckWeightsReqInput).validate_json(raw)
+                    return self._send(200, weights_checksum(received))
                 if path == "/pause_generation":
                     req = TypeAdapter(io_struct.PauseGenerationReqInput).validate_json(raw)
                     state["paused"] = True
@@ -306,10 +344,13 @@ def serve(port_file: str, out_file: str) -> None:
                 log.append(entry)
                 out = handler(req)
                 success, message = out.success, out.message
+                if wedge and is_update and not success:  # NCCL's stuck receive: never answered, lock held
+                    log.append({"event": "wedged", "path": path, "message": message})
+                    threading.Event().wait()
                 log.append({"event": "reply", "path": path, "success": success, "message": message})
                 return self._send(200 if success else 400, {"success": success, "message": message})
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     Path(port_file).write_text(str(httpd.server_address[1]))
     httpd.serve_forever()
     dist.destroy_process_group()
@@ -397,4 +438,6 @@ if __name__ == "__main__":
     elif sys.argv[1] == "names":
         consumed(sys.argv[2])
     else:
-        serve(sys.argv[2], sys.argv[3])
+        options = sys.argv[4:]
+        port = int(options[options.index("--port") + 1]) if "--port" in options else 0
+        serve(sys.argv[2], sys.argv[3], port=port, wedge="--wedge" in options)

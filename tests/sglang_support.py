@@ -80,6 +80,13 @@ class SGLangChecker:
             raise RuntimeError(verdict["error"])
         return verdict["set"]
 
+    def weights_checksum(self, path: str | Path) -> dict[str, Any]:
+        """``/weights_checker``'s checksum answer from a server holding the state dict saved at ``path``."""
+        verdict = self._ask({"op": "weights_checksum", "path": str(path)})
+        if verdict["error"]:
+            raise RuntimeError(verdict["error"])
+        return verdict["answer"]
+
     def model_dtype(self, path: str, dtype: str = "auto") -> str:
         """The dtype SGLang serves the checkpoint at ``path`` in when launched with ``--dtype dtype``."""
         verdict = self._ask({"op": "model_dtype", "path": str(path), "dtype": dtype})
@@ -113,10 +120,14 @@ def sglang_load_targets(site: Path, model_dir: str, names: list[str]) -> dict[st
 class SGLangReceiver:
     """The loopback weight receiver built from SGLang's scheduler-side code (``sglang_side.py serve``)."""
 
-    def __init__(self, site: Path, workdir: Path):
+    def __init__(self, site: Path, workdir: Path, port: int = 0, wedge: bool = False):
+        """``port``: listen there (0: any free port). ``wedge``: a failed distributed update holds the server
+        for good, as NCCL's stuck receive does (``sglang_side.py serve --wedge``)."""
         self.port_file, self.out_file = workdir / "port", workdir / "received.pt"
+        options = ["--port", str(port)] + (["--wedge"] if wedge else [])
         self.process = subprocess.Popen(
-            [sys.executable, str(SIDE), "serve", str(self.port_file), str(self.out_file)], env=side_env(site)
+            [sys.executable, str(SIDE), "serve", str(self.port_file), str(self.out_file), *options],
+            env=side_env(site),
         )
         deadline = time.monotonic() + 300  # importing SGLang's modules takes minutes on a loaded machine
         while not (self.port_file.is_file() and self.port_file.read_text()):
@@ -140,6 +151,10 @@ class SGLangReceiver:
         httpx.post(self.url + "/snapshot", json={"path": str(path)}, timeout=60)
         return torch.load(path)
 
+    def weights_checker(self) -> dict:
+        """``POST /weights_checker`` (action ``checksum``): SGLang's checksum answer for what it holds."""
+        return httpx.post(self.url + "/weights_checker", json={"action": "checksum"}, timeout=60).json()
+
     def finish(self) -> dict:
         """Stop it; returns the tensors it received (name -> tensor)."""
         import torch
@@ -152,3 +167,26 @@ class SGLangReceiver:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+def kill_mid_bucket(url: str, port: int, model_dir: str) -> dict[str, Any]:
+    """A learner process (``tests/nccl_push_victim.py``: ``NcclSync``'s bucketed push of the tiny model's weights
+    + 0.5 over gloo) joins the server at ``url`` (rendezvous at ``port``) and is SIGKILLed once it has sent part
+    of a bucket: it says so on its stdout and waits (no timing involved). Returns what it said: ``group`` (its
+    group name), ``bucket`` (the index of the cut bucket), ``sent`` of ``of`` tensors of it sent."""
+    victim = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "nccl_push_victim.py"), url, str(port), model_dir],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+        text=True,
+    )
+    try:
+        assert victim.stdout is not None
+        for line in victim.stdout:  # ends when the victim exits: it failed before the middle of a bucket
+            if line.startswith("MID-BUCKET "):
+                return json.loads(line.removeprefix("MID-BUCKET "))
+        raise AssertionError(f"the learner did not reach the middle of a bucket (exit {victim.wait()})")
+    finally:
+        victim.kill()  # SIGKILL
+        victim.wait()

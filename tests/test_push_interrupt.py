@@ -2,12 +2,14 @@
 loopback receiver of ``tests/sglang_support.py``, gloo in place of NCCL). The sync marks itself failed and
 refuses to push again; ``close()`` returns without destroying either side's group (NCCL would wait on the
 stuck transfer); ``recover`` restarts a server the stage owns and pushes again in full, or, for an external
-server, ends with one line naming what to restart."""
+server, ends with one line naming what to restart. The last test does it all after a learner *process* is
+killed mid-bucket, the served weights checked by SGLang's own checksum."""
 
 from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,7 +17,7 @@ import torch
 from paravt_core.engines.sglang_engine import SGLangEngine
 from paravt_core.models import load
 from paravt_core.rl.weight_sync import NcclSync, PushFailed, recover
-from tests.sglang_support import SGLangReceiver, sglang_site
+from tests.sglang_support import SGLangReceiver, kill_mid_bucket, sglang_site
 
 STOP_AT = 40  # the tensor the push is cut before (a later bucket: session open, generation paused)
 
@@ -121,3 +123,113 @@ def test_a_failed_push_names_what_cut_it_not_only_the_cleanup_after_it() -> None
             "RuntimeError: learner interrupted mid-bucket (then EngineError: /end_weight_update: timed out after 120 s)"
         )
     assert _cause(RuntimeError("x")) == "RuntimeError: x"
+
+
+def test_a_renewed_sync_keeps_the_settings_under_a_new_group() -> None:
+    """``recover``'s sync for the restarted server: every setting and the tower's names kept, a group name of
+    its own (SGLang keeps the old one), nothing joined, failed or pushed (its first push is in full)."""
+    sync = NcclSync(SGLangEngine("http://127.0.0.1:9"), master_address="10.0.0.5", master_port=29600,
+                    server_ranks=2, version=7, backend="gloo", bucket_bytes=1234, pause_mode="abort",
+                    timeout_s=9.0, dtype=torch.bfloat16)  # fmt: skip
+    sync.static = {"model.visual.x"}
+    sync.failed, sync._pushed, sync.group, sync.pushed_buckets = "cut", True, object(), [["w"]]
+    fresh = sync.renewed()
+    settings = ["engine", "master_address", "master_port", "server_ranks", "version", "backend", "bucket_bytes",
+                "pause_mode", "timeout_s", "dtype", "static"]  # fmt: skip
+    assert [getattr(fresh, k) for k in settings] == [getattr(sync, k) for k in settings]
+    assert (fresh.version, fresh.bucket_bytes, fresh.dtype) == (7, 1234, torch.bfloat16)
+    assert fresh.group_name != sync.group_name and fresh.group_name.startswith("paravt-")
+    assert (fresh.failed, fresh._pushed, fresh.group, fresh.pushed_buckets) == (None, False, None, [])
+
+
+def _stage_run(sync: NcclSync, learner: Any) -> Any:
+    """The RL stage's per-run state (``_Run``) on one rank, pushing over ``sync`` (NCCL push: bucket streams)."""
+    from paravt_core.rl.config import RlConfig
+    from paravt_core.rl.stage import _Run
+    from paravt_core.train.dist import Dist
+
+    cfg = RlConfig(engine={"kind": "sglang", "weight_sync": "distributed", "base_url": sync.engine.base_url})
+    return _Run(cfg=cfg, d=Dist(), learner=learner, policy=None, data=None, judge=None, engine=None, sync=sync,
+                handoff=None, images_kwargs={}, staging="", reference_uri="", pool=None,
+                dtype=torch.bfloat16)  # fmt: skip
+
+
+@pytest.mark.parametrize("owned", [True, False], ids=["owned_server", "external_server"])
+def test_a_learner_process_killed_mid_bucket_is_followed_by_the_new_learners_weights(
+    tiny_model_dir: str, tmp_path: Path, sglang_checker, owned: bool
+) -> None:
+    """Item 4's last sentence. A learner process (``nccl_push_victim.py``: our ``NcclSync`` bucketed push over
+    a real gloo group into SGLang's weight updater) is SIGKILLed with a bucket half sent. The server is the
+    receiver in ``--wedge`` mode: the cut receive holds it for good, as a server on NCCL is held (on gloo alone
+    the receive fails and the server goes on: ``test_a_learner_killed_mid_push_is_followed_by_one_that_pushes``).
+    The new learner's stage starts with its push of version 0 (``_Run.push``), which fails on the held server;
+    then the stage's recovery: a server it owns is restarted and pushed in full; an external one ends the stage
+    with one line naming the server, which is restarted there and the rerun's start push goes through. Either
+    way the server then holds exactly the new learner's weights: ``/weights_checker``'s checksum (SGLang's
+    ``WeightChecker``) equals the one SGLang's code makes of the learner's weights (bf16, the served dtype)."""
+    from paravt_core.rl.config import RlConfig
+    from paravt_core.rl.learner import Learner
+    from scripts.gpu_check import checksum_of
+
+    port = _free_port()
+    stuck = SGLangReceiver(sglang_site(), _mkdir(tmp_path / "first"), wedge=True)
+    servers = [stuck]
+    syncs: list[NcclSync] = []
+    try:
+        cut = kill_mid_bucket(stuck.url, port, tiny_model_dir)
+        assert cut["bucket"] > 0 and 0 < cut["sent"] < cut["of"]
+        cfg = RlConfig()
+        learner = Learner(load(tiny_model_dir).model, load(tiny_model_dir).model, temperature=cfg.agent.temperature,
+                          advantage=cfg.advantage, loss=cfg.loss, optim=cfg.optim)  # fmt: skip
+        sync = _sync(stuck.url, port)  # the same rendezvous address and port as the killed learner's
+        sync.dtype, sync.static = torch.bfloat16, learner.frozen_names()
+        syncs.append(sync)
+        run = _stage_run(sync, learner)
+        if owned:
+            sync.engine.server = server = _OwnedServer(sync.engine, stuck, tmp_path / "restarted")
+            run.push(0)  # the start push fails on the held server; the stage restarts it and pushes again
+            servers.append(server.receiver)
+            assert server.starts == 1 and run.sync is not sync and run.pushed_full
+        else:
+            with pytest.raises(PushFailed) as why:
+                run.push(0)
+            line = str(why.value)
+            assert line.startswith("NCCL weight push of version 0 failed: ") and "\n" not in line
+            assert line.endswith(
+                f". Restart the SGLang server at {stuck.url} (an interrupted weight push leaves it unable to "
+                "take another), then rerun this stage: it resumes from its last checkpoint"
+            )
+            stuck.kill()  # what the line asks: that server restarted, at the same address, and the stage rerun
+            restarted = SGLangReceiver(
+                sglang_site(), _mkdir(tmp_path / "restarted"), port=_port_of(stuck.url)
+            )
+            servers.append(restarted)
+            rerun = _stage_run(_sync(restarted.url, port), learner)
+            rerun.sync.dtype, rerun.sync.static = torch.bfloat16, learner.frozen_names()
+            rerun.push(0)
+            run = rerun
+        syncs.append(run.sync)
+        assert run.sync.version == 0 and run.sync.failed is None
+        want = learner.weights(torch.bfloat16)
+        torch.save(want, tmp_path / "want.pt")
+        killed = {
+            k: (v.detach() + 0.5).bfloat16() for k, v in load(tiny_model_dir).model.state_dict().items()
+        }
+        torch.save(killed, tmp_path / "killed.pt")
+        served = checksum_of(servers[-1].weights_checker())
+        assert served == checksum_of(sglang_checker.weights_checksum(tmp_path / "want.pt"))
+        assert served != checksum_of(sglang_checker.weights_checksum(tmp_path / "killed.pt"))  # it can tell
+    finally:
+        for s in syncs:
+            s.close()
+        for r in servers:
+            r.kill()
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def _port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])

@@ -153,7 +153,7 @@ def test_a_cut_streamed_push_restarts_the_owned_server_and_streams_again_in_full
         server.receiver.kill()
 
 
-def test_two_ranks_push_through_the_stage_and_stop_together_on_a_cut_push(
+def test_two_ranks_push_through_the_stage_and_stop_together_on_a_cut_push_or_recovery(
     receiver, tiny_model_dir: str, tmp_path
 ) -> None:
     import json
@@ -177,7 +177,18 @@ def test_two_ranks_push_through_the_stage_and_stop_together_on_a_cut_push(
     assert lead["first"] == list(want) and lead["second"] == [k for k in want if k not in frozen]
     served = receiver.snapshot()
     assert list(served) == list(want) and all(torch.equal(served[k], want[k]) for k in want)
-    # the cut push: rank 0 names the server to restart, rank 1 (which finished its gathers) stops with it
+    # the cut push: rank 0 names the server to restart
     assert lead["cut"].startswith("NCCL weight push of version 3 failed: RuntimeError: learner interrupted")
     assert f"Restart the SGLang server at {receiver.url}" in lead["cut"]
-    assert other["cut"].startswith("rank 0's weight push failed: NCCL weight push of version 3 failed")
+    assert other["cut"] == lead["cut"]  # rank 1 (which finished its gathers) stops with rank 0's error
+    # a server the stage owns, restarted: the recovery push fails (its join refused), or the restart itself;
+    # every rank raises rank 0's error (before the old code, rank 1 went on, or waited in gathers)
+    # (the receiver still holds push 3's cut receive: the first attempts fail at its join or at the cut)
+    four, five = lead["recovery_4"], lead["recovery_5"]
+    assert four.startswith("NCCL weight push of version 4 failed: EngineError: weight-update group ")
+    assert "the server side failed (http://127.0.0.1:" in four and "ConnectError" in four  # the restarted one
+    assert five.startswith("NCCL weight push of version 5 failed: ")
+    assert five.endswith(
+        "; restarting the SGLang server failed: RuntimeError: sglang.launch_server exited with code 1"
+    )
+    assert (other["recovery_4"], other["recovery_5"]) == (four, five)

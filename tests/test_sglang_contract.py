@@ -31,7 +31,7 @@ from paravt_core.engines.base import EngineError
 from paravt_core.engines.sglang_engine import SGLangEngine, launch_command
 from paravt_core.models import load
 from paravt_core.rl.weight_sync import NcclSync, buckets
-from tests.sglang_support import sglang_load_targets, sglang_site
+from tests.sglang_support import kill_mid_bucket, sglang_load_targets, sglang_site
 from tests.test_engines_sglang import _ContractServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -280,26 +280,13 @@ def _answered_open_update(log: list[dict]) -> bool:
     )
 
 
-def test_a_learner_killed_mid_push_is_followed_by_one_that_pushes(receiver, tiny_model_dir, tmp_path):
+def test_a_learner_killed_mid_push_is_followed_by_one_that_pushes(receiver, tiny_model_dir):
     """Run 1 joins and is killed mid-push (session open, generation paused, its group left behind on the
     server); run 2 joins the same server at the same address and port, pushes, and leaves its group."""
     port = _free_port()
-    marker = tmp_path / "killed-at"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    victim = subprocess.Popen(
-        [sys.executable, str(REPO / "tests" / "nccl_push_victim.py"), receiver.url, str(port), tiny_model_dir,
-         str(marker)],
-        env=env,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not marker.is_file() and victim.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert marker.is_file(), f"run 1 did not reach the middle of its push (exit {victim.poll()})"
-    finally:
-        victim.kill()
-        victim.wait()
-    first_group = marker.read_text()
+    cut = kill_mid_bucket(receiver.url, port, tiny_model_dir)
+    assert cut["bucket"] > 0 and 0 < cut["sent"] < cut["of"]  # a later bucket, cut in its middle
+    first_group = cut["group"]
     # the server notices the dead peer (gloo: the connection closes) and answers the open update request, the
     # last thing run 1 left; waiting for any failed reply is not enough: run 1's own connect got one before
     # (its harmless end_weight_update with no session open), so the cut could fall before the late answer

@@ -71,7 +71,7 @@ from .handoff import compact, restore
 from .learner import Learner, state_checksum
 from .metrics import curves_png, final_summary, step_metrics, trajectory_lines
 from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
-from .weight_sync import DiskSync, InProcessSync, NcclSync, PushFailed, _closing, recover
+from .weight_sync import DiskSync, InProcessSync, NcclSync, PushFailed, _closing, recover, restart, restarted
 
 
 def prompts_for_step(prompts: list[RlPrompt], step: int, per_step: int, seed: int) -> list[RlPrompt]:
@@ -412,48 +412,73 @@ class _Run:
             self.push_buckets(version)
             return None, time.perf_counter() - t0
         weights = self.learner.weights(self.dtype)
+        failed: Exception | None = None
         if self.lead:
-            self.push_weights(weights, version)
+            try:
+                self.push_weights(weights, version)
+            except Exception as err:
+                failed = err
+        self.agree(failed)  # the other ranks stop with rank 0, not at their next collective's timeout
         return weights, time.perf_counter() - t0
 
     def push_buckets(self, version: int) -> None:
         """The NCCL push straight from the device: every rank walks ``Learner.weight_buckets`` (the frozen
         tower only in a full push: the first one and the one to a restarted server) while rank 0 sends each
-        bucket. Then every rank learns whether it went through: a cut push restarts the server this stage owns
-        and all ranks push again in full, or (an external server) every rank stops."""
+        bucket. A cut push restarts the server this stage owns and all ranks push again in full; an external
+        server, a failed restart or a failed push after it stop every rank with rank 0's error, which each
+        learns before its next collective (never the distributed timeout)."""
         e = self.cfg.engine
-        skip = self.learner.frozen_names() if self.pushed_full else set()
 
         def stream(max_bytes: int, dtype: Any, skip: set[str]) -> Any:
             return self.learner.weight_buckets(max_bytes, dtype, skip)
 
-        def walk(skip: set[str]) -> None:  # the other ranks' share of rank 0's gathers
-            for _ in self.learner.weight_buckets(e.bucket_mb << 20, self.dtype, skip)[1]:
-                pass
-
-        failure: PushFailed | None = None
-        if self.lead:
+        def attempt(skip: set[str]) -> PushFailed | None:  # collective: every rank walks the gathers
+            if not self.lead:
+                for _ in self.learner.weight_buckets(e.bucket_mb << 20, self.dtype, skip)[1]:
+                    pass
+                return None
             try:
-                self.sync.push(stream, version)
+                self.sync.push(stream, version)  # on failure it still makes the buckets not sent
             except PushFailed as err:
-                failure = err
-        else:
-            walk(skip)
-        said = self.d.gather(
-            (str(failure), getattr(self.sync.engine, "server", None) is not None) if failure else None
-        )[0]
-        if said is None:
+                return err
+            return None
+
+        failure = attempt(self.learner.frozen_names() if self.pushed_full else set())
+        if not self.d.gather(failure is not None)[0]:  # rank 0's word: it went through
             self.pushed_full = True
             return
         self.pushed_full = False
+        refused: Exception | None = None
         if self.lead:
-            self.sync, done = recover(self.sync, stream, version, failure)  # raises for an external server
-            console.print(f"rl: {done}", soft_wrap=True)
-        elif not said[1]:
-            raise PushFailed(f"rank 0's weight push failed: {said[0]}")
-        else:
-            walk(set())
+            assert failure is not None
+            try:
+                self.sync = restart(self.sync, failure)  # raises the line naming an external server
+            except PushFailed as err:
+                refused = err
+            except Exception as err:  # the launch failed: said as a push failure, the cause kept
+                refused = PushFailed(
+                    f"{failure}; restarting the SGLang server failed: {type(err).__name__}: {err}"
+                )
+                refused.__cause__ = err
+        self.agree(refused)  # the others wait here, not in gathers rank 0 would never join
+        self.agree(attempt(set()))
         self.pushed_full = True
+        if self.lead:
+            console.print(f"rl: {restarted(failure, version)}", soft_wrap=True)
+
+    def agree(self, err: Exception | None) -> None:
+        """Rank 0's outcome of a step only it takes (``err``: its error or None; the other ranks' is ignored),
+        learnt by every rank at once (collective): when it failed, rank 0 raises ``err`` and every other rank
+        :class:`PushFailed` with its message (the same for a ``PushFailed``)."""
+        said: str | None = None
+        if err is not None and self.lead:
+            said = str(err) if isinstance(err, PushFailed) else f"{type(err).__name__}: {err}"
+        said = self.d.gather(said)[0]
+        if said is None:
+            return
+        if self.lead and err is not None:
+            raise err
+        raise PushFailed(said)
 
     def push_weights(self, weights: dict[str, Any], version: int) -> None:
         """Rank 0's push of a whole state dict; an NCCL push cut short restarts the server this stage owns (or,

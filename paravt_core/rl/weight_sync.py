@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 import socket
@@ -173,6 +174,7 @@ def unique_group_name() -> str:
     return f"paravt-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
+@dataclasses.dataclass(eq=False)
 class NcclSync:
     """Our rank 0 is rank 0 of a group whose ranks 1.. are the server's GPUs (``backend="nccl"``; gloo on
     CPU for tests). One push, in SGLang 0.5.23's protocol (``scheduler_components/weight_updater.py``,
@@ -197,41 +199,37 @@ class NcclSync:
     generation, best effort. ``close`` asks the server to destroy the group (and destroys ours).
     """
 
-    def __init__(
-        self,
-        engine: Any,
-        *,
-        master_address: str,
-        master_port: int,
-        server_ranks: int,
-        version: int = 0,
-        backend: str = "nccl",
-        bucket_bytes: int = 1 << 30,
-        pause_mode: str = "retract",
-        timeout_s: float = 600.0,
-        dtype: torch.dtype | None = None,
-        group_name: str | None = None,
-    ):
-        """``dtype``: floating tensors are sent in it (the server's weight dtype, e.g. bf16 when the learner
-        keeps fp32 masters), converted one bucket at a time. ``group_name``: default ``unique_group_name()``.
-        ``static``: names of tensors that never change (the frozen vision tower): sent by the first push only."""
-        self.group_name = group_name or unique_group_name()
-        self.static: set[str] = set()
-        self._pushed = False
-        self.engine, self.version = engine, version
-        self.master_address, self.master_port, self.server_ranks = master_address, master_port, server_ranks
-        self.backend, self.bucket_bytes, self.pause_mode, self.timeout_s = (
-            backend,
-            bucket_bytes,
-            pause_mode,
-            timeout_s,
-        )
-        self.dtype = dtype
-        self.group: Any = None
-        self.pushed_buckets: list[list[str]] = []  # names per bucket of the last push (logs, tests)
-        # why a push was cut short: the server may hold receives that never complete (NCCL: queued on its
-        # stream; SGLang 0.5.23 has no abort), so this sync refuses to push again and close() does not wait
-        self.failed: str | None = None
+    engine: Any
+    _: dataclasses.KW_ONLY
+    master_address: str
+    master_port: int
+    server_ranks: int
+    version: int = 0
+    backend: str = "nccl"
+    bucket_bytes: int = 1 << 30
+    pause_mode: str = "retract"
+    timeout_s: float = 600.0
+    # floating tensors are sent in it (the server's weight dtype, e.g. bf16 when the learner keeps fp32
+    # masters), converted one bucket at a time
+    dtype: torch.dtype | None = None
+    group_name: str | None = None  # None: unique_group_name()
+    # names of tensors that never change (the frozen vision tower): sent by a sync's first push only
+    static: set[str] = dataclasses.field(default_factory=set)
+    # the state of one group and its pushes (renewed() starts them afresh)
+    group: Any = dataclasses.field(default=None, init=False)
+    pushed_buckets: list[list[str]] = dataclasses.field(default_factory=list, init=False)  # per bucket
+    # why a push was cut short: the server may hold receives that never complete (NCCL: queued on its
+    # stream; SGLang 0.5.23 has no abort), so this sync refuses to push again and close() does not wait
+    failed: str | None = dataclasses.field(default=None, init=False)
+    _pushed: bool = dataclasses.field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.group_name = self.group_name or unique_group_name()
+
+    def renewed(self) -> NcclSync:
+        """This sync's settings (``static`` and ``version`` too) under a new group name, not joined and not
+        failed: the sync for a restarted server, whose first push is in full."""
+        return dataclasses.replace(self, group_name=None)
 
     @property
     def device(self) -> torch.device:
@@ -351,13 +349,15 @@ class NcclSync:
         :class:`PushFailed` and leaves this sync (and the server's side of its group) unusable: the caller
         restarts the server or pushes from disk. The stream's remaining buckets are still made (its gathers are
         collective on the learner's ranks, which go on with them)."""
-        if self.failed is not None:
-            raise PushFailed(f"NCCL weight sync: an earlier push failed ({self.failed}); restart the server")
         stream = dict_stream(weights) if isinstance(weights, dict) else weights
         count, buckets_ = stream(self.bucket_bytes, self.dtype, self.static if self._pushed else set())
-        if self.group is None:
-            self.connect()
+        if self.failed is not None:
+            for _ in buckets_:  # the other ranks' gathers
+                pass
+            raise PushFailed(f"NCCL weight sync: an earlier push failed ({self.failed}); restart the server")
         try:
+            if self.group is None:  # a server held by a cut push answers no join either: failed the same way
+                self.connect()
             asyncio.run(_closing(self.engine, self._push(count, buckets_, version)))
         except BaseException as err:  # an interrupt leaves the server's side just as stuck
             self.failed = _cause(err)
@@ -369,11 +369,11 @@ class NcclSync:
         self.version = version
 
 
-def recover(sync: NcclSync, weights: Weights, version: int, err: PushFailed) -> tuple[NcclSync, str]:
-    """After ``err`` cut a push short: restart the server ``sync``'s engine owns (``SGLangEngine.launch``), join
-    it under a new group and push ``weights`` as ``version`` again, in full (the new server has only the
-    checkpoint it was launched on). Returns the new sync and what was done; raises :class:`PushFailed` with one
-    line naming what to restart when the server is not ours (``engine.base_url``)."""
+def restart(sync: NcclSync, err: PushFailed) -> NcclSync:
+    """After ``err`` cut a push short: restart the server ``sync``'s engine owns (``SGLangEngine.launch``) and
+    return the sync that joins it under a new group (its first push is in full: the new server has only the
+    checkpoint it was launched on). Raises :class:`PushFailed` with one line naming what to restart when the
+    server is not ours (``engine.base_url``)."""
     sync.close()  # does not wait on the interrupted transfer
     engine = sync.engine
     server = getattr(engine, "server", None)
@@ -384,18 +384,17 @@ def recover(sync: NcclSync, weights: Weights, version: int, err: PushFailed) -> 
         ) from err
     server.stop()
     server.start()
-    fresh = NcclSync(
-        engine,
-        master_address=sync.master_address,
-        master_port=sync.master_port,
-        server_ranks=sync.server_ranks,
-        version=sync.version,
-        backend=sync.backend,
-        bucket_bytes=sync.bucket_bytes,
-        pause_mode=sync.pause_mode,
-        timeout_s=sync.timeout_s,
-        dtype=sync.dtype,
-    )
-    fresh.static = sync.static
+    return sync.renewed()
+
+
+def restarted(err: PushFailed, version: int) -> str:
+    """What ``restart`` and the full push after it did, for the log."""
+    return f"{err}; restarted the SGLang server this stage owns and pushed version {version} to it"
+
+
+def recover(sync: NcclSync, weights: Weights, version: int, err: PushFailed) -> tuple[NcclSync, str]:
+    """``restart``, then push ``weights`` as ``version`` again, in full, over the new sync (one process: the
+    stage's ranks do it step by step, ``_Run.push_buckets``). Returns the new sync and what was done."""
+    fresh = restart(sync, err)
     fresh.push(weights, version)
-    return fresh, f"{err}; restarted the SGLang server this stage owns and pushed version {version} to it"
+    return fresh, restarted(err, version)
