@@ -178,6 +178,7 @@ PLATFORM: list[Platform] = [
 # The code issues 38 and 40 added (issue 41 item 3): the release's readers, rescore, comparability, the release's
 # frames, the media path. Each with its in-process tests (subprocess probes cannot be attributed by mutmut).
 R = "tests/test_eval_readers.py::"
+M = "tests/test_mutation_release_code.py"  # the tests written for the first runs' survivors
 PLATFORM += [
     Platform(
         "eval/readers.py",
@@ -190,12 +191,13 @@ PLATFORM += [
             R + "test_charades_headline_reads_intervals_as_the_release_does",
             R + "test_mmvu_release_headline_is_every_item_with_open_ended_read_as_letters_and_errors_wrong",
             "tests/test_eval_oracle.py::test_the_release_rule",
+            M,
         ),
     ),
     Platform(
         "eval/rescore.py",
         "paravt_core/eval/rescore.py",
-        (R + "test_rescore_rereads_saved_records_offline_with_either_reader",),
+        (R + "test_rescore_rereads_saved_records_offline_with_either_reader", M),
     ),
     Platform(
         "eval/report.py comparability",
@@ -206,6 +208,7 @@ PLATFORM += [
             R + "test_comparability_names_every_failure_at_once_and_the_reader",
             "tests/test_eval_release.py::test_comparability_requires_preset_prompts_and_error_rule_and_names_each_failure",
             "tests/test_eval_release.py::test_videomme_wsub_aligned_on_a_real_video_and_labelled_in_the_report",
+            M,
         ),
         only=("x_comparability__mutmut_*", "x__config_differences__mutmut_*"),
     ),
@@ -224,6 +227,7 @@ PLATFORM += [
         (
             "tests/test_sft_packing.py",
             "tests/test_media_path.py::test_training_refuses_a_language_model_that_would_drop_the_media",
+            M,
         ),
     ),
 ]
