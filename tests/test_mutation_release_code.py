@@ -366,3 +366,34 @@ def test_readers_table_and_its_console_print(capsys):
     assert row[4].endswith(" 40.0 ") and row[4].startswith("   ")
     assert row[1].startswith(" agentic ") and row[3].startswith(" accuracy_errors_as_wrong")
     assert "re-scored results, metrics and report in /out/rescored/release" in printed
+
+
+# ---------------------------------------------------------------------------------------------------------
+# video/release_frames.py: what the server receives is the frames through JPEG 85 (utils.py pil_to_b64,
+# lines 45-48), by default, for the overview and for a crop; a crop carries its window.
+
+
+def test_release_frames_go_through_jpeg_85_by_default_and_a_crop_keeps_its_window(tmp_path):
+    from paravt_core.synth import Event, write_video
+    from paravt_core.video import release_frames as R
+
+    video = tmp_path / "v.mp4"
+    write_video(
+        video, [Event("circle", "red", 0.5, 2.5, (10, 10, 60, 50))], 3.0, 30.0, (160, 120)
+    )  # 90 frames
+    raw, sent = R.overview(video, 64, jpeg=False), R.overview(video, 64)
+    # 120 x 160 is under the overview's 100,352 px: beta = sqrt(19,200 / 100,352) = 0.4374; ceil(274.3 / 28) x 28
+    # = 280, ceil(365.8 / 28) x 28 = 392
+    assert tuple(raw.frames.shape) == (64, 3, 280, 392) and raw.indices[:3] == [0, 1, 3]  # round(k x 89 / 63)
+    assert torch.equal(sent.frames, R.jpeg_round_trip(raw.frames)) and not torch.equal(
+        sent.frames, raw.frames
+    )
+    assert (sent.window, sent.requested) == (None, None)
+    # get_frames' default is 64 frames too (fail-soft only where qwen-vl-utils fails)
+    assert torch.equal(R.overview_fail_soft(video).frames, sent.frames)
+    # crop 0.5-2.5 s at 30 fps: frames ceil(15) = 15 to floor(75) = 75, 61 frames = 2.03 s -> 2 frames; 120 x 160
+    # fits 784-50,176 px: round to the 28-px grid, 112 x 168
+    crop_raw, crop = R.crop(video, 0.5, 2.5, jpeg=False), R.crop(video, 0.5, 2.5)
+    assert (crop.indices, tuple(crop.frames.shape)) == ([15, 75], (2, 3, 112, 168))
+    assert torch.equal(crop.frames, R.jpeg_round_trip(crop_raw.frames))
+    assert (crop.window, crop.requested) == ((0.5, 2.5), (0.5, 2.5))
