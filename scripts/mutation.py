@@ -219,6 +219,7 @@ PLATFORM += [
             "tests/test_eval_release_frames.py",
             "tests/test_eval_runner.py::test_release_preset_reproduces_the_released_driver",
             M + "::test_release_frames_go_through_jpeg_85_by_default_and_a_crop_keeps_its_window",
+            M + "::test_release_frames_decode_with_the_callers_cache_and_name_a_bad_time",
         ),
         sample=100,
     ),

@@ -397,3 +397,28 @@ def test_release_frames_go_through_jpeg_85_by_default_and_a_crop_keeps_its_windo
     assert (crop.indices, tuple(crop.frames.shape)) == ([15, 75], (2, 3, 112, 168))
     assert torch.equal(crop.frames, R.jpeg_round_trip(crop_raw.frames))
     assert (crop.window, crop.requested) == ((0.5, 2.5), (0.5, 2.5))
+
+
+def test_release_frames_decode_with_the_callers_cache_and_name_a_bad_time(tmp_path):
+    from paravt_core.synth import Event, write_video
+    from paravt_core.video import release_frames as R
+    from paravt_core.video.decoder import DecoderCache
+    from paravt_core.video.errors import InvalidTimeError
+
+    video = tmp_path / "v.mp4"
+    write_video(video, [Event("circle", "red", 0.5, 2.5, (10, 10, 60, 50))], 3.0, 30.0, (160, 120))
+    for make in (lambda c: R.overview_fail_soft(video, cache=c), lambda c: R.crop(video, 0.5, 2.5, cache=c)):
+        cache = DecoderCache()
+        make(cache)
+        # the caller's cache decoded them (its handles and tables are reused)
+        assert cache.stats.frames_out > 0
+    with pytest.raises(
+        InvalidTimeError,
+        match=r"^start_time must be seconds \(e\.g\. 12\.5\) or MM:SS or HH:MM:SS, got 'soon'$",
+    ):
+        R.crop(video, "soon", 2.0)
+    with pytest.raises(
+        InvalidTimeError,
+        match=r"^end_time must be seconds \(e\.g\. 12\.5\) or MM:SS or HH:MM:SS, got 'later'$",
+    ):
+        R.crop(video, 0.5, "later")
