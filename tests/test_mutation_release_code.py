@@ -403,7 +403,7 @@ def test_release_frames_decode_with_the_callers_cache_and_name_a_bad_time(tmp_pa
     from paravt_core.synth import Event, write_video
     from paravt_core.video import release_frames as R
     from paravt_core.video.decoder import DecoderCache
-    from paravt_core.video.errors import InvalidTimeError
+    from paravt_core.video.errors import CropError, InvalidTimeError, InvalidWindowError
 
     video = tmp_path / "v.mp4"
     write_video(video, [Event("circle", "red", 0.5, 2.5, (10, 10, 60, 50))], 3.0, 30.0, (160, 120))
@@ -412,6 +412,16 @@ def test_release_frames_decode_with_the_callers_cache_and_name_a_bad_time(tmp_pa
         make(cache)
         # the caller's cache decoded them (its handles and tables are reused)
         assert cache.stats.frames_out > 0
+    # run_crops: a window with no frame range is returned as a CropError naming it; its sibling is served
+    good, bad = R.run_crops(video, [(0.5, 2.5), (2.0, 2.0)])
+    assert good.indices == [15, 75]
+    assert isinstance(bad, CropError) and (bad.start, bad.end) == (2.0, 2.0)
+    assert str(bad) == "the window 2-2 s holds no frame range (60 to 60)"  # ceil(60) = floor(60)
+    assert isinstance(bad.cause, InvalidWindowError) and str(bad.cause) == str(bad)
+    # fail-soft: 90 frames cannot give 100 (qwen-vl-utils raises; get_frames sends none): empty uint8 frames
+    empty = R.overview_fail_soft(video, 100)
+    assert (tuple(empty.frames.shape), empty.frames.dtype, empty.timestamps, empty.indices) == (
+        (0, 3, 28, 28), torch.uint8, [], [])  # fmt: skip
     with pytest.raises(
         InvalidTimeError,
         match=r"^start_time must be seconds \(e\.g\. 12\.5\) or MM:SS or HH:MM:SS, got 'soon'$",
