@@ -197,7 +197,10 @@ PLATFORM += [
     Platform(
         "eval/rescore.py",
         "paravt_core/eval/rescore.py",
-        (R + "test_rescore_rereads_saved_records_offline_with_either_reader", M),
+        (
+            R + "test_rescore_rereads_saved_records_offline_with_either_reader",
+            "tests/test_mutation_rescore.py",
+        ),
     ),
     Platform(
         "eval/report.py comparability",
@@ -218,8 +221,7 @@ PLATFORM += [
         (
             "tests/test_eval_release_frames.py",
             "tests/test_eval_runner.py::test_release_preset_reproduces_the_released_driver",
-            M + "::test_release_frames_go_through_jpeg_85_by_default_and_a_crop_keeps_its_window",
-            M + "::test_release_frames_decode_with_the_callers_cache_and_name_a_bad_time",
+            "tests/test_mutation_release_frames.py",
         ),
         sample=100,
     ),
