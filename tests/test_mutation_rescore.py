@@ -62,6 +62,10 @@ def test_rescore_record_grounding_open_ended_errors_and_records_without_a_reply(
     err = {"id": 3, "status": "error", "qtype": "mcq", "gold": "B", "final_text": "B", "score": None}
     out = _rescored(err)
     assert (out["release_score"], out["score"], "prediction" in out) == (1.0, None, False)
+    # an empty reply of a record without a gold: the release reads "" and compares it with the gold "" (right);
+    # ours reads no letter (wrong)
+    empty = _rescored({"id": 5, "status": "ok", "final_text": ""})
+    assert (empty["release_score"], empty["release_prediction"], empty["score"]) == (1.0, "", 0.0)
     # no final reply at all: the record itself, untouched
     none = {"id": 4, "status": "error", "final_text": None}
     assert _rescored(none) is none
@@ -175,5 +179,6 @@ def test_readers_table_and_its_console_print(capsys):
     # (each cell padded to its header's width: "release reader" is wider than "40.0", "protocol" than "agentic")
     row = rows[0].split("│")
     assert row[4].endswith(" 40.0 ") and row[4].startswith("   ")
-    assert row[1].startswith(" agentic ") and row[3].startswith(" accuracy_errors_as_wrong")
+    assert row[1].startswith(" agentic ") and row[2].startswith(" videomme ")
+    assert row[3].startswith(" accuracy_errors_as_wrong")
     assert "re-scored results, metrics and report in /out/rescored/release" in printed
