@@ -71,3 +71,14 @@ def test_release_frames_decode_with_the_callers_cache_and_name_a_bad_time(tmp_pa
         match=r"^end_time must be seconds \(e\.g\. 12\.5\) or MM:SS or HH:MM:SS, got 'later'$",
     ):
         R.crop(video, 0.5, "later")
+
+
+def test_release_indices_of_a_crop_ending_within_the_first_second_and_of_a_too_short_video():
+    from paravt_core.video import release_frames as R
+    from paravt_core.video.errors import VideoError
+
+    # 0-0.5 s at 30 fps: frames ceil(0) = 0 to floor(15) = 15, 16 frames = 0.53 s -> 2 frames (the minimum)
+    assert R.crop_indices(90, 30.0, 0.0, 0.5) == [0, 15]
+    # 64 frames of a 10-frame video: smart_nframes raises (get_frames then sends no frames)
+    with pytest.raises(VideoError, match=r"^64 frames asked of a video of 10 frames$"):
+        R.overview_indices(10, 64)
