@@ -203,7 +203,7 @@ PLATFORM += [
         ),
     ),
     Platform(
-        "eval/report.py comparability",
+        "eval/report.py:comparability",
         "paravt_core/eval/report.py",
         (
             R + "test_comparability_names_each_failed_condition",
@@ -350,7 +350,8 @@ def run_platform(m: Platform) -> None:
     step = max(1, math.ceil(len(names) / m.sample)) if m.sample else 1
     chosen = names[::step]
     scope = f" ({', '.join(m.only)})" if m.only else ""
-    (root / "sample.txt").write_text(f"every {step}th of {len(names)}{scope}\n" + "\n".join(chosen) + "\n")
+    note = f"every {step}th of {len(names)}" if m.sample else f"all {len(names)}"
+    (root / "sample.txt").write_text(f"{note}{scope}\n" + "\n".join(chosen) + "\n")
     subprocess.run([MUTMUT, "run", *chosen], cwd=root, env=env, check=False, stdout=subprocess.DEVNULL)
 
 
