@@ -52,6 +52,9 @@ def test_rescore_record_grounding_open_ended_errors_and_records_without_a_reply(
     # release: [2, 5] from the think text, IoU 0 with [10, 12.5]; ours: [10, 12.5], IoU 1
     assert (out["release_score"], out["release_prediction"]) == (0.0, [2.0, 5.0])
     assert (out["score"], out["prediction"], out["score_source"]) == (1.0, [10.0, 12.5], "tvg")
+    # the gold interval reaches the release's reader too: [10, 12.5] read outside any think text, IoU 1
+    both = _rescored({**tvg, "final_text": "The event happens in the 10.0 - 12.5 seconds."})
+    assert (both["release_score"], both["release_prediction"], both["score"]) == (1.0, [10.0, 12.5], 1.0)
     # open-ended: the judge's score stays; the release reads a letter against the stripped gold
     oe = {"id": 2, "status": "ok", "qtype": "oe", "gold": " A ", "final_text": "<answer>A</answer>",
           "score": 0.7, "score_source": "judge"}  # fmt: skip
