@@ -203,7 +203,7 @@ PLATFORM += [
         ),
     ),
     Platform(
-        "eval/report.py:comparability",
+        "eval/report.py",
         "paravt_core/eval/report.py",
         (
             R + "test_comparability_names_each_failed_condition",
