@@ -68,6 +68,7 @@ class Platform:
     path: str  # the file mutated, relative to the repository
     tests: tuple[str, ...]  # pytest node ids / files: its own tests (the stats pass runs each once)
     sample: int = 0  # 0: every mutant; N: about N of them, every k-th by name
+    only: tuple[str, ...] = ()  # mutant-name globs (after the module's prefix): some functions of a module
 
 
 B = "tests/test_gpu_path_behaviours.py::"
@@ -174,6 +175,66 @@ PLATFORM: list[Platform] = [
         ),
     ),
 ]
+# The code issues 38 and 40 added (issue 41 item 3): the release's readers, rescore, comparability, the release's
+# frames, the media path. Each with its in-process tests (subprocess probes cannot be attributed by mutmut).
+R = "tests/test_eval_readers.py::"
+M = "tests/test_mutation_release_code.py"  # the tests written for the first runs' survivors
+PLATFORM += [
+    Platform(
+        "eval/readers.py",
+        "paravt_core/eval/readers.py",
+        (
+            R + "test_release_letter_follows_extract_letter_line_by_line",
+            R + "test_release_interval_follows_extract_time_from_response",
+            R + "test_release_score_compares_with_the_stripped_gold_and_scores_intervals_by_its_iou",
+            R + "test_the_headline_uses_the_release_reader_under_its_error_rule_and_keeps_ours_beside_it",
+            R + "test_charades_headline_reads_intervals_as_the_release_does",
+            R + "test_mmvu_release_headline_is_every_item_with_open_ended_read_as_letters_and_errors_wrong",
+            "tests/test_eval_oracle.py::test_the_release_rule",
+            M,
+        ),
+    ),
+    Platform(
+        "eval/rescore.py",
+        "paravt_core/eval/rescore.py",
+        (
+            R + "test_rescore_rereads_saved_records_offline_with_either_reader",
+            "tests/test_mutation_rescore.py",
+        ),
+    ),
+    Platform(
+        "eval/report.py",
+        "paravt_core/eval/report.py",
+        (
+            R + "test_comparability_names_each_failed_condition",
+            R + "test_preset_release_brings_the_release_frame_path_whatever_the_base_agent_says",
+            R + "test_comparability_names_every_failure_at_once_and_the_reader",
+            "tests/test_eval_release.py::test_comparability_requires_preset_prompts_and_error_rule_and_names_each_failure",
+            "tests/test_eval_release.py::test_videomme_wsub_aligned_on_a_real_video_and_labelled_in_the_report",
+            M,
+        ),
+        only=("x_comparability__mutmut_*", "x__config_differences__mutmut_*"),
+    ),
+    Platform(
+        "video/release_frames.py",
+        "paravt_core/video/release_frames.py",
+        (
+            "tests/test_eval_release_frames.py",
+            "tests/test_eval_runner.py::test_release_preset_reproduces_the_released_driver",
+            "tests/test_mutation_release_frames.py",
+        ),
+        sample=100,
+    ),
+    Platform(
+        "train/media.py",
+        "paravt_core/train/media.py",
+        (
+            "tests/test_sft_packing.py",
+            "tests/test_media_path.py::test_training_refuses_a_language_model_that_would_drop_the_media",
+            M,
+        ),
+    ),
+]
 SCRATCH = ROOT / "build" / "mutation"
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 NOT_RUN = {"not checked", "skipped"}
@@ -258,6 +319,12 @@ def scratch_root(m: Platform) -> Path:
     return root
 
 
+def _in_scope(m: Platform, table: dict[str, str]) -> dict[str, str]:
+    """The mutants of ``table`` that ``m.only`` selects (all of them without it)."""
+    globs = [_prefix(m) + g for g in m.only]
+    return {n: s for n, s in table.items() if not globs or any(fnmatch.fnmatchcase(n, g) for g in globs)}
+
+
 def run_platform(m: Platform) -> None:
     root = scratch_root(m)
     shutil.rmtree(
@@ -266,7 +333,7 @@ def run_platform(m: Platform) -> None:
     (root / "mutants").mkdir()
     (root / "sample.txt").unlink(missing_ok=True)
     env = _env(root)
-    if not m.sample:
+    if not m.sample and not m.only:
         subprocess.run([MUTMUT, "run"], cwd=root, env=env, check=False, stdout=subprocess.DEVNULL)
         return
     # generate the mutants without running any (a name that matches none: mutmut stops, saying so, once they are
@@ -279,10 +346,12 @@ def run_platform(m: Platform) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    names = sorted(statuses(root, _prefix(m)))
-    step = max(1, math.ceil(len(names) / m.sample))
+    names = sorted(_in_scope(m, statuses(root, _prefix(m))))
+    step = max(1, math.ceil(len(names) / m.sample)) if m.sample else 1
     chosen = names[::step]
-    (root / "sample.txt").write_text(f"every {step}th of {len(names)}\n" + "\n".join(chosen) + "\n")
+    scope = f" ({', '.join(m.only)})" if m.only else ""
+    note = f"every {step}th of {len(names)}" if m.sample else f"all {len(names)}"
+    (root / "sample.txt").write_text(f"{note}{scope}\n" + "\n".join(chosen) + "\n")
     subprocess.run([MUTMUT, "run", *chosen], cwd=root, env=env, check=False, stdout=subprocess.DEVNULL)
 
 
@@ -291,7 +360,7 @@ def report_platform(selected: list[Platform]) -> int:
     survivors: list[tuple[str, str]] = []
     for m in selected:
         root = SCRATCH / _slug(m.label)
-        table = statuses(root, _prefix(m))
+        table = _in_scope(m, statuses(root, _prefix(m)))
         run = [n for n in table if table[n] not in NOT_RUN]
         killed = [n for n in run if table[n] in KILLED]
         alive = sorted(n for n in run if table[n] not in KILLED)

@@ -20,11 +20,30 @@ ISSUE_41 = {
     "launch/trainjob.py", "cli_errors.py", "sft/trainer.py", "train/syncs.py", "eval/stage.py", "eval/formats.py",
     "components/multinode.py", "scripts/gpu_check.py",
 }  # fmt: skip
+# issue 41 item 3: the code issues 38 and 40 added
+ISSUES_38_40 = {
+    "eval/readers.py",
+    "eval/rescore.py",
+    "eval/report.py",
+    "video/release_frames.py",
+    "train/media.py",
+}
 
 
 def test_every_module_of_issue_41_is_listed_once():
     labels = [m.label for m in mutation.PLATFORM]
-    assert sorted(labels) == sorted(ISSUE_41)
+    assert sorted(labels) == sorted(ISSUE_41 | ISSUES_38_40)
+
+
+def test_a_scope_keeps_only_the_mutants_of_the_named_functions():
+    report = next(m for m in mutation.PLATFORM if m.label == "eval/report.py")
+    names = ["x_comparability__mutmut_3", "x__config_differences__mutmut_12", "x_render_html__mutmut_1",
+             "x__fmt__mutmut_2", "xǁReportǁcomparability__mutmut_1"]  # fmt: skip
+    table = {f"paravt_core.eval.report.{n}": "killed" for n in names}
+    assert sorted(mutation._in_scope(report, table)) == [
+        "paravt_core.eval.report.x__config_differences__mutmut_12", "paravt_core.eval.report.x_comparability__mutmut_3"]  # fmt: skip
+    readers = next(m for m in mutation.PLATFORM if m.label == "eval/readers.py")
+    assert mutation._in_scope(readers, table) == table  # no scope: every mutant
 
 
 @pytest.mark.parametrize("module", mutation.PLATFORM, ids=lambda m: m.label)
