@@ -160,7 +160,12 @@ PLATFORM: list[Platform] = [
     Platform(
         "eval/formats.py",
         "paravt_core/eval/formats.py",
-        ("tests/test_eval_benchmarks.py", "tests/test_eval_release.py", "tests/test_eval_runner.py"),
+        (
+            "tests/test_eval_benchmarks.py",
+            "tests/test_eval_release.py",
+            "tests/test_eval_runner.py",
+            "tests/test_eval_formats_units.py",
+        ),
     ),
     Platform("components/multinode.py", "components/multinode.py", ("tests/test_pipeline_multinode.py",)),
     Platform(
