@@ -95,6 +95,7 @@ PLATFORM: list[Platform] = [
             B + "test_every_server_of_a_fleet_plan_is_told_the_served_dtype",
             B + "test_the_launched_server_process_gets_its_pinning",
         ),
+        sample=120,
     ),
     Platform(
         "rl/weight_sync.py",
@@ -104,6 +105,7 @@ PLATFORM: list[Platform] = [
             "tests/test_served_dtype.py",
             B + "test_two_group_names_made_in_one_process_differ",
         ),
+        sample=60,
     ),
     Platform(
         "rl/stage.py",
@@ -114,7 +116,7 @@ PLATFORM: list[Platform] = [
             "tests/test_served_dtype.py",
             B + "test_the_server_the_rl_stage_starts_itself_gets_its_pinning",
         ),
-        sample=100,
+        sample=40,
     ),
     Platform(
         "checkpoint.py",
@@ -126,25 +128,28 @@ PLATFORM: list[Platform] = [
             B + "test_save_hf_writes_the_saved_tensors_dtype_when_none_is_given",
             B + "test_saving_a_bf16_copy_leaves_the_live_models_config_float32",
         ),
-        sample=100,
+        sample=60,
     ),
     Platform(
         "models.py",
         "paravt_core/models.py",
         ("tests/test_models.py", B + "test_bars_off_restores_the_callers_state_in_both_directions"),
+        sample=100,
     ),
     Platform(
         "engines/sglang_engine.py",
         "paravt_core/engines/sglang_engine.py",
         ("tests/test_engines_sglang.py", "tests/test_sglang_contract.py", "tests/test_rl_sglang.py"),
-        sample=150,
+        sample=60,
     ),
-    Platform("launch/trainjob.py", "paravt_core/launch/trainjob.py", ("tests/test_launch_trainjob.py",)),
+    Platform(
+        "launch/trainjob.py", "paravt_core/launch/trainjob.py", ("tests/test_launch_trainjob.py",), sample=150
+    ),
     Platform(
         "sft/trainer.py",
         "paravt_core/sft/trainer.py",
         ("tests/test_sft_train.py", "tests/test_sft_step_host.py", "tests/test_sft_config.py"),
-        sample=100,
+        sample=40,
     ),
     Platform(
         "eval/stage.py",
@@ -155,7 +160,7 @@ PLATFORM: list[Platform] = [
             B + "test_a_shard_run_of_a_complete_output_evaluates_its_shard",
             B + "test_release_preset_aligns_subtitles_to_its_own_frame_count",
         ),
-        sample=150,
+        sample=60,
     ),
     Platform(
         "eval/formats.py",
@@ -177,6 +182,7 @@ PLATFORM: list[Platform] = [
             B + "test_gpu_check_served_scores_check_which_tokens_were_scored",
             B + "test_gpu_check_nccl_push_fails_whenever_the_launch_checksum_does_not_come_back",
         ),
+        sample=120,
     ),
 ]
 SCRATCH = ROOT / "build" / "mutation"
