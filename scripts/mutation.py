@@ -143,7 +143,16 @@ PLATFORM: list[Platform] = [
         sample=60,
     ),
     Platform(
-        "launch/trainjob.py", "paravt_core/launch/trainjob.py", ("tests/test_launch_trainjob.py",), sample=150
+        "launch/trainjob.py",
+        "paravt_core/launch/trainjob.py",
+        (
+            "tests/test_launch_trainjob.py",
+            "tests/test_launch_trainjob_fields.py",
+            "tests/test_launch_trainjob_cluster.py",
+            "tests/test_launch_sigterm.py",
+            "tests/test_stage_retry.py::test_a_multinode_step_recreates_its_failed_job_and_follows_it_to_completion",
+        ),
+        sample=150,
     ),
     Platform(
         "sft/trainer.py",
