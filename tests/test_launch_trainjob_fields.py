@@ -12,8 +12,10 @@ the emulator implements (tests/k8s_emulator.py, ``unknown_fields``; sources and 
 
 from __future__ import annotations
 
+import io
 import json
 import socket
+import sys
 import threading
 
 import pytest
@@ -28,12 +30,15 @@ from paravt_core.launch.trainjob import (
     Launcher,
     NodeSpec,
     check_rl_multinode,
+    in_cluster_namespace,
     job_name,
     job_state,
     labels,
     launch_stage,
+    own_pod,
     pytorchjob_manifest,
     rank0_address,
+    say,
     trainjob_manifest,
     with_launch,
     workflow_owner,
@@ -476,3 +481,88 @@ def test_follow_past_its_timeout_says_which_job_and_state():
         with pytest.raises(TimeoutError) as err:
             launcher.follow(NAME, timeout_s=0.2)
         assert str(err.value) == f"TrainJob {NAME} did not finish in 0s (state Created)"
+
+
+def test_the_log_is_streamed_while_the_job_runs():
+    """A line the rank-0 pod writes while the job runs is printed before the job completes (the controller
+    here completes the job only once it saw the line printed, or after 10 s)."""
+    m = trainjob_manifest(
+        NAME, NS, "sft", NodeSpec(image="i"), nodes=2, gpus_per_node=8, config_yaml=CONFIG,
+        job_labels=labels(RUN, "sft"),
+    )  # fmt: skip
+    log: list[str] = []
+
+    def printed(line: str, within_s: float) -> None:
+        for _ in range(int(within_s / 0.01)):
+            if line in log:
+                return
+            threading.Event().wait(0.01)
+
+    with Emulator() as emu:
+        emu.register_crd(crd())
+        launcher = _launcher(emu, log, poll_s=0.05)
+        launcher.start(m)
+        emu.set_status("trainjobs", NS, NAME, {"jobsStatus": [{"name": "node", "active": 2}]})
+        emu.put_pod(_pod("p", "Running", "2026-11-28T10:05:00Z"))
+        emu.append_log(NS, "p", "a\n")
+
+        def controller() -> None:
+            printed("[p] a", 30.0)
+            emu.append_log(NS, "p", "b\n")
+            printed("[p] b", 10.0)
+            emu.set_status("trainjobs", NS, NAME, {"conditions": [{"type": "Complete", "status": "True"}]})
+
+        thread = threading.Thread(target=controller)
+        thread.start()
+        launcher.follow(NAME, timeout_s=60)
+        thread.join()
+    assert log.index("[p] b") < log.index(f"TrainJob {NAME}: Complete")
+
+
+def test_the_namespace_is_read_from_the_service_account_mount(monkeypatch):
+    """The kubelet mounts the pod's namespace at /var/run/secrets/kubernetes.io/serviceaccount/namespace
+    (Kubernetes docs, "Accessing the Kubernetes API from a Pod"); no pod here, so ``open`` serves that one
+    path (a fake only where the real mount cannot exist)."""
+    content = {"/var/run/secrets/kubernetes.io/serviceaccount/namespace": "team-a\n"}
+
+    def fake_open(path, *args, **kwargs):
+        if path not in content:
+            raise FileNotFoundError(path)
+        return io.StringIO(content[path])
+
+    monkeypatch.setattr("paravt_core.launch.trainjob.open", fake_open, raising=False)
+    assert in_cluster_namespace() == "team-a"
+    content["/var/run/secrets/kubernetes.io/serviceaccount/namespace"] = "\n"
+    assert in_cluster_namespace("kubeflow") == "kubeflow"
+    content.clear()
+    assert in_cluster_namespace("kubeflow") == "kubeflow"
+
+
+def test_an_api_server_that_never_answers_the_pod_read_gives_none(monkeypatch):
+    """The read of the step's own pod (in the SIGTERM handler, before the job's deletion) is one short
+    request: a server that accepts the connection and never answers yields None, not a hang."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)  # the kernel completes the connection; nobody reads the request
+        cfg = k8s.Configuration()
+        cfg.host = f"http://127.0.0.1:{server.getsockname()[1]}"
+        cfg.retries = False
+        monkeypatch.setenv("KFP_POD_NAME", "step-pod")
+        assert own_pod(k8s.CoreV1Api(k8s.ApiClient(cfg)), NS) is None
+
+
+def test_say_flushes_every_line(monkeypatch):
+    """KFP's launcher reads the step's stdout through a pipe (block-buffered): each line must go out now."""
+    calls: list[str] = []
+
+    class Stream(io.StringIO):
+        def write(self, text: str) -> int:
+            calls.append(f"write {text!r}")
+            return len(text)
+
+        def flush(self) -> None:
+            calls.append("flush")
+
+    monkeypatch.setattr(sys, "stdout", Stream())
+    say("TrainJob j: Running")
+    assert calls == ["write 'TrainJob j: Running'", "write '\\n'", "flush"]
