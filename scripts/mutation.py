@@ -96,6 +96,7 @@ PLATFORM: list[Platform] = [
             B + "test_every_server_of_a_fleet_plan_is_told_the_served_dtype",
             B + "test_the_launched_server_process_gets_its_pinning",
         ),
+        sample=120,
     ),
     Platform(
         "rl/weight_sync.py",
@@ -105,6 +106,7 @@ PLATFORM: list[Platform] = [
             "tests/test_served_dtype.py",
             B + "test_two_group_names_made_in_one_process_differ",
         ),
+        sample=60,
     ),
     Platform(
         "rl/stage.py",
@@ -115,7 +117,7 @@ PLATFORM: list[Platform] = [
             "tests/test_served_dtype.py",
             B + "test_the_server_the_rl_stage_starts_itself_gets_its_pinning",
         ),
-        sample=100,
+        sample=40,
     ),
     Platform(
         "checkpoint.py",
@@ -127,25 +129,37 @@ PLATFORM: list[Platform] = [
             B + "test_save_hf_writes_the_saved_tensors_dtype_when_none_is_given",
             B + "test_saving_a_bf16_copy_leaves_the_live_models_config_float32",
         ),
-        sample=100,
+        sample=60,
     ),
     Platform(
         "models.py",
         "paravt_core/models.py",
         ("tests/test_models.py", B + "test_bars_off_restores_the_callers_state_in_both_directions"),
+        sample=100,
     ),
     Platform(
         "engines/sglang_engine.py",
         "paravt_core/engines/sglang_engine.py",
         ("tests/test_engines_sglang.py", "tests/test_sglang_contract.py", "tests/test_rl_sglang.py"),
+        sample=60,
+    ),
+    Platform(
+        "launch/trainjob.py",
+        "paravt_core/launch/trainjob.py",
+        (
+            "tests/test_launch_trainjob.py",
+            "tests/test_launch_trainjob_fields.py",
+            "tests/test_launch_trainjob_cluster.py",
+            "tests/test_launch_sigterm.py",
+            "tests/test_stage_retry.py::test_a_multinode_step_recreates_its_failed_job_and_follows_it_to_completion",
+        ),
         sample=150,
     ),
-    Platform("launch/trainjob.py", "paravt_core/launch/trainjob.py", ("tests/test_launch_trainjob.py",)),
     Platform(
         "sft/trainer.py",
         "paravt_core/sft/trainer.py",
         ("tests/test_sft_train.py", "tests/test_sft_step_host.py", "tests/test_sft_config.py"),
-        sample=100,
+        sample=40,
     ),
     Platform(
         "eval/stage.py",
@@ -156,12 +170,17 @@ PLATFORM: list[Platform] = [
             B + "test_a_shard_run_of_a_complete_output_evaluates_its_shard",
             B + "test_release_preset_aligns_subtitles_to_its_own_frame_count",
         ),
-        sample=150,
+        sample=60,
     ),
     Platform(
         "eval/formats.py",
         "paravt_core/eval/formats.py",
-        ("tests/test_eval_benchmarks.py", "tests/test_eval_release.py", "tests/test_eval_runner.py"),
+        (
+            "tests/test_eval_benchmarks.py",
+            "tests/test_eval_release.py",
+            "tests/test_eval_runner.py",
+            "tests/test_eval_formats_units.py",
+        ),
     ),
     Platform("components/multinode.py", "components/multinode.py", ("tests/test_pipeline_multinode.py",)),
     Platform(
@@ -173,6 +192,7 @@ PLATFORM: list[Platform] = [
             B + "test_gpu_check_served_scores_check_which_tokens_were_scored",
             B + "test_gpu_check_nccl_push_fails_whenever_the_launch_checksum_does_not_come_back",
         ),
+        sample=120,
     ),
 ]
 # The code issues 38 and 40 added (issue 41 item 3): the release's readers, rescore, comparability, the release's

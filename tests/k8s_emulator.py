@@ -4,7 +4,21 @@ No cluster can run here, so the launcher's real ``kubernetes`` client talks HTTP
 custom objects (create / get / list / delete, namespaced), pods listed by an equality label selector or
 read by name, and a pod's log. Like the API server, a create is validated against the CRD's ``openAPIV3Schema`` when one is
 registered (HTTP 422 with the validator's message), a second create of a name answers 409, and unknown
-objects 404. The test plays the controller: it sets statuses, adds pods and appends to their logs.
+objects 404.
+
+Unknown fields (``fieldValidation=Strict``): the API server prunes every field of a custom object that the
+CRD's structural schema does not declare (kubernetes/apiextensions-apiserver, pkg/apiserver/schema/pruning/
+algorithm.go, ``prune``: ``properties`` declare fields, ``additionalProperties`` a map of any keys,
+``x-kubernetes-preserve-unknown-fields: true`` keeps the unknown ones, arrays go by ``items``; ``apiVersion``,
+``kind`` and ``metadata`` at the root are left to the ObjectMeta decoder, pkg/apiserver/schema/objectmeta/
+coerce.go, ``GetObjectMetaWithOptions``, which reports the fields ObjectMeta's JSON does not have). Without
+strict validation the job is stored without them, silently. A create with ``fieldValidation=Strict`` in its
+query is refused instead (pkg/apiserver/customresource_handler.go, ``schemaCoercingDecoder.Decode``: one
+``unknown field "<path>"`` per field, in a strict decoding error; HTTP 400 BadRequest): k8s.io/apimachinery
+pkg/apis/meta/v1/types.go, ``CreateOptions.FieldValidation``, "Strict: This will fail the request with a
+BadRequest error if any unknown fields would be dropped from the object". Read at apiextensions-apiserver
+commit 1aa2717a (2026-07-22) and apimachinery commit eed236ce (2026-07-23); the field validation is GA
+since Kubernetes 1.27. The paths are written as the pruner writes them: ``spec.a.b``, ``items[0].c``. The test plays the controller: it sets statuses, adds pods and appends to their logs.
 Every request is recorded as (verb, resource) so tests can check RBAC against what was really called.
 
 Written by hand (rather than ``kmock``) to keep the emulator synchronous and tiny: the launcher's
@@ -27,6 +41,14 @@ import jsonschema
 _CUSTOM = re.compile(
     r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?$"
 )
+# ObjectMeta's and OwnerReference's JSON field names (k8s.io/apimachinery pkg/apis/meta/v1/types.go).
+OBJECT_META = {
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
+    "ownerReferences", "finalizers", "managedFields",
+}  # fmt: skip
+OWNER_REFERENCE = {"apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion"}
+_ROOT_META = ("apiVersion", "kind", "metadata")
 _PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
 
 
@@ -41,16 +63,64 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     }
 
 
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def unknown_fields(
+    obj: Any, schema: dict[str, Any] | None, path: str = "", root: bool = False, keep: bool = False
+) -> list[str]:
+    """The paths of the fields in ``obj`` that the structural ``schema`` does not declare (what the API
+    server would prune); at the ``root``, ``metadata`` is checked against ObjectMeta's fields. ``keep``:
+    under ``x-kubernetes-preserve-unknown-fields`` (the pruner's ``skipPrune``: declared fields are still
+    checked, the others kept)."""
+    schema = schema or {}
+    keep = keep or bool(schema.get("x-kubernetes-preserve-unknown-fields"))
+    found: list[str] = []
+    if isinstance(obj, dict):
+        props, extra = schema.get("properties") or {}, schema.get("additionalProperties")
+        embedded = root or bool(schema.get("x-kubernetes-embedded-resource"))
+        for key, value in obj.items():
+            if embedded and key in _ROOT_META:
+                if key == "metadata" and root:
+                    found += _unknown_meta(value, _join(path, key))
+            elif key in props:
+                found += unknown_fields(value, props[key], _join(path, key))
+            elif isinstance(extra, dict):
+                found += unknown_fields(value, extra, _join(path, key))
+            elif not keep and extra is not True:
+                found.append(_join(path, key))
+    elif isinstance(obj, list):
+        items = schema.get("items")
+        if keep and not isinstance(items, dict):
+            return []
+        for i, value in enumerate(obj):
+            found += unknown_fields(
+                value, items if isinstance(items, dict) else None, f"{path}[{i}]", keep=keep
+            )
+    return found
+
+
+def _unknown_meta(meta: Any, path: str) -> list[str]:
+    if not isinstance(meta, dict):
+        return []
+    found = [_join(path, k) for k in meta if k not in OBJECT_META]
+    for i, ref in enumerate(meta.get("ownerReferences") or []):
+        found += [f"{path}.ownerReferences[{i}].{k}" for k in ref if k not in OWNER_REFERENCE]
+    return found
+
+
 class Emulator:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, ns, name) -> object
         self.schemas: dict[str, dict[str, Any]] = {}  # plural -> openAPIV3Schema
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
-        self.logs: dict[tuple[str, str], str] = {}
+        self.logs: dict[tuple[str, str], bytes] = {}
         self.requests: list[tuple[str, str]] = []  # (verb, resource) as RBAC names them
         self.created = threading.Event()
         self.failures: list[int] = []  # status codes to answer the next custom-object GETs with
+        self.field_validation: list[str] = []  # each custom-object create's fieldValidation ("" = none)
         emulator = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -112,17 +182,26 @@ class Emulator:
         url = urlparse(path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         if m := _CUSTOM.match(url.path):
-            return self._custom(method, m["plural"], m["ns"], m["name"], body)
+            return self._custom(method, m["plural"], m["ns"], m["name"], body, query)
         if m := _PODS.match(url.path):
             return self._pods(method, m["ns"], m["name"], bool(m["log"]), query)
         return 404, _status(404, "NotFound", f"no route {url.path}")
 
-    def _custom(self, method: str, plural: str, ns: str, name: str | None, body: Any) -> tuple[int, Any]:
+    def _custom(
+        self, method: str, plural: str, ns: str, name: str | None, body: Any, query: dict[str, str]
+    ) -> tuple[int, Any]:
         verb = {"GET": "get" if name else "list", "POST": "create", "DELETE": "delete"}[method]
         with self.lock:
             self.requests.append((verb, plural))
             if method == "POST":
                 name = body.get("metadata", {}).get("name", "")
+                self.field_validation.append(query.get("fieldValidation", ""))
+                strict = plural in self.schemas and query.get("fieldValidation") == "Strict"
+                if unknown := unknown_fields(body, self.schemas[plural], root=True) if strict else []:
+                    kind, version = body.get("kind", ""), body.get("apiVersion", "").rpartition("/")[2]
+                    fields = ", ".join(f'unknown field "{f}"' for f in sorted(unknown))
+                    message = f'{kind} in version "{version}" cannot be handled as a {kind}: '
+                    return 400, _status(400, "BadRequest", message + f"strict decoding error: {fields}")
                 if plural in self.schemas:
                     try:
                         jsonschema.validate(body, self.schemas[plural])
@@ -158,7 +237,7 @@ class Emulator:
                 self.requests.append(("get", "pods/log"))
                 if (ns, name) not in self.pods:
                     return 404, _status(404, "NotFound", f'pods "{name}" not found')
-                return 200, self.logs.get((ns, name), "").encode(), "text/plain"
+                return 200, self.logs.get((ns, name), b""), "text/plain"
             self.requests.append(("get" if name else "list", "pods"))
             if name:  # one pod by name (a step reading its own pod)
                 pod = self.pods.get((ns, name))
@@ -212,9 +291,11 @@ class Emulator:
         with self.lock:
             self.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = copy.deepcopy(pod)
 
-    def append_log(self, ns: str, pod: str, text: str) -> None:
+    def append_log(self, ns: str, pod: str, text: str | bytes) -> None:
+        """Text (UTF-8) or raw bytes, as a container may write them."""
+        data = text.encode() if isinstance(text, str) else text
         with self.lock:
-            self.logs[(ns, pod)] = self.logs.get((ns, pod), "") + text
+            self.logs[(ns, pod)] = self.logs.get((ns, pod), b"") + data
 
     def count(self, verb: str, resource: str) -> int:
         with self.lock:

@@ -487,8 +487,10 @@ class Launcher:
             self.delete(name)
             self._wait_gone(name, timeout_s=600.0)
             how = "recreated"
+        # Strict: a field the CRD does not declare fails the create (HTTP 400) instead of being pruned
+        # silently (a misspelled key would run the job without its env, security context or volume).
         self.custom.create_namespaced_custom_object(
-            self.group, self.version, self.namespace, self.plural, manifest
+            self.group, self.version, self.namespace, self.plural, manifest, field_validation="Strict"
         )
         self.log(f"{self.kind} {name}: created in {self.namespace}")
         return how
