@@ -111,7 +111,13 @@ def test_rescore_a_hand_written_run_with_either_reader(tmp_path):
 
     out = _hand_run(tmp_path)
     before = (out / "results.json").read_bytes()
+    import time
+
+    started = time.perf_counter()
     robust = rescore(str(out), "robust", work=str(tmp_path / "work"))
+    took = time.perf_counter() - started
+    # the re-scoring's own time: inside the call's (a bound, not a speed: any machine passes it)
+    assert 0.0 <= robust["elapsed_s"] <= round(took, 3) + 0.001
     vm = robust["protocols"]["agentic"]["videomme"]
     # errors wrong (the run's rule): ours 1 right of 3, the release 0 of 3; read differently: record 1 only
     assert (robust["reader"], headline(vm), vm["accuracy_release"], vm["reader_differences"]) == (
