@@ -134,7 +134,11 @@ PLATFORM: list[Platform] = [
     Platform(
         "models.py",
         "paravt_core/models.py",
-        ("tests/test_models.py", B + "test_bars_off_restores_the_callers_state_in_both_directions"),
+        (
+            "tests/test_models.py",
+            "tests/test_models_units.py",
+            B + "test_bars_off_restores_the_callers_state_in_both_directions",
+        ),
         sample=100,
     ),
     Platform(

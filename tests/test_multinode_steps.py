@@ -1,0 +1,199 @@
+"""The multi-node steps' wiring (components/multinode.py): what each step hands its job and what it publishes.
+
+The component's body runs in-process against the loopback Kubernetes emulator with the Trainer CRD
+registered; the test plays the controller: it reads the created TrainJob, leaves in the stage's output what
+the nodes' stage would (``metrics.json`` and the curve), and marks the job Complete. The nodes themselves run
+for real in ``test_launch_trainjob_e2e.py`` (SFT on two emulated nodes); here every input of the step is
+followed to its place in the job's config, env and pod, and to the step's outputs."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kfp.dsl import HTML, Artifact, Metrics, Model
+
+from paravt_core.launch.trainjob import CONFIG_ENV, job_name
+from tests.k8s_emulator import Emulator
+from tests.test_launch_trainjob import _kubeconfig, crd
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = "run-wiring-7"
+NS = "default"  # no in-cluster namespace file here
+STAMP = "2026-11-28T10:00:00Z"
+
+
+def _run_step(tmp_path: Path, monkeypatch: Any, stage: str, call: Any, out: Path) -> dict[str, Any]:
+    """Run ``call()`` (the component body) while playing the controller; the created job's trainer part."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KFP_POD_NAME", raising=False)
+    name = job_name(RUN, stage)
+    seen: dict[str, Any] = {}
+    with Emulator() as emu:
+        emu.register_crd(crd())
+        _kubeconfig(emu, tmp_path / "kubeconfig")
+
+        def controller() -> None:
+            assert emu.created.wait(20)
+            seen["job"] = emu.get("trainjobs", NS, name)
+            out.mkdir(parents=True, exist_ok=True)  # what the nodes' stage leaves behind
+            (out / "metrics.json").write_text(json.dumps({"steps": 2, "loss": 1.25}))
+            (out / ("loss_curve.png" if stage == "sft" else "curves.png")).write_bytes(
+                b"\x89PNG-" + stage.encode()
+            )
+            done = {
+                "type": "Complete",
+                "status": "True",
+                "reason": "JobSetCompleted",
+                "lastTransitionTime": STAMP,
+            }
+            emu.set_status("trainjobs", NS, name, {"conditions": [done]})
+
+        thread = threading.Thread(target=controller, daemon=True)
+        thread.start()
+        seen["returned"] = call()
+        thread.join(20)
+        assert emu.count("create", "trainjobs") == 1
+    return seen
+
+
+def _outputs(tmp_path: Path, names: tuple[str, ...]) -> list[Any]:
+    kinds = {"curve": HTML, "curves": Artifact, "metrics": Metrics, "model": Model, "trained": Model}
+    made = []
+    for n in names:
+        a = kinds[n](name=n, uri=str(tmp_path / "art" / n))
+        a.path = str(tmp_path / "art" / n)
+        made.append(a)
+    (tmp_path / "art").mkdir(exist_ok=True)
+    return made
+
+
+def _config(job: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    env = {e["name"]: e.get("value") for e in job["spec"]["trainer"]["env"]}
+    return yaml.safe_load(env[CONFIG_ENV]), env
+
+
+def test_the_multinode_sft_step_hands_its_inputs_to_the_job_and_publishes_the_stage(tmp_path, monkeypatch):
+    from components.multinode import sft_trainjob_op
+
+    out = tmp_path / "sft-out"
+    curve, metrics, model = _outputs(tmp_path, ("curve", "metrics", "model"))
+    tensorboard = Artifact(name="tb")
+    seen = _run_step(
+        tmp_path,
+        monkeypatch,
+        "sft",
+        lambda: sft_trainjob_op.python_func(
+            config_yaml=(ROOT / "configs/sft/tiny.yaml").read_text(),
+            overrides=["trainer.steps=7"],
+            data_uri="s3://bucket/runs/x/data",
+            model_uri="s3://bucket/models/base",
+            nodes=2,
+            gpus_per_node=4,
+            api="trainjob",
+            runtime="torch-distributed",
+            poll_s=0.05,
+            node_spec={"image": "registry/paravt-sft:1"},
+            media_pvc="paravt-media",
+            curve=curve,
+            metrics=metrics,
+            model=model,
+            tensorboard=tensorboard,
+            output=str(out),
+            run_id=RUN,
+        ),
+        out,
+    )
+    job = seen["job"]
+    cfg, env = _config(job)
+    assert (cfg["data"]["input"], cfg["model"]["uri"], cfg["output"]) == (
+        "s3://bucket/runs/x/data",
+        "s3://bucket/models/base",
+        str(out),
+    )
+    assert (cfg["launch"]["nodes"], cfg["launch"]["gpus_per_node"], cfg["launch"]["api"]) == (
+        2,
+        4,
+        "trainjob",
+    )
+    assert cfg["trainer"]["steps"] == 7  # the overrides reach the nodes
+    assert env["KFP_RUN_ID"] == RUN
+    assert (job["spec"]["trainer"]["numNodes"], job["spec"]["trainer"]["image"]) == (
+        2,
+        "registry/paravt-sft:1",
+    )
+    assert job["spec"]["runtimeRef"]["name"] == "torch-distributed"
+    claims = json.dumps(job["spec"])
+    assert '"claimName": "paravt-media"' in claims  # the media PVC mounted on the nodes
+    assert seen["returned"] == str(out / "final")
+    assert model.metadata["uri"] == str(out / "final")  # not under the run's root: by metadata
+    assert "data:image/png;base64," in Path(curve.path).read_text()
+    assert metrics.metadata["loss"] == 1.25
+    assert tensorboard.metadata["logdir"] == str(out / "tensorboard")
+
+
+def test_the_multinode_rl_step_points_the_push_at_its_rank0_pod_and_publishes_the_stage(
+    tmp_path, monkeypatch
+):
+    from components.multinode import rl_trainjob_op
+
+    out = tmp_path / "rl-out"
+    curves, metrics, trained = _outputs(tmp_path, ("curves", "metrics", "trained"))
+    tensorboard = Artifact(name="tb")
+    seen = _run_step(
+        tmp_path,
+        monkeypatch,
+        "rl",
+        lambda: rl_trainjob_op.python_func(
+            config_yaml=(ROOT / "configs/rl/tiny.yaml").read_text(),
+            overrides=[
+                "device=cuda",
+                "engine.kind=sglang",
+                "engine.base_url=http://rollout.paravt:30000",
+                "engine.weight_sync=distributed",
+            ],
+            data="s3://bucket/runs/x/rl-data",
+            model="s3://bucket/runs/x/sft/final",
+            nodes=2,
+            gpus_per_node=8,
+            api="trainjob",
+            runtime="torch-distributed",
+            poll_s=0.05,
+            node_spec={"image": "registry/paravt-rl:1"},
+            media_pvc="",
+            curves=curves,
+            metrics=metrics,
+            trained=trained,
+            tensorboard=tensorboard,
+            output=str(out),
+            run_id=RUN,
+        ),
+        out,
+    )
+    job = seen["job"]
+    cfg, env = _config(job)
+    assert (cfg["data"], cfg["model"], cfg["output"]) == (
+        "s3://bucket/runs/x/rl-data",
+        "s3://bucket/runs/x/sft/final",
+        str(out),
+    )
+    assert (cfg["launch"]["nodes"], cfg["launch"]["gpus_per_node"], cfg["launch"]["api"]) == (
+        2,
+        8,
+        "trainjob",
+    )
+    # the server joins the push at the job's rank-0 pod (Trainer v2.3.0 naming, namespace "default" here)
+    name = job_name(RUN, "rl")
+    assert cfg["engine"]["nccl_address"] == f"{name}-node-0-0.{name}.default.svc.cluster.local"
+    assert cfg["engine"]["base_url"] == "http://rollout.paravt:30000"
+    assert env["KFP_RUN_ID"] == RUN
+    assert "claimName" not in json.dumps(job["spec"])  # no media PVC given: none mounted
+    assert seen["returned"] == str(out / "final") == trained.metadata["uri"]
+    assert Path(curves.path).read_bytes() == b"\x89PNG-rl"
+    assert curves.metadata["uri"] == str(out / "curves.png")
+    assert metrics.metadata["loss"] == 1.25
+    assert tensorboard.metadata["logdir"] == str(out / "tensorboard")
