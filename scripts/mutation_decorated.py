@@ -10,8 +10,8 @@ decorated function, one change per mutant. Each mutant is written into a scratch
 module's test files are run there (``pytest -x``); a mutant whose tests fail, or run past ``--timeout``, is
 killed. Written by hand because no maintained tool mutates decorated functions.
 
-    .venv/bin/python scripts/mutation_decorated.py --only components/multinode.py [--sample 40]
-    .venv/bin/python scripts/mutation_decorated.py --report
+    make mutation PLATFORM=1 MODULES=components/multinode.py       # scripts/mutation.py calls run() here
+    .venv/bin/python scripts/mutation_decorated.py --mutants 16,48   # these mutants again (after new tests)
 """
 
 from __future__ import annotations
@@ -32,20 +32,8 @@ from mutmut.mutation.mutators import mutation_operators
 ROOT = Path(__file__).resolve().parent.parent
 SCRATCH = ROOT / "build" / "mutation"
 
-# label -> (file, its test files)
-DECORATED: dict[str, tuple[str, tuple[str, ...]]] = {
-    "components/multinode.py": (
-        "components/multinode.py",
-        (
-            "tests/test_pipeline_multinode.py",
-            "tests/test_hardware_defaults.py",
-            "tests/test_tracking_manifests.py",
-            "tests/test_multinode_steps.py",
-            "tests/test_stage_retry.py",
-            "tests/test_launch_trainjob_e2e.py",
-        ),
-    ),
-}
+# the modules whose code is all in decorated functions (scripts/mutation.py hands them to run() below)
+DECORATED = ("components/multinode.py",)
 
 
 class _Nodes(cst.CSTVisitor):
@@ -90,7 +78,7 @@ def mutants(source: str) -> list[str]:
 
 
 def _scratch(label: str, path: str) -> Path:
-    root = SCRATCH / (label.replace("/", "-").replace(".", "-") + "-decorated")
+    root = scratch_of(label)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     # copied: the mutated file's folder, and what pytest resolves its rootdir and ``pythonpath`` from (a
@@ -108,10 +96,20 @@ def _scratch(label: str, path: str) -> Path:
     return root
 
 
-def run(label: str, sample: int, timeout_s: float, only: list[int] | None = None) -> Path:
-    """Run the mutants of ``label`` (every k-th for ``sample``; ``only``: these indices, e.g. the survivors
-    of a run, after new tests were written for them)."""
-    path, tests = DECORATED[label]
+def scratch_of(label: str) -> Path:
+    return SCRATCH / (label.replace("/", "-").replace(".", "-") + "-decorated")
+
+
+def run(
+    label: str,
+    path: str,
+    tests: tuple[str, ...],
+    sample: int,
+    timeout_s: float,
+    only: list[int] | None = None,
+) -> Path:
+    """Run the mutants of ``path`` with ``tests`` (every k-th for ``sample``; ``only``: these indices, e.g. the
+    survivors of a run, after new tests were written for them); the results in ``scratch_of(label)``."""
     source = (ROOT / path).read_text()
     every = mutants(source)
     step = max(1, math.ceil(len(every) / sample)) if sample else 1
@@ -148,42 +146,31 @@ def run(label: str, sample: int, timeout_s: float, only: list[int] | None = None
     return out
 
 
-def report(labels: list[str]) -> int:
-    print(f"{'module':<26}{'mutants':>8}{'run':>6}{'killed':>8}{'survived':>10}{'kill rate':>11}  sampling")
-    for label in labels:
-        found = SCRATCH / (label.replace("/", "-").replace(".", "-") + "-decorated") / "results.json"
-        if not found.is_file():
-            print(f"{label:<26}{'-':>8}{0:>6}{'-':>8}{'-':>10}{'not run':>11}")
-            continue
-        data = json.loads(found.read_text())
-        res = data["results"]
-        killed = [r for r in res if r["status"] != "survived"]
-        rate = f"{100 * len(killed) / len(res):.1f} %" if res else "not run"
-        print(f"{label:<26}{data['mutants']:>8}{len(res):>6}{len(killed):>8}{len(res) - len(killed):>10}"
-              f"{rate:>11}  {data['sampling']}")  # fmt: skip
-        for r in res:
-            if r["status"] == "survived":
-                print(f"    survived mutant {r['mutant']}: " + " | ".join(r["diff"]))
-    return 0
+def row(label: str) -> tuple[int, int, int, list[str], str] | None:
+    """(mutants, run, killed, survivors as their diffs, sampling) of the last run of ``label``; None: not run."""
+    found = scratch_of(label) / "results.json"
+    if not found.is_file():
+        return None
+    data = json.loads(found.read_text())
+    res = data["results"]
+    alive = [f"mutant {r['mutant']}: " + " | ".join(r["diff"]) for r in res if r["status"] == "survived"]
+    return data["mutants"], len(res), len(res) - len(alive), alive, data["sampling"]
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import mutation
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", action="append", default=[], choices=sorted(DECORATED), help="module label")
+    ap.add_argument("--only", default=DECORATED[0], choices=DECORATED, help="module label")
     ap.add_argument(
-        "--sample", type=int, default=0, help="about N mutants, every k-th in source order (0: all)"
+        "--mutants", required=True, help="comma-separated indices to run (as the report names them)"
     )
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant's tests (then: killed)")
-    ap.add_argument("--report", action="store_true", help="only print the table of the last runs")
-    ap.add_argument("--mutants", default="", help="comma-separated indices to run (as the report names them)")
     args = ap.parse_args(argv)
-    labels = args.only or sorted(DECORATED)
-    if not args.report:
-        for label in labels:
-            print(f"== decorated-function mutants: {label}", flush=True)
-            only = [int(i) for i in args.mutants.split(",")] if args.mutants else None
-            run(label, args.sample, args.timeout, only)
-    return report(labels)
+    m = next(p for p in mutation.PLATFORM if p.label == args.only)
+    run(m.label, m.path, m.tests, 0, args.timeout, [int(i) for i in args.mutants.split(",")])
+    return mutation.report_platform([m])
 
 
 if __name__ == "__main__":
