@@ -150,3 +150,20 @@ def test_the_s3_fingerprint_lists_exactly_the_checkpoints_prefix(s3_bucket: str)
         objects = json.loads(models._s3_fingerprint(uri))
         assert [(k, size) for k, size, _ in objects] == [("ckpt/a/config.json", 2), ("ckpt/a/w.bin", 5)]
         assert all(etag for _, _, etag in objects)
+
+
+def test_a_hub_id_the_hub_cannot_serve_is_named_with_the_hub_as_the_place(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # online mode against a hub endpoint on a closed loopback port (nothing leaves the machine): refused
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as err:
+        models.resolve_model_dir("someone/absent")
+    assert str(err.value).startswith(
+        "model 'someone/absent': not a local directory and not found on the hub: "
+    )

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from kfp.dsl import HTML, Artifact, Metrics, Model
 
@@ -64,11 +65,11 @@ def _run_step(tmp_path: Path, monkeypatch: Any, stage: str, call: Any, out: Path
 def _outputs(tmp_path: Path, names: tuple[str, ...]) -> list[Any]:
     kinds = {"curve": HTML, "curves": Artifact, "metrics": Metrics, "model": Model, "trained": Model}
     made = []
+    (tmp_path / "art").mkdir(parents=True, exist_ok=True)
     for n in names:
         a = kinds[n](name=n, uri=str(tmp_path / "art" / n))
         a.path = str(tmp_path / "art" / n)
         made.append(a)
-    (tmp_path / "art").mkdir(exist_ok=True)
     return made
 
 
@@ -197,3 +198,101 @@ def test_the_multinode_rl_step_points_the_push_at_its_rank0_pod_and_publishes_th
     assert curves.metadata["uri"] == str(out / "curves.png")
     assert metrics.metadata["loss"] == 1.25
     assert tensorboard.metadata["logdir"] == str(out / "tensorboard")
+
+
+def test_the_multinode_sft_step_refuses_float32_weights_of_an_8b_model(tmp_path, monkeypatch):
+    """The launcher pod refuses before any job (16 GPUs reserved, a 8.77B model in float32), naming the SFT
+    parameter and the 2-node recipe."""
+    import shutil
+
+    from components.multinode import sft_trainjob_op
+    from paravt_core.config_base import ConfigError
+
+    big = tmp_path / "base"
+    big.mkdir()
+    shutil.copy(ROOT / "paravt_core/plan/qwen3_vl_8b_instruct.json", big / "config.json")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))  # nothing to reach: the refusal comes first
+    curve, metrics, model = _outputs(tmp_path, ("curve", "metrics", "model"))
+    with pytest.raises(ConfigError) as err:
+        sft_trainjob_op.python_func(
+            config_yaml="model:\n  bf16: false\n", overrides=[], data_uri="s3://b/data", model_uri=str(big),
+            nodes=2, gpus_per_node=8, api="trainjob", runtime="torch-distributed", poll_s=1.0,
+            node_spec={"image": "registry/paravt-sft:1"}, media_pvc="", curve=curve, metrics=metrics,
+            model=model, tensorboard=Artifact(name="tb"), output="s3://b/sft", run_id="r",
+        )  # fmt: skip
+    assert str(err.value) == (
+        "sft: float32 weights for a 8.8B model on 16 GPU(s): set bfloat16 in the pipeline parameter "
+        "sft_config_yaml (e.g. configs/sft/qwen3vl_8b_2node.yaml), or compile with --sft-config "
+        "configs/sft/qwen3vl_8b_2node.yaml"
+    )
+
+
+def test_without_an_output_the_multinode_steps_write_under_the_runs_root(tmp_path, monkeypatch):
+    """``output`` empty: the stage's output is ``<run root>/sft`` (``/rl``), the run root read off the step's
+    own output artifact URI under the pipeline root (``<root>/<pipeline>/<run id>/...``)."""
+    from components.multinode import rl_trainjob_op, sft_trainjob_op
+
+    root = tmp_path / "pipeline-root" / "paravt-train" / RUN
+    curve, metrics, model = _outputs(tmp_path, ("curve", "metrics", "model"))
+    model.uri = str(root / "sft-trainjob-op" / "model")
+    seen = _run_step(
+        tmp_path,
+        monkeypatch,
+        "sft",
+        lambda: sft_trainjob_op.python_func(
+            config_yaml="{}",
+            overrides=[],
+            data_uri="s3://b/data",
+            model_uri="s3://b/base",
+            nodes=2,
+            gpus_per_node=1,
+            api="trainjob",
+            runtime="torch-distributed",
+            poll_s=0.05,
+            node_spec={"image": "registry/paravt-sft:1"},
+            media_pvc="",
+            curve=curve,
+            metrics=metrics,
+            model=model,
+            tensorboard=Artifact(name="tb"),
+            run_id=RUN,
+        ),  # fmt: skip
+        root / "sft",
+    )
+    assert _config(seen["job"])[0]["output"] == str(root / "sft")
+    assert (
+        seen["returned"] == str(root / "sft" / "final") == model.uri
+    )  # under the run's root: the URI itself
+    curves, metrics, trained = _outputs(tmp_path / "rl", ("curves", "metrics", "trained"))
+    trained.uri = str(root / "rl-trainjob-op" / "trained")
+    seen = _run_step(
+        tmp_path / "rl",
+        monkeypatch,
+        "rl",
+        lambda: rl_trainjob_op.python_func(
+            config_yaml="{}",
+            overrides=[
+                "device=cuda",
+                "dtype=bfloat16",
+                "engine.kind=sglang",
+                "engine.base_url=http://rollout:30000",
+            ],
+            data="s3://b/rl-data",
+            model="s3://b/sft/final",
+            nodes=2,
+            gpus_per_node=1,
+            api="trainjob",
+            runtime="torch-distributed",
+            poll_s=0.05,
+            node_spec={"image": "registry/paravt-rl:1"},
+            media_pvc="",
+            curves=curves,
+            metrics=metrics,
+            trained=trained,
+            tensorboard=Artifact(name="tb"),
+            run_id=RUN,
+        ),  # fmt: skip
+        root / "rl",
+    )
+    assert _config(seen["job"])[0]["output"] == str(root / "rl")
+    assert seen["returned"] == str(root / "rl" / "final") == trained.uri
