@@ -191,6 +191,10 @@ def test_the_multinode_rl_step_points_the_push_at_its_rank0_pod_and_publishes_th
     name = job_name(RUN, "rl")
     assert cfg["engine"]["nccl_address"] == f"{name}-node-0-0.{name}.default.svc.cluster.local"
     assert cfg["engine"]["base_url"] == "http://rollout.paravt:30000"
+    assert (cfg["steps"], cfg["group_size"]) == (
+        3,
+        4,
+    )  # the recipe given (configs/rl/tiny.yaml), not defaults
     assert env["KFP_RUN_ID"] == RUN
     assert "claimName" not in json.dumps(job["spec"])  # no media PVC given: none mounted
     assert seen["returned"] == str(out / "final") == trained.metadata["uri"]
@@ -296,3 +300,29 @@ def test_without_an_output_the_multinode_steps_write_under_the_runs_root(tmp_pat
     )
     assert _config(seen["job"])[0]["output"] == str(root / "rl")
     assert seen["returned"] == str(root / "rl" / "final") == trained.uri
+
+
+def test_the_multinode_rl_step_refuses_float32_weights_of_an_8b_model(tmp_path, monkeypatch):
+    import shutil
+
+    from components.multinode import rl_trainjob_op
+    from paravt_core.config_base import ConfigError
+
+    big = tmp_path / "sft-final"
+    big.mkdir()
+    shutil.copy(ROOT / "paravt_core/plan/qwen3_vl_8b_instruct.json", big / "config.json")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    curves, metrics, trained = _outputs(tmp_path, ("curves", "metrics", "trained"))
+    with pytest.raises(ConfigError) as err:
+        rl_trainjob_op.python_func(
+            config_yaml="device: cuda\ndtype: float32\n", overrides=["engine.kind=sglang",
+            "engine.base_url=http://rollout:30000"], data="s3://b/data", model=str(big), nodes=2, gpus_per_node=8,
+            api="trainjob", runtime="torch-distributed", poll_s=1.0, node_spec={"image": "registry/paravt-rl:1"},
+            media_pvc="", curves=curves, metrics=metrics, trained=trained, tensorboard=Artifact(name="tb"),
+            output="s3://b/rl", run_id="r",
+        )  # fmt: skip
+    assert str(err.value) == (
+        "rl: float32 weights for a 8.8B model on 16 GPU(s): set bfloat16 in the pipeline parameter "
+        "rl_config_yaml (e.g. configs/rl/paragrpo_8b_2node.yaml), or compile with --rl-config "
+        "configs/rl/paragrpo_8b_2node.yaml"
+    )
