@@ -185,3 +185,13 @@ def test_aligned_subtitles_scale_cue_times_by_the_frame_rate() -> None:
     # 2 fps, 20 frames, 2 sampled: 0 and 19. [9.5, 10) s is frames [19, 20): covers 19.
     cues = [(0.2, 0.4, "early"), (9.5, 10.0, "late"), (0.0, 0.5, "first")]
     assert aligned_subtitles(cues, 2.0, 20, 2) == "late\nfirst"
+
+
+def test_release_srt_lines_reads_lone_cr_line_ends_and_goes_past_a_short_block() -> None:
+    from paravt_core.eval.formats import release_srt_lines
+
+    # old Mac line ends: Python's text mode (the release's open()) makes every "\r" a line end
+    raw = b"1\r00:00:01,000 --> 00:00:02,000\rHello\r\r2\r00:00:03,000 --> 00:00:04,000\rWorld\r"
+    assert release_srt_lines(raw) == "Hello\nWorld"
+    # a block of fewer than three lines is skipped, not the end of the file
+    assert release_srt_lines(b"lonely line\n\n1\n00:00:01,000 --> 00:00:02,000\nHi\n") == "Hi"
