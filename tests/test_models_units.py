@@ -167,3 +167,24 @@ def test_a_hub_id_the_hub_cannot_serve_is_named_with_the_hub_as_the_place(
     assert str(err.value).startswith(
         "model 'someone/absent': not a local directory and not found on the hub: "
     )
+
+
+def test_an_s3_checkpoint_downloads_beside_its_cache_entry_then_takes_its_place(
+    s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The partial download is a hidden sibling of the cache entry (one rename on the same file system makes it
+    the entry; a folder under /tmp may be another file system, where the rename fails)."""
+    storage.write_bytes(f"{s3_bucket}/ckpt/tiny/config.json", b"{}")
+    real = storage.download_dir
+    into: list[Path] = []
+
+    def download_dir(uri: str, dest: str) -> list[str]:  # the real download, its destination noted
+        into.append(Path(dest))
+        return real(uri, dest)
+
+    monkeypatch.setattr(storage, "download_dir", download_dir)
+    local = models._from_s3(f"{s3_bucket}/ckpt/tiny/", tmp_path / "cache")
+    assert local == tmp_path / "cache" / "s3" / s3_bucket.removeprefix("s3://") / "ckpt" / "tiny"
+    assert len(into) == 1 and into[0].parent == local.parent and into[0].name.startswith(".tiny.part-")
+    assert not into[0].exists() and (local / "config.json").read_text() == "{}"
+    assert sorted(p.name for p in local.parent.iterdir()) == [".tiny.lock", "tiny"]
