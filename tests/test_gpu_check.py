@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,10 +14,9 @@ import pytest
 
 from paravt_core.config import SftConfig, load_config
 from paravt_core.rl.config import RlConfig
+from scripts import gpu_check  # as scripts.gpu_check: the name mutmut gives its mutants
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import gpu_check  # noqa: E402
 
 
 def test_items_run_in_order_and_failures_skip_their_dependants(tmp_path):

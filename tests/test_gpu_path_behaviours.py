@@ -16,12 +16,10 @@ import torch
 
 from paravt_core.config import load_config
 from paravt_core.rl.config import RlConfig
+from scripts import gpu_check  # as scripts.gpu_check: the name mutmut gives its mutants
+from tests.test_gpu_check import _answer, checks_on  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import gpu_check  # noqa: E402
-
-from tests.test_gpu_check import _answer, checks_on  # noqa: E402, F401
 
 
 def _free_port() -> int:
