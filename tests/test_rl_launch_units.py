@@ -175,6 +175,10 @@ def test_main_help_shows_the_modules_first_paragraph(capsys):
         "learner under ``torchrun`` on the others (what the pipeline's RL step runs)." in text
     )
     assert "dotted key=value overrides" in text and "learner ranks on a CPU machine (gloo)" in text
+    with pytest.raises(SystemExit) as done:
+        main(["--config", "/nowhere.yaml", "--learner-procs", "x"])
+    assert done.value.code == 2
+    assert "error: argument --learner-procs: invalid int value: 'x'" in capsys.readouterr().err
 
 
 # wait_for_workers ------------------------------------------------------------------------------------------
@@ -262,3 +266,75 @@ def test_launch_writes_the_server_logs_into_log_dir_and_plans_one_learner_rank(
     assert "--nproc-per-node=1 " in capsys.readouterr().out
     for name in logs:
         assert (tmp_path / "logs" / name).read_text() == "server up\n"
+
+
+def test_launch_starts_the_router_from_its_site_waits_for_the_servers_and_stops_all(
+    tiny_model_dir, tmp_path, capsys, monkeypatch
+):
+    """A two-server fleet of loopback contract servers behind the real router (``$PARAVT_ROUTER_SITE``, or the
+    ``.venv-router`` beside this Python's environment): the router starts with its log in ``log_dir``, both
+    servers register, then the learner (here in this process) fails on a missing data set and everything
+    started is stopped again."""
+    import os
+
+    import httpx
+
+    from tests.fleet_support import free_port, router_site
+
+    if not os.environ.get("PARAVT_ROUTER_SITE"):
+        monkeypatch.setenv("PARAVT_ROUTER_SITE", str(Path(sys.prefix).resolve().parent / ".venv-router"))
+    router_site()  # skips where the side site was not set up
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    from tests.test_rl_fleet import _free_ports
+
+    port = _free_ports(3)
+    cfg = load_config(
+        RlConfig,
+        ROOT / "configs" / "rl" / "tiny.yaml",
+        [f"model={tiny_model_dir}", f"output={tmp_path / 'out'}", f"data={tmp_path / 'no-data'}",
+         "engine.kind=sglang", "engine.servers=2", "engine.weight_sync=disk", f"engine.port={port}",
+         f"engine.router_metrics_port={free_port()}"],
+    )  # fmt: skip
+
+    def loopback(model_dir: str, server_port: int) -> list[str]:
+        script = str(ROOT / "tests" / "contract_server_main.py")
+        return [sys.executable, script, model_dir, str(server_port), str(cfg.agent.max_pixels),
+                str(cfg.agent.min_pixels)]  # fmt: skip
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    from paravt_core.rl.launch import launch
+
+    missing = re.escape(f"{tmp_path / 'no-data' / 'rl'}: no RL parquet (run `paravt data` first)")
+    with pytest.raises(FileNotFoundError, match=f"^{missing}$"):
+        launch(cfg, gpus=0, server_command=loopback, start_timeout_s=120, log_dir=str(logs))
+    assert sorted(p.name for p in logs.iterdir()) == [
+        "sglang-router.log",
+        "sglang-server-0.log",
+        "sglang-server-1.log",
+    ]
+    assert (
+        f"--worker-urls http://127.0.0.1:{port + 1} http://127.0.0.1:{port + 2} " in capsys.readouterr().out
+    )
+    for p in (port, port + 1, port + 2):  # the router and both servers are gone
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{p}/health", timeout=5.0)
+
+
+def test_a_failed_learner_run_under_torchrun_fails_the_launch(tiny_model_dir, tmp_path, monkeypatch):
+    """Two gloo learner ranks (``learner_procs=2``) run under torchrun; their failure (no data set) is the
+    launch's failure (``CalledProcessError`` of that command), not a missing ``metrics.json`` later."""
+    import subprocess
+
+    from paravt_core.rl.launch import launch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    cfg = load_config(
+        RlConfig,
+        ROOT / "configs" / "rl" / "tiny.yaml",
+        [f"model={tiny_model_dir}", f"output={tmp_path / 'out'}", f"data={tmp_path / 'no-data'}",
+         "engine.kind=transformers"],
+    )  # fmt: skip
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        launch(cfg, gpus=0, learner_procs=2)
+    assert err.value.returncode != 0 and "--nproc-per-node=2" in err.value.cmd
