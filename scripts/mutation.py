@@ -96,6 +96,7 @@ PLATFORM: list[Platform] = [
         (
             "tests/test_rl_launch.py",
             "tests/test_rl_fleet.py",
+            "tests/test_rl_launch_units.py",
             B + "test_every_server_of_a_fleet_plan_is_told_the_served_dtype",
             B + "test_the_launched_server_process_gets_its_pinning",
         ),
