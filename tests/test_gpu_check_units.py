@@ -11,9 +11,11 @@ from types import SimpleNamespace
 import pytest
 
 from scripts import gpu_check  # as scripts.gpu_check: the name mutmut gives its mutants
-from tests.test_gpu_check import _answer
+from tests import test_gpu_check
+from tests.test_gpu_check import _answer, _LoadingSync
 
 ROOT = Path(__file__).resolve().parents[1]
+checks_on = test_gpu_check.checks_on  # the fixture: GpuChecks on a CPU talking to its stand-in server
 
 
 def test_image_control_failure_names_what_it_cannot_tell():
@@ -348,3 +350,82 @@ def test_main_on_a_gpu_machine_reports_the_device_and_runs_the_selected_items(tm
     assert f"- torch: {torch.__version__}\n- gpus: 2\n- device: Stand-in GPU\n" in md
     assert "| sft_step | PASS |" in md and md.endswith("1/9 passed\n")
     assert md in capsys.readouterr().out
+
+
+# -- disk_push and learner_push on the stand-in server of tests/test_gpu_check.py ----------------------------
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    """``models.load`` as it is, recording each call's (uri, device, dtype)."""
+    import paravt_core.models as models
+
+    real, seen = models.load, []
+
+    def load(uri, device="cpu", dtype=None, **kwargs):
+        seen.append((uri, device, dtype))
+        return real(uri, device=device, dtype=dtype, **kwargs)
+
+    monkeypatch.setattr(models, "load", load)
+    return seen
+
+
+def test_disk_push_stages_under_work_and_loads_the_reference_in_the_served_dtype(
+    checks_on, tiny_model_dir, tmp_path, loads
+):
+    checks = checks_on(tiny_model_dir)
+    loads.clear()
+    checks.disk_push()
+    assert (tmp_path / "staging" / "v00000001").is_dir()
+    assert loads == [(tiny_model_dir, "cpu", checks.local.model.dtype)]
+
+
+class _Recording(_LoadingSync):
+    made: list[_Recording] = []
+
+    def __init__(self, client, **kwargs):
+        super().__init__(client, **kwargs)
+        self.kwargs, self.versions = kwargs, []
+        _Recording.made.append(self)
+
+    def push(self, weights, version):
+        self.versions.append(version)
+        super().push(weights, version)
+
+
+def test_learner_push_builds_its_learner_and_syncs_as_the_rl_stage_does(
+    checks_on, tiny_model_dir, monkeypatch, loads
+):
+    import torch
+
+    import paravt_core.rl.learner as learner_module
+    import paravt_core.rl.weight_sync as weight_sync
+    from paravt_core.rl.config import RlConfig
+
+    built = {}
+
+    class Learner(learner_module.Learner):
+        def __init__(self, *args, **kwargs):
+            built.update(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(learner_module, "Learner", Learner)
+    monkeypatch.setattr(weight_sync, "NcclSync", _Recording)
+    _Recording.made = []
+    checks = checks_on(tiny_model_dir)
+    checks.disk_push()
+    _LoadingSync.server = checks.stand_in
+    loads.clear()
+    assert checks.learner_push().startswith("push 1 = the disk push's checksum; push 2: ")
+    served = checks.local.model.dtype
+    assert loads == [(tiny_model_dir, "cpu", torch.float32), (tiny_model_dir, "cpu", served)]
+    assert built["loss"] == RlConfig().loss and built["optim"] == RlConfig().optim
+    first, second = _Recording.made
+    assert first.versions == [1, 2] and second.versions == [3]
+    assert first.kwargs == second.kwargs | {"master_port": 29612}
+    assert second.kwargs == {
+        "master_address": "127.0.0.1",
+        "master_port": 29613,
+        "server_ranks": 1,
+        "dtype": served,
+    }
