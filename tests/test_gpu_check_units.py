@@ -429,3 +429,15 @@ def test_learner_push_builds_its_learner_and_syncs_as_the_rl_stage_does(
         "server_ranks": 1,
         "dtype": served,
     }
+
+
+def test_the_request_keeps_224_px_frames_whole_under_the_agents_pixel_budget(tiny_model):
+    # 224 x 224 = 50176 = MAX_PIXELS: 224 / 16-px patches = 14 x 14 patches, merged 2 x 2 -> 49 tokens per
+    # frame (the tiny processor's own default budget, 16384 pixels, would shrink the frames)
+    import torch
+
+    checks = gpu_check.GpuChecks(Path("/unused"), 0, device="cpu")
+    request = checks.request(tiny_model.processor)
+    image_pad = tiny_model.processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert torch.equal(request.image_grid_thw, torch.tensor([[1, 14, 14]] * 4))
+    assert request.input_ids.count(image_pad) == 4 * 49 and len(request.images) == 4
