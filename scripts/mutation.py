@@ -209,6 +209,7 @@ PLATFORM: list[Platform] = [
         "scripts/gpu_check.py",
         (
             "tests/test_gpu_check.py",
+            "tests/test_gpu_check_units.py",
             B + "test_gpu_check_refuses_a_checksum_unless_every_rank_reported_one",
             B + "test_gpu_check_served_scores_check_which_tokens_were_scored",
             B + "test_gpu_check_nccl_push_fails_whenever_the_launch_checksum_does_not_come_back",
