@@ -127,12 +127,10 @@ def parse_srt(text: str, join: str = " ") -> list[tuple[float, float, str]]:
 def subtitle_text(uri: str, join: str = " ") -> str | None:
     """The cue texts of a subtitle file (local path or ``s3://`` URI), one per line (a cue's own lines joined
     by ``join``); None when it does not exist (Video-MME has no subtitle file for some videos)."""
-    from paravt_core import storage
-
-    try:
-        raw = storage.read_bytes(uri).decode("utf-8", errors="replace")
-    except FileNotFoundError:
+    data = _subtitle_bytes(uri)
+    if data is None:
         return None
+    raw = data.decode("utf-8", errors="replace")
     if str(uri).endswith(".json"):  # LongVideoBench: [{"start", "end", "line"}] or [{"timestamp", "text"}]
         items = json.loads(raw)
         return "\n".join(str(i.get("line", i.get("text", ""))).strip() for i in items if isinstance(i, dict))
@@ -176,10 +174,15 @@ def release_srt_lines(raw: bytes) -> str:
 
 def release_subtitle_text(uri: str) -> str | None:
     """:func:`release_srt_lines` of a subtitle file (local path or ``s3://`` URI); None when it does not exist."""
+    raw = _subtitle_bytes(uri)
+    return None if raw is None else release_srt_lines(raw)
+
+
+def _subtitle_bytes(uri: str) -> bytes | None:
+    """A subtitle file's bytes, None when it does not exist (Video-MME has no subtitle file for some videos)."""
     from paravt_core import storage
 
     try:
-        raw = storage.read_bytes(uri)
+        return storage.read_bytes(uri)
     except FileNotFoundError:
         return None
-    return release_srt_lines(raw)
