@@ -49,6 +49,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` different free ports: all held open while chosen, so none is handed out twice."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def parse_router_argv(site: Path, argv: list[str]) -> dict[str, Any]:
     """``argv`` through the router's own launcher parser and checks (``parse_router_args``,
     ``RouterArgs._validate_router_args``): the resulting ``RouterArgs`` as a dict."""
@@ -88,7 +100,7 @@ class LoopbackFleet:
             for server in self.servers:
                 server.wait_healthy(timeout_s=300, poll_s=0.5)
             self.urls = [s.base_url for s in self.servers]
-            port, metrics = free_port(), free_port()
+            port, metrics = free_ports(2)
             self.command = router_command(self.urls, port=port, metrics_port=metrics, health_interval_s=2)
             self.router = SGLangServer(
                 self.command,

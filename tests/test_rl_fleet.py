@@ -371,7 +371,7 @@ def test_rl_stage_through_the_launcher_with_two_servers_behind_the_router(
     this process talking to the router; two steps, each pushed to both servers and checked."""
     monkeypatch.setenv("PARAVT_ROUTER_SITE", str(router_site()))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    port = _free_ports(3)
+    port = _free_ports(4)  # the router, two servers, the router's metrics: one run, none handed out twice
     cfg = tiny_rl_config(
         rl_data,
         tiny_model_dir,
@@ -383,7 +383,7 @@ def test_rl_stage_through_the_launcher_with_two_servers_behind_the_router(
         "engine.kind=sglang",
         "engine.servers=2",
         f"engine.port={port}",
-        f"engine.router_metrics_port={free_port()}",
+        f"engine.router_metrics_port={port + 3}",
         f"engine.staging_dir={tmp_path / 'weights'}",
     )
 

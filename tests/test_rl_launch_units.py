@@ -83,6 +83,28 @@ def test_fleet_errors_in_full():
     assert str(err.value) == (
         "a rollout fleet (engine.servers > 1) takes weight pushes from disk: engine.weight_sync=disk"
     )
+    # Ports 30000 (router), 30001-30002 (servers): a metrics port among them would stop the router at start;
+    # one past them is fine, and with discovery only the router's own port is taken.
+    base = ("engine.servers=2", "engine.gpus=[6,7]", "engine.weight_sync=disk", "engine.port=30000")
+    for taken in (30000, 30002):
+        with pytest.raises(ConfigError) as err:
+            plan(_cfg(*base, f"engine.router_metrics_port={taken}"), "/c.yaml", gpus=8, model_dir="/m")
+        assert str(err.value) == (
+            f"engine.router_metrics_port={taken} is one of the fleet's ports 30000-30002 "
+            "(the router on engine.port, server i on engine.port+1+i)"
+        )
+    assert plan(_cfg(*base, "engine.router_metrics_port=30003"), "/c.yaml", gpus=8, model_dir="/m").fleet
+    found = (
+        "engine.service_selector=[app=r]",
+        "engine.gpus=[]",
+        "engine.weight_sync=disk",
+        "engine.port=30000",
+    )
+    assert plan(
+        _cfg(*found, "engine.router_metrics_port=30001"), "/c.yaml", gpus=8, python="py"
+    ).router_command
+    with pytest.raises(ConfigError, match="fleet's ports 30000-30000"):
+        plan(_cfg(*found, "engine.router_metrics_port=30000"), "/c.yaml", gpus=8, python="py")
 
 
 def test_one_server_plan_written_out_in_full():
@@ -279,7 +301,7 @@ def test_launch_starts_the_router_from_its_site_waits_for_the_servers_and_stops_
 
     import httpx
 
-    from tests.fleet_support import free_port, router_site
+    from tests.fleet_support import router_site
 
     if not os.environ.get("PARAVT_ROUTER_SITE"):
         monkeypatch.setenv("PARAVT_ROUTER_SITE", str(Path(sys.prefix).resolve().parent / ".venv-router"))
@@ -287,13 +309,13 @@ def test_launch_starts_the_router_from_its_site_waits_for_the_servers_and_stops_
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     from tests.test_rl_fleet import _free_ports
 
-    port = _free_ports(3)
+    port = _free_ports(4)  # the router, two servers, the router's metrics
     cfg = load_config(
         RlConfig,
         ROOT / "configs" / "rl" / "tiny.yaml",
         [f"model={tiny_model_dir}", f"output={tmp_path / 'out'}", f"data={tmp_path / 'no-data'}",
          "engine.kind=sglang", "engine.servers=2", "engine.weight_sync=disk", f"engine.port={port}",
-         f"engine.router_metrics_port={free_port()}"],
+         f"engine.router_metrics_port={port + 3}"],
     )  # fmt: skip
 
     def loopback(model_dir: str, server_port: int) -> list[str]:

@@ -192,6 +192,12 @@ def _fleet_plan(
             "a rollout fleet (engine.servers > 1) takes weight pushes from disk: engine.weight_sync=disk"
         )
     fleet: list[tuple[list[str], dict[str, str], str]] = []
+    taken = range(e.port, e.port + 1 + (0 if e.service_selector else e.servers))
+    if e.router_metrics_port in taken:  # the router would fail at start with "address already in use"
+        raise ConfigError(
+            f"engine.router_metrics_port={e.router_metrics_port} is one of the fleet's ports "
+            f"{taken.start}-{taken.stop - 1} (the router on engine.port, server i on engine.port+1+i)"
+        )
     if not e.service_selector:
         if model_dir is None:
             raise ValueError("model_dir: the local directory of cfg.model is needed to launch the servers")
