@@ -395,7 +395,7 @@ def run_platform(m: Platform) -> None:
     step = max(1, math.ceil(len(names) / m.sample)) if m.sample else 1
     chosen = names[::step]
     scope = f" ({', '.join(m.only)})" if m.only else ""
-    note = f"every {step}th of {len(names)}" if m.sample else f"all {len(names)}"
+    note = mutation_decorated.sampling_note(step, len(names))
     (root / "sample.txt").write_text(f"{note}{scope}\n" + "\n".join(chosen) + "\n")
     subprocess.run([MUTMUT, "run", *chosen], cwd=root, env=env, check=False, stdout=subprocess.DEVNULL)
 

@@ -60,6 +60,14 @@ class _Collect(cst.CSTVisitor):
         return True
 
 
+def sampling_note(step: int, total: int) -> str:
+    """How a run sampled its mutants, for the table: "every 3rd of 220" or "all 220"."""
+    if step <= 1:
+        return f"all {total}"
+    suffix = "th" if 10 <= step % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(step % 10, "th")
+    return f"every {step}{suffix} of {total}"
+
+
 def mutants(source: str) -> list[str]:
     """Every one-change mutant of ``source``'s decorated functions (whole files), in source order."""
     module = cst.parse_module(source)
@@ -136,7 +144,7 @@ def run(
         results.append({"mutant": i, "status": status, "diff": diff})
         print(f"  mutant {i}: {status}  {' | '.join(diff)[:160]}", flush=True)
     (root / path).write_text(source)
-    sampling = f"every {step}th of {len(every)}" if step > 1 else f"all {len(every)}"
+    sampling = sampling_note(step, len(every))
     if only is not None:
         sampling = f"{len(only)} named of {len(every)}"
     out = root / "results.json"

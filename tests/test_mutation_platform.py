@@ -73,3 +73,13 @@ def test_scratch_root_holds_one_mutmut_table_for_its_module(tmp_path, monkeypatc
     assert (root / "paravt_core").resolve() == ROOT / "paravt_core"
     assert mutation._prefix(module) == "scripts.gpu_check."
     assert mutation._slug(module.label) == "scripts-gpu-check-py"
+
+
+def test_the_sampling_note_spells_its_ordinal():
+    """The table's sampling column: "every 3rd", "every 12th", "every 21st"; a step of 1 ran them all."""
+    note = mutation.mutation_decorated.sampling_note
+    assert [note(k, 220) for k in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 111)] == [
+        "all 220", "every 2nd of 220", "every 3rd of 220", "every 4th of 220", "every 11th of 220",
+        "every 12th of 220", "every 13th of 220", "every 21st of 220", "every 22nd of 220",
+        "every 23rd of 220", "every 111th of 220",
+    ]  # fmt: skip
