@@ -4,6 +4,7 @@ text and error messages, each written out by hand from the module's rules (its d
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -360,3 +361,18 @@ def test_a_failed_learner_run_under_torchrun_fails_the_launch(tiny_model_dir, tm
     with pytest.raises(subprocess.CalledProcessError) as err:
         launch(cfg, gpus=0, learner_procs=2)
     assert err.value.returncode != 0 and "--nproc-per-node=2" in err.value.cmd
+
+
+def test_the_plan_comes_first_in_a_piped_log(tiny_model_dir, tmp_path):
+    """A pod's log is a pipe (block-buffered stdout): the plan is flushed before the learner starts, so it
+    leads the log rather than following the learner's output and the launcher's own failure at exit."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {"OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "paravt_core.rl.launch", "--config", str(ROOT / "configs" / "rl" / "tiny.yaml"),
+           "--learner-procs", "2", f"model={tiny_model_dir}", f"output={tmp_path / 'out'}",
+           f"data={tmp_path / 'no-data'}", "engine.kind=transformers"]  # fmt: skip
+    run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
+    assert run.returncode != 0
+    assert run.stdout.startswith("rl launch (0 GPU(s)):\n"), run.stdout[:2000]
+    assert "CalledProcessError" in run.stdout  # the learner's failure, after the plan
