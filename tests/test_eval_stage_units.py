@@ -64,7 +64,7 @@ def test_results_count_tool_use_of_scored_samples_under_the_tool_protocol_only(t
     assert results["published"] == {"videomme": 59.9, "videomme_wsub": 68.4, "longvideobench": 52.2,
                                     "lvbench": 33.1, "mlvu": 58.3, "mmvu": 68.0, "charades": 49.3,
                                     "synthetic": None}  # fmt: skip
-    # three of seven samples: 100 x 1 / 3 = 33.3333 (rounded to 4 places)
+    # one of three samples calls the tool, once: 100 x 1 / 3 = 33.3333 and 1 / 3 = 0.3333 (4 places)
     three = stage.build_results(
         cfg, {"agentic": {"videomme_wsub": [_rec(0, 1), _rec(1, 0), _rec(2, 0)]}}, 1.0
     )
