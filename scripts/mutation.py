@@ -175,6 +175,7 @@ PLATFORM: list[Platform] = [
         (
             "tests/test_eval_stage.py",
             "tests/test_eval_shards.py",
+            "tests/test_eval_stage_units.py",
             B + "test_a_shard_run_of_a_complete_output_evaluates_its_shard",
             B + "test_release_preset_aligns_subtitles_to_its_own_frame_count",
         ),
