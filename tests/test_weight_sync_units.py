@@ -150,7 +150,8 @@ def test_disk_sync_reloads_every_server_and_repushes_a_lagging_one(
     """A fleet of two contract servers (each really loads the pushed directory): every push writes
     ``staging/v<8 digits>``, pauses, reloads with the version and resumes each server; the directory served
     before is deleted (and one already gone is no error); a server that lags (restarted on the old weights)
-    gets the served directory once more, with the served version."""
+    gets the served directory once more, with the served version. Unpaused (``pause_mode=None``): the reload
+    alone."""
     policy = load(tiny_model_dir).model
     w1 = {k: v.detach() + 0.5 for k, v in policy.state_dict().items()}
     w2 = {k: v + 0.25 for k, v in w1.items()}
@@ -188,6 +189,14 @@ def test_disk_sync_reloads_every_server_and_repushes_a_lagging_one(
         sync.push(w1, 3)
         assert sorted(p.name for p in staging.iterdir()) == ["v00000003"] and sync.version == 3
         assert sync.repushes == 1
+        unpaused = DiskSync(fleet, policy, str(tmp_path / "unpaused"), version=3, pause_mode=None)
+        before = len(a.calls)
+        unpaused.push(w2, 4)  # pause_mode None: the reload alone, with its version
+        v4 = str(tmp_path / "unpaused" / "v00000004")
+        assert a.calls[before:] == [
+            ("/update_weights_from_disk", {"model_path": v4, "flush_cache": True, "weight_version": "4"})
+        ]
+        assert (a.weight_version, b.weight_version, unpaused.version) == ("4", "4", 4)
     finally:
         for s in servers:
             s.close()
