@@ -109,6 +109,7 @@ PLATFORM: list[Platform] = [
             "tests/test_sglang_contract.py",
             "tests/test_served_dtype.py",
             B + "test_two_group_names_made_in_one_process_differ",
+            "tests/test_weight_sync_units.py",
         ),
         sample=60,
     ),
@@ -285,7 +286,11 @@ NOT_RUN = {"not checked", "skipped"}
 
 def _env(root: Path = ROOT) -> dict[str, str]:
     # mutmut runs the tests inside mutants/: its copy of paravt_core must win over any installed one.
+    # The SGLang side site lies beside the repository's venvs (.venv-bench), which mutants/ has not: name it,
+    # or the contract tests skip there (tests/sglang_support.py) and every mutant they would check survives.
+    site = ROOT / ".venv-bench" / "sglang-site"
     return {
+        **({"PARAVT_SGLANG_SITE": str(site)} if site.is_dir() else {}),
         **os.environ,
         "PYTHONPATH": str(root / "mutants"),
         "OMP_NUM_THREADS": "1",
@@ -356,6 +361,10 @@ def scratch_root(m: Platform) -> Path:
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:randomly", "-x", "-q"]\n'
         f"pytest_add_cli_args_test_selection = {_toml_list(m.tests)}\n"
         'process_isolation = "forkserver"\n'
+        # mutmut's CPU limit is 30 x (the tests' call time + this): the call time leaves out the session
+        # fixtures each mutant's pytest sets up again (the tiny model, SGLang's side processes), so with
+        # mutmut's 1 s a mutant whose one test is short was stopped before that test ended ("timeout")
+        "timeout_constant = 10.0\n"
         "use_git_change_detection = false\n"
     )
     (root / "pyproject.toml").write_text(project.rstrip() + "\n" + table)

@@ -68,6 +68,10 @@ def test_scratch_root_holds_one_mutmut_table_for_its_module(tmp_path, monkeypatc
     mut = config["tool"]["mutmut"]
     assert mut["source_paths"] == ["scripts"] and mut["only_mutate"] == ["scripts/gpu_check.py"]
     assert mut["pytest_add_cli_args_test_selection"] == list(module.tests)
+    assert mut["timeout_constant"] == 10.0  # the session fixtures' set-up, left out of the tests' call time
+    site = ROOT / ".venv-bench" / "sglang-site"  # named: mutants/ has no .venv-bench beside it
+    monkeypatch.delenv("PARAVT_SGLANG_SITE", raising=False)
+    assert mutation._env(root).get("PARAVT_SGLANG_SITE") == (str(site) if site.is_dir() else None)
     assert "paravt_core" in mut["also_copy"] and "tests" not in mut["also_copy"]
     assert config["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]  # the rest of the file kept
     assert (root / "paravt_core").resolve() == ROOT / "paravt_core"
