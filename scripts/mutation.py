@@ -131,6 +131,7 @@ PLATFORM: list[Platform] = [
             "tests/test_sft_train.py",
             "tests/test_rl_resume.py",
             "tests/test_storage_faults.py",
+            "tests/test_checkpoint_units.py",
             B + "test_save_hf_writes_the_saved_tensors_dtype_when_none_is_given",
             B + "test_saving_a_bf16_copy_leaves_the_live_models_config_float32",
         ),
