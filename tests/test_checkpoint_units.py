@@ -16,6 +16,17 @@ import torch
 
 from paravt_core import checkpoint, storage
 
+# A one-rank checkpoint's files: DCP's metadata and one shard, this rank's RNG states, the scheduler, the
+# trainer state and the completion marker
+ONE_RANK_CHECKPOINT = [
+    "_COMPLETE",
+    "model_optim/.metadata",
+    "model_optim/__0_0.distcp",
+    "rng/rank_00000.pt",
+    "scheduler.pt",
+    "trainer.json",
+]
+
 
 def _layer(weight: float) -> tuple[torch.nn.Linear, torch.optim.AdamW, torch.optim.lr_scheduler.StepLR]:
     """A 3 -> 2 linear layer after one AdamW step (the optimizer holds state), weights ``weight``, bias
@@ -153,14 +164,7 @@ def test_save_then_load_restores_weights_optimizer_scheduler_rng_and_state(tmp_p
             keep_last=2, scheduler=scheduler,
         )  # fmt: skip
     assert uri == f"{out}/checkpoints/step_00000003"
-    assert _files(Path(uri)) == [
-        "_COMPLETE",
-        "model_optim/.metadata",
-        "model_optim/__0_0.distcp",
-        "rng/rank_00000.pt",
-        "scheduler.pt",
-        "trainer.json",
-    ]
+    assert _files(Path(uri)) == ONE_RANK_CHECKPOINT
     assert storage.completion_info(uri)["info"] == {"step": 3}
     expected = _draws()  # what the run draws next, from the RNG states the checkpoint holds
     _draws()
@@ -235,14 +239,7 @@ def test_save_to_s3_uploads_from_staging_and_clears_it(tmp_path: Path, s3_bucket
         out, 4, layer, optimizer, {"step": 4}, staging_root=str(staging), keep_last=1, scheduler=scheduler
     )
     assert uri == f"{out}/checkpoints/step_00000004"
-    assert sorted(u[len(uri) + 1 :] for u in storage.list_uris(uri)) == [
-        "_COMPLETE",
-        "model_optim/.metadata",
-        "model_optim/__0_0.distcp",
-        "rng/rank_00000.pt",
-        "scheduler.pt",
-        "trainer.json",
-    ]
+    assert sorted(u[len(uri) + 1 :] for u in storage.list_uris(uri)) == ONE_RANK_CHECKPOINT
     assert storage.completion_info(uri)["info"] == {"step": 4}
     assert not (staging / "step_00000004").exists()
     fresh, fresh_opt, _ = _layer(0.0)
