@@ -168,7 +168,12 @@ PLATFORM: list[Platform] = [
     Platform(
         "sft/trainer.py",
         "paravt_core/sft/trainer.py",
-        ("tests/test_sft_train.py", "tests/test_sft_step_host.py", "tests/test_sft_config.py"),
+        (
+            "tests/test_sft_train.py",
+            "tests/test_sft_step_host.py",
+            "tests/test_sft_config.py",
+            "tests/test_sft_trainer_units.py",
+        ),
         sample=40,
     ),
     Platform(
@@ -460,6 +465,12 @@ def report(selected: list[tuple[str, list[str]]]) -> int:
     return 0
 
 
+def first_failure(stdout: str) -> str:
+    """pytest's first summary line of a failure (``FAILED t.py::x - ...``, ``ERROR t.py::x``), not a
+    library's log line that starts with ``ERROR:`` (torch's profiler writes some): "" when none."""
+    return next((line for line in stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))), "")
+
+
 def verify(test_file: str, names: list[str]) -> int:
     """Run ``test_file`` against each named mutant of the last run (mutmut's trampolines pick the mutant from
     ``MUTANT_UNDER_TEST``) and print KILLED / SURVIVED per mutant: the check that a new test kills the
@@ -493,9 +504,7 @@ def verify(test_file: str, names: list[str]) -> int:
         survived = 0
         for name in names:
             out = run(name)
-            first = next(
-                (line for line in out.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))), ""
-            )
+            first = first_failure(out.stdout)
             verdict = "SURVIVED" if out.returncode == 0 else "KILLED  "
             survived += out.returncode == 0
             print(f"{verdict} {name}  {first.replace(copy.name, Path(test_file).name)}".rstrip(), flush=True)

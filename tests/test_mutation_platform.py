@@ -87,3 +87,12 @@ def test_the_sampling_note_spells_its_ordinal():
         "every 12th of 220", "every 13th of 220", "every 21st of 220", "every 22nd of 220",
         "every 23rd of 220", "every 111th of 220",
     ]  # fmt: skip
+
+
+def test_verify_names_the_failed_test_not_a_log_line():
+    out = (
+        "ERROR:2026-11-28 DeviceProperties.cpp:56] gpuGetDeviceCount failed\nFAILED tests/t.py::test_a - x\n"
+    )
+    assert mutation.first_failure(out) == "FAILED tests/t.py::test_a - x"
+    assert mutation.first_failure("ERROR tests/t.py::test_b\n") == "ERROR tests/t.py::test_b"
+    assert mutation.first_failure("1 passed\n") == ""
