@@ -150,7 +150,12 @@ PLATFORM: list[Platform] = [
     Platform(
         "engines/sglang_engine.py",
         "paravt_core/engines/sglang_engine.py",
-        ("tests/test_engines_sglang.py", "tests/test_sglang_contract.py", "tests/test_rl_sglang.py"),
+        (
+            "tests/test_engines_sglang.py",
+            "tests/test_sglang_contract.py",
+            "tests/test_rl_sglang.py",
+            "tests/test_sglang_engine_units.py",
+        ),
         sample=60,
     ),
     Platform(

@@ -641,14 +641,19 @@ class SGLangEngine(Engine):
 
             tensors = [t for _, t in reversed(named_tensors)]
 
+            def settle(err: BaseException | None) -> None:
+                # after a refusal the call returned and its loop may be closed: nobody waits for the outcome
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_settle, sending, err)
+
             def send_all() -> None:
                 try:
                     while tensors:  # each one let go once sent: the thread may outlive the request a moment
                         broadcast(tensors.pop())
                 except BaseException as err:  # handed to the awaiting coroutine
-                    loop.call_soon_threadsafe(_settle, sending, err)
+                    settle(err)
                 else:
-                    loop.call_soon_threadsafe(_settle, sending, None)
+                    settle(None)
 
             # a daemon thread, not asyncio.to_thread: after a refusal the broadcast blocks until the group's
             # timeout, and the loop's executor would make asyncio.run wait for it
