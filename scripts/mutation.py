@@ -121,6 +121,10 @@ PLATFORM: list[Platform] = [
             "tests/test_rl_pinning.py",
             "tests/test_served_dtype.py",
             B + "test_the_server_the_rl_stage_starts_itself_gets_its_pinning",
+            "tests/test_rl_stage_units.py",
+            "tests/test_rl_sglang.py",
+            "tests/test_push_on_device.py",
+            "tests/test_push_interrupt.py",
         ),
         sample=40,
     ),
@@ -297,11 +301,13 @@ NOT_RUN = {"not checked", "skipped"}
 
 def _env(root: Path = ROOT) -> dict[str, str]:
     # mutmut runs the tests inside mutants/: its copy of paravt_core must win over any installed one.
-    # The SGLang side site lies beside the repository's venvs (.venv-bench), which mutants/ has not: name it,
-    # or the contract tests skip there (tests/sglang_support.py) and every mutant they would check survives.
-    site = ROOT / ".venv-bench" / "sglang-site"
+    # The SGLang and router side sites lie beside the repository's venvs, which mutants/ has not: name them,
+    # or the contract and fleet tests skip there (tests/sglang_support.py, tests/fleet_support.py) and every
+    # mutant they would check survives.
+    site, router = ROOT / ".venv-bench" / "sglang-site", ROOT / ".venv-router"
     return {
         **({"PARAVT_SGLANG_SITE": str(site)} if site.is_dir() else {}),
+        **({"PARAVT_ROUTER_SITE": str(router)} if router.is_dir() else {}),
         **os.environ,
         "PYTHONPATH": str(root / "mutants"),
         "OMP_NUM_THREADS": "1",

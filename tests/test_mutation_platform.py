@@ -72,6 +72,9 @@ def test_scratch_root_holds_one_mutmut_table_for_its_module(tmp_path, monkeypatc
     site = ROOT / ".venv-bench" / "sglang-site"  # named: mutants/ has no .venv-bench beside it
     monkeypatch.delenv("PARAVT_SGLANG_SITE", raising=False)
     assert mutation._env(root).get("PARAVT_SGLANG_SITE") == (str(site) if site.is_dir() else None)
+    router = ROOT / ".venv-router"
+    monkeypatch.delenv("PARAVT_ROUTER_SITE", raising=False)
+    assert mutation._env(root).get("PARAVT_ROUTER_SITE") == (str(router) if router.is_dir() else None)
     assert "paravt_core" in mut["also_copy"] and "tests" not in mut["also_copy"]
     assert config["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]  # the rest of the file kept
     assert (root / "paravt_core").resolve() == ROOT / "paravt_core"

@@ -1,0 +1,138 @@
+"""``paravt_core/rl/stage.py``'s rules that its stage tests left open (issue 41: the survivors of its mutation
+run), each worked out by hand: the data line, the fleet's refusal, the resume's reference check, rank 0's word
+on a failed push, a reused output's plain line, and a run of the tiny model on a terminal, grown by one step
+(its console line, its text points, ``metrics.json`` as written, the checkpoint's state, the resume)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from paravt_core import checkpoint, storage
+from paravt_core.config import ConfigError
+from paravt_core.rl import stage
+from paravt_core.rl.stage import _announce_data, _check_engine, _check_resume, _reused, _Run, run
+from paravt_core.rl.weight_sync import PushFailed
+from paravt_core.train.dist import Dist
+from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.test_tracking import raw_points
+
+
+@pytest.fixture
+def shown(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    """What the stage prints, through a terminal console (colours on, wide: no wrapping)."""
+    text = io.StringIO()
+    console = Console(file=text, width=400, force_terminal=True, color_system="truecolor")
+    monkeypatch.setattr(stage, "console", console)
+    return text
+
+
+def test_the_data_line(shown: io.StringIO) -> None:
+    data = SimpleNamespace(prompts=[1, 2, 3], files=["a", "b"], skipped={"no_video": 2, "bad_json": 1})
+    _announce_data(data, Dist())
+    _announce_data(SimpleNamespace(prompts=[1], files=["a"], skipped={}), Dist(world=2, sharded=True))
+    assert _strip(shown.getvalue()).splitlines() == [
+        "rl: 3 prompts from 2 file(s), 3 rows skipped (bad_json=1, no_video=2)",
+        "rl: 1 prompts from 1 file(s), no row skipped, learner sharded over 2 ranks",
+    ]
+
+
+def _strip(text: str) -> str:
+    """The text without terminal styling (the data line may be highlighted: numbers)."""
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def test_a_fleet_with_nccl_pushes_is_refused_in_one_line(tmp_path: Path) -> None:
+    cfg = tiny_rl_config(
+        "d", "m", str(tmp_path / "out"), "engine.kind=sglang", "engine.servers=2",
+        "engine.base_url=http://127.0.0.1:1", "engine.weight_sync=distributed",
+    )  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        _check_engine(cfg, Dist())
+    assert str(err.value) == "a rollout fleet takes weight pushes from disk: engine.weight_sync=disk"
+
+
+def test_a_checkpoint_resumes_only_against_its_reference(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cfg = tiny_rl_config("d", "m", str(out))
+    _check_resume(cfg, "/models/ref")  # no checkpoint: nothing to check
+    step = checkpoint.step_dir(str(out), 4)
+    Path(step).mkdir(parents=True)
+    Path(step, "trainer.json").write_text(json.dumps({"step": 4, "reference_model": "/models/ref"}))
+    storage.mark_complete(step)
+    _check_resume(cfg, "/models/ref")
+    _check_resume(cfg, "/models/ref/")  # the same folder
+    with pytest.raises(ConfigError) as err:
+        _check_resume(cfg, "/models/other")
+    assert str(err.value) == (
+        f"checkpoint {step} was trained against reference '/models/ref', not '/models/other'"
+    )
+
+
+def test_every_rank_learns_rank_0s_failed_push() -> None:
+    run_ = _Run.__new__(_Run)  # only the process group is used
+    run_.d = Dist()
+    run_.agree(None)
+    cut = PushFailed("the push was cut at bucket 3")
+    with pytest.raises(PushFailed) as err:
+        run_.agree(cut)
+    assert err.value is cut
+    other = ValueError("server gone")
+    with pytest.raises(ValueError) as err2:
+        run_.agree(other)
+    assert err2.value is other
+
+
+def test_a_reused_output_says_so_in_a_plain_line(tmp_path: Path, shown: io.StringIO) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    summary = {"steps": 2, "reward_last": 0.5, "last_step": {"step": 1}, "f_tau_curve": [0.1]}
+    (out / "metrics.json").write_text(json.dumps(summary))
+    result = _reused(tiny_rl_config("d", "m", str(out)))
+    # no highlighting on a terminal: the path is not coloured apart from the rest
+    assert shown.getvalue() == f"paravt rl: {out} is complete with the same config; reused, nothing to do\n"
+    assert result.metrics == {"steps": 2, "reward_last": 0.5, "reused_output": True}
+    assert result.outputs["final"] == str(out / "final")
+
+
+def test_a_run_on_a_terminal_grown_by_a_step(
+    rl_data: str,  # noqa: F811
+    tiny_model_dir: str,
+    tmp_path: Path,
+    shown: io.StringIO,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(stage, "is_terminal", lambda: True)  # the console line, not the pod-log progress
+    out = tmp_path / "rl"
+    common = ["checkpoint.every=1", "tracking.backends=[tensorboard]", "tracking.text_every=1"]
+    run(tiny_rl_config(rl_data, tiny_model_dir, str(out), "steps=1", *common))
+    trainer = json.loads((out / "checkpoints" / "step_00000001" / "trainer.json").read_text())
+    cfg = tiny_rl_config(rl_data, tiny_model_dir, str(out), "steps=2", *common)
+    assert trainer["data_position"] == 1 * cfg.prompts_per_step
+    run(cfg)  # more steps: the run resumes from step 1
+
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in history] == [0, 1]
+    lines = [x for x in _strip(shown.getvalue()).splitlines() if x.startswith("rl step ")]
+    assert [x.split(":")[0] for x in lines] == ["rl step 1/1", "rl step 2/2"]
+    for line, m in zip(lines, history, strict=True):
+        assert (
+            f"reward {m['reward_mean']:.3f} (acc {m['accuracy_mean']:.3f} fmt {m['format_mean']:.3f} "
+            f"tool {m['tool_mean']:.3f}) loss {m['loss']:.3g}" in line
+        )
+    texts = sorted(s for tag, s in raw_points(out / "tensorboard") if tag.startswith("rollout/trajectory"))
+    assert texts == [1, 2]  # one trajectory a step, at the step counted from 1
+    written = (out / "metrics.json").read_text()
+    summary = json.loads(written)
+    assert written == json.dumps(summary, indent=2)
+    assert (summary["reward_first"], summary["reward_last"]) == (
+        history[0]["reward_mean"],
+        history[1]["reward_mean"],
+    )
