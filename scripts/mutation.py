@@ -125,6 +125,8 @@ PLATFORM: list[Platform] = [
             "tests/test_rl_sglang.py",
             "tests/test_push_on_device.py",
             "tests/test_push_interrupt.py",
+            "tests/test_rl_fleet.py",
+            "tests/test_rl_fsdp.py",
         ),
         sample=40,
     ),

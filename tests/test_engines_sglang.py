@@ -121,6 +121,7 @@ class _ContractServer:
         self.served_checksums: list[str] = []  # the served weights after each of them
         self.tracked: set[str] = set()  # rids in flight (tokenizer_manager.rid_to_state)
         self.aborted: list[str] = []
+        self.in_flight = self.max_in_flight = 0  # /generate requests being answered; the most at once
         self.trainer_joined = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -154,10 +155,17 @@ class _ContractServer:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                generate = self.path == "/generate"
                 with server._lock:
                     server.calls.append((self.path, body))
                     server.arrivals.append(time.monotonic())
-                status, payload = server.route(self.path, body)
+                    server.in_flight += generate
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    status, payload = server.route(self.path, body)
+                finally:  # before the reply is sent: the client's next request cannot overlap this one
+                    with server._lock:
+                        server.in_flight -= generate
                 self._send(status, payload)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)

@@ -136,3 +136,30 @@ def test_a_run_on_a_terminal_grown_by_a_step(
         history[0]["reward_mean"],
         history[1]["reward_mean"],
     )
+
+
+def test_engine_max_concurrency_bounds_the_requests_at_the_server(
+    rl_data: str,  # noqa: F811
+    tiny_model_dir: str,
+    tmp_path: Path,
+) -> None:
+    """A server engine gets every episode turn on its own (``IndependentEngine``), at most
+    ``engine.max_concurrency`` at once: the step's 8 episodes (2 prompts x 4) would otherwise overlap."""
+    from paravt_core.engines.sglang_engine import mm_process_config
+    from paravt_core.engines.transformers_engine import TransformersEngine
+    from paravt_core.models import load
+    from tests.test_engines_sglang import _ContractServer
+
+    served = load(tiny_model_dir)
+    engine = TransformersEngine(served.model, served.processor)
+    budget = tiny_rl_config(rl_data, tiny_model_dir, str(tmp_path / "out")).agent
+    mm_config = mm_process_config(max_pixels=budget.max_pixels, min_pixels=budget.min_pixels)  # as launched
+    with _ContractServer(engine, served.processor, mm_config=mm_config, delay_s=0.05) as server:
+        cfg = tiny_rl_config(
+            rl_data, tiny_model_dir, str(tmp_path / "out"), "steps=1", "engine.kind=sglang",
+            f"engine.base_url={server.url}", f"engine.staging_dir={tmp_path / 'weights'}",
+            "engine.max_concurrency=1",
+        )  # fmt: skip
+        run(cfg)
+    assert cfg.prompts_per_step * cfg.group_size == 8
+    assert sum(p == "/generate" for p, _ in server.calls) >= 8 and server.max_in_flight == 1
