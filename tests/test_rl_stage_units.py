@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
+from rich.text import Text
 
 from paravt_core import checkpoint, storage
 from paravt_core.config import ConfigError
@@ -32,6 +33,11 @@ def shown(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
     return text
 
 
+def _strip(text: str) -> str:
+    """The text without terminal styling (rich highlights numbers in the data line)."""
+    return Text.from_ansi(text).plain
+
+
 def test_the_data_line(shown: io.StringIO) -> None:
     data = SimpleNamespace(prompts=[1, 2, 3], files=["a", "b"], skipped={"no_video": 2, "bad_json": 1})
     _announce_data(data, Dist())
@@ -40,13 +46,6 @@ def test_the_data_line(shown: io.StringIO) -> None:
         "rl: 3 prompts from 2 file(s), 3 rows skipped (bad_json=1, no_video=2)",
         "rl: 1 prompts from 1 file(s), no row skipped, learner sharded over 2 ranks",
     ]
-
-
-def _strip(text: str) -> str:
-    """The text without terminal styling (the data line may be highlighted: numbers)."""
-    import re
-
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 def test_a_fleet_with_nccl_pushes_is_refused_in_one_line(tmp_path: Path) -> None:
