@@ -3,7 +3,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-demo demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-step-host bench-rl-step-host bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check gpu-profile gpu-carry gpu-lending mutation clean ablations-demo
+.PHONY: setup setup-demo demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-step-host bench-rl-step-host bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check gpu-profile gpu-carry gpu-lending gpu-rehearsal mutation clean ablations-demo
 
 setup:
 	@scripts/setup.sh all
@@ -50,10 +50,15 @@ gpu-profile:
 gpu-carry: setup
 	PYTHON=$(VENV)/bin/python scripts/gpu_carry.sh
 
-# On a lent one-GPU machine, with build/gpu-carry carried: probe, versions, two profiles, sft_step in <= 8 min,
-# results in $$OUT/lending (docs/gpu-profile.md). Without make: scripts/gpu_lending.sh.
+# On a lent one-GPU machine, with build/gpu-carry carried: versions, probe, three profiles, sft_step in <= 7 min;
+# at most 8 files in $$OUT and the summary on stdout (docs/gpu-profile.md). Without make: scripts/gpu_lending.sh.
 gpu-lending:
 	PYTHON=$(GPU_PYTHON) scripts/gpu_lending.sh $(GPU_LENDING_ARGS)
+
+# The lending rehearsed here on a stand-in of the lent image: pyenv's Python 3.12 with the image's torch 2.11 /
+# transformers 5.17 (downloads ~4.5 GB; not in `test`), only the carry on top, gpu_lending.sh --tiny on the CPU.
+gpu-rehearsal: setup
+	scripts/gpu_rehearsal.sh
 
 # Builds the three images with podman and runs a stage in a container (minutes, several GB; not in `test`).
 images-smoke: setup

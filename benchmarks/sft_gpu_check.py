@@ -8,9 +8,11 @@
 
 ``build`` writes the model with random weights (nothing is downloaded; with ``--config-from`` only the hub's
 ``config.json`` is read, for the exact published shapes) plus the tiny model's tokenizer and processor (patch
-16 / merge 2 like Qwen3-VL). ``report`` prints tokens/s (steps after the first), peak memory and MFU
-(6 x parameters x tokens/s / peak bf16 FLOP/s of the GPUs; attention FLOPs not counted, so MFU is a lower
-bound).
+16 / merge 2 like Qwen3-VL). ``report`` prints tokens/s (steps after the first), peak memory and MFU: the
+model FLOPs of each step's batch that the trainer records (``paravt_core/train/flops.py``: decoder and
+attention fwd + bwd, lm_head on the trained positions, the frozen vision tower forward only; recompute not
+counted) over the step time and the peak bf16 FLOP/s of the GPU (rank 0's packs on rank 0's GPU), with HFU
+(recompute counted) and ``mfu_6n``, the older 6 x parameters x tokens/s rule, beside it.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ QWEN3VL_2B_VISION = {
     "num_position_embeddings": 2304,
     "deepstack_visual_indexes": [5, 11, 17],
 }
+# H100 / H200 SXM dense bf16 (data sheet): the convention MFU is quoted against. An 8192³ bf16 matmul on a
+# lent H200 measured 769-798 TFLOP/s (2026); pass --gpu-tflops to quote against another peak.
 H100_BF16_DENSE_TFLOPS = 989.0
 
 
@@ -97,10 +101,15 @@ def report(output: str, gpu_tflops: float) -> None:
     config = AutoConfig.from_pretrained(out / "final")
     with torch.device("meta"):
         params = sum(p.numel() for p in AutoModelForImageTextToText.from_config(config).parameters())
+    from paravt_core.train.flops import six_n_flops, utilisation
+
     timed = records[1:] or records
     tokens_per_s = statistics.median(r["tokens_per_s"] for r in timed)
     world = summary.get("world_size", 1)
-    mfu = 6 * params * tokens_per_s / (world * gpu_tflops * 1e12)
+    # per step: rank 0's model (hardware) FLOPs over rank 0's step time and one GPU's peak
+    mfu = statistics.median(utilisation(r["model_flops"], r["step_time_s"], 1, gpu_tflops) for r in timed)
+    hfu = statistics.median(utilisation(r["hardware_flops"], r["step_time_s"], 1, gpu_tflops) for r in timed)
+    mfu_6n = utilisation(six_n_flops(params, 1) * tokens_per_s, 1.0, world, gpu_tflops)
     result = {
         "steps": len(records),
         "world_size": world,
@@ -109,6 +118,8 @@ def report(output: str, gpu_tflops: float) -> None:
         "tokens_per_s_per_gpu": tokens_per_s / world,
         "peak_mem_gib": max(r.get("peak_mem_gib", 0.0) for r in records),
         "mfu": mfu,
+        "hfu": hfu,
+        "mfu_6n": mfu_6n,
         "losses": [r["loss"] for r in records],
         "padding_share": summary.get("padding_share"),
     }
@@ -123,7 +134,12 @@ def main() -> None:
     b.add_argument("--config-from", default=None, help="hub id whose config.json gives the shapes")
     r = sub.add_parser("report")
     r.add_argument("output", help="the sft stage's output directory")
-    r.add_argument("--gpu-tflops", type=float, default=H100_BF16_DENSE_TFLOPS)
+    r.add_argument(
+        "--gpu-tflops",
+        type=float,
+        default=H100_BF16_DENSE_TFLOPS,
+        help="peak dense bf16 TFLOP/s per GPU (default: the H100 / H200 data sheet's 989)",
+    )
     args = parser.parse_args()
     if args.cmd == "build":
         build(args.out, args.config_from)

@@ -374,6 +374,17 @@ class LaunchConfig(StrictModel):
     )
 
 
+# The SDPA kernel of packed_sdpa's calls (paravt_core/train/attention.py). flash by default: torch 2.11+ on
+# sm90/sm100 with cuDNN > 9.15 puts cuDNN first, which builds an execution plan per new sample length.
+SdpaBackend = Literal["flash", "auto", "cudnn", "efficient", "math"]
+DEFAULT_SDPA_BACKEND: SdpaBackend = "flash"
+# one line of --help (tests/test_config_descriptions.py): the default is not yet measured on a GPU
+SDPA_BACKEND_HELP = (
+    "packed_sdpa's SDPA kernels: flash = flash, then efficient, math, never cuDNN; auto = torch's; "
+    "a GPU run may change it"
+)
+
+
 class SftModelConfig(StrictModel):
     uri: str = Field(
         default="Qwen/Qwen3-VL-8B-Instruct",
@@ -384,6 +395,7 @@ class SftModelConfig(StrictModel):
         description='"sdpa" (masked [L, L] per pack), "packed_sdpa" (per sample: skips cross-sample blocks), '
         '"flash_attention_2"',
     )
+    sdpa_backend: SdpaBackend = Field(default=DEFAULT_SDPA_BACKEND, description=SDPA_BACKEND_HELP)
     gradient_checkpointing: bool = Field(
         default=True, description="recompute activations in the backward pass"
     )

@@ -28,6 +28,7 @@ import datetime
 import gzip
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -41,8 +42,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 RANGES = ("sft/data_wait", "sft/h2d", "sft/forward", "sft/backward", "sft/clip", "sft/optimizer", "sft/log")
-H100_BF16_DENSE_TFLOPS = 989.0  # H100 / H200 SXM, dense bf16 (the figure sft_gpu_check.py uses)
+# H100 / H200 SXM dense bf16, the data sheet's peak that MFU is quoted against (the convention; the figure
+# sft_gpu_check.py and tracking.peak_tflops default to). A lent H200's 8192³ bf16 matmul measured 769-798.
+H100_BF16_DENSE_TFLOPS = 989.0
 SYNC_WARNING = "called a synchronizing CUDA operation"
+# attention kernels by name: flash (FA2 / FA3 and the CPU op), cuDNN's fused attention, memory-efficient (fmha)
+ATTENTION_KERNEL = re.compile(r"flash|fmha|cudnn|attention|sdpa|mha", re.IGNORECASE)
 
 
 def prepare(work: Path, tiny: bool) -> tuple[str, str]:
@@ -164,9 +169,16 @@ def _merged_busy(intervals: list[tuple[float, float]], lo: float, hi: float) -> 
 
 
 def summarize(
-    prof: Any, records: list[dict], syncs: list[dict], params: int, device: str, steps: int
+    prof: Any,
+    records: list[dict],
+    syncs: list[dict],
+    params: int,
+    device: str,
+    steps: int,
+    peak_tflops: float = H100_BF16_DENSE_TFLOPS,
 ) -> dict:
-    """The summary's numbers from the profiler's events and the trainer's records of the profiled steps."""
+    """The summary's numbers from the profiler's events and the trainer's records of the profiled steps;
+    MFU over ``peak_tflops`` per GPU (``tracking.peak_tflops``, else the data sheet's by device name)."""
     from torch.autograd import DeviceType
 
     events = prof.events()
@@ -191,6 +203,12 @@ def summarize(
     seconds = sum(r["step_time_s"] for r in records)
     tokens_per_s = tokens / seconds if seconds else 0.0
     cuda = device.startswith("cuda")
+    # MFU: the trainer's model FLOPs of each step's batch (paravt_core/train/flops.py); HFU adds recompute
+    from paravt_core.train.flops import six_n_flops, utilisation
+
+    peak = peak_tflops if cuda else 0.0
+    model_flops = sum(r.get("model_flops", 0.0) for r in records)
+    hardware_flops = sum(r.get("hardware_flops", 0.0) for r in records)
     return {
         "device": device,
         "profiled_steps": steps,
@@ -198,6 +216,12 @@ def summarize(
         "gpu_busy_share": _merged_busy(intervals, lo, hi) / (hi - lo) if cuda and hi > lo else None,
         "range_s_per_step": {k.removeprefix("sft/"): v / steps for k, v in ranges.items()},
         "heaviest_kernels": [{"name": n, "s_per_step": s / steps} for n, s in kernels.most_common(10)],
+        # which attention kernel ran (flash, cuDNN, memory-efficient): often not among the ten heaviest
+        "attention_kernels": [
+            {"name": n, "s_per_step": s / steps}
+            for n, s in kernels.most_common()
+            if ATTENTION_KERNEL.search(n)
+        ][:10],  # fmt: skip
         "syncs_per_step": [s["cuda_syncs"] for s in syncs] if cuda else None,
         "sync_sites": dict(sum((Counter(s["cuda_sites"]) for s in syncs), Counter()).most_common(10)),
         "host_reads_per_step": [s["host_reads"] for s in syncs],
@@ -206,9 +230,14 @@ def summarize(
         "losses": [r["loss"] for r in records],
         "tokens_per_s": tokens_per_s,
         "parameters": params,
-        # 6 x parameters x tokens/s over the GPU's dense bf16 peak (docs/gpu-runs.md's first numbers)
-        "mfu": 6 * params * tokens_per_s / (H100_BF16_DENSE_TFLOPS * 1e12) if cuda else None,
+        "mfu": utilisation(model_flops, seconds, 1, peak),
+        "hfu": utilisation(hardware_flops, seconds, 1, peak),
+        # the older 6 x parameters x tokens rule (docs/gpu-runs.md's first numbers), kept apart
+        "mfu_6n": utilisation(six_n_flops(params, tokens), seconds, 1, peak),
+        "model_flops_per_token": model_flops / tokens if tokens else 0.0,
+        "hardware_flops_per_token": hardware_flops / tokens if tokens else 0.0,
         "peak_mem_gib": max((r.get("peak_mem_gib", 0.0) for r in records), default=0.0),
+        "peak_tflops": peak or None,
     }
 
 
@@ -223,8 +252,11 @@ def markdown(summary: dict, env: dict) -> str:
         f"torch {env['torch']}, transformers {env['transformers']}; {env['config']} with "
         f"{' '.join(env['overrides'])}; {s['profiled_steps']} steps profiled after {env['warmup']} unprofiled.",
         "",
-        f"- tokens/s {s['tokens_per_s']:,.0f}, MFU {pct(s['mfu'])} (6 x {s['parameters'] / 1e9:.2f} B "
-        f"parameters x tokens/s / {H100_BF16_DENSE_TFLOPS:.0f} TFLOP/s), GPU busy {pct(s['gpu_busy_share'])} "
+        f"- tokens/s {s['tokens_per_s']:,.0f}, MFU {pct(s['mfu'])} (model FLOPs of the batch, "
+        f"{s['model_flops_per_token'] / 1e9:.2f} GFLOP/token), HFU {pct(s['hfu'])} (with recompute, "
+        f"{s['hardware_flops_per_token'] / 1e9:.2f}), 6N rule {pct(s['mfu_6n'])} (6 x "
+        f"{s['parameters'] / 1e9:.2f} B parameters), all over {s['peak_tflops'] or 0:.0f} TFLOP/s; "
+        f"GPU busy {pct(s['gpu_busy_share'])} "
         f"of {s['window_s']:.2f} s, peak memory {s['peak_mem_gib']:.2f} GiB",
         f"- step time {', '.join(f'{t:.2f}' for t in s['step_time_s'])} s; losses "
         f"{', '.join(f'{x:.4f}' for x in s['losses'])}",
@@ -249,7 +281,10 @@ def markdown(summary: dict, env: dict) -> str:
     marker = {
         "date": env["date"],
         "device": env["device_name"],
+        "rule": "model",  # paravt plan reads mfu / hfu under this rule (paravt_core/plan/report.py)
         "mfu": s["mfu"],
+        "hfu": s["hfu"],
+        "mfu_6n": s["mfu_6n"],
         "tokens_per_s": s["tokens_per_s"],
     }
     lines += ["", f"<!-- gpu-run: {json.dumps(marker)} -->", ""]
@@ -354,8 +389,14 @@ def main(argv: list[str] | None = None) -> int:
             ).parameters()
         )
     device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
-    summary = summarize(prof, records, syncs, params, device, args.steps)
+    from paravt_core.tracking.scalars import peak_tflops
+
+    peak = peak_tflops(torch.cuda.get_device_name(0), cfg.tracking.peak_tflops) if cuda else 0.0
+    summary = summarize(prof, records, syncs, params, device, args.steps, peak)
     summary["wall_s"] = time.perf_counter() - started
+    # the SDPA kernels asked for: model.sdpa_backend reaches packed_sdpa's calls only (train/attention.py)
+    packed = cfg.model.attn_implementation == "packed_sdpa"
+    summary["sdpa_backend"] = cfg.model.sdpa_backend if packed else "auto"
     summary["loader"] = loader
     trace = out / "trace.json"
     prof.export_chrome_trace(str(trace))

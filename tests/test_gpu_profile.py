@@ -42,6 +42,8 @@ def test_gpu_profile_on_the_tiny_model(tiny_model_dir: str, sft_data_output: str
     # each range lies inside the profiled steps: together they cannot exceed the window
     assert sum(s["range_s_per_step"].values()) * 2 <= s["window_s"] * 1.001
     assert s["gpu_busy_share"] is None and s["mfu"] is None and s["syncs_per_step"] is None
+    assert s["hfu"] is None and s["mfu_6n"] is None  # no peak on a CPU; the FLOPs are counted all the same
+    assert 0 < s["model_flops_per_token"] < s["hardware_flops_per_token"]  # recompute: hardware only
     assert s["host_reads_per_step"] == [1, 1]  # the step's one read (tests/test_sft_step_host.py)
     assert 1 <= len(s["heaviest_kernels"]) <= 10
     assert len(s["losses"]) == len(s["step_time_s"]) == len(s["tokens_per_step"]) == 2
@@ -59,6 +61,8 @@ def test_gpu_profile_on_the_tiny_model(tiny_model_dir: str, sft_data_output: str
     assert "| loader workers |" in text and "| sft/" not in text and "| forward |" in text
     marker = json.loads(re.search(r"<!-- gpu-run: (.*) -->", text).group(1))
     assert marker["mfu"] is None and abs(marker["tokens_per_s"] - s["tokens_per_s"]) < 1e-6
+    assert marker["rule"] == "model" and marker["hfu"] is None and marker["mfu_6n"] is None
+    assert "MFU n/a (model FLOPs of the batch, " in text and "6N rule n/a (6 x " in text
 
 
 def test_relocate_points_carried_rows_at_this_machines_media(tmp_path: Path) -> None:

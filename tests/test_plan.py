@@ -374,6 +374,6 @@ def test_the_time_line_explains_the_gap_to_the_published_hours():
          "tokens_per_step": 262144, "world": 8}  # fmt: skip
     assert report.published_gap(t, "sft") == (
         "  vs published ~36 h on 8 GPUs (15.0x this estimate): the same 1500 steps of 32768 tokens per GPU "
-        "would mean MFU 2.7%, not the 40.0% used above; the estimate counts only the language model's FLOPs on "
-        "full packs, not video decoding, data loading, the vision tower, partial packs, checkpoint saves"
+        "would mean MFU 2.7%, not the 40.0% used above; the estimate counts the model's FLOPs on full "
+        "synthetic packs, not video decoding, data loading, partial packs, checkpoint saves"
     )

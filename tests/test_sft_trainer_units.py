@@ -131,7 +131,10 @@ def test_a_faulted_run_resumes_its_mlflow_run_and_other_data_is_refused(
 
     lines: list[str] = []
     result = train(_cfg(tiny_model_dir, sft_data_output, out, "trainer.steps=3", *common), log=lines.append)
-    assert lines == [f"resuming from {step2} (step 2, world size 1 -> 1)"]
+    assert lines == [
+        "attention: packed_sdpa, sdpa backend flash (on CPU: flash, then math)",
+        f"resuming from {step2} (step 2, world size 1 -> 1)",
+    ]
     assert result.resumed_from == step2 and [r["step"] for r in result.records] == [1, 2, 3]
     client = MlflowClient(mlflow_server)
     experiment = client.get_experiment_by_name("sft-units-resume")

@@ -17,7 +17,15 @@ from paravt_core.config import stage_config
 from paravt_core.tracking import Tracker
 from paravt_core.tracking.config import TrackingConfig
 from paravt_core.tracking.progress import Cadence, EvalProgress, StepProgress, eta_text
-from paravt_core.tracking.scalars import eval_scalars, flatten_params, mfu, peak_tflops, rl_scalars
+from paravt_core.tracking.scalars import (
+    eval_scalars,
+    flatten_params,
+    mfu,
+    mfu_6n,
+    peak_tflops,
+    rl_scalars,
+    sft_scalars,
+)
 from paravt_core.tracking.tensorboard import compact, event_files
 
 
@@ -187,12 +195,23 @@ def test_rl_and_eval_scalar_names_by_hand() -> None:
 
 
 def test_mfu_by_hand() -> None:
-    # 8e9 parameters, 10,000 tokens/s over 8 H100s: 6 * 8e9 * 1e4 / (8 * 989e12) = 0.0607
-    assert mfu(10_000, 8_000_000_000, 8, peak_tflops("NVIDIA H100 80GB HBM3")) == pytest.approx(
+    # the 6N rule: 8e9 parameters, 10,000 tokens/s over 8 H100s: 6 * 8e9 * 1e4 / (8 * 989e12) = 0.0607
+    assert mfu_6n(10_000, 8_000_000_000, 8, peak_tflops("NVIDIA H100 80GB HBM3")) == pytest.approx(
         0.060667, 1e-4
     )
+    # the model rule: 4.945e14 model FLOPs of one rank's packs in 2 s on one H100: 4.945e14 / 2 / 989e12
+    assert mfu(4.945e14, 2.0, 1, peak_tflops("NVIDIA H100 80GB HBM3")) == pytest.approx(0.25, 1e-9)
     assert peak_tflops("NVIDIA H200") == 989.0 and peak_tflops("Tesla T4", 65.0) == 65.0
-    assert mfu(10_000, 8, 1, peak_tflops("")) is None  # a CPU: no peak, no MFU
+    assert mfu_6n(10_000, 8, 1, peak_tflops("")) is None  # a CPU: no peak, no MFU
+    assert mfu(1e12, 1.0, 1, peak_tflops("")) is None
+
+
+def test_sft_scalars_log_both_rules_apart() -> None:
+    record = {"loss": 1.0, "lr": 1e-5, "grad_norm": 0.5, "tokens_per_s": 100.0, "step_time_s": 2.0,
+              "padding_share": 0.1, "rows_dropped": 0}  # fmt: skip
+    out = sft_scalars(record, 0.25, 0.33)
+    assert out["perf/mfu"] == 0.25 and out["perf/mfu_6n"] == 0.33
+    assert "perf/mfu" not in sft_scalars(record) and "perf/mfu_6n" not in sft_scalars(record)
 
 
 def test_flatten_params() -> None:

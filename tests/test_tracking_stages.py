@@ -31,7 +31,7 @@ SFT_TAGS = {
     "perf/step_time_s",
     "data/padding_share",
     "data/rows_dropped",
-}  # fmt: skip  (perf/mfu and perf/peak_memory_gib are GPU-only: no peak FLOP/s or CUDA memory on a CPU)
+}  # fmt: skip  (perf/mfu, perf/mfu_6n and perf/peak_memory_gib are GPU-only: no peak FLOP/s or CUDA memory on a CPU)
 SFT_LINE = re.compile(r"^sft step (\d+)/12 \(\d+\.\d %\) loss \d+\.\d{3} [\d,]+ tok/s eta \d+[dhms]\w*$")
 
 

@@ -1,7 +1,11 @@
 """``paravt plan``: the capacity plan of the SFT and RL recipes on N GPUs.
 
 Memory is measured (``memory.measure`` runs the trainers' real step on fake tensors); the SGLang side and the
-times are arithmetic on the model's shapes with the assumptions printed next to the result.
+times are arithmetic on the model's shapes with the assumptions printed next to the result. The time model
+counts FLOPs with the trainers' own rule (``paravt_core.train.flops``) on the same synthetic pack the memory
+is measured on: model FLOPs for MFU, and the recompute on top as hardware FLOPs, which set the time:
+``step time = hardware FLOPs / (GPUs x peak x HFU)``, HFU being a recorded GPU run's hardware-FLOPs
+utilisation (or the assumed MFU at this plan's own recompute share when none is recorded).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from paravt_core.cli_errors import UsageError
+from paravt_core.train.flops import PackFacts, StepFlops, model_shapes, pack_facts, pack_flops, step_flops
 
 GIB = 2**30
 SHIPPED_CONFIG = Path(__file__).with_name(
@@ -32,25 +37,66 @@ class Gpu:
 
 
 GPUS = {
-    # H100 SXM 80 GB: 989 dense bf16 TFLOP/s (NVIDIA's data sheet); nvidia-smi reports 81559 MiB
+    # H100 SXM 80 GB: 989 dense bf16 TFLOP/s (NVIDIA's data sheet, the peak recorded MFUs are quoted against,
+    # so it cancels out of the time; an 8192³ bf16 matmul on a lent H200 measured 769-798); nvidia-smi
+    # reports 81559 MiB
     "h100-80g": Gpu("h100-80g", 81559 * 2**20, 989e12, 0.95),
 }
 
 MFU = 0.40  # assumed model-FLOPs utilisation of the learners (bf16, FSDP2, sdpa) when no GPU run is recorded
 GPU_RUNS = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs.md"
 _RUN_MARKER = re.compile(r"<!-- gpu-run: (\{.*?\}) -->")
+# A marker without "rule" predates the model-FLOPs rule: its "mfu" is 6 x parameters x tokens/s. The only
+# such run (2026-11-26, Qwen3-VL-2B shapes, the synthetic set under the SFT recipe) is converted by its own
+# packs' ratios, rebuilt on the CPU from the same data (benchmarks/flops_of_run.py; its step 2, the
+# recorded median): model FLOPs 0.767 x and hardware FLOPs (recompute counted) 0.955 x the 6N count.
+LEGACY_6N_RATIOS = {"mfu": 0.767, "hfu": 0.955}
 
 
-def learner_mfu(runs: Path | None = None) -> tuple[float, str]:
-    """(MFU, where it comes from): the latest run in ``docs/gpu-runs.md`` that recorded one (its
-    ``<!-- gpu-run: {...} -->`` line, written by ``make gpu-profile``), else the assumed :data:`MFU`."""
+@dataclass(frozen=True)
+class Utilisation:
+    mfu: float  # model FLOPs utilisation (paravt_core.train.flops)
+    hfu: float | None  # hardware FLOPs (recompute counted) utilisation; None: not known (the assumption)
+    source: str
+
+
+def learner_utilisation(runs: Path | None = None) -> Utilisation:
+    """The latest run in ``docs/gpu-runs.md`` that recorded an MFU (its ``<!-- gpu-run: {...} -->`` line,
+    written by ``make gpu-profile``), else the assumed :data:`MFU`. Markers with ``"rule": "model"`` are
+    taken as they are; one without a rule is the 6N-rule run converted by :data:`LEGACY_6N_RATIOS`;
+    markers of any other rule are skipped (no rule is mixed into another)."""
     path = GPU_RUNS if runs is None else runs
     text = path.read_text() if path.is_file() else ""
     for raw in reversed(_RUN_MARKER.findall(text)):
         run = json.loads(raw)
-        if run.get("mfu"):
-            return float(run["mfu"]), f"measured: {path.name}, {run.get('date')} on {run.get('device')}"
-    return MFU, "assumed: no GPU run recorded"
+        if not run.get("mfu"):
+            continue
+        where = f"measured: {path.name}, {run.get('date')} on {run.get('device')}"
+        if run.get("rule") == "model":
+            hfu = run.get("hfu")
+            return Utilisation(float(run["mfu"]), float(hfu) if hfu else None, where)
+        if "rule" not in run:
+            r = LEGACY_6N_RATIOS
+            return Utilisation(
+                float(run["mfu"]) * r["mfu"],
+                float(run["mfu"]) * r["hfu"],
+                f"{where}, 6N-rule MFU {run['mfu']:.1%} x {r['mfu']} to the model rule",
+            )
+    return Utilisation(MFU, None, "assumed: no GPU run recorded")
+
+
+def learner_mfu(runs: Path | None = None) -> tuple[float, str]:
+    """(model-rule MFU, where it comes from): :func:`learner_utilisation` without the HFU."""
+    u = learner_utilisation(runs)
+    return u.mfu, u.source
+
+
+def timed(flops: StepFlops, u: Utilisation) -> tuple[float, float]:
+    """(HFU, peak-equivalent FLOPs: over GPUs x peak FLOP/s, the time). The time of ``flops`` is their
+    hardware FLOPs (the recompute runs on the GPU too) over HFU x peak. Without a measured HFU the assumed
+    MFU is turned into one at these FLOPs' own recompute share (then time = model FLOPs / (MFU x peak))."""
+    hfu = u.hfu if u.hfu is not None else u.mfu * flops.hardware / max(flops.model, 1.0)
+    return hfu, flops.hardware / hfu
 
 
 ROLLOUT_TOKENS_PER_S = 2500.0  # assumed decode throughput of one SGLang server (8B, bf16, ~56 sequences)
@@ -85,14 +131,14 @@ def published_gap(t: dict[str, Any], stage: str) -> str:
     """One line on why the estimate differs from the published wall time: the MFU the published hours
     would mean at the same FLOPs (the estimate's step time scales as 1/MFU), and what the estimate leaves out."""
     ratio = t["published_h_on_8"] / t["wall_h"] if t["wall_h"] > 0 else float("inf")
-    left_out = "video decoding, data loading, the vision tower, partial packs, checkpoint saves"
+    left_out = "video decoding, data loading, partial packs, checkpoint saves"
     if stage == "sft":  # tokens per GPU per step do not depend on the GPU count, nor does the time
         implied = t["mfu"] / ratio
         return (
             f"  vs published ~{t['published_h_on_8']:.0f} h on 8 GPUs ({ratio:.1f}x this estimate): the same "
             f"{t['steps']} steps of {t['tokens_per_step'] // max(t['world'], 1)} tokens per GPU would mean MFU "
-            f"{implied:.1%}, not the {t['mfu']:.1%} used above; the estimate counts only the language model's "
-            f"FLOPs on full packs, not {left_out}"
+            f"{implied:.1%}, not the {t['mfu']:.1%} used above; the estimate counts the model's FLOPs on "
+            f"full synthetic packs, not {left_out}"
         )
     return (
         f"  vs published ~{t['published_h_on_8']:.0f} h on 8 GPUs ({ratio:.1f}x this estimate): the estimate "
@@ -129,16 +175,41 @@ def param_parts(config: Any) -> dict[str, int]:
 
 
 def flops_per_token(config: Any, seq_len: int) -> float:
-    """Forward FLOPs per token of the language model: 2 x matmul parameters + attention scores and values
-    (causal: half of 2 x 2 x layers x seq x hidden). The vision tower runs on ~1/4 of the tokens' patches
-    and is left out (under 7 % of the parameters)."""
-    t = config.text_config
-    head = t.head_dim
-    attn = t.hidden_size * head * (t.num_attention_heads * 2 + t.num_key_value_heads * 2)
-    mlp = 3 * t.hidden_size * t.intermediate_size
-    matmul = t.num_hidden_layers * (attn + mlp) + t.hidden_size * t.vocab_size
-    scores = 2 * t.num_hidden_layers * seq_len * t.num_attention_heads * head  # QK^T and AV, causal half
-    return 2.0 * matmul + scores
+    """Forward FLOPs per token (``paravt_core.train.flops``) of one text-only sample of ``seq_len`` tokens,
+    every position trained: a rough figure without media (``benchmarks/step_host.py``); the plan itself
+    counts its synthetic pack (:func:`sft_flops`, :func:`rl_flops`)."""
+    facts = PackFacts(lengths=(seq_len,), loss_tokens=seq_len)
+    return pack_flops(model_shapes(config), facts).forward / seq_len
+
+
+def sft_flops(model_config: Any, cfg: Any, length: int) -> tuple[StepFlops, int]:
+    """(FLOPs of one SFT training pass over the plan's pack, its tokens): the pack ``memory.measure`` runs
+    (``steps.sft_pack``), with the recipe's frozen tower and checkpointing."""
+    from . import steps
+
+    facts = pack_facts(steps.sft_pack(model_config, cfg, length))
+    one = step_flops(
+        model_shapes(model_config),
+        [facts],
+        vision_trained=not cfg.train.freeze_vision,
+        checkpointing=cfg.model.gradient_checkpointing,
+    )
+    return one, facts.tokens
+
+
+def rl_flops(model_config: Any, cfg: Any, length: int) -> tuple[StepFlops, int]:
+    """(FLOPs the learner spends on one episode of the plan's pack, its tokens): two no-grad log-prob
+    passes (proximal policy, reference: forward only, model FLOPs) and one training pass."""
+    from . import steps
+
+    facts = pack_facts(steps.rl_pack(model_config, cfg, length))
+    train = pack_flops(
+        model_shapes(model_config),
+        facts,
+        vision_trained=not cfg.train.freeze_vision,
+        checkpointing=cfg.train.activation_checkpointing,
+    )
+    return train + StepFlops(model=2 * train.forward), facts.tokens
 
 
 def verdict(peak: int, gpu: Gpu) -> dict[str, Any]:
@@ -179,24 +250,30 @@ def plan_sft(
     mem = measure(steps.prepare_sft, gpus, model_config, cfg, length)
     progress(f"measured in {mem.seconds:.0f} s")
     out = _stage(mem, gpu)
-    n_flops = flops_per_token(model_config, length) * (4.0 if cfg.model.gradient_checkpointing else 3.0)
-    tokens = gpus * cfg.trainer.grad_accum * length
-    mfu, source = learner_mfu()
-    step_s = tokens * n_flops / (gpus * gpu.bf16_flops * mfu)
+    one, pack_tokens = sft_flops(model_config, cfg, length)
+    packs = gpus * cfg.trainer.grad_accum  # every micro-batch of every rank the same full pack
+    flops = one * packs
+    tokens = packs * pack_tokens
+    u = learner_utilisation()
+    hfu, flop_s = timed(flops, u)
+    step_s = flop_s / (gpus * gpu.bf16_flops)
     out.update(
         world=gpus,
         pack_length=length,
         time={
             "tokens_per_step": tokens,
-            "flops_per_token": n_flops,
-            "mfu": mfu,
-            "mfu_source": source,
+            "flops_per_token": flops.model / tokens,
+            "hardware_flops_per_token": flops.hardware / tokens,
+            "mfu": u.mfu,
+            "hfu": hfu,
+            "mfu_source": u.source,
             "step_s": step_s,
             "wall_h": step_s * cfg.trainer.steps / 3600,
             "steps": cfg.trainer.steps,
             "world": gpus,
             "published_h_on_8": PUBLISHED_HOURS["sft"],
-            "assumes": "full packs; fwd + bwd (+ recompute with checkpointing) = 4x / 3x forward FLOPs",
+            "assumes": "every pack the plan's synthetic pack; model FLOPs of the batch (paravt_core/train/"
+            "flops.py), time from hardware FLOPs (+ recompute) at the HFU",
         },
     )
     return out
@@ -267,11 +344,12 @@ def plan_rl(
         "free_beside_static_gib": free_beside / GIB,
         "push_fits": free_beside >= bucket,
     }
-    n_flops = flops_per_token(model_config, length)
-    learner_tokens = episodes * length
-    learner_flops = learner_tokens * n_flops * (1 + 1 + 3)  # prox fwd, reference fwd, train fwd + bwd
-    mfu, source = learner_mfu()
-    learner_s = learner_flops / (learners * gpu.bf16_flops * mfu)
+    one, episode_tokens = rl_flops(model_config, cfg, length)
+    flops = one * episodes
+    learner_tokens = episodes * episode_tokens
+    u = learner_utilisation()
+    hfu, flop_s = timed(flops, u)
+    learner_s = flop_s / (learners * gpu.bf16_flops)
     generated = episodes * cfg.agent.max_new_tokens
     rollout_s = generated / (servers * ROLLOUT_TOKENS_PER_S)
     push_s = weights / 25e9  # ~25 GB/s NCCL over NVLink, one sender
@@ -282,9 +360,11 @@ def plan_rl(
         time={
             "episodes_per_step": episodes,
             "learner_tokens_per_step": learner_tokens,
-            "flops_per_token": n_flops * 5,
-            "mfu": mfu,
-            "mfu_source": source,
+            "flops_per_token": flops.model / learner_tokens,
+            "hardware_flops_per_token": flops.hardware / learner_tokens,
+            "mfu": u.mfu,
+            "hfu": hfu,
+            "mfu_source": u.source,
             "learner_s": learner_s,
             "rollout_tokens_per_step": generated,
             "rollout_tokens_per_s_per_server": ROLLOUT_TOKENS_PER_S,
@@ -294,8 +374,8 @@ def plan_rl(
             "wall_h": step_s * cfg.steps / 3600,
             "steps": cfg.steps,
             "published_h_on_8": PUBLISHED_HOURS["rl"],
-            "assumes": "each episode one pack_length pass; max_new_tokens generated per episode; rollouts overlap "
-            "the learner when max_staleness > 0",
+            "assumes": "each episode one pack_length pass (two log-prob passes, one training pass); "
+            "max_new_tokens generated per episode; rollouts overlap the learner when max_staleness > 0",
         },
     )
     return out
@@ -415,13 +495,17 @@ def render(result: dict[str, Any]) -> str:
     t = s["time"]
     if stage == "sft":
         lines.append(
-            f"time: {t['tokens_per_step']} tokens/step x {t['flops_per_token'] / 1e9:.1f} GFLOP/token at MFU "
-            f"{t['mfu']:.1%} ({t['mfu_source']}) -> {t['step_s']:.1f} s/step, {t['wall_h']:.1f} h for {t['steps']} steps "
+            f"time: {t['tokens_per_step']} tokens/step x {t['flops_per_token'] / 1e9:.1f} GFLOP/token "
+            f"(model; {t['hardware_flops_per_token'] / 1e9:.1f} with recompute) at MFU {t['mfu']:.1%} / "
+            f"HFU {t['hfu']:.1%} "
+            f"({t['mfu_source']}) -> {t['step_s']:.1f} s/step, {t['wall_h']:.1f} h for {t['steps']} steps "
             f"(published: ~{t['published_h_on_8']:.0f} h on 8 GPUs)"
         )
     else:
         lines.append(
-            f"time: learner {t['learner_s']:.1f} s (MFU {t['mfu']:.1%}, {t['mfu_source']}), rollouts {t['rollout_s']:.1f} s "
+            f"time: learner {t['learner_s']:.1f} s (MFU {t['mfu']:.1%} / HFU {t['hfu']:.1%}, "
+            f"{t['mfu_source']}), "
+            f"rollouts {t['rollout_s']:.1f} s "
             f"({t['rollout_tokens_per_step']} tokens at {t['rollout_tokens_per_s_per_server']:.0f} tokens/s per "
             f"server, assumed), push {t['push_s']:.1f} s -> {t['step_s']:.1f} s/step, {t['wall_h']:.1f} h for "
             f"{t['steps']} steps (published: ~250 s/step, ~{t['published_h_on_8']:.0f} h on 8 GPUs)"

@@ -304,6 +304,16 @@ def _episode(config: Any, cfg: Any, length: int, index: int) -> Any:
     )
 
 
+def rl_pack(config: Any, cfg: Any, length: int) -> Any:
+    """The measured episode (:func:`_episode`) as the learner packs it (``rl.learner``'s trace -> pack)."""
+    from paravt_core.rl.learner import pack_sample, trace_sequence
+    from paravt_core.sft.packing import pack
+
+    main = _episode(config, cfg, length, 0).episode.main
+    seq = trace_sequence(main, config.image_token_id, getattr(config, "video_token_id", None))
+    return pack([pack_sample(config, seq)])
+
+
 def _second_pack(learner: Any, samples: list[Any]) -> None:
     """``learner.step(samples)`` as the second of several packs on this rank: a second pack finds the first
     one's gradients accumulated, so the gradients primed before the step are kept through the step's

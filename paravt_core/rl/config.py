@@ -9,7 +9,16 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from paravt_core.agent.config import AgentConfig
-from paravt_core.config import AdvantageConfig, LaunchConfig, ParavtRecipe, PolicyLossConfig, TrainConfig
+from paravt_core.config import (
+    DEFAULT_SDPA_BACKEND,
+    SDPA_BACKEND_HELP,
+    AdvantageConfig,
+    LaunchConfig,
+    ParavtRecipe,
+    PolicyLossConfig,
+    SdpaBackend,
+    TrainConfig,
+)
 from paravt_core.config_base import StrictModel
 from paravt_core.tracking.config import TrackingConfig
 
@@ -167,6 +176,7 @@ class RlConfig(StrictModel):
         description='learner attention: "packed_sdpa" (per packed sample), "sdpa" (masked [L, L] per pack), '
         '"flash_attention_2"',
     )
+    sdpa_backend: SdpaBackend = Field(default=DEFAULT_SDPA_BACKEND, description=SDPA_BACKEND_HELP)
     trajectories_per_step: int = Field(
         default=2, ge=0, description="sampled episodes written to trajectories.jsonl per step"
     )

@@ -46,10 +46,11 @@ from typing import Any
 import torch
 
 from paravt_core.agent.segments import Trace
-from paravt_core.config import AdvantageConfig, PolicyLossConfig
+from paravt_core.config import DEFAULT_SDPA_BACKEND, AdvantageConfig, PolicyLossConfig, SdpaBackend
 from paravt_core.rl.config import OptimConfig
 from paravt_core.sft.packing import IGNORE, PackedBatch, encode_media, mrope_position_ids, pack, target_hidden
 from paravt_core.sft.packing import Sample as PackSample
+from paravt_core.train.attention import describe, set_implementation
 from paravt_core.train.dist import Dist
 from paravt_core.train.fsdp import CoreOptions, assemble, build, clip_grads, make_adamw
 from paravt_core.train.logprobs import target_logprobs
@@ -206,12 +207,12 @@ def _digest(digest: Any, key: str, tensor: torch.Tensor) -> None:
 DEFAULT_ATTENTION = "packed_sdpa"  # each packed sample's own causal block (paravt_core.train.attention)
 
 
-def _wrapper(d: Dist, logprob_chunk: int, attn_implementation: str) -> Any:
-    """``inner -> PolicyLogprobs(inner)`` with the language model's attention set to ``attn_implementation``."""
-    from paravt_core.train.attention import set_implementation
+def _wrapper(d: Dist, logprob_chunk: int, attn_implementation: str, sdpa_backend: SdpaBackend) -> Any:
+    """``inner -> PolicyLogprobs(inner)`` with the language model's attention set to ``attn_implementation``
+    (its SDPA calls under ``sdpa_backend`` with ``packed_sdpa``)."""
 
     def wrap(inner: Any) -> PolicyLogprobs:
-        set_implementation(inner, attn_implementation)
+        set_implementation(inner, attn_implementation, sdpa_backend)
         return PolicyLogprobs(inner, always_run_vision=d.sharded, chunk=logprob_chunk)
 
     return wrap
@@ -235,11 +236,12 @@ class Learner:
         opts: CoreOptions | None = None,
         logprob_chunk: int = 1024,
         attn_implementation: str = DEFAULT_ATTENTION,
+        sdpa_backend: SdpaBackend = DEFAULT_SDPA_BACKEND,
     ):
         self.dist = d = dist or Dist()
         opts = opts or CoreOptions()
 
-        wrap = _wrapper(d, logprob_chunk, attn_implementation)
+        wrap = _wrapper(d, logprob_chunk, attn_implementation, sdpa_backend)
         self.root = model if isinstance(model, PolicyLogprobs) else assemble(model, d, wrap, opts)
         # frozen; under torchrun sharded like the policy (its own dtype, no float32 masters)
         self.reference = (
@@ -263,6 +265,11 @@ class Learner:
         config = self.model.config
         self.image_token_id = config.image_token_id
         self.video_token_id = getattr(config, "video_token_id", None)
+        self.attention = describe(attn_implementation, sdpa_backend, d.device.type)
+        if d.rank == 0:  # the SDPA kernels chosen, said once (cuDNN's plan per sample length)
+            from paravt_core.stage import console
+
+            console.print(f"rl: {self.attention}", highlight=False)
 
     @classmethod
     def from_uris(
@@ -281,7 +288,11 @@ class Learner:
         Loaded within host memory (``paravt_core.train.fsdp.build``); the policy's parameters are float32
         masters when ``opts.mixed_precision``, else ``dtype``; the reference is kept in ``dtype``."""
 
-        wrap = _wrapper(d, logprob_chunk, kwargs.get("attn_implementation", DEFAULT_ATTENTION))
+        attention = (
+            kwargs.get("attn_implementation", DEFAULT_ATTENTION),
+            kwargs.get("sdpa_backend", DEFAULT_SDPA_BACKEND),
+        )
+        wrap = _wrapper(d, logprob_chunk, *attention)
         master = torch.float32 if opts.mixed_precision else dtype
         root, loaded = build(policy_uri, d, wrap, opts, dtype=master)
         reference, _ = build(reference_uri, d, wrap, opts, dtype=dtype, trainable=False)

@@ -668,6 +668,7 @@ def _learner(cfg: RlConfig, d: Dist, dtype: Any, reference_uri: str) -> tuple[Le
         dtype=dtype,
         logprob_chunk=cfg.train.logprob_chunk,
         attn_implementation=cfg.attn_implementation,
+        sdpa_backend=cfg.sdpa_backend,
         temperature=cfg.agent.temperature,
         advantage=cfg.advantage,
         loss=cfg.loss,

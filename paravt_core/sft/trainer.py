@@ -47,9 +47,10 @@ from paravt_core.sft.inputs import REASONS, MediaSpec
 from paravt_core.sft.packing import Bin, PackedBatch, PackedLoss, Packer, Sample, pack
 from paravt_core.tracking import Tracker
 from paravt_core.tracking.progress import StepProgress, is_terminal, sft_numbers
-from paravt_core.tracking.scalars import mfu, peak_tflops, sft_scalars
-from paravt_core.train.attention import set_implementation
+from paravt_core.tracking.scalars import mfu, mfu_6n, peak_tflops, sft_scalars
+from paravt_core.train.attention import describe, set_implementation
 from paravt_core.train.dist import Dist, seed_everything, setup_distributed
+from paravt_core.train.flops import PackFacts, model_shapes, pack_facts, step_flops
 from paravt_core.train.fsdp import CoreOptions, build, clip_grads, make_adamw
 
 
@@ -139,19 +140,23 @@ class NextPacks:
     A queue of one step: :meth:`request` starts making the next ``n`` packs (samples from the loader's
     workers, packing, page-locked copies when ``pin``), :meth:`take` waits for them. The feed is only ever
     used by one thread at a time; the trainer requests no step ahead of a checkpoint, so what a checkpoint
-    records of the feed is exactly what the steps trained."""
+    records of the feed is exactly what the steps trained. ``facts``: what the MFU's FLOP count needs of the
+    packs :meth:`take` returned last (``paravt_core.train.flops``), read here from their host tensors, off
+    the step's thread."""
 
     def __init__(self, feed: Feed, n: int, pin: bool):
         self.feed, self.n, self.pin = feed, n, pin
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sft-packs")
         self._next: Future | None = None
+        self.facts: list[PackFacts] = []
 
-    def _make(self) -> tuple[list[PackedBatch], Counter[str]]:
+    def _make(self) -> tuple[list[PackedBatch], Counter[str], list[PackFacts]]:
         before = Counter(self.feed.dropped)
         seqs = [self.feed.next_sequence() for _ in range(self.n)]
+        facts = [pack_facts(s) for s in seqs]
         if self.pin:
             seqs = [s.pin_memory() for s in seqs]
-        return seqs, self.feed.dropped - before
+        return seqs, self.feed.dropped - before, facts
 
     def request(self) -> None:
         if self._next is None:
@@ -161,7 +166,8 @@ class NextPacks:
         """(this step's packs, the rows dropped while making them)."""
         self.request()
         future, self._next = self._next, None
-        return future.result()
+        seqs, drops, self.facts = future.result()
+        return seqs, drops
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -288,10 +294,12 @@ def train(
     )
 
     def wrap(inner: Any) -> PackedLoss:
-        set_implementation(inner, cfg.model.attn_implementation)
+        set_implementation(inner, cfg.model.attn_implementation, cfg.model.sdpa_backend)
         return PackedLoss(inner, always_run_vision=d.sharded, chunk=cfg.train.logprob_chunk)
 
     model, loaded = build(cfg.model.uri, d, wrap, opts, dtype=torch.float32)
+    if d.rank == 0:  # the SDPA kernels chosen, said once (cuDNN's plan per length)
+        log(describe(cfg.model.attn_implementation, cfg.model.sdpa_backend, d.device.type))
     # the recipe's dtype: a bf16 recipe's final is bf16 (what the server serves), whatever the masters' dtype
     save_dtype = torch.bfloat16 if cfg.model.bf16 else torch.float32
     model.train()
@@ -325,6 +333,7 @@ def train(
         torch.autocast("cuda", dtype=torch.bfloat16) if bf16 and not d.sharded else contextlib.nullcontext()
     )
     tracker, per_token = _tracker(cfg, d, model, start, state.get("tracking"))
+    shapes = model_shapes(loaded.config)
     packs = NextPacks(feed, cfg.trainer.grad_accum, pin=d.device.type == "cuda")
     progress = _progress(d.rank == 0, cfg, start)
     try:
@@ -361,10 +370,26 @@ def train(
                     "rows_dropped": sum(dropped.values()),
                     "step_time_s": elapsed,
                 }
+                # model FLOPs of this rank's packs (recompute apart), from host facts: no device read
+                flops = step_flops(
+                    shapes,
+                    packs.facts,
+                    vision_trained=not cfg.train.freeze_vision,
+                    checkpointing=cfg.model.gradient_checkpointing,
+                )
+                record["model_flops"], record["hardware_flops"] = flops.model, flops.hardware
                 if d.device.type == "cuda":  # this rank's peak since the start (ranks are alike under FSDP)
                     record["peak_mem_gib"] = torch.cuda.max_memory_allocated(d.device) / 2**30
                 records.append(record)
-                tracker.log(step, sft_scalars(record, mfu(record["tokens_per_s"], *per_token)))
+                parameters, world, peak = per_token
+                tracker.log(
+                    step,
+                    sft_scalars(
+                        record,
+                        mfu(flops.model, elapsed, 1, peak),  # this rank's FLOPs over its own GPU
+                        mfu_6n(record["tokens_per_s"], parameters, world, peak),
+                    ),
+                )
                 _check_bad_rows(cfg, rows_used, dropped, final=False)
                 if progress is not None:
                     progress.update(step, record)
@@ -409,8 +434,9 @@ def train(
 def _tracker(
     cfg: SftConfig, d: Dist, model: torch.nn.Module, start: int, state: dict | None
 ) -> tuple[Tracker, tuple[int, int, float]]:
-    """Rank 0's tracker (the others: a disabled one) and what the MFU estimate needs: (parameters, world,
-    the device's peak TFLOP/s; 0 on a CPU: no MFU)."""
+    """Rank 0's tracker (the others: a disabled one) and what the MFU figures need besides the step's FLOPs:
+    (parameters and world for ``mfu_6n``, the device's peak TFLOP/s: ``tracking.peak_tflops`` or the data
+    sheet's by the device's name; 0 on a CPU: no MFU)."""
     tracker = Tracker.open(
         cfg.tracking,
         stage="sft",
