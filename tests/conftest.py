@@ -36,4 +36,5 @@ pytest_plugins = [
     "tests.fixtures.eval",
     "tests.fixtures.sglang",
     "tests.fixtures.mlflow_server",
+    "tests.fixtures.vllm_server",
 ]

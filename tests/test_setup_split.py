@@ -47,6 +47,7 @@ def test_make_test_still_sets_up_everything() -> None:
         "mlflow_site",
         "wandb_site",
         "tf517_site",
+        "vllm_site",
     ]
 
 

@@ -14,7 +14,8 @@ answer; calls in it end the episode (``tool_call_in_last_turn``).
 
 Finish reasons: ``answer``, ``no_answer`` (final turn without ``<answer>``), ``empty_generation``,
 ``max_tokens`` / ``max_tokens_in_tag`` (cut by the token limit, inside an open tag for the latter),
-``tool_call_in_last_turn``, ``engine_error``, ``engine_timeout``, ``video_error`` (overview failed),
+``tool_call_in_last_turn``, ``engine_error``, ``engine_refused`` (the server refused the request as it stands:
+never retried), ``engine_timeout``, ``video_error`` (overview failed),
 ``context_overflow`` (no room left in ``max_context_tokens``), ``internal_error`` (an unexpected exception:
 that episode ends with the exception type in ``error``, its siblings run on).
 
@@ -37,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from paravt_core.engines.base import Completion, Engine, SamplingParams
+from paravt_core.engines.base import Completion, Engine, EngineRefused, SamplingParams
 from paravt_core.video import api as video_api
 from paravt_core.video import release_frames
 from paravt_core.video.errors import CropError
@@ -65,6 +66,7 @@ FINISH_REASONS = (
     "max_tokens_in_tag",
     "tool_call_in_last_turn",
     "engine_error",
+    "engine_refused",
     "engine_timeout",
     "video_error",
     "context_overflow",
@@ -253,6 +255,8 @@ async def _call_engine(engine: Engine, requests: list, timeout: float | None) ->
 def _engine_failure(err: BaseException) -> tuple[str, str]:
     if isinstance(err, TimeoutError | asyncio.TimeoutError):
         return "engine_timeout", "the engine did not answer in time"
+    if isinstance(err, EngineRefused):
+        return "engine_refused", str(err)
     return "engine_error", f"{type(err).__name__}: {err}"
 
 

@@ -229,7 +229,11 @@ def main(args: argparse.Namespace) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result.to_dict(), indent=2))
         console.print(f"trajectory written to {args.json_out}")
-    return 1 if result.finish_reason in ("video_error", "engine_error", "engine_timeout") else 0
+    return (
+        1
+        if result.finish_reason in ("video_error", "engine_error", "engine_refused", "engine_timeout")
+        else 0
+    )
 
 
 def _clip(text: str, limit: int = 2000) -> str:

@@ -3,6 +3,6 @@ server, any OpenAI-compatible server, and a scripted engine for scenarios and fa
 reach them through ``coalesce.CoalescingEngine`` (lock-step batches, for the in-process engine) or
 ``independent.IndependentEngine`` (one request per episode turn, for continuously batching servers)."""
 
-from .base import Completion, Engine, EngineError, GenerationRequest, SamplingParams
+from .base import Completion, Engine, EngineError, EngineRefused, GenerationRequest, SamplingParams
 
-__all__ = ["Completion", "Engine", "EngineError", "GenerationRequest", "SamplingParams"]
+__all__ = ["Completion", "Engine", "EngineError", "EngineRefused", "GenerationRequest", "SamplingParams"]

@@ -40,6 +40,11 @@ class EngineError(RuntimeError):
     """The backend could not produce completions (server down, bad response, out of memory, ...)."""
 
 
+class EngineRefused(EngineError):
+    """The server refused the request as it stands (an HTTP 4xx that is not a rate limit or a timeout): the
+    same request would be refused again, so nothing retries it (finish reason ``engine_refused``)."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """Per-request sampling. ``temperature == 0`` means greedy decoding."""

@@ -3,7 +3,9 @@
 Requests of one ``generate`` call are sent concurrently (bounded by ``max_concurrency``). Each HTTP call
 has a timeout; connection errors, timeouts, 429 and 5xx responses are retried with exponential backoff and
 jitter up to ``max_retries`` times (a ``Retry-After`` on 429/503 is honoured, up to ``max_retry_after_s``);
-other 4xx responses fail at once. Errors never include the API key.
+other 4xx responses fail at once as :class:`EngineRefused`, which nothing retries (the eval runner records
+``engine_refused``); a refusal of ``mm_processor_kwargs`` names the server flag that allows them. Errors never
+include the API key.
 
 Frames travel as lossless PNG data URLs together with ``mm_processor_kwargs`` (the image-processor settings
 our encoder used, which vLLM passes to the HF processor), so the server makes the same pixels and image
@@ -34,12 +36,20 @@ from typing import Any
 import httpx
 import numpy as np
 
-from .base import Completion, Engine, EngineError, GenerationRequest, SamplingParams
+from .base import Completion, Engine, EngineError, EngineRefused, GenerationRequest, SamplingParams
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 RETRY_AFTER_STATUS = {429, 503}
 
 log = logging.getLogger(__name__)
+
+
+def refusal_hint(body: str) -> str:
+    """What to change on the server for a refusal we know (empty for the others)."""
+    if "mm_processor_kwargs" in body:  # vLLM >= 0.32's validate_request_mm_kwargs
+        return (": the requests carry the pixel budget as mm_processor_kwargs; launch vLLM with "
+                "--trust-request-mm-kwargs")  # fmt: skip
+    return ""
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -161,6 +171,10 @@ class OpenAIEngine(Engine):
         self.attempts = 0  # HTTP calls made (retries included), for logs and tests
         self.waits: list[float] = []  # seconds slept before each retry, for logs and tests
         self.prompt_token_mismatches = 0  # completions whose usage.prompt_tokens differed from our count
+        # vLLM returns the prompt's token ids when asked (``extra_body={"return_token_ids": True}``): compared
+        # id by id with ours, the check that the server saw the pixels and template we think we send
+        self.prompt_ids_checked = 0
+        self.prompt_id_mismatches = 0
 
     def _bind(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
         loop = asyncio.get_running_loop()
@@ -231,6 +245,7 @@ class OpenAIEngine(Engine):
                 f"{self.base_url}: malformed chat completion ({type(err).__name__}: {err})"
             ) from err
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        self._check_prompt_ids(request, data.get("prompt_token_ids"))
         if request.input_ids and prompt_tokens and prompt_tokens != len(request.input_ids):
             self.prompt_token_mismatches += 1
             log.warning(
@@ -252,6 +267,20 @@ class OpenAIEngine(Engine):
             request_id=request.request_id,
             exact_tokens=False,
         )
+
+    def _check_prompt_ids(self, request: GenerationRequest, served: Any) -> None:
+        if not request.input_ids or not isinstance(served, list):
+            return
+        self.prompt_ids_checked += 1
+        if served != list(request.input_ids):
+            self.prompt_id_mismatches += 1
+            at = next(
+                (i for i, (a, b) in enumerate(zip(served, request.input_ids, strict=False)) if a != b), None
+            )
+            at = min(len(served), len(request.input_ids)) if at is None else at
+            log.warning("%s built other prompt token ids for request %s: %d ids against our %d, first "
+                        "difference at position %d", self.base_url, request.request_id, len(served),
+                        len(request.input_ids), at)  # fmt: skip
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         url = self.base_url + path
@@ -284,7 +313,9 @@ class OpenAIEngine(Engine):
                     raise EngineError(f"{url}: response is not JSON ({err})") from err
             last = f"HTTP {response.status_code}: {self._redact(response.text[:300])}"
             if response.status_code not in RETRY_STATUS:
-                break
+                raise EngineRefused(
+                    f"{url}: {last} (after {attempt + 1} attempt(s)){refusal_hint(response.text)}"
+                )
             if response.status_code in RETRY_AFTER_STATUS:
                 retry_after = retry_after_seconds(response.headers.get("Retry-After"))
         raise EngineError(f"{url}: {last} (after {attempt + 1} attempt(s))")

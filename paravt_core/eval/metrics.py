@@ -55,7 +55,7 @@ JUDGE_ERRORS = ("judge_error", "judge_timeout", "judge_unparseable")
 # Errors that happen inside the release's agent loop (a failed completion): scored there as a reply. Without the
 # tool (direct, reasoning) the same failure is an error result (driver.py eval_one lines 453-460 at cf55249), which
 # Charades leaves out (utils.py run_dataset line 729).
-IN_LOOP_ERRORS = ("engine_error", "engine_timeout", "context_overflow")
+IN_LOOP_ERRORS = ("engine_error", "engine_refused", "engine_timeout", "context_overflow")
 IN_LOOP_PROTOCOLS = ("agentic",)
 UNREAD = (
     "unparseable_letter",

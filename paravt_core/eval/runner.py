@@ -36,7 +36,7 @@ from .scoring import prediction_of, score_sample
 
 TRANSIENT = ("engine_error", "engine_timeout")
 _EPISODE_KEYS = itertools.count()  # orders a sample's requests within a coalesced batch
-ERROR_FINISH = ("engine_error", "engine_timeout", "video_error", "context_overflow")
+ERROR_FINISH = ("engine_error", "engine_refused", "engine_timeout", "video_error", "context_overflow")
 
 
 @dataclass(frozen=True)

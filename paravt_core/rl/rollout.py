@@ -29,7 +29,7 @@ from .data import RlPrompt
 from .gating import nframes_for
 
 # Episodes that end this way produced no usable generation: nothing to train on.
-NO_SAMPLE_REASONS = ("engine_error", "engine_timeout", "video_error", "context_overflow")
+NO_SAMPLE_REASONS = ("engine_error", "engine_refused", "engine_timeout", "video_error", "context_overflow")
 
 
 @dataclass

@@ -73,6 +73,8 @@ from .metrics import curves_png, final_summary, step_metrics, trajectory_lines
 from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
 from .weight_sync import DiskSync, InProcessSync, NcclSync, PushFailed, _closing, recover, restart, restarted
 
+ENGINE_FAILURES = ("engine_error", "engine_refused", "engine_timeout")  # the rollout engine, not the episode
+
 
 def prompts_for_step(prompts: list[RlPrompt], step: int, per_step: int, seed: int) -> list[RlPrompt]:
     """Prompts of ``step``: positions [step * per_step, (step + 1) * per_step) of the endless sequence of
@@ -376,7 +378,7 @@ class _Run:
     def staleness(self, step: int, rollouts: StepRollouts, version: int) -> list[int]:
         """Each sample's age in versions; refuses a step whose every episode failed in the engine."""
         samples = rollouts.samples
-        failed = [s for s in samples if s.episode.finish_reason in ("engine_error", "engine_timeout")]
+        failed = [s for s in samples if s.episode.finish_reason in ENGINE_FAILURES]
         if len(failed) == len(samples):
             raise EngineError(
                 f"rl step {step}: the rollout engine failed every episode ({failed[0].episode.error})"
