@@ -163,7 +163,7 @@ RELEASE_CONFIG = {"engine": {"kind": "openai"}, "benchmarks": [{"name": "videomm
 @pytest.mark.parametrize(
     ("change", "model", "named"),
     [
-        ({"engine": {"kind": "transformers"}}, "ParaVT-8B", "engine.kind=transformers, not openai"),
+        ({"engine": {"kind": "transformers"}}, "ParaVT-8B", "engine.kind=transformers, not a server"),
         ({"benchmarks": [{"name": "videomme", "limit": 5}]}, "ParaVT-8B", "rows overridden (limit=5)"),
         ({"benchmarks": [{"name": "videomme", "split": "dev"}]}, "ParaVT-8B", "rows overridden (split=dev)"),
         ({"benchmarks": [{"name": "videomme", "source": "/d"}]}, "ParaVT-8B", "rows overridden (source=/d)"),

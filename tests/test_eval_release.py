@@ -359,7 +359,7 @@ def test_stage_under_preset_release_is_comparable_only_where_everything_is_the_r
     # a tiny in-process run on fixture rows: every condition the release's run differs in is named (issue 38)
     for name in ("videomme", "lvbench", "charades"):
         assert report.COMPARABLE not in rows[name]
-        assert "engine.kind=transformers, not openai" in rows[name]
+        assert "engine.kind=transformers, not a server" in rows[name]
         assert "rows overridden (source=" in rows[name] and "frames: ours" not in rows[name]
         assert "preset=" not in rows[name] and "prompts" not in rows[name] and "reader=" not in rows[name]
     assert "video_url" in rows["charades"]

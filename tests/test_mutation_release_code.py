@@ -23,7 +23,7 @@ from paravt_core.train import media
 PRESET = "preset=paravt, not release (the published numbers come from the release's driver)"
 RULE = "error_rule=paravt: errors left out of the denominator (the release scores them wrong)"
 READER = "reader=robust: answers read by ours, not the release's extract_letter"
-ENGINE = "engine.kind=transformers, not openai (the release queries a vLLM server)"
+ENGINE = "engine.kind=transformers, not a server (the release queries a vLLM server)"
 SUFFIX = "agent.question_suffix=false (the release appends the video path to every agentic question)"
 DEMO = "rows from demo_data fixtures, not the benchmark"
 MMVU_F1 = "MMVU open-ended items scored by token F1, not the judge or the release's reader"
@@ -86,7 +86,7 @@ def test_config_differences_without_an_engine_kind_name_transformers(engine):
     expected = (
         [ENGINE]
         if engine != {"kind": None}
-        else ["engine.kind=None, not openai (the release queries a vLLM server)"]
+        else ["engine.kind=None, not a server (the release queries a vLLM server)"]
     )
     assert report._config_differences(config, "videomme", None) == expected
 

@@ -1,17 +1,27 @@
 """vLLM answering: the eval stage end to end against a real vLLM server (its CPU build, tests/fixtures/
 vllm_server.py) serving the tiny Qwen3-VL, through the OpenAI engine. Every request asks vLLM for the prompt
 token ids it built (``return_token_ids``): they must equal, id for id, the ``input_ids`` our own processor
-made for the same messages and frames, so the pixels and template the model sees are the ones we send."""
+made for the same messages and frames, so the pixels and template the model sees are the ones we send. And
+the log-probs vLLM reports for what it samples are the RL learner's own on the same tokens and pixels."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import httpx
+import numpy as np
 import pytest
+import torch
 
+from paravt_core.engines.base import GenerationRequest, SamplingParams, image_processor_kwargs
 from paravt_core.engines.openai_engine import OpenAIEngine
+from paravt_core.engines.vllm_engine import VllmEngine
 from paravt_core.eval.stage import run
+from paravt_core.models import load
+from paravt_core.rl.learner import PolicyLogprobs, TrainSequence, pack_sample
+from paravt_core.rl.weight_sync import DiskSync
+from paravt_core.sft.packing import pack
 from tests.eval_support import TINY_AGENT, fixture_entry, tiny_eval_config
 from tests.fixtures.vllm_server import serve
 
@@ -26,41 +36,35 @@ def _lines(path: Path) -> list[dict]:
 def test_eval_against_vllm_sees_our_prompt_token_ids(
     vllm_server, tiny_model, eval_fixtures, tmp_path, preset
 ):
-    engine = OpenAIEngine(vllm_server.base_url, vllm_server.model, processor=tiny_model.processor,
-                          extra_body={"return_token_ids": True})  # fmt: skip
+    engine = VllmEngine(vllm_server.base_url, vllm_server.model, processor=tiny_model.processor)
     cfg = tiny_eval_config(tmp_path, vllm_server.model, eval_fixtures, protocols=["agentic", "direct"],
                            agent={**TINY_AGENT, "max_new_tokens": 8}, max_error_share=0.0, preset=preset,
-                           engine={"kind": "openai", "base_url": vllm_server.base_url})  # fmt: skip
+                           engine={"kind": "vllm", "base_url": vllm_server.base_url})  # fmt: skip
     run(cfg, engine=engine, processor=tiny_model.processor)
     results = json.loads((Path(cfg.output) / "results.json").read_text())
     assert results["totals"]["samples"] == 2 * PER_PROTOCOL and results["totals"]["errors"] == 0
     records = [r for p in Path(cfg.output, "samples").rglob("*.jsonl") for r in _lines(p)]
     assert len(records) == 2 * PER_PROTOCOL and all(r["status"] == "ok" for r in records)
-    # every request's ids compared (a sample makes one request or more), none different
+    # every request's ids compared (one request per turn here: no sub-agent), none different
     assert engine.prompt_ids_checked == sum(r["turns"] for r in records) >= 2 * PER_PROTOCOL
     assert engine.prompt_id_mismatches == 0 and engine.prompt_token_mismatches == 0
 
 
-def test_greedy_replies_equal_the_in_process_engines(vllm_server, tiny_model, eval_fixtures, tmp_path):
-    """Greedy decoding on vLLM (float32) and in process (transformers): the same reply per sample. vLLM drops
-    special tokens from the text unless told not to (``skip_special_tokens``)."""
+def test_greedy_replies_equal_the_in_process_engines(vllm_server, eval_fixtures, tmp_path):
+    """Greedy decoding on vLLM (float32, ``engine.kind=vllm``: its own token ids, nothing re-tokenized) and
+    in process (transformers): the same reply, token for token, and the same score on every sample."""
     agent = {**TINY_AGENT, "max_new_tokens": 8}
-    served = OpenAIEngine(vllm_server.base_url, vllm_server.model, processor=tiny_model.processor,
-                          extra_body={"skip_special_tokens": False})  # fmt: skip
     texts = {}
-    for name, engine in (("vllm", served), ("transformers", None)):
-        kind = {"kind": "openai", "base_url": vllm_server.base_url} if engine else {"kind": "transformers"}
-        cfg = tiny_eval_config(tmp_path / name, vllm_server.model, eval_fixtures, protocols=["direct"],
-                               agent=agent, engine=kind)  # fmt: skip
-        run(cfg, engine=engine, processor=tiny_model.processor if engine else None)
+    for kind in ("vllm", "transformers"):
+        engine = {"kind": kind, "base_url": vllm_server.base_url} if kind == "vllm" else {"kind": kind}
+        cfg = tiny_eval_config(tmp_path / kind, vllm_server.model, eval_fixtures, protocols=["agentic", "direct"],
+                               agent=agent, engine=engine)  # fmt: skip
+        run(cfg)
         records = [r for p in Path(cfg.output, "samples").rglob("*.jsonl") for r in _lines(p)]
-        texts[name] = {(r["benchmark"], r["id"]): (r["final_text"], r["score"]) for r in records}
-    assert len(texts["vllm"]) == PER_PROTOCOL and texts["vllm"].keys() == texts["transformers"].keys()
-    # the one text difference: a reply cut by max_tokens inside a multi-byte character ends in U+FFFD when we
-    # decode the ids, while vLLM holds the incomplete bytes back (4 of the 25 on our machine); scores equal
-    differ = {k: (texts["vllm"][k], texts["transformers"][k]) for k in texts["vllm"]
-              if texts["vllm"][k] != (texts["transformers"][k][0].removesuffix("\ufffd"), texts["transformers"][k][1])}  # fmt: skip
-    assert differ == {}
+        texts[kind] = {(r["protocol"], r["benchmark"], r["id"]): (r["final_text"], r["finish_reason"], r["score"])
+                       for r in records}  # fmt: skip
+    assert len(texts["vllm"]) == 2 * PER_PROTOCOL
+    assert texts["vllm"] == texts["transformers"]
 
 
 def test_a_refusal_is_not_retried_and_names_the_server_flag(
@@ -85,3 +89,107 @@ def test_a_refusal_is_not_retried_and_names_the_server_flag(
             and "(after 1 attempt(s))" in message
         )
         assert message.endswith("as mm_processor_kwargs; launch vLLM with --trust-request-mm-kwargs")
+
+
+def _frame(seed: int) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    return torch.from_numpy(rng.integers(0, 256, (3, 64, 64), dtype=np.uint8))
+
+
+def _conversation() -> tuple[list[dict], list[torch.Tensor]]:
+    frames = [_frame(i) for i in range(3)]
+    messages = [
+        {"role": "system", "content": "You describe frames."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image", "image": frames[0]},
+                {"type": "image", "image": frames[1]},
+                {"type": "text", "text": "What changed?"},
+            ],
+        },  # fmt: skip
+        {"role": "assistant", "content": "The colours moved."},
+        {
+            "role": "user",
+            "content": [{"type": "image", "image": frames[2]}, {"type": "text", "text": "And now?"}],
+        },
+    ]
+    return messages, frames
+
+
+TEMPERATURE = 0.7
+
+
+def _sample(engine: OpenAIEngine, processor, seed: int = 7) -> tuple[TrainSequence, list[float]]:
+    """One sampled reply from vLLM to the 3-image conversation: (the learner's sequence of the same prompt ids,
+    pixels and drawn tokens, the log-prob vLLM reports for each drawn token)."""
+    messages, frames = _conversation()
+    ours = image_processor_kwargs(max_pixels=64 * 64, min_pixels=32 * 32)
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    encoded = processor(text=[text], images=frames, images_kwargs=ours, return_tensors="pt")
+    request = GenerationRequest(
+        messages=messages, input_ids=encoded["input_ids"][0].tolist(), images_kwargs=ours,
+        sampling=SamplingParams(temperature=TEMPERATURE, top_p=1.0, max_new_tokens=16, seed=seed),
+    )  # fmt: skip
+    body = {**engine.payload(request), "logprobs": True, "top_k": -1, "return_token_ids": True}
+    response = httpx.post(engine.base_url + "/chat/completions", json=body, timeout=120)
+    assert response.status_code == 200, response.text[-500:]  # a dead engine core answers 500
+    answer = response.json()
+    choice = answer["choices"][0]
+    assert answer["prompt_token_ids"] == request.input_ids  # the same prompt, pixels included
+    drawn = choice["token_ids"]
+    served = [item["logprob"] for item in choice["logprobs"]["content"]]
+    assert len(drawn) == len(served) >= 2
+    ids = torch.tensor(request.input_ids + drawn)
+    seq = TrainSequence(
+        input_ids=ids, loss_mask=torch.tensor([0.0] * len(request.input_ids) + [1.0] * len(drawn)),
+        behav_logp=torch.zeros(len(ids)), mm_token_type_ids=(ids == processor.image_token_id).long(),
+        pixel_values=encoded["pixel_values"], image_grid_thw=encoded["image_grid_thw"],
+    )  # fmt: skip
+    return seq, served
+
+
+def _learner_logprobs(model, seq: TrainSequence, temperature: float = TEMPERATURE) -> list[float]:
+    """The RL learner's log-probs of the sequence's trained (drawn) tokens."""
+    with torch.no_grad():
+        full = PolicyLogprobs(model)(pack([pack_sample(model.config, seq)]), temperature)
+    return full[seq.loss_mask > 0].tolist()
+
+
+def _gap(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+def test_sampled_log_probs_equal_the_learners(vllm_server, tiny_model):
+    """A multi-turn conversation with 3 images, sampled by vLLM at T = 0.7 (top-k off): the log-prob vLLM
+    reports for each token it drew equals the RL learner's (``PolicyLogprobs``, the forward it trains through)
+    on the same token ids and pixels, in float32."""
+    engine = OpenAIEngine(vllm_server.base_url, vllm_server.model, processor=tiny_model.processor)
+    seq, served = _sample(engine, tiny_model.processor)
+    assert _gap(served, _learner_logprobs(tiny_model.model, seq)) < 1e-5  # measured 4.8e-7 (16 tokens)
+    # and not the untempered values (vLLM's default raw_logprobs): those differ by far more
+    assert _gap(served, _learner_logprobs(tiny_model.model, seq, temperature=1.0)) > 1e-3
+
+
+def test_a_disk_push_serves_the_new_weights(tiny_model_dir, tmp_path):
+    """DiskSync's push into vLLM (``VllmEngine``: paused, reloaded, caches reset, versioned, resumed): the
+    same 3-image conversation, images already seen by the server, sampled again after the push. The server
+    lives (a reload without the cache resets kills it on such a request), and the served log-probs are the
+    learner's with the new weights, not the old."""
+    old = load(tiny_model_dir)
+    new = load(tiny_model_dir)
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(0)
+        for p in new.model.parameters():  # every weight moved, the vision tower's included
+            p.add_(torch.randn(p.shape, generator=generator) * 0.05)
+    with serve(tiny_model_dir, tmp_path) as server:
+        engine = VllmEngine(server.base_url, server.model, processor=old.processor)
+        seq, served = _sample(engine, old.processor)
+        assert _gap(served, _learner_logprobs(old.model, seq)) < 1e-5
+        sync = DiskSync(engine, new.model, str(tmp_path / "staging"))
+        sync.push({k: v.detach().clone() for k, v in new.model.state_dict().items()}, version=1)
+        after, served_after = _sample(engine, old.processor)
+        info = httpx.get(engine.root + "/weight_info", timeout=30).json()
+    assert _gap(served_after, _learner_logprobs(new.model, after)) < 1e-5
+    assert _gap(served_after, _learner_logprobs(old.model, after)) > 1e-3
+    assert sync.version == 1 and engine.weight_version == "1" and info["weight_version"] == "1"

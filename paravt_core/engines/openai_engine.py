@@ -256,8 +256,13 @@ class OpenAIEngine(Engine):
                 request.request_id,
                 len(request.input_ids),
             )
+        token_ids, exact = self._generated_ids(choice)
+        if (
+            exact and self.processor is not None
+        ):  # the text of the ids, special tokens kept (in-process: same)
+            text = self.processor.tokenizer.decode(token_ids, skip_special_tokens=False)
         return Completion(
-            token_ids=[],
+            token_ids=token_ids,
             text=text,
             logprobs=logprobs,
             finish_reason=reason,  # type: ignore[arg-type]
@@ -265,8 +270,12 @@ class OpenAIEngine(Engine):
             prompt_tokens=prompt_tokens,
             latency_s=time.perf_counter() - started,
             request_id=request.request_id,
-            exact_tokens=False,
+            exact_tokens=exact,
         )
+
+    def _generated_ids(self, choice: dict[str, Any]) -> tuple[list[int], bool]:
+        """(generated token ids, whether they are the server's own): a plain OpenAI server returns text only."""
+        return [], False
 
     def _check_prompt_ids(self, request: GenerationRequest, served: Any) -> None:
         if not request.input_ids or not isinstance(served, list):

@@ -44,13 +44,13 @@ class EvalBenchmarkConfig(StrictModel):
 
 
 class EvalEngineConfig(StrictModel):
-    kind: Literal["transformers", "openai"] = Field(
+    kind: Literal["transformers", "openai", "vllm"] = Field(
         default="transformers",
-        description="transformers: in-process (CPU/GPU), batched; openai: an OpenAI-compatible server at base_url",
+        description="transformers: in-process, batched; openai: an OpenAI-compatible server at base_url; vllm: vLLM there",
     )
-    base_url: str = Field(default="", description="openai engine: the server (http://host:port/v1)")
+    base_url: str = Field(default="", description="openai / vllm engine: the server (http://host:port/v1)")
     served_model: str = Field(
-        default="", description="openai engine: model name on the server; empty: `model`"
+        default="", description="openai / vllm engine: model name on the server; empty: `model`"
     )
     device: str = Field(default="cpu", description="transformers engine: torch device (cpu, cuda, cuda:1)")
     dtype: str | None = Field(

@@ -162,13 +162,15 @@ def build_engine(cfg: EvalConfig) -> tuple[Any, Any]:
         from transformers import AutoProcessor
 
         from paravt_core.engines.openai_engine import OpenAIEngine
+        from paravt_core.engines.vllm_engine import VllmEngine
         from paravt_core.models import resolve_model_dir
 
         if not e.base_url:
-            raise EvalError("engine.kind=openai needs engine.base_url")
+            raise EvalError(f"engine.kind={e.kind} needs engine.base_url")
         processor = AutoProcessor.from_pretrained(resolve_model_dir(cfg.model), local_files_only=True)
         timeout = {"timeout_s": RELEASE_CLIENT_TIMEOUT_S} if cfg.preset == "release" else {}  # the release's
-        engine = OpenAIEngine(e.base_url, e.served_model or cfg.model, processor=processor, **timeout)
+        kind = VllmEngine if e.kind == "vllm" else OpenAIEngine
+        engine = kind(e.base_url, e.served_model or cfg.model, processor=processor, **timeout)
     if e.coalesce and e.kind == "transformers":
         from paravt_core.engines.coalesce import CoalescingEngine
 
@@ -556,7 +558,7 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
 
 def server_report(cfg: EvalConfig) -> dict[str, Any] | None:
     """What the server (``engine.kind=openai``) reports about its context; None for the in-process engine."""
-    if cfg.engine.kind != "openai" or not cfg.engine.base_url:
+    if cfg.engine.kind not in ("openai", "vllm") or not cfg.engine.base_url:
         return None
     from .server import served_context
 

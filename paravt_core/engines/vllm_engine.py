@@ -1,0 +1,110 @@
+"""vLLM's OpenAI-compatible server, with exact token accounting and the routes that update its weights (vLLM 0.32).
+
+Generation goes through the OpenAI engine's chat completions (``openai_engine.OpenAIEngine``), and every
+request also asks for what the RL learner and an exact eval need: the prompt's token ids (compared id for id
+with ours), the generated token ids with their log-probs (``Completion.exact_tokens``: nothing is
+re-tokenized), special tokens kept in the text, and every sampling field sent (``top_k: -1`` and the
+others at their neutral values unless set), so the checkpoint's ``generation_config.json`` never fills one in
+silently. Launch the server with ``--logprobs-mode processed_logprobs`` (the log-probs of the temperature the
+sampler used) and ``--trust-request-mm-kwargs`` (the pixel budget travels as ``mm_processor_kwargs``).
+
+What this adds besides is the disk push that
+``rl.weight_sync.DiskSync`` drives (``pause_generation`` / ``update_weights_from_disk`` /
+``continue_generation``, the names SGLang's engine has), done the one way that is safe on vLLM:
+
+1. ``POST /pause?mode=wait``: in-flight requests finish, new ones wait (vLLM has no ``retract``: a
+   ``retract`` asked for is ``wait``; ``keep`` would hold KV blocks through the cache reset below);
+2. ``POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": DIR}}``: every worker loads
+   the directory's safetensors in place;
+3. ``POST /reset_prefix_cache``, ``/reset_mm_cache``, ``/reset_encoder_cache``: without them the next request
+   reuses KV blocks and vision encodings of the old weights, and one with an image seen before kills the
+   server ("Encoder cache miss");
+4. ``POST /update_weight_version {"new_version": V}``, then ``POST /resume``.
+
+A reload is always paused, even when the caller did not pause first. The routes exist only on a server
+started with ``VLLM_SERVER_DEV_MODE=1`` (a 404 here says so). vLLM's ``/weight_checker`` is not used to
+verify a push: it cannot see CPU linear layers; served log-probs are the check (tests/test_vllm_engine.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import EngineError, GenerationRequest
+from .openai_engine import OpenAIEngine
+
+# what DiskSync / NcclSync ask for (SGLang's modes) -> vLLM's /pause modes
+PAUSE_MODES = {"retract": "wait", "wait": "wait", "abort": "abort", "in_place": "wait"}
+
+
+class VllmEngine(OpenAIEngine):
+    name = "vllm"
+    token_level = False  # requests still travel as chat messages (the server renders the template)
+
+    def __init__(self, base_url: str, model: str, **kwargs: Any):
+        super().__init__(base_url, model, **kwargs)
+        self.root = self.base_url.removesuffix("/v1")  # the control routes are not under /v1
+        self.paused = False
+        self.weight_version: str | None = None
+
+    def payload(self, request: GenerationRequest) -> dict[str, Any]:
+        body = super().payload(request)
+        # neutral values of what vLLM would otherwise take from generation_config.json; the caller's extra_body
+        # (already in ``body``) wins
+        for key, value in (("top_k", -1), ("min_p", 0.0), ("repetition_penalty", 1.0),
+                           ("presence_penalty", 0.0), ("frequency_penalty", 0.0)):  # fmt: skip
+            body.setdefault(key, value)
+        body.setdefault("logprobs", True)
+        body.setdefault("return_token_ids", True)
+        body.setdefault("skip_special_tokens", False)
+        return body
+
+    def _generated_ids(self, choice: dict[str, Any]) -> tuple[list[int], bool]:
+        ids = choice.get("token_ids")
+        if not isinstance(ids, list):
+            raise EngineError(f"{self.base_url}: no token_ids in the completion (vLLM >= 0.10 returns them)")
+        return [int(i) for i in ids], True
+
+    async def _control(self, path: str, body: dict[str, Any] | None = None, **params: str) -> Any:
+        client, _ = self._bind()
+        response = await client.post(self.root + path, json=body, params=params or None)
+        if response.status_code == 404:
+            raise EngineError(
+                f"{self.root}{path}: 404: start vLLM with VLLM_SERVER_DEV_MODE=1 for weight updates"
+            )
+        if response.status_code != 200:
+            raise EngineError(
+                f"{self.root}{path}: HTTP {response.status_code}: {self._redact(response.text[:300])}"
+            )
+        return response.json() if response.content else None
+
+    async def pause_generation(self, mode: str = "wait") -> None:
+        if mode not in PAUSE_MODES:
+            raise EngineError(f"pause mode {mode!r}: one of {', '.join(PAUSE_MODES)}")
+        await self._control("/pause", mode=PAUSE_MODES[mode])
+        self.paused = True
+
+    async def continue_generation(self) -> None:
+        await self._control("/resume")
+        self.paused = False
+
+    async def update_weights_from_disk(self, path: str, weight_version: str | None = None) -> None:
+        """Reload every weight from the HF directory ``path`` (safetensors), paused, caches reset after."""
+        pause_here = not self.paused
+        if pause_here:
+            await self.pause_generation("wait")
+        try:
+            await self._control(
+                "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": path}}
+            )
+            reset = await self._control("/reset_prefix_cache")
+            if not (reset or {}).get("success", False):  # blocks still held: stale prefixes would be served
+                raise EngineError(f"{self.root}: the prefix cache was not reset after the reload ({reset})")
+            await self._control("/reset_mm_cache")
+            await self._control("/reset_encoder_cache")
+            if weight_version is not None:
+                await self._control("/update_weight_version", {"new_version": weight_version})
+                self.weight_version = weight_version
+        finally:
+            if pause_here:
+                await self.continue_generation()
