@@ -48,7 +48,7 @@ def test_help_shows_allowed_values_bounds_and_descriptions(capsys) -> None:
     text = _out(["rl", "--help"], capsys)
     assert "paravt.preset = para_grpo   (choice; one of para_grpo, vanilla_grpo)" in text
     assert "steps = 700   (int; >= 1)" in text
-    assert "engine.kind = transformers   (choice; one of transformers, sglang)" in text
+    assert "engine.kind = transformers   (choice; one of transformers, sglang, vllm)" in text
     assert "group_size = 8   (int; >= 2)\n      rollouts per prompt (GRPO group n)" in text
 
 

@@ -16,14 +16,16 @@ import torch
 
 from paravt_core.engines.base import GenerationRequest, SamplingParams, image_processor_kwargs
 from paravt_core.engines.openai_engine import OpenAIEngine
-from paravt_core.engines.vllm_engine import VllmEngine
+from paravt_core.engines.vllm_engine import VllmEngine, served_model
 from paravt_core.eval.stage import run
 from paravt_core.models import load
 from paravt_core.rl.learner import PolicyLogprobs, TrainSequence, pack_sample
+from paravt_core.rl.stage import run as rl_run
 from paravt_core.rl.weight_sync import DiskSync
 from paravt_core.sft.packing import pack
 from tests.eval_support import TINY_AGENT, fixture_entry, tiny_eval_config
 from tests.fixtures.vllm_server import serve
+from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
 
 PER_PROTOCOL = 25  # the fixture benchmarks' samples (tests/test_eval_stage.py)
 
@@ -171,7 +173,14 @@ def test_sampled_log_probs_equal_the_learners(vllm_server, tiny_model):
     assert _gap(served, _learner_logprobs(tiny_model.model, seq, temperature=1.0)) > 1e-3
 
 
-def test_a_disk_push_serves_the_new_weights(tiny_model_dir, tmp_path):
+@pytest.fixture(scope="module")
+def push_server(tiny_model_dir, tmp_path_factory):
+    """A server of its own for the tests that push weights into it (the session's keeps the tiny model's)."""
+    with serve(tiny_model_dir, tmp_path_factory.mktemp("vllm-push")) as server:
+        yield server
+
+
+def test_a_disk_push_serves_the_new_weights(tiny_model_dir, push_server, tmp_path):
     """DiskSync's push into vLLM (``VllmEngine``: paused, reloaded, caches reset, versioned, resumed): the
     same 3-image conversation, images already seen by the server, sampled again after the push. The server
     lives (a reload without the cache resets kills it on such a request), and the served log-probs are the
@@ -182,14 +191,37 @@ def test_a_disk_push_serves_the_new_weights(tiny_model_dir, tmp_path):
         generator = torch.Generator().manual_seed(0)
         for p in new.model.parameters():  # every weight moved, the vision tower's included
             p.add_(torch.randn(p.shape, generator=generator) * 0.05)
-    with serve(tiny_model_dir, tmp_path) as server:
-        engine = VllmEngine(server.base_url, server.model, processor=old.processor)
-        seq, served = _sample(engine, old.processor)
-        assert _gap(served, _learner_logprobs(old.model, seq)) < 1e-5
-        sync = DiskSync(engine, new.model, str(tmp_path / "staging"))
-        sync.push({k: v.detach().clone() for k, v in new.model.state_dict().items()}, version=1)
-        after, served_after = _sample(engine, old.processor)
-        info = httpx.get(engine.root + "/weight_info", timeout=30).json()
+    engine = VllmEngine(push_server.base_url, push_server.model, processor=old.processor)
+    sync = DiskSync(engine, old.model, str(tmp_path / "staging"))
+    sync.push(
+        {k: v.detach().clone() for k, v in old.model.state_dict().items()}, version=0
+    )  # whoever ran before
+    seq, served = _sample(engine, old.processor)
+    assert _gap(served, _learner_logprobs(old.model, seq)) < 1e-5
+    sync = DiskSync(engine, new.model, str(tmp_path / "staging"))
+    sync.push({k: v.detach().clone() for k, v in new.model.state_dict().items()}, version=1)
+    after, served_after = _sample(engine, old.processor)
+    info = httpx.get(engine.root + "/weight_info", timeout=30).json()
     assert _gap(served_after, _learner_logprobs(new.model, after)) < 1e-5
     assert _gap(served_after, _learner_logprobs(old.model, after)) > 1e-3
     assert sync.version == 1 and engine.weight_version == "1" and info["weight_version"] == "1"
+
+
+def test_rl_steps_with_vllm_rollouts_and_pushes(rl_data, tiny_model_dir, push_server, tmp_path):  # noqa: F811
+    """The RL stage with ``engine.kind=vllm``: the starting weights pushed first, rollouts on vLLM with its own
+    token ids and log-probs, every step's weights pushed from disk. The behaviour log-probs vLLM reported are
+    the learner's own before each update (behav_kl ~ 0: the served weights are the pushed ones), and after the
+    run the server serves the final checkpoint."""
+    out = tmp_path / "rl"
+    root = push_server.base_url.removesuffix("/v1")
+    cfg = tiny_rl_config(rl_data, tiny_model_dir, str(out), "steps=2", "checkpoint.every=1", "engine.kind=vllm",
+                         f"engine.base_url={root}")  # fmt: skip
+    result = rl_run(cfg)
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["policy_version"] for m in history] == [1, 2] and [m["samples"] for m in history] == [8, 8]
+    assert all(abs(m["behav_kl"]) < 1e-5 for m in history), [m["behav_kl"] for m in history]
+    assert httpx.get(root + "/weight_info", timeout=30).json()["weight_version"] == "2"
+    final = load(result.outputs["final"])
+    engine = VllmEngine(root, served_model(root), processor=final.processor)
+    seq, served = _sample(engine, final.processor)
+    assert _gap(served, _learner_logprobs(final.model, seq)) < 1e-5

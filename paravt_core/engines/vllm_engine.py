@@ -30,8 +30,31 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+
 from .base import EngineError, GenerationRequest
 from .openai_engine import OpenAIEngine
+
+
+def v1_url(base_url: str) -> str:
+    """``http://host:port`` or ``http://host:port/v1`` -> the ``/v1`` URL the OpenAI routes live under."""
+    base = base_url.rstrip("/")
+    return base if base.endswith("/v1") else base + "/v1"
+
+
+def served_model(base_url: str, timeout_s: float = 30.0) -> str:
+    """The name of the one model the server at ``base_url`` serves (``GET /v1/models``): vLLM names it after
+    its ``--model`` argument (or ``--served-model-name``), which a learner's own model URI need not match."""
+    try:
+        response = httpx.get(v1_url(base_url) + "/models", timeout=timeout_s)
+        response.raise_for_status()
+        ids = [c["id"] for c in response.json()["data"]]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
+        raise EngineError(f"{base_url}: GET /v1/models failed ({type(err).__name__}: {err})") from err
+    if len(ids) != 1:
+        raise EngineError(f"{base_url} serves {len(ids)} models ({ids}): one expected")
+    return ids[0]
+
 
 # what DiskSync / NcclSync ask for (SGLang's modes) -> vLLM's /pause modes
 PAUSE_MODES = {"retract": "wait", "wait": "wait", "abort": "abort", "in_place": "wait"}
@@ -42,7 +65,7 @@ class VllmEngine(OpenAIEngine):
     token_level = False  # requests still travel as chat messages (the server renders the template)
 
     def __init__(self, base_url: str, model: str, **kwargs: Any):
-        super().__init__(base_url, model, **kwargs)
+        super().__init__(v1_url(base_url), model, **kwargs)
         self.root = self.base_url.removesuffix("/v1")  # the control routes are not under /v1
         self.paused = False
         self.weight_version: str | None = None

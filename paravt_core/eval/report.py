@@ -408,7 +408,10 @@ def _config_differences(config: dict[str, Any], bench: str, model: str | None) -
     """What the run's config (``results["config"]``) changes from the release's run of ``bench``."""
     why = []
     engine = (config.get("engine") or {}).get("kind", "transformers")
-    if engine not in ("openai", "vllm"):  # the release queries a vLLM server (utils.py launch_servers, run_shard)
+    if engine not in (
+        "openai",
+        "vllm",
+    ):  # the release queries a vLLM server (utils.py launch_servers, run_shard)
         why.append(f"engine.kind={engine}, not a server (the release queries a vLLM server)")
     for b in config.get("benchmarks") or []:
         if b.get("name") != bench:

@@ -42,12 +42,13 @@ class RlCheckpointConfig(StrictModel):
 class RolloutEngineConfig(StrictModel):
     """Where rollouts are generated and how the new weights get there after each step."""
 
-    kind: Literal["transformers", "sglang"] = Field(
-        default="transformers", description="in-process generate, or an SGLang server"
+    kind: Literal["transformers", "sglang", "vllm"] = Field(
+        default="transformers",
+        description="in-process generate, an SGLang server, or a vLLM server (base_url)",
     )
     base_url: str = Field(
         default="",
-        description="sglang: a running server (http://host:port); empty: launch one for `model` (GPU)",
+        description="sglang / vllm: a running server (http://host:port); empty: sglang launches one (GPU)",
     )
     port: int = Field(default=30000, ge=1, le=65535, description="sglang launch: the server's port")
     deterministic_inference: bool = Field(

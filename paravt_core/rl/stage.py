@@ -22,7 +22,8 @@ there, outside any collective, up to ``train.follower_wait_s``; the bytes sent a
 metrics), and every rank trains on its share; after the step the full weights are gathered on
 rank 0 and pushed to its engine. Checkpoints are collective and resume on any number of ranks.
 
-Rollout engine (``engine.kind``): the in-process transformers engine, or an SGLang server (``engine.base_url``,
+Rollout engine (``engine.kind``): the in-process transformers engine, a running vLLM server (``engine.base_url``,
+disk pushes: ``engines/vllm_engine.py``), or an SGLang server (``engine.base_url``,
 or launched for ``model`` on a GPU machine: on ``engine.gpus`` when set, never on a GPU of the learner's, and
 under torchrun only there, see ``server_placement``) that receives every new version from disk or over NCCL
 (``weight_sync.py``), or a fleet of SGLang servers behind ``sglang-router`` (``engine.servers`` > 1,
@@ -164,6 +165,13 @@ def _check_engine(cfg: RlConfig, d: Dist) -> None:
     e = cfg.engine
     if e.kind == "transformers":
         return
+    if e.kind == "vllm" and (
+        not e.base_url or e.weight_sync != "disk" or e.servers > 1 or e.service_selector
+    ):
+        raise ConfigError(
+            "engine.kind=vllm: one running server at engine.base_url (started with VLLM_SERVER_DEV_MODE=1, "
+            "docs/reference.md), weight pushes from disk (engine.weight_sync=disk), engine.servers=1"
+        )
     if e.servers > 1 or e.service_selector:
         if not e.base_url:
             raise ConfigError(
@@ -205,9 +213,15 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any, d: Dist
             rollout_model.model, rollout_model.processor, max_batch_size=cfg.engine_batch_size
         )
         return inner, InProcessSync(inner)
+    _check_engine(cfg, d)
+    staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
+    if e.kind == "vllm":  # exact token ids and log-probs over chat completions; disk pushes (vllm_engine.py)
+        from paravt_core.engines.vllm_engine import VllmEngine, served_model
+
+        inner = VllmEngine(e.base_url, served_model(e.base_url), processor=policy.processor)
+        return inner, DiskSync(inner, policy.model, staging, pause_mode=e.pause_mode, dtype=dtype)
     from paravt_core.engines.sglang_engine import SGLangEngine
 
-    _check_engine(cfg, d)
     if e.servers > 1 or e.service_selector:  # a rollout fleet behind sglang-router (engines/fleet.py)
         from paravt_core.engines.fleet import FleetEngine
 
@@ -258,7 +272,6 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any, d: Dist
             pause_mode=e.pause_mode,
             dtype=dtype,  # the served weights' dtype, whatever the learner keeps
         )
-    staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
     return inner, DiskSync(inner, policy.model, staging, pause_mode=e.pause_mode, dtype=dtype)
 
 
