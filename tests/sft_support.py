@@ -37,3 +37,22 @@ def video_row(path: str, answer: str = "A") -> list[dict]:
         {"role": "user", "content": [{"type": "video_url", "video_url": {"url": path}}, text("Q")]},
         {"role": "assistant", "content": [text(f"<answer>{answer}</answer>")]},
     ]
+
+
+def fp64_three_samples(model_dir: str, image: str):  # noqa: ANN201 - (model, PackedBatch)
+    """The tiny model at ``model_dir`` in float64 and one pack of three samples (an image row, the two-call
+    row, the image row again: two images), for exact comparisons of attention paths."""
+    from paravt_core.models import load
+    from paravt_core.sft.inputs import encode_row
+    from paravt_core.sft.packing import pack
+
+    loaded = load(model_dir)
+    model = loaded.model.double()
+    rows = [image_row(image), multi_call_row(), image_row(image)]
+    samples = [encode_row(r, loaded.processor, loaded.config, index=i) for i, r in enumerate(rows)]
+    for s in samples:
+        if s.pixel_values is not None:
+            s.pixel_values = s.pixel_values.double()
+    batch = pack(samples)
+    assert len(batch.lengths) == 3 and batch.image_grid_thw.shape[0] == 2
+    return model, batch

@@ -11,10 +11,10 @@ from torch.utils.flop_counter import FlopCounterMode
 from paravt_core.config import SftConfig, load_config
 from paravt_core.models import load
 from paravt_core.sft.data import Dropped, SftRows, read_rows, sft_files
-from paravt_core.sft.inputs import MediaSpec, encode_row
-from paravt_core.sft.packing import Packer, pack, target_logits, token_losses
+from paravt_core.sft.inputs import MediaSpec
+from paravt_core.sft.packing import Packer, target_logits, token_losses
 from paravt_core.train.attention import packed_attention, set_implementation
-from tests.sft_support import image_row, multi_call_row
+from tests.sft_support import fp64_three_samples
 
 
 def _grads(model) -> dict[str, torch.Tensor]:
@@ -22,15 +22,7 @@ def _grads(model) -> dict[str, torch.Tensor]:
 
 
 def test_packed_sdpa_equals_the_masked_sdpa_path(tiny_model_dir: str, image_64: str) -> None:
-    loaded = load(tiny_model_dir)
-    model = loaded.model.double()
-    rows = [image_row(image_64), multi_call_row(), image_row(image_64)]
-    samples = [encode_row(r, loaded.processor, loaded.config, index=i) for i, r in enumerate(rows)]
-    for s in samples:
-        if s.pixel_values is not None:
-            s.pixel_values = s.pixel_values.double()
-    batch = pack(samples)
-    assert len(batch.lengths) == 3 and batch.image_grid_thw.shape[0] == 2
+    model, batch = fp64_three_samples(tiny_model_dir, image_64)
 
     out = {}
     for name in ("sdpa", "packed_sdpa"):

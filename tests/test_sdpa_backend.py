@@ -20,7 +20,7 @@ from paravt_core.sft.inputs import encode_row
 from paravt_core.sft.packing import pack, target_logits, token_losses
 from paravt_core.train.attention import NAME, describe, kernels, set_implementation
 from paravt_core.train.fsdp import CoreOptions, decoder_layers, prepare
-from tests.sft_support import CALL_1, image_row, multi_call_row, text
+from tests.sft_support import CALL_1, fp64_three_samples, multi_call_row, text
 
 BACKENDS = typing.get_args(SdpaBackend)
 FLASH_OP = "aten::_scaled_dot_product_flash_attention_for_cpu"
@@ -80,15 +80,7 @@ def _flags() -> tuple[bool, ...]:
 @pytest.fixture(scope="module")
 def fp64_pack(tiny_model_dir: str, image_64: str):
     """(the tiny model in float64, a pack of three samples with two images, the masked sdpa path's outputs)."""
-    loaded = load(tiny_model_dir)
-    model = loaded.model.double()
-    rows = [image_row(image_64), multi_call_row(), image_row(image_64)]
-    samples = [encode_row(r, loaded.processor, loaded.config, index=i) for i, r in enumerate(rows)]
-    for s in samples:
-        if s.pixel_values is not None:
-            s.pixel_values = s.pixel_values.double()
-    batch = pack(samples)
-    assert len(batch.lengths) == 3 and batch.image_grid_thw.shape[0] == 2
+    model, batch = fp64_three_samples(tiny_model_dir, image_64)
     set_implementation(model, "sdpa")
     return model, batch, _run(model, batch)
 
