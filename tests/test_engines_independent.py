@@ -6,7 +6,14 @@ import asyncio
 
 import pytest
 
-from paravt_core.engines.base import Completion, Engine, EngineError, GenerationRequest, SamplingParams
+from paravt_core.engines.base import (
+    Completion,
+    Engine,
+    EngineError,
+    EngineRefused,
+    GenerationRequest,
+    SamplingParams,
+)
 from paravt_core.engines.coalesce import CoalescingEngine
 from paravt_core.engines.independent import IndependentEngine, request_seed
 
@@ -23,13 +30,14 @@ class _Gated(Engine):
         self.in_flight = 0
         self.peak = 0
         self.fail_next = 0
+        self.error: type[EngineError] = EngineError
 
     async def generate(self, requests):
         self.calls.append([r.input_ids[0] for r in requests])
         self.seeds.append([r.sampling.seed for r in requests])
         if self.fail_next:
             self.fail_next -= 1
-            raise EngineError("injected")
+            raise self.error("injected")
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         try:
@@ -119,9 +127,9 @@ def test_both_wrappers_share_one_retry_rule(wrapper):
     """``engines.base.generate_with_retries`` serves both: max_retries=1 -> one failure is retried and
     counted once, two failures raise the second error after one counted retry (2 calls to the inner engine)."""
 
-    async def scenario(fails: int):
+    async def scenario(fails: int, error: type[EngineError] = EngineError):
         inner = _Gated(gated=set())
-        inner.fail_next = fails
+        inner.fail_next, inner.error = fails, error
         engine = wrapper(inner, seed=None, max_retries=1)
         try:
             async with engine.track(0):
@@ -134,3 +142,5 @@ def test_both_wrappers_share_one_retry_rule(wrapper):
     assert isinstance(out, list) and engine.retries == 1 and len(inner.calls) == 2
     out, engine, inner = asyncio.run(scenario(2))
     assert isinstance(out, EngineError) and engine.retries == 1 and len(inner.calls) == 2
+    out, engine, inner = asyncio.run(scenario(1, EngineRefused))  # a refusal is the same on every attempt
+    assert isinstance(out, EngineRefused) and engine.retries == 0 and len(inner.calls) == 1

@@ -128,12 +128,13 @@ async def generate_with_retries(
     on_retry: Callable[[EngineError], None] | None = None,
 ) -> list[Completion]:
     """``engine.generate(requests)``, sent again up to ``max_retries`` times after an ``EngineError`` (the
-    last one propagates); ``on_retry(err)`` runs before each new attempt, so callers count retries their way."""
+    last one propagates); ``on_retry(err)`` runs before each new attempt, so callers count retries their way.
+    An :class:`EngineRefused` propagates at once: the same requests would be refused again."""
     for attempt in range(max_retries + 1):
         try:
             return await engine.generate(requests)
         except EngineError as err:
-            if attempt == max_retries:
+            if attempt == max_retries or isinstance(err, EngineRefused):
                 raise
             if on_retry is not None:
                 on_retry(err)

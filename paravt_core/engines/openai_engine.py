@@ -257,9 +257,7 @@ class OpenAIEngine(Engine):
                 len(request.input_ids),
             )
         token_ids, exact = self._generated_ids(choice)
-        if (
-            exact and self.processor is not None
-        ):  # the text of the ids, special tokens kept (in-process: same)
+        if exact and self.processor is not None:  # the ids' own text, special tokens kept, as in process
             text = self.processor.tokenizer.decode(token_ids, skip_special_tokens=False)
         return Completion(
             token_ids=token_ids,
