@@ -133,6 +133,7 @@ def test_a_failed_part_reaches_the_summary_and_big_traces_stay_under_eight_files
         (build / f"profile-{name}" / "summary.json").write_text(json.dumps({
             "tokens_per_s": 5742.0, "mfu": 0.0567, "hfu": 0.0707, "mfu_6n": 0.074, "gpu_busy_share": 0.44, "peak_mem_gib": 33.63,
             "step_time_s": [5.48, 5.70], "losses": [12.2, 9.7], "sdpa_backend": "flash",
+            "attention_kernels": [{"name": "flash_fwd_kernel<Flash_fwd_kernel_traits>", "s_per_step": 0.25}],
             "heaviest_kernels": [{"name": "sm90_xmma_gemm_bf16", "s_per_step": 1.5},
                                  {"name": "flash_fwd_kernel<Flash_fwd_kernel_traits>", "s_per_step": 0.25}]}))  # fmt: skip
     report, text = lending_report.write(build, out, wall=190, total=420)
