@@ -125,8 +125,11 @@ def rl_trainjob_op(
     check_uses_gpus("rl", gpus=nodes * gpus_per_node, device=cfg.device, float32=cfg.dtype == "float32",
                     model=cfg.model, parameter="rl_config_yaml",
                     example="configs/rl/paragrpo_8b_2node.yaml")  # fmt: skip
-    check_rl_multinode(cfg.engine.kind, cfg.engine.base_url)
-    if cfg.engine.weight_sync == "distributed" and cfg.engine.nccl_address in ("", "127.0.0.1"):
+    check_rl_multinode(cfg.engine.kind, getattr(cfg.engine, "base_url", ""))  # in-process: none
+    if getattr(cfg.engine, "weight_sync", "") == "distributed" and cfg.engine.nccl_address in (
+        "",
+        "127.0.0.1",
+    ):
         # where the server joins the push: the job's rank-0 pod, by its fully qualified name
         cfg.engine.nccl_address = rank0_address(
             api, job_name(run_id, "rl"), in_cluster_namespace(), cfg.launch.cluster_domain

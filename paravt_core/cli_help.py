@@ -14,6 +14,8 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel
 
+from paravt_core.config_base import union_models
+
 # Each verb's own example (shown at the top of its --help epilog).
 EXAMPLES: dict[str, str] = {
     "data": "paravt data --config configs/data/tiny.yaml\n"
@@ -78,6 +80,9 @@ def describe_fields(model: type[BaseModel], prefix: str = "", values: BaseModel 
         key = f"{prefix}{info.alias or name}"
         default = getattr(values, name) if values is not None else info.get_default(call_default_factory=True)
         annotation = info.annotation
+        if union_models(annotation):
+            lines += _describe_kinds(union_models(annotation), key, default)
+            continue
         if isinstance(default, BaseModel):
             lines += describe_fields(type(default), f"{key}.", default)
             continue
@@ -94,6 +99,26 @@ def describe_fields(model: type[BaseModel], prefix: str = "", values: BaseModel 
         text = field_description(model, name)
         if text:
             lines.append(f"    {text}")
+    return lines
+
+
+def _describe_kinds(models: list[type[BaseModel]], key: str, default: BaseModel) -> list[str]:
+    """A section with one config class per ``kind``: the kinds, the default kind's fields at the stage's
+    values, then each other kind's fields under a ``when KEY.kind=K:`` line."""
+    kinds = [m.model_fields["kind"].default for m in models]
+    lines = [
+        f"{key}.kind = {default.kind}   (choice; one of {', '.join(kinds)})",
+        f"    which one; each kind has its own fields: {default.kind}'s first, then the others'",
+    ]
+    ordered = [type(default)] + [m for m in models if not isinstance(default, m)]
+    for model in ordered:
+        values = default if model is type(default) else None
+        own = describe_fields(model, f"{key}.", values)[2:]  # without its kind line (said above)
+        if model is type(default):
+            lines += own
+        else:
+            lines.append(f"  when {key}.kind={model.model_fields['kind'].default}:")
+            lines += [f"    {line}" for line in own]
     return lines
 
 

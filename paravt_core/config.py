@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from paravt_core.config_base import ConfigError, StrictModel
+from paravt_core.config_base import ConfigError, StrictModel, union_member, union_models
 from paravt_core.tracking.config import TrackingConfig
 
 C = TypeVar("C", bound="StrictModel")
@@ -642,9 +642,31 @@ def _check_keys(model: type[BaseModel], data: Any, where: str) -> None:
             near = difflib.get_close_matches(str(key), valid, n=1)
             hint = f"; did you mean {f'{where}.{near[0]}' if where else near[0]!r}?" if near else ""
             raise ConfigError(f"unknown config key {path!r}{hint}; valid keys here: {', '.join(valid)}")
-        annotation = model.model_fields[names[key]].annotation
+        info = model.model_fields[names[key]]
+        annotation = info.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             _check_keys(annotation, value, f"{where}.{key}" if where else key)
+        elif union_models(annotation) and isinstance(value, dict):
+            _check_union_keys(union_models(annotation), info, value, f"{where}.{key}" if where else key)
+
+
+def _check_union_keys(models: list[type[BaseModel]], info: Any, data: dict[str, Any], where: str) -> None:
+    """The keys of a section chosen by its ``kind`` (default: the field's default's): a key of another kind
+    is named as such, so ``engine.base_url`` without ``engine.kind`` says which kinds have it."""
+    kind = data.get("kind", getattr(info.get_default(call_default_factory=True), "kind", None))
+    chosen = union_member(models, kind)
+    if chosen is None:
+        return  # an unknown kind: the section's validation names the kinds there are
+    for key in data:
+        if key in _field_names(chosen):
+            continue
+        owners = [m.model_fields["kind"].default for m in models if key in _field_names(m)]
+        if owners:
+            raise ConfigError(
+                f"{where}.{key} is a field of {where}.kind={' / '.join(owners)}, not of {where}.kind={kind}: "
+                f"set {where}.kind, or replace the section whole ('{where}={{kind: {kind}}}')"
+            )
+    _check_keys(chosen, data, where)
 
 
 def _set_path(data: dict[str, Any], path: list[str], value: Any) -> None:
@@ -721,27 +743,6 @@ def validation_message(err: ValidationError) -> str:
         got = "" if e["type"] in ("missing", "model_type") else f" (got {e['input']!r})"
         problems.append(f"{loc or 'config'}: {msg}{got}" if loc else f"{msg}{got}")
     return "invalid value: " + "; ".join(problems)
-
-
-def describe_config(model: type[BaseModel], prefix: str = "", values: BaseModel | None = None) -> list[str]:
-    """``key.path = default`` for every field of ``model`` (nested sections flattened), for ``--help``.
-    Nested sections show the values of their default instance (a stage may default a section differently
-    from the section's own defaults, e.g. the eval stage's greedy ``agent``)."""
-    lines: list[str] = []
-    for name, info in model.model_fields.items():
-        key = f"{prefix}{info.alias or name}"
-        default = getattr(values, name) if values is not None else info.get_default(call_default_factory=True)
-        if isinstance(default, BaseModel):
-            lines += describe_config(type(default), f"{key}.", default)
-            continue
-        annotation = info.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            lines += describe_config(annotation, f"{key}.")
-            continue
-        lines.append(
-            f"{key} = {yaml.safe_dump(default, default_flow_style=True).strip().removesuffix('...').strip()}"
-        )
-    return lines
 
 
 def config_to_dict(cfg: BaseModel) -> dict[str, Any]:

@@ -49,7 +49,7 @@ RUN_ONLY_FIELDS = (
     "launch.",
     "engine.",
     "checkpoint.",
-    "engine_batch_size",
+    "engine_batch_size",  # what older outputs call engine.max_batch
     "data.num_workers",
     "data.prefetch_factor",
     "train.dist_timeout_s",

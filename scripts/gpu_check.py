@@ -106,12 +106,19 @@ class Item:
     seconds: float
 
 
-def run_items(checks: dict[str, Callable[[], str]]) -> list[Item]:
-    """Run each check in ``ITEMS`` order; a check returns its detail or raises (fail; ``Skip``: skipped); one
-    whose ``NEEDS`` did not pass is skipped. A failure never stops the others."""
+def run_items(
+    checks: dict[str, Callable[[], str]],
+    items: list[str] | None = None,
+    needs: dict[str, list[str]] | None = None,
+) -> list[Item]:
+    """Run each check in ``items`` order (default ``ITEMS``, the SGLang list; ``gpu_check_vllm.ITEMS`` for
+    vLLM); a check returns its detail or raises (fail; ``Skip``: skipped); one whose ``needs`` (default
+    ``NEEDS``) did not pass is skipped. A failure never stops the others."""
+    items = ITEMS if items is None else items
+    needs = NEEDS if needs is None else needs
     done: dict[str, Item] = {}
-    for name in ITEMS:
-        missing = [n for n in NEEDS.get(name, []) if done.get(n) is None or done[n].status != "pass"]
+    for name in items:
+        missing = [n for n in needs.get(name, []) if done.get(n) is None or done[n].status != "pass"]
         if missing:
             done[name] = Item(name, "skipped", f"needs {', '.join(missing)}", 0.0)
             continue
@@ -128,7 +135,7 @@ def run_items(checks: dict[str, Callable[[], str]]) -> list[Item]:
             detail = f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
             status = "fail"
         done[name] = Item(name, status, detail, time.perf_counter() - t0)
-    return [done[n] for n in ITEMS]
+    return [done[n] for n in items]
 
 
 def checksum_of(answer: dict[str, Any]) -> str:
@@ -506,7 +513,7 @@ class GpuChecks:
         return f"{len(sync.pushed_buckets)} bucket(s); launch checksum back; log-probs: {parity}"
 
     def learner_push(self) -> str:
-        """``Learner``'s weights pushed through the RL stage's own push (``_Run.push``: the learner's buckets
+        """``Learner``'s weights pushed through the RL stage's own push (``WeightPush.push``: the learner's buckets
         gathered and cast to the served dtype, ``NcclSync``), twice. 1: the disk push's perturbed weights, the
         tower included: the checksum must be the disk push's. 2: the launch weights, without the tower (sent
         by the first push only): the language model's tensors must be the launch ones and the tower's those of
@@ -518,7 +525,7 @@ class GpuChecks:
         from paravt_core.models import load
         from paravt_core.rl.config import RlConfig
         from paravt_core.rl.learner import Learner
-        from paravt_core.rl.stage import _Run
+        from paravt_core.rl.push import WeightPush
         from paravt_core.rl.weight_sync import NcclSync
         from paravt_core.train.dist import Dist
 
@@ -552,9 +559,7 @@ class GpuChecks:
             return made
 
         first = sync(29612)
-        run = _Run(cfg=cfg, d=learner.dist, learner=learner, policy=None, data=None, judge=None, engine=None,
-                   sync=first, handoff=None, images_kwargs={}, staging="", reference_uri="", pool=None,
-                   dtype=served)  # fmt: skip
+        run = WeightPush(learner.dist, learner, first, served, streams=True)  # the RL stage's own push
         syncs = [first]
         try:
             learner.model.load_state_dict(self._perturbed())
@@ -725,12 +730,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         action="append",
-        choices=ITEMS,
         metavar="ITEM",
-        help=f"run only these items ({', '.join(ITEMS)})",
+        help=f"run only these items (sglang: {', '.join(ITEMS)}; vllm: those of scripts/gpu_check_vllm.py)",
     )
     parser.add_argument("--tiny", action="store_true", help="the tiny model; sft_step runs on a CPU too")
+    parser.add_argument(
+        "--engine",
+        choices=["sglang", "vllm"],
+        default="sglang",
+        help="the serving engine the engine items check (vllm: scripts/gpu_check_vllm.py; on a CPU with "
+        "--tiny and vLLM's CPU build too)",
+    )
+    parser.add_argument("--python", default=sys.executable, help="--engine vllm: the Python with vLLM")
     args = parser.parse_args(argv)
+    from scripts import gpu_check_vllm
+
+    known = gpu_check_vllm.ITEMS if args.engine == "vllm" else ITEMS
+    unknown = sorted(set(args.only or []) - set(known))
+    if unknown:
+        parser.error(
+            f"--only {', '.join(unknown)}: not an item of --engine {args.engine} ({', '.join(known)})"
+        )
+    if args.engine == "vllm":
+        return main_vllm(args)
     import torch
 
     work = Path(args.work)
@@ -754,6 +776,35 @@ def main(argv: list[str] | None = None) -> int:
     path = write_report(items, work, environment)
     print(path.read_text())
     return 0 if all(i.status == "pass" for i in items if i.name in selected) else 1
+
+
+def main_vllm(args: argparse.Namespace) -> int:
+    """``--engine vllm``: the vLLM items (``gpu_check_vllm.ITEMS``) on 2 GPUs, or on a CPU with ``--tiny``."""
+    import torch
+
+    from scripts import gpu_check_vllm
+    from scripts.gpu_profile import prepare
+
+    work = Path(args.work)
+    cpu = not torch.cuda.is_available()
+    environment = {"torch": torch.__version__, "engine": "vllm", "device": "cpu" if cpu else "cuda"}
+    if cpu and not args.tiny:
+        items = [Item(n, "fail", "no CUDA device: on a CPU pass --tiny", 0.0) for n in gpu_check_vllm.ITEMS]
+    else:
+        model_dir, data_dir = prepare(work, args.tiny)
+        checks = gpu_check_vllm.VllmChecks(
+            work, model_dir, data_dir, port=args.port, python=args.python, cpu=cpu
+        )
+        selected = [n for n in gpu_check_vllm.ITEMS if not args.only or n in args.only]
+        try:
+            items = run_items(
+                {n: getattr(checks, n) for n in selected}, gpu_check_vllm.ITEMS, gpu_check_vllm.NEEDS
+            )
+        finally:
+            checks.stop_server()
+    path = write_report(items, work, environment)
+    print(path.read_text())
+    return 0 if all(i.status == "pass" for i in items if not args.only or i.name in args.only) else 1
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Two ranks (FSDP2 on gloo) push the learner's weights through the RL stage's own push (``_Run.push``) into
+"""Two ranks (FSDP2 on gloo) push the learner's weights through the RL stage's own push (``WeightPush.push``) into
 SGLang's receiver: rank 0 sends, rank 1 takes part in every bucket's gathers.
 
 ``python -m torch.distributed.run --nproc-per-node 2 tests/push_fsdp_worker.py MODEL URL PORT OUT``: push 1
@@ -18,7 +18,7 @@ import torch
 
 from paravt_core.engines.sglang_engine import SGLangEngine
 from paravt_core.rl.config import RlConfig
-from paravt_core.rl.stage import _Run
+from paravt_core.rl.push import WeightPush
 from paravt_core.rl.weight_sync import NcclSync, PushFailed
 from paravt_core.train.dist import setup_distributed
 from tests.rl_support import HostCopies, tiny_learner
@@ -56,7 +56,7 @@ def _cut(sync: NcclSync) -> None:
     sync._broadcast = cut
 
 
-def _outcome(run: _Run, version: int) -> str | None:
+def _outcome(run: WeightPush, version: int) -> str | None:
     try:
         run.push(version)
     except PushFailed as err:
@@ -76,9 +76,7 @@ def main(model: str, url: str, port: str, out: str) -> None:
         sync = NcclSync(engine, master_address="127.0.0.1", master_port=int(port), server_ranks=1,
                         backend="gloo", bucket_bytes=32 * 1024, timeout_s=20, dtype=torch.bfloat16)  # fmt: skip
         sync.static = learner.frozen_names()
-    run = _Run(cfg=cfg, d=d, learner=learner, policy=None, data=None, judge=None, engine=None, sync=sync,
-               handoff=None, images_kwargs={}, staging="", reference_uri="", pool=None,
-               dtype=torch.bfloat16)  # fmt: skip
+    run = WeightPush(d, learner, sync, torch.bfloat16, streams=True)
     copies = HostCopies()
     with copies:
         run.push(1)

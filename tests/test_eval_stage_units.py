@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from paravt_core import storage
 from paravt_core.eval import stage
@@ -205,9 +206,10 @@ def test_server_report_asks_an_openai_server_only(tmp_path):
             tmp_path, "m", [], engine={"kind": "openai", "base_url": url, "served_model": "tiny"}
         )
         assert stage.server_report(served) == {"max_model_len": 4096, "source": "GET /models"}
-        # the in-process engine has no server to ask, whatever base_url says
-        local = tiny_eval_config(tmp_path, "m", [], engine={"kind": "transformers", "base_url": url})
-        assert stage.server_report(local) is None
+        # the in-process engine has no server to ask (and no base_url to give it)
+        assert stage.server_report(tiny_eval_config(tmp_path, "m", [])) is None
+        with pytest.raises(ValidationError, match="base_url"):
+            tiny_eval_config(tmp_path, "m", [], engine={"kind": "transformers", "base_url": url})
     finally:
         server.shutdown()
         server.server_close()

@@ -143,15 +143,11 @@ def test_a_renewed_sync_keeps_the_settings_under_a_new_group() -> None:
 
 
 def _stage_run(sync: NcclSync, learner: Any) -> Any:
-    """The RL stage's per-run state (``_Run``) on one rank, pushing over ``sync`` (NCCL push: bucket streams)."""
-    from paravt_core.rl.config import RlConfig
-    from paravt_core.rl.stage import _Run
+    """The RL stage's pushes (``rl.push.WeightPush``) on one rank, over ``sync`` (NCCL push: bucket streams)."""
+    from paravt_core.rl.push import WeightPush
     from paravt_core.train.dist import Dist
 
-    cfg = RlConfig(engine={"kind": "sglang", "weight_sync": "distributed", "base_url": sync.engine.base_url})
-    return _Run(cfg=cfg, d=Dist(), learner=learner, policy=None, data=None, judge=None, engine=None, sync=sync,
-                handoff=None, images_kwargs={}, staging="", reference_uri="", pool=None,
-                dtype=torch.bfloat16)  # fmt: skip
+    return WeightPush(Dist(), learner, sync, torch.bfloat16, streams=True)
 
 
 @pytest.mark.parametrize("owned", [True, False], ids=["owned_server", "external_server"])
@@ -162,7 +158,7 @@ def test_a_learner_process_killed_mid_bucket_is_followed_by_the_new_learners_wei
     a real gloo group into SGLang's weight updater) is SIGKILLed with a bucket half sent. The server is the
     receiver in ``--wedge`` mode: the cut receive holds it for good, as a server on NCCL is held (on gloo alone
     the receive fails and the server goes on: ``test_a_learner_killed_mid_push_is_followed_by_one_that_pushes``).
-    The new learner's stage starts with its push of version 0 (``_Run.push``), which fails on the held server;
+    The new learner's stage starts with its push of version 0 (``WeightPush.push``), which fails on the held server;
     then the stage's recovery: a server it owns is restarted and pushed in full; an external one ends the stage
     with one line naming the server, which is restarted there and the rerun's start push goes through. Either
     way the server then holds exactly the new learner's weights: ``/weights_checker``'s checksum (SGLang's

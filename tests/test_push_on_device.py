@@ -1,4 +1,4 @@
-"""Issue 40, finding 5: the NCCL push stays on the device. The stage's push (``_Run.push``) streams
+"""Issue 40, finding 5: the NCCL push stays on the device. The stage's push (``WeightPush.push``) streams
 ``Learner.weight_buckets`` into SGLang 0.5.23's own weight receiver (the loopback receiver of
 ``tests/sglang_support.py``, gloo in place of NCCL): no parameter goes to the host, the push allocates one
 bucket at a time (measured with torch's profiler, which sees every CPU-allocator allocation and free), never a
@@ -19,7 +19,7 @@ from paravt_core.engines.sglang_engine import SGLangEngine
 from paravt_core.models import load
 from paravt_core.rl.config import RlConfig
 from paravt_core.rl.learner import Learner, state_checksum
-from paravt_core.rl.stage import _Run
+from paravt_core.rl.push import WeightPush
 from paravt_core.rl.weight_sync import NcclSync
 from paravt_core.train.dist import Dist
 from tests.rl_support import HostCopies
@@ -61,9 +61,7 @@ def test_the_push_streams_device_buckets_and_gathers_the_tower_once(receiver, ti
                     timeout_s=60, dtype=torch.bfloat16)  # fmt: skip
     frozen = learner.frozen_names()
     sync.static = frozen
-    run = _Run(cfg=cfg, d=Dist(), learner=learner, policy=None, data=None, judge=None, engine=None, sync=sync,
-               handoff=None, images_kwargs={}, staging="", reference_uri="", pool=None,
-               dtype=torch.bfloat16)  # fmt: skip
+    run = WeightPush(Dist(), learner, sync, torch.bfloat16, streams=True)
     want = learner.weights(torch.bfloat16)  # what the server must end up holding
     model_bytes = sum(t.numel() * t.element_size() for t in want.values())
     largest = max(t.numel() * t.element_size() for t in want.values())
@@ -127,9 +125,7 @@ def test_a_cut_streamed_push_restarts_the_owned_server_and_streams_again_in_full
                     timeout_s=20, dtype=torch.bfloat16)  # fmt: skip
     sync.static = learner.frozen_names()
     sync.engine.server = server = _OwnedServer(sync.engine, receiver, tmp_path / "restarted")
-    run = _Run(cfg=cfg, d=Dist(), learner=learner, policy=None, data=None, judge=None, engine=None, sync=sync,
-               handoff=None, images_kwargs={}, staging="", reference_uri="", pool=None,
-               dtype=torch.bfloat16)  # fmt: skip
+    run = WeightPush(Dist(), learner, sync, torch.bfloat16, streams=True)
     run.push(1)  # the first push: everything, the tower included
     assert run.pushed_full
     send, sent = sync._broadcast, []

@@ -129,12 +129,29 @@ def test_the_nccl_push_tells_the_learner_the_servers_tp_size():
     assert cmd[cmd.index("--tp-size") + 1] == "2" and "--dp-size" not in cmd
 
 
+def test_a_vllm_server_the_stage_starts_keeps_its_gpus_from_the_learner():
+    """``engine.kind=vllm`` without ``engine.base_url``: the stage itself launches the server (on learner rank
+    0, pinned to ``engine.gpus``), so the plan starts no server but leaves those GPUs out of the learner's."""
+    p = plan(_cfg("engine={kind: vllm, gpus: [6, 7]}"), "/c.yaml", gpus=8, python="py")
+    assert p.server_command is None and p.overrides == []
+    assert (
+        p.learner_env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5"} and "--nproc-per-node=6" in p.learner_command
+    )
+    with pytest.raises(ConfigError, match="^engine.kind=vllm without engine.base_url: reserve its GPUs"):
+        plan(_cfg("engine={kind: vllm}"), "/c.yaml", gpus=8, python="py")
+    here = plan(_cfg("engine={kind: vllm}"), "/c.yaml", gpus=0, python="py")  # a CPU machine
+    assert here.in_process is True and here.server_command is None
+
+
 def test_no_server_leaves_every_gpu_to_the_learner_and_one_process_runs_here():
-    """An in-process engine: ``engine.gpus`` reserves nothing (there is no server), the learner gets all 8."""
-    p = plan(_cfg("engine.kind=transformers", "engine.gpus=[7]"), "/c.yaml", gpus=8, python="py")
+    """An in-process engine (the recipe's SGLang section replaced whole; its ``engine.gpus`` is no field of the
+    in-process kind): nothing is reserved, the learner gets all 8."""
+    with pytest.raises(ConfigError, match=r"^engine\.\w+ is a field of engine\.kind=sglang"):
+        _cfg("engine.kind=transformers")  # the recipe's section keeps its SGLang fields
+    p = plan(_cfg("engine={kind: transformers}"), "/c.yaml", gpus=8, python="py")
     assert p.learner_env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"} and p.server_command is None
     assert "--nproc-per-node=8" in p.learner_command and p.in_process is False
-    one = plan(_cfg("engine.kind=transformers", "engine.gpus=[7]"), "/c.yaml", gpus=0, python="py")
+    one = plan(_cfg("engine={kind: transformers}"), "/c.yaml", gpus=0, python="py")
     assert one.in_process is True and one.learner_env == {}
     assert one.describe() == (
         "py -m torch.distributed.run --standalone --nproc-per-node=1 -m paravt_core.cli rl --config /c.yaml\n"

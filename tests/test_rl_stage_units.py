@@ -17,7 +17,8 @@ from rich.text import Text
 from paravt_core import checkpoint, storage
 from paravt_core.config import ConfigError
 from paravt_core.rl import stage
-from paravt_core.rl.stage import _announce_data, _check_engine, _check_resume, _reused, _Run, run
+from paravt_core.rl.push import WeightPush
+from paravt_core.rl.stage import _announce_data, _check_engine, _check_resume, _reused, run
 from paravt_core.rl.weight_sync import PushFailed
 from paravt_core.train.dist import Dist
 from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
@@ -76,8 +77,7 @@ def test_a_checkpoint_resumes_only_against_its_reference(tmp_path: Path) -> None
 
 
 def test_every_rank_learns_rank_0s_failed_push() -> None:
-    run_ = _Run.__new__(_Run)  # only the process group is used
-    run_.d = Dist()
+    run_ = WeightPush(Dist(), learner=None, sync=None, dtype=None)  # only the process group is used
     run_.agree(None)
     cut = PushFailed("the push was cut at bucket 3")
     with pytest.raises(PushFailed) as err:

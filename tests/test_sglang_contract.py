@@ -364,9 +364,10 @@ def test_in_place_pause_is_refused_by_the_config():
     from paravt_core.rl.config import RlConfig
 
     for mode in ("retract", "abort"):
-        assert load_config(RlConfig, None, [f"engine.pause_mode={mode}"]).engine.pause_mode == mode
+        cfg = load_config(RlConfig, None, ["engine.kind=sglang", f"engine.pause_mode={mode}"])
+        assert cfg.engine.pause_mode == mode
     with pytest.raises(ConfigError, match="pause_mode"):
-        load_config(RlConfig, None, ["engine.pause_mode=in_place"])
+        load_config(RlConfig, None, ["engine.kind=sglang", "engine.pause_mode=in_place"])
 
 
 def test_the_frozen_tower_goes_with_the_first_push_only(receiver, tiny_model_dir):

@@ -7,6 +7,11 @@ the log-probs vLLM reports for what it samples are the RL learner's own on the s
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -24,8 +29,11 @@ from paravt_core.rl.stage import run as rl_run
 from paravt_core.rl.weight_sync import DiskSync
 from paravt_core.sft.packing import pack
 from tests.eval_support import TINY_AGENT, fixture_entry, tiny_eval_config
+from tests.fixtures.served import free_port, unavailable
 from tests.fixtures.vllm_server import serve
-from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.rl_support import TINY_RL, rl_data, tiny_rl_config  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PER_PROTOCOL = 25  # the fixture benchmarks' samples (tests/test_eval_stage.py)
 
@@ -207,21 +215,71 @@ def test_a_disk_push_serves_the_new_weights(tiny_model_dir, push_server, tmp_pat
     assert sync.version == 1 and engine.weight_version == "1" and info["weight_version"] == "1"
 
 
-def test_rl_steps_with_vllm_rollouts_and_pushes(rl_data, tiny_model_dir, push_server, tmp_path):  # noqa: F811
-    """The RL stage with ``engine.kind=vllm``: the starting weights pushed first, rollouts on vLLM with its own
-    token ids and log-probs, every step's weights pushed from disk. The behaviour log-probs vLLM reported are
-    the learner's own before each update (behav_kl ~ 0: the served weights are the pushed ones), and after the
-    run the server serves the final checkpoint."""
-    out = tmp_path / "rl"
-    root = push_server.base_url.removesuffix("/v1")
+def test_rl_launches_its_own_vllm_server_and_pushes_every_step(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+    """The RL stage with ``engine.kind=vllm`` and no ``engine.base_url``: it launches vLLM itself on the
+    starting checkpoint (``vllm_engine.launch_command``: the run's dtype and the agent's pixel budget as the
+    server's processor setting), rolls out on it with vLLM's own token ids and log-probs, pushes every step's
+    weights from disk, and stops it at the end. The behaviour log-probs vLLM reported are the learner's own
+    before each update (behav_kl ~ 0: the served weights are the pushed ones)."""
+    from tests.fixtures.vllm_server import ROOT as FIXTURE_ROOT
+
+    python = FIXTURE_ROOT / ".venv-vllm" / "bin" / "python"
+    if not python.exists():
+        unavailable(f"vLLM's CPU build is not set up in {python.parent.parent} (scripts/setup.sh makes it)")
+    out, port = tmp_path / "rl", free_port()
     cfg = tiny_rl_config(rl_data, tiny_model_dir, str(out), "steps=2", "checkpoint.every=1", "engine.kind=vllm",
-                         f"engine.base_url={root}")  # fmt: skip
-    result = rl_run(cfg)
+                         f"engine.python={python}", f"engine.port={port}", "engine.enforce_eager=true",
+                         "engine.cpu_kvcache_gib=1", "engine.max_model_len=4096", "engine.max_images=8")  # fmt: skip
+    rl_run(cfg)
     history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["policy_version"] for m in history] == [1, 2] and [m["samples"] for m in history] == [8, 8]
     assert all(abs(m["behav_kl"]) < 1e-5 for m in history), [m["behav_kl"] for m in history]
-    assert httpx.get(root + "/weight_info", timeout=30).json()["weight_version"] == "2"
-    final = load(result.outputs["final"])
+    assert "Application startup complete" in (tmp_path / "rl-server.log").read_text()  # its log kept
+    with pytest.raises(httpx.ConnectError):  # stopped with the stage
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+
+
+def _steps(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_rl_with_vllm_resumes_after_sigkill(rl_data, tiny_model_dir, push_server, tmp_path):  # noqa: F811
+    """``paravt rl`` with vLLM rollouts killed with SIGKILL after step 2's checkpoint (in step 3: rolling out, or
+    with a push to the server cut anywhere, leaving it paused or holding step 3's weights) and run again with
+    the same command: it resumes from the checkpoint, pushes that checkpoint's weights before any rollout (step
+    3's behaviour log-probs are the learner's own: behav_kl ~ 0), and its steps equal an uninterrupted run's."""
+    root = push_server.base_url.removesuffix("/v1")
+    base = [sys.executable, "-m", "paravt_core.cli", "rl", "--config", str(TINY_RL), f"data={rl_data}",
+            f"model={tiny_model_dir}", "steps=3", "checkpoint.every=1", "engine.kind=vllm",
+            f"engine.base_url={root}"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    done = subprocess.run([*base, f"output={straight}"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    cmd = [*base, f"output={killed}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    marker = killed / "checkpoints" / "step_00000002" / "_COMPLETE"
+    deadline = time.monotonic() + 300
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert marker.exists(), (
+        proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "no checkpoint"
+    )
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and not (killed / "_COMPLETE").exists()
+
+    rerun = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "resumed from" in rerun.stderr and "step 2" in rerun.stderr
+    steps = _steps(killed)
+    assert [m["policy_version"] for m in steps] == [1, 2, 3]
+    assert abs(steps[2]["behav_kl"]) < 1e-5, steps[2]["behav_kl"]  # rolled out on the checkpoint's weights
+    keys = ("step", "reward_mean", "loss", "samples", "behav_kl")
+    assert [[m.get(k) for k in keys] for m in steps] == [[m.get(k) for k in keys] for m in _steps(straight)]
+    assert httpx.get(root + "/weight_info", timeout=30).json()["weight_version"] == "3"
+    final = load(str(killed / "final"))  # and it serves the final checkpoint's log-probs
     engine = VllmEngine(root, served_model(root), processor=final.processor)
     seq, served = _sample(engine, final.processor)
     assert _gap(served, _learner_logprobs(final.model, seq)) < 1e-5

@@ -13,7 +13,8 @@ then all sub-agents of the turn in **one** batched ``engine.generate`` — and o
 answer; calls in it end the episode (``tool_call_in_last_turn``).
 
 Finish reasons: ``answer``, ``no_answer`` (final turn without ``<answer>``), ``empty_generation``,
-``max_tokens`` / ``max_tokens_in_tag`` (cut by the token limit, inside an open tag for the latter),
+``max_tokens`` / ``max_tokens_in_tag`` (cut by the token limit, inside an open tag for the latter; under the
+release reader a cut reply that holds complete calls runs them and goes on, as the released driver does),
 ``tool_call_in_last_turn``, ``engine_error``, ``engine_refused`` (the server refused the request as it stands:
 never retried), ``engine_timeout``, ``video_error`` (overview failed),
 ``context_overflow`` (no room left in ``max_context_tokens``), ``internal_error`` (an unexpected exception:
@@ -394,7 +395,7 @@ class _Episode:
                 res.finish_reason = "empty_generation"
                 return
             calls = self._parse(record.text)  # with the forced prefix: think blocks are whole
-            if completion.finish_reason == "length":
+            if completion.finish_reason == "length" and not self._runs_cut_calls(calls):
                 record.calls = [self._rejected(turn, c, "generation cut by the token limit") for c in calls]
                 res.finish_reason = "max_tokens_in_tag" if open_tag_at_end(record.text) else "max_tokens"
                 return
@@ -422,6 +423,16 @@ class _Episode:
         if self._rules().reader == "release":
             return parse_tool_calls_as_released(text)
         return parse_tool_calls(text)
+
+    def _runs_cut_calls(self, calls: list[ParsedCall]) -> bool:
+        """Whether a reply cut by the token limit still runs its calls: only under the release reader. The
+        released driver never reads a finish reason (paravt/eval/driver.py at cf55249: no ``finish_reason`` in
+        the file): eval_one runs the calls parse_tool_calls finds (line 481; its regex, line 217, needs the
+        closing ``</tool_call>``, so a block the cut left open is no call), appends the cut text as it is as the
+        assistant message (line 488) and counts the round like any other (``turn``, line 520). Without a
+        complete call the cut reply is the final one (lines 482-484), as ours. Our own rule ends the episode
+        (``max_tokens``)."""
+        return self._rules().reader == "release" and any(not c.skipped for c in calls)
 
     def _rules(self) -> prompts.CropFramesRules:
         """The prompt set's crop_frames rules under tool_mode=crop_frames; the defaults (paravt-v1's) otherwise,

@@ -9,6 +9,7 @@ Examples::
     # any OpenAI-compatible server (processor loaded from --model), or an SGLang server:
     paravt agent run --engine openai --base-url http://127.0.0.1:8000/v1 --served-model ParaVT-8B --model /ckpt ...
     paravt agent run --engine sglang --base-url http://127.0.0.1:30000 --model /ckpt ...
+    paravt agent run --engine vllm --base-url http://127.0.0.1:8000 --model /ckpt ...
 
 ``--temperature`` sets the sub-agents' temperature too unless ``subagent.temperature`` is given, so
 ``--temperature 0`` is the greedy evaluation protocol. ``--prompt-set`` takes a packaged name (default
@@ -25,12 +26,14 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+from paravt_core.engines.registry import kinds_for
 
 from .config import AgentConfig
 
@@ -61,19 +64,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         required=True,
         help="model URI (local dir, s3:// prefix or hub id); "
-        "for --engine openai/sglang only its processor is loaded",
+        "for a server engine only its processor is loaded",
     )
     parser.add_argument("--video", required=True, help="video file or s3:// URI")
     parser.add_argument("--question", required=True)
-    parser.add_argument("--engine", choices=["transformers", "openai", "sglang"], default="transformers")
+    kinds = [kind.name for kind in kinds_for("agent")]
+    parser.add_argument(
+        "--engine", choices=kinds, default="transformers", help="engines/kinds/: " + ", ".join(kinds)
+    )
     parser.add_argument(
         "--base-url",
         default=None,
-        help="server URL for --engine openai/sglang "
+        help="server URL for --engine openai/vllm/sglang "
         "(sglang without it: launch a server for --model on --port, GPU only)",
     )
     parser.add_argument("--port", type=int, default=30000, help="port of a launched SGLang server")
-    parser.add_argument("--served-model", default=None, help="model name on the OpenAI-compatible server")
+    parser.add_argument("--served-model", default=None, help="model name on an openai / vllm server")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default=None, help="e.g. bfloat16 (default: the checkpoint's)")
     parser.add_argument("--max-turns", type=int, default=None)
@@ -132,41 +138,41 @@ def build_config(args: argparse.Namespace) -> AgentConfig:
     return load_config(AgentConfig, args.config, overrides + list(args.overrides) + settings)
 
 
-def build_engine(args: argparse.Namespace, cfg: AgentConfig | None = None):
-    """(engine, processor) for the chosen backend."""
+def engine_section(args: argparse.Namespace) -> Any:
+    """The engine config the flags describe (one kind's config class, ``engines/kinds/``)."""
+    from pydantic import TypeAdapter
+
+    from paravt_core.engines.registry import engine_config
+
+    fields: dict[str, Any] = {"kind": args.engine}
     if args.engine == "transformers":
-        from paravt_core.engines.transformers_engine import TransformersEngine
-
-        engine = TransformersEngine.from_uri(args.model, device=args.device, dtype=args.dtype)
-        processor = engine.processor
+        fields.update(device=args.device, dtype=args.dtype, max_batch=16)
     else:
-        from transformers import AutoProcessor
+        fields["base_url"] = args.base_url or ""
+        if args.engine == "sglang":
+            fields["port"] = args.port
+        elif args.served_model:
+            fields["served_model"] = args.served_model
+    return TypeAdapter(engine_config("agent")).validate_python(fields)
 
-        from paravt_core.models import resolve_model_dir
 
-        if args.engine == "openai" and not args.base_url:
-            raise SystemExit("--engine openai needs --base-url")
-        model_dir = resolve_model_dir(args.model)
-        processor = AutoProcessor.from_pretrained(model_dir, local_files_only=True)
-        if args.engine == "openai":
-            from paravt_core.engines.openai_engine import OpenAIEngine
+def build_engine(args: argparse.Namespace, cfg: AgentConfig | None = None) -> tuple[Any, Any]:
+    """(engine, processor) for the chosen backend (``engines.registry``)."""
+    from paravt_core.engines.registry import BuildContext, build
 
-            engine = OpenAIEngine(args.base_url, args.served_model or args.model, processor=processor)
-        else:
-            from paravt_core.engines.sglang_engine import SGLangEngine
-
-            if args.base_url:
-                engine = SGLangEngine(args.base_url, processor=processor)
-            else:
-                cfg = cfg or AgentConfig()
-                engine = SGLangEngine.launch(
-                    str(model_dir),
-                    port=args.port,
-                    processor=processor,
-                    max_pixels=cfg.processor_pixels[1],
-                    min_pixels=cfg.processor_pixels[0],
-                    deterministic_inference=cfg.seed is not None,
-                )
+    section = engine_section(args)
+    if section.kind in ("openai", "vllm") and not section.base_url:
+        raise SystemExit(f"--engine {section.kind} needs --base-url")
+    cfg = cfg or AgentConfig()
+    context = BuildContext(
+        stage="agent",
+        model=args.model,
+        purpose="model",
+        pixels=cfg.processor_pixels,  # a launched server makes the encoder's pixels
+        seeded=cfg.seed is not None,  # SGLang applies seeds only with deterministic inference
+    )
+    engine = build(section, context)
+    processor = engine.processor
     if args.script:
         from paravt_core.engines.scripted import RoutedEngine, ScriptedEngine
 

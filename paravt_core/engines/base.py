@@ -21,7 +21,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 # "stop" (eos or a stop string) and "length" (the token limit) from every engine; chat servers may also
 # answer e.g. "abort", "content_filter" or "tool_calls", which are kept as they are (never mapped to "stop":
@@ -118,6 +118,79 @@ class Engine(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections or processes."""
+
+
+# What RL needs from a server's engine beyond ``generate``, by the push it takes (``rl/weight_sync.py``). The
+# method names are SGLang's routes; another server maps them to its own (``vllm_engine.VllmEngine``).
+
+
+@runtime_checkable
+class ReloadsFromDisk(Protocol):
+    """A server that loads new weights from a Hugging Face directory it can read (``DiskSync``)."""
+
+    async def pause_generation(self, mode: str) -> None:
+        """Hold generation (``mode``: what happens to requests in flight, the engine's own names)."""
+
+    async def update_weights_from_disk(self, model_path: str, *, weight_version: str | None = None) -> Any:
+        """Load every weight from ``model_path`` and serve it as ``weight_version``; stale caches dropped."""
+
+    async def continue_generation(self) -> None:
+        """Resume generation after ``pause_generation``."""
+
+    async def aclose(self) -> None:
+        """Close this event loop's HTTP client."""
+
+
+@runtime_checkable
+class UpdatesOverGroup(ReloadsFromDisk, Protocol):
+    """A server that joins a process group with the learner's rank 0 and receives tensors over it
+    (``NcclSync``: NCCL on GPUs, gloo in the tests)."""
+
+    async def init_weights_update_group(
+        self,
+        master_address: str,
+        master_port: int,
+        *,
+        rank_offset: int,
+        world_size: int,
+        group_name: str,
+        backend: str,
+        trainer_join: Callable[[], Any] | None,
+    ) -> Any:
+        """Join the group while ``trainer_join`` joins the learner's side."""
+
+    async def destroy_weights_update_group(self, group_name: str) -> Any:
+        """Leave and destroy the group."""
+
+    async def begin_weight_update(self) -> Any:
+        """Open an update session (buckets are refused outside one)."""
+
+    async def update_weights_from_distributed(
+        self,
+        named_tensors: Sequence[tuple[str, Any]],
+        broadcast: Any,
+        *,
+        group_name: str,
+        weight_version: str | None,
+        flush_cache: bool,
+    ) -> Any:
+        """Receive one bucket while ``broadcast(tensor)`` sends each of its tensors, in order."""
+
+    async def end_weight_update(self) -> Any:
+        """Close the update session."""
+
+
+@runtime_checkable
+class ServerProcess(Protocol):
+    """A server process an engine owns (it launched it): stopped with the stage, restarted after a cut push."""
+
+    base_url: str
+
+    def start(self) -> Any:
+        """Start it and wait until it is healthy."""
+
+    def stop(self) -> None:
+        """End it."""
 
 
 async def generate_with_retries(

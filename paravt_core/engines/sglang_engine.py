@@ -53,9 +53,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -68,6 +65,7 @@ import httpx
 
 from .base import Completion, Engine, EngineError, GenerationRequest, image_processor_kwargs
 from .openai_engine import frame_to_data_url
+from .server_process import ServerProcess
 
 IMAGE_PAD = "<|image_pad|>"
 
@@ -268,21 +266,10 @@ def _settle(future: asyncio.Future, err: BaseException | None) -> None:
         future.set_exception(err) if err is not None else future.set_result(None)
 
 
-class SGLangServer:
-    """A server process this program started (GPU machines). ``stop`` ends exactly that process group."""
+class SGLangServer(ServerProcess):
+    """An SGLang server this program started (GPU machines, ``launch_command``)."""
 
-    def __init__(
-        self,
-        command: list[str],
-        base_url: str,
-        *,
-        log_path: str | None = None,
-        env: dict[str, str] | None = None,
-    ):
-        """``env``: the process environment (e.g. ``CUDA_VISIBLE_DEVICES`` pinning it); default: ours."""
-        self.command, self.base_url, self.log_path, self.env = command, base_url, log_path, env
-        self.process: subprocess.Popen | None = None
-        self._log: Any = None
+    label = "SGLang server"
 
     @classmethod
     def for_model(
@@ -296,54 +283,6 @@ class SGLangServer:
             log_path=log_path,
             env=env,
         )
-
-    def start(self, *, timeout_s: float = 900.0, poll_s: float = 2.0) -> SGLangServer:
-        return self.spawn().wait_healthy(timeout_s=timeout_s, poll_s=poll_s)
-
-    def spawn(self) -> SGLangServer:
-        """Start the process without waiting (several servers come up side by side)."""
-        self._log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            self.command,
-            stdout=self._log or subprocess.DEVNULL,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-            start_new_session=True,  # its own process group, so stop() ends the workers it spawns too
-        )
-        return self
-
-    def wait_healthy(self, *, timeout_s: float = 900.0, poll_s: float = 2.0) -> SGLangServer:
-        assert self.process is not None, "spawn() first"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self._close_log()
-                raise EngineError(
-                    f"SGLang server exited with code {self.process.returncode}: {' '.join(self.command)}"
-                )
-            try:
-                if httpx.get(self.base_url + "/health", timeout=5.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(poll_s)
-        self.stop()
-        raise EngineError(f"SGLang server not healthy after {timeout_s:g} s")
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)  # the group we created: the server and its workers
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        self._close_log()
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
 
 class SGLangEngine(Engine):

@@ -28,12 +28,17 @@ verify a push: it cannot see CPU linear layers; served log-probs are the check (
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
-from .base import EngineError, GenerationRequest
+from .base import EngineError, GenerationRequest, image_processor_kwargs
 from .openai_engine import OpenAIEngine
+from .server_process import ServerProcess
 
 
 def v1_url(base_url: str) -> str:
@@ -56,8 +61,77 @@ def served_model(base_url: str, timeout_s: float = 30.0) -> str:
     return ids[0]
 
 
-# what DiskSync / NcclSync ask for (SGLang's modes) -> vLLM's /pause modes
-PAUSE_MODES = {"retract": "wait", "wait": "wait", "abort": "abort", "in_place": "wait"}
+# the pause modes asked for -> vLLM's /pause modes (SGLang's ``retract``, DiskSync's default, is ``wait``)
+PAUSE_MODES = {"wait": "wait", "abort": "abort", "retract": "wait"}
+
+
+def launch_command(
+    model_path: str,
+    *,
+    python: str = sys.executable,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_model_len: int = 32768,
+    max_images: int = 64,
+    max_pixels: int | None = None,
+    min_pixels: int | None = None,
+    dtype: str | None = None,
+    seed: int = 0,
+    tp_size: int = 1,
+    enforce_eager: bool = False,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """The server command for ``model_path`` (pure function; ``python`` has vLLM installed). Always: the
+    request's ``mm_processor_kwargs`` trusted (the engine sends the pixel budget with every request; vLLM 0.32
+    refuses them otherwise), served log-probs after temperature and top-k/p (``processed_logprobs``: the ones
+    the sampler drew from), vLLM's sampling defaults rather than the checkpoint's ``generation_config.json``,
+    and a fixed seed. ``max_pixels`` / ``min_pixels``: the same budget as the server's own processor setting.
+    ``python -m vllm.entrypoints.openai.api_server``: the ``vllm`` script looks up the distribution ``vllm``,
+    which a CPU build installs under another name."""
+    cmd = [
+        python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", model_path,
+        "--host", host,
+        "--port", str(port),
+        "--max-model-len", str(max_model_len),
+        "--limit-mm-per-prompt", json.dumps({"image": max_images, "video": 1}),
+        "--trust-request-mm-kwargs",
+        "--logprobs-mode", "processed_logprobs",
+        "--generation-config", "vllm",
+        "--seed", str(seed),
+    ]  # fmt: skip
+    if (max_pixels is None) != (min_pixels is None):
+        raise ValueError("pass both max_pixels and min_pixels (or neither)")
+    if max_pixels is not None and min_pixels is not None:
+        kwargs = image_processor_kwargs(max_pixels=max_pixels, min_pixels=min_pixels)
+        cmd += ["--mm-processor-kwargs", json.dumps(kwargs, separators=(",", ":"))]
+    if dtype is not None:
+        cmd += ["--dtype", dtype]
+    if tp_size != 1:
+        cmd += ["--tensor-parallel-size", str(tp_size)]
+    if enforce_eager:  # no CUDA graphs / compilation: the CPU build, and quick starts
+        cmd.append("--enforce-eager")
+    return cmd + list(extra_args)
+
+
+def server_env(base: dict[str, str] | None = None, *, cpu_kvcache_gib: int = 0) -> dict[str, str]:
+    """The server's environment: ``base`` (default ours) with the weight-push routes on
+    (``VLLM_SERVER_DEV_MODE``: pause, reload, cache resets; the server listens where only the stage talks to
+    it), no usage reports, nothing downloaded; on a CPU build the KV cache size (``VLLM_CPU_KVCACHE_SPACE``, GiB:
+    it overrides ``--kv-cache-memory-bytes``) and threads left unbound when ``cpu_kvcache_gib`` is set. Our own
+    ``PYTHONPATH`` is dropped: the server's packages are its own environment's."""
+    env = dict(os.environ if base is None else base)
+    env.pop("PYTHONPATH", None)
+    env.update(VLLM_SERVER_DEV_MODE="1", VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1")
+    if cpu_kvcache_gib:
+        env.update(VLLM_CPU_KVCACHE_SPACE=str(cpu_kvcache_gib), VLLM_CPU_OMP_THREADS_BIND="nobind")
+    return env
+
+
+class VllmServer(ServerProcess):
+    """A vLLM server this program started (``launch_command``); ``stop`` ends it and its engine processes."""
+
+    label = "vLLM server"
 
 
 class VllmEngine(OpenAIEngine):
@@ -69,6 +143,23 @@ class VllmEngine(OpenAIEngine):
         self.root = self.base_url.removesuffix("/v1")  # the control routes are not under /v1
         self.paused = False
         self.weight_version: str | None = None
+        self.server: VllmServer | None = None  # set by launch(): the process this engine owns
+
+    @classmethod
+    def launch(
+        cls, command: list[str], base_url: str, *, env: dict[str, str], log_path: str | None = None,
+        start_timeout_s: float = 900.0, **kwargs: Any,
+    ) -> VllmEngine:  # fmt: skip
+        """Start ``command`` (``launch_command``), wait until it is healthy, and connect to the model it
+        serves; ``engine.server.stop()`` ends it."""
+        server = VllmServer(command, base_url, env=env, log_path=log_path).start(timeout_s=start_timeout_s)
+        try:
+            engine = cls(base_url, served_model(base_url), **kwargs)
+        except BaseException:
+            server.stop()
+            raise
+        engine.server = server
+        return engine
 
     def payload(self, request: GenerationRequest) -> dict[str, Any]:
         body = super().payload(request)
@@ -111,14 +202,14 @@ class VllmEngine(OpenAIEngine):
         await self._control("/resume")
         self.paused = False
 
-    async def update_weights_from_disk(self, path: str, weight_version: str | None = None) -> None:
-        """Reload every weight from the HF directory ``path`` (safetensors), paused, caches reset after."""
+    async def update_weights_from_disk(self, model_path: str, *, weight_version: str | None = None) -> None:
+        """Reload every weight from the HF directory ``model_path`` (safetensors), paused, caches reset after."""
         pause_here = not self.paused
         if pause_here:
             await self.pause_generation("wait")
         try:
             await self._control(
-                "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": path}}
+                "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": model_path}}
             )
             reset = await self._control("/reset_prefix_cache")
             if not (reset or {}).get("success", False):  # blocks still held: stale prefixes would be served

@@ -4,12 +4,14 @@ shards and the error gate. It lives here, not in ``paravt_core.config``, because
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from paravt_core.agent.config import AgentConfig
-from paravt_core.config_base import StrictModel
+from paravt_core.config_base import StrictModel, kind_section
+from paravt_core.engines.kinds.transformers import TransformersEngineConfig
+from paravt_core.engines.registry import check_kind, engine_config
 from paravt_core.tracking.config import TrackingConfig
 
 
@@ -43,24 +45,8 @@ class EvalBenchmarkConfig(StrictModel):
     limit: int | None = Field(default=None, ge=1, description="evaluate the first N rows only; null: all")
 
 
-class EvalEngineConfig(StrictModel):
-    kind: Literal["transformers", "openai", "vllm"] = Field(
-        default="transformers",
-        description="transformers: in-process, batched; openai: an OpenAI-compatible server at base_url; vllm: vLLM there",
-    )
-    base_url: str = Field(default="", description="openai / vllm engine: the server (http://host:port/v1)")
-    served_model: str = Field(
-        default="", description="openai / vllm engine: model name on the server; empty: `model`"
-    )
-    device: str = Field(default="cpu", description="transformers engine: torch device (cpu, cuda, cuda:1)")
-    dtype: str | None = Field(
-        default=None, description="transformers engine: weight dtype; null: the checkpoint's"
-    )
-    coalesce: bool = Field(
-        default=True,
-        description="merge the generation calls of the samples in flight into one batch (in-process engine)",
-    )
-    max_batch: int = Field(default=32, ge=1, description="requests per generate of the in-process engine")
+# The generation engine: one config class per engine kind (engines/kinds/), told apart by engine.kind.
+EvalEngineConfig = engine_config("eval")
 
 
 class EvalRunnerConfig(StrictModel):
@@ -123,7 +109,9 @@ class EvalConfig(StrictModel):
         default_factory=lambda: AgentConfig(temperature=0.0, subagent={"temperature": 0.0}),
         description="the episode (greedy by default); the protocol sets the prompt and forced answer",
     )
-    engine: EvalEngineConfig = Field(default_factory=EvalEngineConfig, description="the generation engine")
+    engine: EvalEngineConfig = Field(
+        default_factory=TransformersEngineConfig, description="the generation engine"
+    )
     runner: EvalRunnerConfig = Field(default_factory=EvalRunnerConfig, description="concurrency and retries")
     judge: EvalJudgeConfig = Field(
         default_factory=EvalJudgeConfig, description="the LLM judge of open-ended items"
@@ -153,6 +141,13 @@ class EvalConfig(StrictModel):
         default_factory=TrackingConfig,
         description="experiment tracking (TensorBoard, MLflow, W&B) and pod-log progress",
     )
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine_kind_serves_eval(cls, value: Any) -> Any:
+        if isinstance(value, dict) and "kind" in value:
+            check_kind("eval", value["kind"])  # a kind that cannot evaluate says why
+        return kind_section(value, cls.model_fields["engine"].get_default(call_default_factory=True))
 
     @model_validator(mode="after")
     def _release_prompts(self) -> EvalConfig:

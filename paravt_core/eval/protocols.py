@@ -20,8 +20,10 @@ Presets (``EvalConfig.preset``) set the episode knobs that make a protocol, on t
   qwen-vl-utils 0.0.14 does), an unlabelled overview for multiple choice
   (frames only; Charades keeps the timestamps, standing in for the release's ``video_url`` input, which gives
   the model the frames' times), a 65,536-token context (its vLLM ``--max-model-len``) that holds those frames,
-  and its frame path (``frame_path=qwen-vl-utils``: ``round(linspace)`` indices, 28-px sizing, bicubic
-  antialiased resize, JPEG 85, the processor's own settings: ``paravt_core.video.release_frames``).
+  and its frame path (``frame_path=qwen-vl-utils``: the coded picture as stored, crop windows clamped to the
+  video, ``round(linspace)`` indices, 28-px sizing, bicubic antialiased resize, JPEG 85, the processor's own
+  settings: ``paravt_core.video.release_frames``); a reply cut by ``max_tokens`` still runs its complete calls
+  (the release reader, ``agent/episode.py``).
 """
 
 from __future__ import annotations

@@ -149,34 +149,27 @@ def load_samples(
 
 
 def build_engine(cfg: EvalConfig) -> tuple[Any, Any]:
-    """(engine, processor) of the config."""
+    """(engine, processor) of the config (``engines.registry``)."""
+    from paravt_core.engines.registry import BuildContext, build
+
     e = cfg.engine
-    if e.kind == "transformers":
-        from paravt_core.engines.transformers_engine import TransformersEngine
-
-        engine: Any = TransformersEngine.from_uri(
-            cfg.model, device=e.device, dtype=e.dtype, max_batch_size=e.max_batch, purpose="evaluated model"
-        )
-        processor = engine.processor
-    else:
-        from transformers import AutoProcessor
-
-        from paravt_core.engines.openai_engine import OpenAIEngine
-        from paravt_core.engines.vllm_engine import VllmEngine
-        from paravt_core.models import resolve_model_dir
-
-        if not e.base_url:
-            raise EvalError(f"engine.kind={e.kind} needs engine.base_url")
-        processor = AutoProcessor.from_pretrained(resolve_model_dir(cfg.model), local_files_only=True)
-        timeout = {"timeout_s": RELEASE_CLIENT_TIMEOUT_S} if cfg.preset == "release" else {}  # the release's
-        kind = VllmEngine if e.kind == "vllm" else OpenAIEngine
-        engine = kind(e.base_url, e.served_model or cfg.model, processor=processor, **timeout)
-    if e.coalesce and e.kind == "transformers":
+    if e.kind == "openai" and not e.base_url:  # vllm without it: the stage launches the server
+        raise EvalError(f"engine.kind={e.kind} needs engine.base_url")
+    context = BuildContext(
+        stage="eval",
+        model=cfg.model,
+        purpose="evaluated model",
+        timeout_s=RELEASE_CLIENT_TIMEOUT_S if cfg.preset == "release" else None,  # the release's client's
+        pixels=cfg.agent.processor_pixels,  # a launched server's own processor setting
+        log_path=os.path.join(os.path.abspath(cfg.work_dir), "server.log"),
+    )
+    engine = build(e, context)
+    if e.kind == "transformers" and e.coalesce:
         from paravt_core.engines.coalesce import CoalescingEngine
 
         # greedy eval needs no seeds; the runner retries failed samples itself (attempts stay truthful)
-        engine = CoalescingEngine(engine, seed=None, max_retries=0)
-    return engine, processor
+        return CoalescingEngine(engine, seed=None, max_retries=0), engine.processor
+    return engine, engine.processor
 
 
 def build_judge(cfg: EvalConfig) -> Any:
@@ -469,10 +462,10 @@ def records_fingerprint(cfg: EvalConfig) -> dict[str, Any]:
     list or runner knobs: adding a benchmark or changing concurrency keeps the records valid)."""
     parts = {
         "model": cfg.model,
-        "engine": {
+        "engine": {  # the fields of every kind before kinds had their own (a record's fingerprint is kept)
             "kind": cfg.engine.kind,
-            "served_model": cfg.engine.served_model,
-            "dtype": cfg.engine.dtype,
+            "served_model": getattr(cfg.engine, "served_model", ""),
+            "dtype": getattr(cfg.engine, "dtype", None),
         },
         "agent": cfg.agent.model_dump(mode="json"),
         "preset": cfg.preset,
@@ -598,8 +591,11 @@ def _evaluate(
     judge: Any,
 ) -> dict[str, dict[str, list[dict]]]:
     store = RecordStore(run_root, work, cfg.runner.upload_every_s)
+    owned = None  # a server this stage launched (engine.kind=vllm without base_url): stopped at the end
     if engine is None:
+        os.makedirs(work, exist_ok=True)
         engine, processor = build_engine(cfg)
+        owned = getattr(engine, "server", None)
     if judge is None:
         judge = build_judge(cfg)
     opts = RunOptions(
@@ -645,4 +641,6 @@ def _evaluate(
         raise EvalError(str(err)) from None
     finally:
         store.close()
+        if owned is not None:
+            owned.stop()
     return records

@@ -314,19 +314,21 @@ def plan_rl(
     parts = param_parts(model_config)
     weights = parts["total"] * 2  # bf16 on the server
     fraction_source = "--mem-fraction-static" if mem_fraction_static is not None else "the recipe's engine"
+    from paravt_core.engines.kinds.sglang import SglangEngineConfig
+
+    # the plan is of the topology rl/launch.py starts: SGLang servers beside the learner
+    engine = cfg.engine if cfg.engine.kind == "sglang" else SglangEngineConfig()
     if mem_fraction_static is None:
-        mem_fraction_static = cfg.engine.mem_fraction_static  # what rl/launch.py starts the server with
+        mem_fraction_static = engine.mem_fraction_static  # what rl/launch.py starts the server with
     static = mem_fraction_static * gpu.memory_bytes
     t = model_config.text_config
     kv_per_token = 2 * t.num_hidden_layers * t.num_key_value_heads * t.head_dim * 2
     kv_budget = static - weights
     free_beside = gpu.memory_bytes * gpu.usable_fraction - static
     episodes = cfg.prompts_per_step * cfg.group_size
-    if (
-        cfg.engine.weight_sync == "distributed"
-    ):  # rl/weight_sync.py: one request per bucket of engine.bucket_mb
-        bucket = min(cfg.engine.bucket_mb * 2**20, weights)
-        push_note = f"NCCL push in buckets of engine.bucket_mb={cfg.engine.bucket_mb} MiB, one request each"
+    if engine.weight_sync == "distributed":  # rl/weight_sync.py: one request per bucket of engine.bucket_mb
+        bucket = min(engine.bucket_mb * 2**20, weights)
+        push_note = f"NCCL push in buckets of engine.bucket_mb={engine.bucket_mb} MiB, one request each"
     else:  # SGLang reads the staged safetensors itself; counted as the whole model, the cautious bound
         bucket = weights
         push_note = "disk push: the whole model counted as received at once (upper bound)"

@@ -4,9 +4,9 @@ optimizer and checkpoints. It lives here, not in ``paravt_core.config``, because
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from paravt_core.agent.config import AgentConfig
 from paravt_core.config import (
@@ -19,7 +19,9 @@ from paravt_core.config import (
     SdpaBackend,
     TrainConfig,
 )
-from paravt_core.config_base import StrictModel
+from paravt_core.config_base import StrictModel, kind_section
+from paravt_core.engines.kinds.transformers import TransformersEngineConfig
+from paravt_core.engines.registry import check_kind, engine_config
 from paravt_core.tracking.config import TrackingConfig
 
 
@@ -39,100 +41,16 @@ class RlCheckpointConfig(StrictModel):
     )
 
 
-class RolloutEngineConfig(StrictModel):
-    """Where rollouts are generated and how the new weights get there after each step."""
-
-    kind: Literal["transformers", "sglang", "vllm"] = Field(
-        default="transformers",
-        description="in-process generate, an SGLang server, or a vLLM server (base_url)",
-    )
-    base_url: str = Field(
-        default="",
-        description="sglang / vllm: a running server (http://host:port); empty: sglang launches one (GPU)",
-    )
-    port: int = Field(default=30000, ge=1, le=65535, description="sglang launch: the server's port")
-    deterministic_inference: bool = Field(
-        default=False, description="sglang: the server runs --enable-deterministic-inference"
-    )
-    # "disk" writes the gathered HF weights to staging_dir for /update_weights_from_disk; "distributed"
-    # broadcasts them over NCCL (/update_weights_from_distributed, GPU only).
-    weight_sync: Literal["disk", "distributed"] = Field(
-        default="disk", description="sglang weight push: via files in staging_dir, or an NCCL broadcast (GPU)"
-    )
-    staging_dir: str = Field(
-        default="", description="disk push: a local directory the server can read; empty: <output>-weights"
-    )
-    nccl_address: str = Field(
-        default="127.0.0.1",
-        description="distributed push: address of the learner's rank 0 as the server sees it",
-    )
-    nccl_port: int = Field(
-        default=29600, ge=1, le=65535, description="distributed push: the NCCL group's port"
-    )
-    server_ranks: int = Field(default=1, ge=1, description="distributed push: GPUs of the server (tp x dp)")
-    bucket_mb: int = Field(
-        default=1024,
-        ge=1,
-        description="distributed push: MiB of tensors per /update_weights_from_distributed",
-    )
-    # SGLang's third mode, in_place, keeps running requests in the batch: the flush after the last bucket
-    # is then refused ("requests are still running"), so a push under load fails; it is not offered.
-    pause_mode: Literal["retract", "abort"] = Field(
-        default="retract",
-        description="how SGLang pauses in-flight requests during a push: retract (they resume after it) or "
-        "abort (they end)",
-    )
-    gpus: list[int] = Field(
-        default_factory=list,
-        description="GPUs (node indices) of the SGLang server (rl/launch.py or the stage's own launch); learner: the rest",
-    )
-    tp_size: int = Field(
-        default=0, ge=0, description="sglang launch: tensor-parallel size; 0: all of engine.gpus"
-    )
-    mem_fraction_static: float = Field(
-        default=0.85, gt=0.0, lt=1.0, description="sglang launch: GPU memory share for weights and KV cache"
-    )
-    max_concurrency: int = Field(
-        default=256, ge=1, description="sglang: /generate requests in flight at once (one per episode turn)"
-    )
-    # Rollout fleet (engines/fleet.py): several SGLang servers behind one sglang-router
-    servers: int = Field(
-        default=1, ge=1, description="sglang: servers behind one sglang-router (1: one server, no router)"
-    )
-    router_policy: Literal["manual", "cache_aware", "round_robin", "power_of_two", "random"] = Field(
-        default="manual",
-        description="fleet: router policy; manual = a GRPO group's routing key sticks to one server's cache",
-    )
-    router_retries: int = Field(
-        default=3, ge=0, description="fleet: router retries of a request on other servers"
-    )
-    router_metrics_port: int = Field(
-        default=30090, ge=1, le=65535, description="fleet launch: the router's Prometheus port (step metrics)"
-    )
-    worker_urls: list[str] = Field(
-        default_factory=list,
-        description="fleet: the servers behind engine.base_url (a router); empty: the router's /workers list",
-    )
-    router_metrics_url: str = Field(
-        default="", description="fleet: the router's Prometheus endpoint (empty: no router counters)"
-    )
-    service_selector: list[str] = Field(
-        default_factory=list,
-        description="fleet launch: key=value pod labels; the router discovers the servers (Kubernetes)",
-    )
-    service_namespace: str = Field(
-        default="", description="fleet launch: namespace of the discovered servers"
-    )
-    service_port: int = Field(
-        default=30000, ge=1, le=65535, description="fleet launch: port of the discovered servers"
-    )
+# Where rollouts are generated and how the new weights get there after each step: one config class per
+# engine kind (engines/kinds/), told apart by engine.kind.
+RolloutEngineConfig = engine_config("rl")
 
 
 class RlConfig(StrictModel):
     """``paravt rl``: PARA-GRPO on the data stage's RL parquets, starting from the SFT checkpoint."""
 
     # The SFT stage's name for the same thing (``paravt sft trainer.steps=N``) is accepted here too.
-    SHORTHANDS: ClassVar[dict[str, str]] = {"trainer.steps": "steps"}
+    SHORTHANDS: ClassVar[dict[str, str]] = {"trainer.steps": "steps", "engine_batch_size": "engine.max_batch"}
 
     data: str = Field(
         default="./paravt-work/data", description="the data stage's output: reads <data>/rl/*.parquet"
@@ -164,10 +82,8 @@ class RlConfig(StrictModel):
         "learner keeps float32 masters",
     )
     engine: RolloutEngineConfig = Field(
-        default_factory=RolloutEngineConfig, description="where rollouts are generated, how weights get there"
-    )
-    engine_batch_size: int = Field(
-        default=64, ge=1, description="requests per generate call of the in-process engine"
+        default_factory=lambda: TransformersEngineConfig(max_batch=64),
+        description="where rollouts are generated, how weights get there",
     )
     pack_tokens: int = Field(
         default=8192, ge=256, description="learner: tokens packed per forward pass (like SFT)"
@@ -204,3 +120,12 @@ class RlConfig(StrictModel):
         default_factory=TrackingConfig,
         description="experiment tracking (TensorBoard, MLflow, W&B) and pod-log progress",
     )
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine_kind_serves_rl(cls, value: Any) -> Any:
+        if isinstance(value, dict) and "kind" in value:
+            check_kind(
+                "rl", value["kind"]
+            )  # a kind that cannot roll out says why (e.g. openai: no token ids)
+        return kind_section(value, cls.model_fields["engine"].get_default(call_default_factory=True))

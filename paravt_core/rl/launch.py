@@ -95,15 +95,17 @@ def plan(
     ``server_command(model_dir, port)``: replaces SGLang's command (tests use a loopback server)."""
     e = cfg.engine
     launch_server = e.kind == "sglang" and not e.base_url
+    # a vLLM server the stage starts itself (engines/kinds/vllm.py) on engine.gpus: reserved from the learner
+    stage_server = e.kind == "vllm" and not e.base_url
     overrides: list[str] = []
     server_cmd: list[str] | None = None
     server_env: dict[str, str] = {}
-    base_url = e.base_url
-    rollout = list(e.gpus) if launch_server else []
+    base_url = getattr(e, "base_url", "")  # the in-process kind has none
+    rollout = list(e.gpus) if launch_server or stage_server else []
     if any(g < 0 or g >= gpus for g in rollout) or len(set(rollout)) != len(rollout):
         raise ConfigError(f"engine.gpus {rollout} are not distinct GPUs of this node's {gpus}")
-    if launch_server and gpus and not rollout and not e.service_selector:
-        raise ConfigError("engine.kind=sglang without engine.base_url: reserve its GPUs in engine.gpus")
+    if (launch_server or stage_server) and gpus and not rollout and not getattr(e, "service_selector", []):
+        raise ConfigError(f"engine.kind={e.kind} without engine.base_url: reserve its GPUs in engine.gpus")
     learner_gpus = [g for g in range(gpus) if g not in rollout]
     if gpus and not learner_gpus:
         raise ConfigError(f"engine.gpus {rollout} leave no GPU of {gpus} for the learner")

@@ -22,10 +22,11 @@ there, outside any collective, up to ``train.follower_wait_s``; the bytes sent a
 metrics), and every rank trains on its share; after the step the full weights are gathered on
 rank 0 and pushed to its engine. Checkpoints are collective and resume on any number of ranks.
 
-Rollout engine (``engine.kind``): the in-process transformers engine, a running vLLM server (``engine.base_url``,
-disk pushes: ``engines/vllm_engine.py``), or an SGLang server (``engine.base_url``,
-or launched for ``model`` on a GPU machine: on ``engine.gpus`` when set, never on a GPU of the learner's, and
-under torchrun only there, see ``server_placement``) that receives every new version from disk or over NCCL
+Rollout engine (``engine.kind``, built by ``engines.registry``): the in-process transformers engine, a vLLM
+server (``engine.base_url``, or launched for ``model``; disk pushes: ``engines/vllm_engine.py``), or an SGLang
+server (``engine.base_url``, or launched for ``model`` on a GPU machine). A launched server runs on
+``engine.gpus`` when set, never on a GPU of the learner's, and under torchrun only there (see
+``server_placement``); its log is ``<output>-server.log``. SGLang receives every new version from disk or over NCCL
 (``weight_sync.py``), or a fleet of SGLang servers behind ``sglang-router`` (``engine.servers`` > 1,
 ``engines/fleet.py``): every push goes to each server from disk, each one's version is checked before the
 next step's rollouts, and the router's per-server counters go into the step's metrics (``fleet_*``).
@@ -39,7 +40,6 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -51,6 +51,7 @@ from paravt_core.config import ConfigError
 from paravt_core.engines.base import EngineError, image_processor_kwargs
 from paravt_core.engines.coalesce import CoalescingEngine
 from paravt_core.engines.independent import IndependentEngine
+from paravt_core.engines.registry import KINDS
 from paravt_core.rl.config import RlConfig
 from paravt_core.run_metrics import write_jsonl
 from paravt_core.stage import (
@@ -71,8 +72,9 @@ from .data import RlDataset, RlPrompt, load_prompts
 from .handoff import compact, restore
 from .learner import Learner, state_checksum
 from .metrics import curves_png, final_summary, step_metrics, trajectory_lines
+from .push import WeightPush, make_sync, streams
 from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
-from .weight_sync import DiskSync, InProcessSync, NcclSync, PushFailed, _closing, recover, restart, restarted
+from .weight_sync import NcclSync, _closing
 
 ENGINE_FAILURES = ("engine_error", "engine_refused", "engine_timeout")  # the rollout engine, not the episode
 
@@ -137,17 +139,18 @@ def _local_gpus(d: Dist, device: str, environ: dict[str, str]) -> set[int]:
 
 
 def server_placement(cfg: RlConfig, d: Dist, environ: dict[str, str] | None = None) -> dict[str, str] | None:
-    """``CUDA_VISIBLE_DEVICES`` for the SGLang server the stage starts itself (no ``engine.base_url``), or None
-    (not pinned: one process, no ``engine.gpus``). Under torchrun that server would inherit learner rank 0's
-    GPU, so it needs ``engine.gpus``, and they must be GPUs no learner process of this node uses."""
+    """``CUDA_VISIBLE_DEVICES`` for the server (SGLang or vLLM) the stage starts itself (no
+    ``engine.base_url``), or None (not pinned: one process, no ``engine.gpus``). Under torchrun that server
+    would inherit learner rank 0's GPU, so it needs ``engine.gpus``, and they must be GPUs no learner process
+    of this node uses."""
     e = cfg.engine
-    if e.kind != "sglang" or e.base_url or e.servers > 1 or e.service_selector:
+    if KINDS[e.kind].in_process or e.base_url or getattr(e, "fleet", False):
         return None
     environ = dict(os.environ if environ is None else environ)
     if not e.gpus:
         if d.sharded:
             raise ConfigError(
-                "engine.kind=sglang without engine.base_url under torchrun: the server would start on learner "
+                f"engine.kind={e.kind} without engine.base_url under torchrun: the server would start on learner "
                 "rank 0's GPU; set engine.gpus to GPUs no learner rank uses, or run the stage through "
                 "`python -m paravt_core.rl.launch`"
             )
@@ -163,16 +166,22 @@ def server_placement(cfg: RlConfig, d: Dist, environ: dict[str, str] | None = No
 def _check_engine(cfg: RlConfig, d: Dist) -> None:
     """The rollout engine's settings that can be refused without starting anything."""
     e = cfg.engine
-    if e.kind == "transformers":
+    if KINDS[e.kind].in_process:
+        device = str(d.device) if d.sharded else cfg.device
+        if e.device and e.device != device:
+            raise ConfigError(
+                f"engine.device={e.device}: the in-process engine shares the learner's {device}"
+            )
+        if e.dtype is not None and e.dtype != cfg.dtype:
+            raise ConfigError(
+                f"engine.dtype={e.dtype}: the engine serves the run's weights, dtype={cfg.dtype}"
+            )
+        if not e.coalesce:
+            raise ConfigError(
+                "engine.coalesce=false: the in-process rollout engine batches the episodes' turns"
+            )
         return
-    if e.kind == "vllm" and (
-        not e.base_url or e.weight_sync != "disk" or e.servers > 1 or e.service_selector
-    ):
-        raise ConfigError(
-            "engine.kind=vllm: one running server at engine.base_url (started with VLLM_SERVER_DEV_MODE=1, "
-            "docs/reference.md), weight pushes from disk (engine.weight_sync=disk), engine.servers=1"
-        )
-    if e.servers > 1 or e.service_selector:
+    if e.kind == "sglang" and e.fleet:
         if not e.base_url:
             raise ConfigError(
                 "engine.servers > 1: run the stage through `python -m paravt_core.rl.launch` (it starts the "
@@ -181,7 +190,7 @@ def _check_engine(cfg: RlConfig, d: Dist) -> None:
         if e.weight_sync != "disk":
             raise ConfigError("a rollout fleet takes weight pushes from disk: engine.weight_sync=disk")
     server_placement(cfg, d)
-    if e.weight_sync != "distributed":
+    if not streams(e):
         staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
         if storage.is_s3(staging):
             raise ConfigError(f"engine.staging_dir must be a directory the server can read, not {staging}")
@@ -202,77 +211,26 @@ def _check_resume(cfg: RlConfig, reference_uri: str) -> None:
 
 def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any, d: Dist) -> tuple[Any, Any]:
     """(rank 0's rollout engine, the weight sync that pushes the learner's weights to it)."""
-    from paravt_core.models import load
+    from paravt_core.engines.registry import BuildContext, build
 
     e = cfg.engine
-    if e.kind == "transformers":
-        from paravt_core.engines.transformers_engine import TransformersEngine
-
-        rollout_model = load(cfg.model, device=device, dtype=dtype, purpose="rollout engine")
-        inner = TransformersEngine(
-            rollout_model.model, rollout_model.processor, max_batch_size=cfg.engine_batch_size
-        )
-        return inner, InProcessSync(inner)
     _check_engine(cfg, d)
-    staging = e.staging_dir or cfg.output.rstrip("/") + "-weights"
-    if e.kind == "vllm":  # exact token ids and log-probs over chat completions; disk pushes (vllm_engine.py)
-        from paravt_core.engines.vllm_engine import VllmEngine, served_model
-
-        inner = VllmEngine(e.base_url, served_model(e.base_url), processor=policy.processor)
-        return inner, DiskSync(inner, policy.model, staging, pause_mode=e.pause_mode, dtype=dtype)
-    from paravt_core.engines.sglang_engine import SGLangEngine
-
-    if e.servers > 1 or e.service_selector:  # a rollout fleet behind sglang-router (engines/fleet.py)
-        from paravt_core.engines.fleet import FleetEngine
-
-        inner = FleetEngine(
-            e.base_url,
-            worker_urls=e.worker_urls,
-            metrics_url=e.router_metrics_url,
-            routing=e.router_policy == "manual",
-            processor=policy.processor,
-            deterministic_inference=e.deterministic_inference,
-        )
-    elif e.base_url:
-        inner = SGLangEngine(
-            e.base_url,
-            processor=policy.processor,
-            max_batch_size=cfg.engine_batch_size,
-            deterministic_inference=e.deterministic_inference,
-        )
-    else:  # a GPU machine: start the server on the starting checkpoint, with the agent's pixel budget
-        from paravt_core.models import resolve_model_dir
-
-        pinned = server_placement(cfg, d)  # engine.gpus, off the learner's GPUs (None: not pinned)
-        placement: dict[str, Any] = {}
-        if pinned is not None:
-            placement = {
-                "env": {**os.environ, **pinned},
-                "tp_size": e.tp_size or len(e.gpus),
-                "base_gpu_id": 0,
-            }
-
-        inner = SGLangEngine.launch(
-            str(resolve_model_dir(cfg.model)),  # --model-path opens local directories, not s3:// URIs
-            port=e.port,
-            processor=policy.processor,
-            max_pixels=cfg.agent.processor_pixels[1],
-            min_pixels=cfg.agent.processor_pixels[0],
-            deterministic_inference=e.deterministic_inference,
-            dtype=cfg.dtype,
-            **placement,
-        )
-    if e.weight_sync == "distributed":
-        return inner, NcclSync(
-            inner,
-            master_address=e.nccl_address,
-            master_port=e.nccl_port,
-            server_ranks=e.server_ranks,
-            bucket_bytes=e.bucket_mb << 20,
-            pause_mode=e.pause_mode,
-            dtype=dtype,  # the served weights' dtype, whatever the learner keeps
-        )
-    return inner, DiskSync(inner, policy.model, staging, pause_mode=e.pause_mode, dtype=dtype)
+    pinned = server_placement(cfg, d)  # engine.gpus, off the learner's GPUs (None: not pinned)
+    context = BuildContext(
+        stage="rl",
+        model=cfg.model,
+        purpose="rollout engine",
+        # the in-process engine loads its own copy; a server's client uses the policy's processor
+        processor=None if KINDS[e.kind].in_process else policy.processor,
+        device=device,
+        dtype=cfg.dtype,  # the served weights' dtype: the in-process copy and a launched server
+        pixels=cfg.agent.processor_pixels,  # a launched server makes the encoder's pixels
+        env={**os.environ, **pinned} if pinned is not None else None,
+        log_path=cfg.output.rstrip("/") + "-server.log" if not storage.is_s3(cfg.output) else None,
+    )
+    inner = build(e, context)
+    staging = getattr(e, "staging_dir", "") or cfg.output.rstrip("/") + "-weights"
+    return inner, make_sync(e, inner, policy.model, staging, dtype)
 
 
 def fleet_step(engine: Any, seen: dict[str, Any]) -> dict[str, Any]:
@@ -303,7 +261,7 @@ class _Run:
     data: RlDataset
     judge: Any
     engine: Any
-    sync: Any
+    pusher: WeightPush  # the pushes to the engine (its sync on rank 0)
     handoff: LeadHandoff
     images_kwargs: dict[str, Any]
     staging: str
@@ -321,7 +279,6 @@ class _Run:
     tracker: Tracker = dataclasses.field(default_factory=Tracker.disabled)
     lines: StepProgress | None = None
     tracking_state: dict[str, Any] = dataclasses.field(default_factory=dict)  # the resumed checkpoint's
-    pushed_full: bool = False  # the NCCL push: the frozen tower is on the server (left out of later pushes)
 
     @property
     def lead(self) -> bool:
@@ -332,9 +289,9 @@ class _Run:
         resumed = checkpoint.latest_complete(self.cfg.output)
         if not resumed:
             e = self.cfg.engine
-            if e.kind != "transformers" and (e.base_url or e.weight_sync == "distributed"):
+            if not KINDS[e.kind].in_process and (e.base_url or streams(e)):
                 # a long-lived server may serve another run's (possibly half-pushed) weights: ours first
-                self.push(0)
+                self.pusher.push(0)
                 if self.lead:
                     console.print("rl: pushed the starting weights (version 0) before any rollout")
             return 0
@@ -346,10 +303,10 @@ class _Run:
             )
         start, self.history = int(state["step"]), list(state["history"])
         self.tracking_state = dict(state.get("tracking") or {})
-        self.push(int(state["policy_version"]))
+        self.pusher.push(int(state["policy_version"]))
         if self.lead:
             console.print(
-                f"rl: resumed from {resumed} (step {start}, policy version {self.sync.version})",
+                f"rl: resumed from {resumed} (step {start}, policy version {self.pusher.version})",
                 soft_wrap=True,
             )
         return start
@@ -366,7 +323,7 @@ class _Run:
                 cfg.agent,
                 cfg.paravt,
                 group_size=cfg.group_size,
-                version=self.sync.version,
+                version=self.pusher.version,
                 judge=self.judge,
             )
         )
@@ -379,9 +336,7 @@ class _Run:
         recorded at sampling."""
         cfg = self.cfg
         if cfg.max_staleness == 0:
-            verify = getattr(self.sync, "verify", None)
-            if verify is not None:  # a fleet: every server serves the pushed version, else no rollouts
-                verify()
+            self.pusher.verify()  # a fleet: every server serves the pushed version, else no rollouts
             return self.rollout(step)
         while self.queued <= min(step + cfg.max_staleness, cfg.steps - 1):
             self.ahead.append(self.pool.submit(self.rollout, self.queued))
@@ -413,100 +368,6 @@ class _Run:
             restore(self.handoff.share(step, None), self.policy.processor, self.images_kwargs)
         )
 
-    @property
-    def streams(self) -> bool:
-        """The NCCL push: known on every rank (the others take part in its bucket gathers)."""
-        e = self.cfg.engine
-        return e.kind != "transformers" and e.weight_sync == "distributed"
-
-    def push(self, version: int) -> tuple[dict[str, Any] | None, float]:
-        """Push the new weights to the engine as ``version`` (collective; rank 0 sends); the weights when they
-        were gathered whole (a disk or in-process push; None for the NCCL push) and the push's seconds."""
-        t0 = time.perf_counter()
-        if self.streams:
-            self.push_buckets(version)
-            return None, time.perf_counter() - t0
-        weights = self.learner.weights(self.dtype)
-        failed: Exception | None = None
-        if self.lead:
-            try:
-                self.push_weights(weights, version)
-            except Exception as err:
-                failed = err
-        self.agree(failed)  # the other ranks stop with rank 0, not at their next collective's timeout
-        return weights, time.perf_counter() - t0
-
-    def push_buckets(self, version: int) -> None:
-        """The NCCL push straight from the device: every rank walks ``Learner.weight_buckets`` (the frozen
-        tower only in a full push: the first one and the one to a restarted server) while rank 0 sends each
-        bucket. A cut push restarts the server this stage owns and all ranks push again in full; an external
-        server, a failed restart or a failed push after it stop every rank with rank 0's error, which each
-        learns before its next collective (never the distributed timeout)."""
-        e = self.cfg.engine
-
-        def stream(max_bytes: int, dtype: Any, skip: set[str]) -> Any:
-            return self.learner.weight_buckets(max_bytes, dtype, skip)
-
-        def attempt(skip: set[str]) -> PushFailed | None:  # collective: every rank walks the gathers
-            if not self.lead:
-                for _ in self.learner.weight_buckets(e.bucket_mb << 20, self.dtype, skip)[1]:
-                    pass
-                return None
-            try:
-                self.sync.push(stream, version)  # on failure it still makes the buckets not sent
-            except PushFailed as err:
-                return err
-            return None
-
-        failure = attempt(self.learner.frozen_names() if self.pushed_full else set())
-        if not self.d.gather(failure is not None)[0]:  # rank 0's word: it went through
-            self.pushed_full = True
-            return
-        self.pushed_full = False
-        refused: Exception | None = None
-        if self.lead:
-            assert failure is not None
-            try:
-                self.sync = restart(self.sync, failure)  # raises the line naming an external server
-            except PushFailed as err:
-                refused = err
-            except Exception as err:  # the launch failed: said as a push failure, the cause kept
-                refused = PushFailed(
-                    f"{failure}; restarting the SGLang server failed: {type(err).__name__}: {err}"
-                )
-                refused.__cause__ = err
-        self.agree(refused)  # the others wait here, not in gathers rank 0 would never join
-        self.agree(attempt(set()))
-        self.pushed_full = True
-        if self.lead:
-            console.print(f"rl: {restarted(failure, version)}", soft_wrap=True)
-
-    def agree(self, err: Exception | None) -> None:
-        """Rank 0's outcome of a step only it takes (``err``: its error or None; the other ranks' is ignored),
-        learnt by every rank at once (collective): when it failed, rank 0 raises ``err`` and every other rank
-        :class:`PushFailed` with its message (the same for a ``PushFailed``)."""
-        said: str | None = None
-        if err is not None and self.lead:
-            said = str(err) if isinstance(err, PushFailed) else f"{type(err).__name__}: {err}"
-        said = self.d.gather(said)[0]
-        if said is None:
-            return
-        if self.lead and err is not None:
-            raise err
-        raise PushFailed(said)
-
-    def push_weights(self, weights: dict[str, Any], version: int) -> None:
-        """Rank 0's push of a whole state dict; an NCCL push cut short restarts the server this stage owns (or,
-        for an external server, ends the stage with one line naming what to restart): never a rollout on a
-        wedged server."""
-        try:
-            self.sync.push(weights, version)
-        except PushFailed as err:
-            if not isinstance(self.sync, NcclSync):
-                raise
-            self.sync, done = recover(self.sync, weights, version, err)
-            console.print(f"rl: {done}", soft_wrap=True)
-
     def record(
         self,
         step: int,
@@ -521,7 +382,7 @@ class _Run:
         self.totals.update(rollouts.counts)
         self.totals.update(f"finish:{s.episode.finish_reason}" for s in samples)
         extra = {
-            "policy_version": self.sync.version,
+            "policy_version": self.pusher.version,
             "staleness_max": max(staleness),
             "staleness_mean": float(np.mean(staleness)),
             "untrained_samples": sum(s.episode.finish_reason in NO_SAMPLE_REASONS for s in samples),
@@ -572,7 +433,7 @@ class _Run:
         state = (
             {
                 "step": done,
-                "policy_version": self.sync.version,
+                "policy_version": self.pusher.version,
                 "reference_model": self.reference_uri,
                 "model": cfg.model,
                 "data_position": done * cfg.prompts_per_step,
@@ -597,14 +458,14 @@ class _Run:
         """One RL step on this rank."""
         if not self.lead:  # the other ranks: rank 0's samples (store wait, no collective) -> their share
             self.learn(step, None)
-            weights, _ = self.push(step + 1)
+            weights, _ = self.pusher.push(step + 1)
             self.save_checkpoint(step + 1, weights)
             return
         rollouts = self.next_rollouts(step)
-        version = self.sync.version
+        version = self.pusher.version
         staleness = self.staleness(step, rollouts, version)
         learned = self.learn(step, rollouts.samples)
-        weights, sync_s = self.push(version + 1)
+        weights, sync_s = self.pusher.push(version + 1)
         self.record(step, rollouts, learned, staleness, sync_s)
         self.save_checkpoint(step + 1, weights)
         faults.check("rl", step + 1)  # resilience tests: fail here once, like a preempted pod
@@ -620,7 +481,7 @@ class _Run:
             "skipped_rows": dict(data.skipped),
             "reward_first": history[0]["reward_mean"] if history else None,
             "reward_last": history[-1]["reward_mean"] if history else None,
-            "policy_version": self.sync.version,
+            "policy_version": self.pusher.version,
             "counts": dict(self.totals),
             "last_step": history[-1] if history else None,
             **final_summary(history, cfg.final_steps),  # f_tau / kappa of the ablation table, f_tau curve
@@ -760,9 +621,17 @@ def run(cfg: RlConfig) -> StageResult:
         # so every episode turn goes to it on its own (engines/independent.py)
         engine = (
             CoalescingEngine(inner, seed=cfg.seed)
-            if cfg.engine.kind == "transformers"
+            if KINDS[cfg.engine.kind].in_process
             else IndependentEngine(inner, max_concurrency=cfg.engine.max_concurrency, seed=cfg.seed)
         )
+    pusher = WeightPush(
+        d,
+        learner,
+        sync,
+        dtype,
+        streams=streams(cfg.engine),
+        bucket_bytes=getattr(cfg.engine, "bucket_mb", 1024) << 20,
+    )
     if lead:  # everything is loaded and started: from here on the output is rewritten
         if storage.is_complete(out):
             storage.clear_complete(out)  # a rerun rewrites the outputs: never leave them looking complete
@@ -775,7 +644,7 @@ def run(cfg: RlConfig) -> StageResult:
         data=data,
         judge=judge,
         engine=engine,
-        sync=sync,
+        pusher=pusher,
         handoff=LeadHandoff(d, cfg.train.follower_wait_s),
         images_kwargs=restore_images_kwargs(cfg),
         staging=tempfile.mkdtemp(prefix="paravt-rl-"),
@@ -806,11 +675,7 @@ def run(cfg: RlConfig) -> StageResult:
     finally:
         r.pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(r.staging, ignore_errors=True)
-        if hasattr(sync, "close"):  # NCCL: the server leaves this run's weight-update group
-            sync.close()
-        server = getattr(getattr(sync, "engine", None), "server", None)
-        if server is not None:  # an SGLang server this run launched
-            server.stop()
+        pusher.close()  # the server leaves this run's weight-update group; one this run launched stops
     if not lead:
         return StageResult("rl", outputs={"final": final}, metrics={"rank": d.rank})
     return r.finish(final)

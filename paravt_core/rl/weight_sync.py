@@ -1,11 +1,11 @@
 """Pushing the learner's weights to the rollout engine after every step (policy version + 1).
 
 - ``InProcessSync``: the in-process ``TransformersEngine`` loads the state dict directly.
-- ``DiskSync``: an SGLang server reloads a Hugging Face directory written by rank 0 into a staging
-  directory the server can read (``/update_weights_from_disk``); the previous version's directory is
+- ``DiskSync``: a server (SGLang, an SGLang fleet, vLLM: ``engines.base.ReloadsFromDisk``) reloads a Hugging
+  Face directory written by rank 0 into a staging directory it can read; the previous version's directory is
   deleted once the server has moved on.
-- ``NcclSync``: the tensors go straight from rank 0's GPU to the server's over an NCCL group that the
-  server joins (``/init_weights_update_group`` once), then per step: generation paused, a begin/end weight
+- ``NcclSync``: the tensors go straight from rank 0's GPU to the server's (``engines.base.UpdatesOverGroup``:
+  SGLang) over an NCCL group that the server joins (``/init_weights_update_group`` once), then per step: generation paused, a begin/end weight
   update session, the tensors in buckets (one ``/update_weights_from_distributed`` each), generation resumed.
   GPU (NCCL); the same code runs with gloo on CPU in the tests.
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from paravt_core.engines.base import EngineError
+from paravt_core.engines.base import EngineError, ReloadsFromDisk, UpdatesOverGroup
 
 
 async def _closing(engine: Any, call: Any) -> Any:
@@ -53,7 +53,7 @@ class InProcessSync:
 class DiskSync:
     def __init__(
         self,
-        engine: Any,
+        engine: ReloadsFromDisk,
         hf_model: Any,
         staging_dir: str,
         version: int = 0,
@@ -199,7 +199,7 @@ class NcclSync:
     generation, best effort. ``close`` asks the server to destroy the group (and destroys ours).
     """
 
-    engine: Any
+    engine: UpdatesOverGroup
     _: dataclasses.KW_ONLY
     master_address: str
     master_port: int

@@ -1,0 +1,97 @@
+"""``engine.kind=vllm``: a vLLM server (``engines/vllm_engine.py``), at ``base_url`` or launched by the stage:
+chat requests with exact token ids and log-probs back, and weight pushes from disk."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from paravt_core.config_base import StrictModel
+
+from .base import BuildContext, EngineKind
+
+
+class VllmEngineConfig(StrictModel):
+    kind: Literal["vllm"] = Field(default="vllm", description="a vLLM server (exact token ids and log-probs)")
+    base_url: str = Field(
+        default="",
+        description="a running server (started with VLLM_SERVER_DEV_MODE=1 for rl); empty: launch one",
+    )
+    served_model: str = Field(
+        default="", description="model name on the server; empty: the one it serves (GET /v1/models)"
+    )
+    max_concurrency: int = Field(default=256, ge=1, description="requests in flight at once")
+    weight_sync: Literal["disk"] = Field(
+        default="disk", description="rl weight push: the server reloads a directory in staging_dir"
+    )
+    staging_dir: str = Field(
+        default="", description="disk push: a local directory the server can read; empty: <output>-weights"
+    )
+    pause_mode: Literal["wait", "abort"] = Field(
+        default="wait",
+        description="how vLLM pauses during a push: wait (in-flight requests finish first) or abort (they end)",
+    )
+    # the launch (base_url empty): vllm_engine.launch_command
+    python: str = Field(default="", description="launch: the Python with vLLM installed; empty: this one")
+    port: int = Field(default=8000, ge=1, le=65535, description="launch: the server's port")
+    max_model_len: int = Field(default=32768, ge=256, description="launch: context length (--max-model-len)")
+    max_images: int = Field(
+        default=64, ge=1, description="launch: images per request (--limit-mm-per-prompt)"
+    )
+    gpus: list[int] = Field(
+        default_factory=list,
+        description="launch: GPUs (node indices) of the server; the learner's are refused",
+    )
+    tp_size: int = Field(
+        default=0, ge=0, description="launch: tensor-parallel size; 0: all of engine.gpus (or 1)"
+    )
+    enforce_eager: bool = Field(
+        default=False, description="launch: no CUDA graphs or compilation (CPU builds)"
+    )
+    cpu_kvcache_gib: int = Field(
+        default=0, ge=0, description="launch on a CPU build: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE); 0: GPU"
+    )
+    extra_args: list[str] = Field(default_factory=list, description="launch: more server arguments, as given")
+    start_timeout_s: float = Field(default=900.0, gt=0.0, description="launch: seconds to wait for /health")
+
+
+def launch_plan(cfg: VllmEngineConfig, ctx: BuildContext) -> tuple[list[str], dict[str, str], str]:
+    """(command, environment, base URL) of the server the stage starts for ``cfg``: the context's checkpoint
+    (a local directory), its dtype and pixel budget, pinned by ``ctx.env`` to ``cfg.gpus`` when given."""
+    import sys
+
+    from paravt_core.engines.vllm_engine import launch_command, server_env
+    from paravt_core.models import resolve_model_dir
+
+    low, high = ctx.pixels or (None, None)
+    command = launch_command(
+        str(resolve_model_dir(ctx.model)),  # the server opens local directories, not s3:// URIs
+        python=cfg.python or sys.executable,
+        port=cfg.port,
+        max_model_len=cfg.max_model_len,
+        max_images=cfg.max_images,
+        max_pixels=high,
+        min_pixels=low,
+        dtype=ctx.dtype,
+        tp_size=cfg.tp_size or max(len(cfg.gpus), 1),
+        enforce_eager=cfg.enforce_eager,
+        extra_args=cfg.extra_args,
+    )
+    return command, server_env(ctx.env, cpu_kvcache_gib=cfg.cpu_kvcache_gib), f"http://127.0.0.1:{cfg.port}"
+
+
+def build(cfg: VllmEngineConfig, ctx: BuildContext) -> Any:
+    from paravt_core.engines.vllm_engine import VllmEngine, served_model
+
+    timeout = {"timeout_s": ctx.timeout_s} if ctx.timeout_s is not None else {}
+    kwargs = {"processor": ctx.load_processor(), "max_concurrency": cfg.max_concurrency, **timeout}
+    if not cfg.base_url:
+        command, env, base_url = launch_plan(cfg, ctx)
+        return VllmEngine.launch(
+            command, base_url, env=env, log_path=ctx.log_path, start_timeout_s=cfg.start_timeout_s, **kwargs
+        )
+    return VllmEngine(cfg.base_url, cfg.served_model or served_model(cfg.base_url), **kwargs)
+
+
+KIND = EngineKind("vllm", VllmEngineConfig, build, frozenset({"rl", "eval", "agent"}))

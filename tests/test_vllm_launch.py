@@ -1,0 +1,104 @@
+"""The vLLM server the stages launch (``engine.kind=vllm`` without ``engine.base_url``): its command, read back
+by vLLM 0.32's own serve-argument parser (``vllm/entrypoints/launchers/cli_args.py`` ``make_arg_parser`` and
+``validate_parsed_serve_args``, then ``AsyncEngineArgs.from_cli_args``) from ``.venv-vllm``, including the
+GPU-only settings (tensor parallel over the reserved GPUs) that no CPU run starts; and its environment."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from paravt_core.config import load_config
+from paravt_core.engines.base import image_processor_kwargs
+from paravt_core.engines.kinds.base import BuildContext
+from paravt_core.engines.kinds.vllm import launch_plan
+from paravt_core.engines.vllm_engine import launch_command, server_env
+from paravt_core.rl.config import RlConfig
+from tests.fixtures.served import unavailable
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+
+# What vLLM makes of the arguments: its own parser and checks, then the engine arguments it would start with.
+READ_BACK = """
+import json, sys
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+args = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])
+validate_parsed_serve_args(args)
+e = AsyncEngineArgs.from_cli_args(args)
+print(json.dumps({"model": e.model, "port": args.port, "host": args.host, "max_model_len": e.max_model_len,
+    "limit_mm_per_prompt": e.limit_mm_per_prompt, "mm_processor_kwargs": e.mm_processor_kwargs,
+    "dtype": e.dtype, "tensor_parallel_size": e.tensor_parallel_size, "seed": e.seed,
+    "logprobs_mode": e.logprobs_mode, "generation_config": e.generation_config,
+    "trust_request_mm_kwargs": args.trust_request_mm_kwargs, "enforce_eager": e.enforce_eager}))
+"""
+
+
+def _read_back(command: list[str]) -> dict:
+    if not VLLM_PYTHON.exists():
+        unavailable(
+            f"vLLM's CPU build is not set up in {VLLM_PYTHON.parent.parent} (scripts/setup.sh makes it)"
+        )
+    assert command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    done = subprocess.run(
+        [str(VLLM_PYTHON), "-c", READ_BACK, *command[3:]], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_rl_launch_on_two_reserved_gpus_as_vllm_reads_it(tiny_model_dir: str) -> None:
+    cfg = load_config(RlConfig, None, ["engine.kind=vllm", "engine.gpus=[6,7]", "engine.port=8011",
+                                       "dtype=bfloat16", f"model={tiny_model_dir}"])  # fmt: skip
+    low, high = cfg.agent.processor_pixels
+    context = BuildContext(stage="rl", model=cfg.model, dtype=cfg.dtype, pixels=(low, high), env={"A": "1"})
+    command, env, base_url = launch_plan(cfg.engine, context)
+    assert base_url == "http://127.0.0.1:8011"
+    assert _read_back(command) == {
+        "model": tiny_model_dir,
+        "port": 8011,
+        "host": "127.0.0.1",
+        "max_model_len": 32768,
+        "limit_mm_per_prompt": {"image": 64, "video": 1},
+        # the encoder's budget as the server's own processor setting, the same dict our processor gets
+        "mm_processor_kwargs": image_processor_kwargs(max_pixels=high, min_pixels=low),
+        "dtype": "bfloat16",
+        "tensor_parallel_size": 2,  # engine.tp_size 0: all of engine.gpus
+        "seed": 0,
+        "logprobs_mode": "processed_logprobs",
+        "generation_config": "vllm",  # never the checkpoint's generation_config.json
+        "trust_request_mm_kwargs": True,
+        "enforce_eager": False,
+    }
+    assert env["A"] == "1" and env["VLLM_SERVER_DEV_MODE"] == "1"  # the stage's environment (its GPUs) kept
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env  # a GPU launch
+
+
+def test_the_tiny_cpu_server_the_tests_start_as_vllm_reads_it(tiny_model_dir: str) -> None:
+    command = launch_command(tiny_model_dir, port=8012, max_model_len=4096, max_images=8, dtype="float32",
+                             enforce_eager=True)  # fmt: skip
+    read = _read_back(command)
+    assert (read["max_model_len"], read["limit_mm_per_prompt"], read["dtype"]) == (
+        4096,
+        {"image": 8, "video": 1},
+        "float32",
+    )
+    assert (
+        read["enforce_eager"] is True
+        and read["mm_processor_kwargs"] is None
+        and read["tensor_parallel_size"] == 1
+    )
+
+
+def test_a_half_pixel_budget_and_the_cpu_environment() -> None:
+    with pytest.raises(ValueError, match="both max_pixels and min_pixels"):
+        launch_command("/m", max_pixels=1024)
+    env = server_env({"PYTHONPATH": "/ours", "HOME": "/h"}, cpu_kvcache_gib=2)
+    assert "PYTHONPATH" not in env and env["HOME"] == "/h"  # the server's packages are its own venv's
+    assert (env["VLLM_CPU_KVCACHE_SPACE"], env["VLLM_CPU_OMP_THREADS_BIND"]) == ("2", "nobind")
+    assert (env["HF_HUB_OFFLINE"], env["VLLM_NO_USAGE_STATS"]) == ("1", "1")
