@@ -8,6 +8,8 @@
 #   install.sh code [--sglang]
 #       paravt itself from /src (no dependency resolution, no network), checks (images/toolchain_check.py;
 #       --sglang: also nvcc and SGLang's JIT toolchain), configs, cleanup.
+#   install.sh vllm [VERSION]
+#       the eval image's vLLM server in its own venv at /opt/vllm (nothing when VERSION is empty).
 set -eu
 phase=${1:?usage: install.sh deps|code ...}
 shift
@@ -81,7 +83,17 @@ elif [ "$phase" = code ]; then
     if [ -d /src/configs ]; then cp -r /src/configs /opt/paravt/share/configs; fi
     install -m 0755 /src/images/entrypoint.sh /opt/paravt/bin/paravt-entrypoint
     rm -rf /src
+elif [ "$phase" = vllm ]; then
+    # The eval image's optional vLLM server (Dockerfile.eval, build arg VLLM_VERSION): a venv of its own, as
+    # vLLM pins its own torch; the eval stage starts it as engine.python=/opt/vllm/bin/python
+    # (configs/eval/vllm.yaml). Empty version: nothing installed.
+    version=${1:-}
+    if [ -n "$version" ]; then
+        python3.11 -m venv /opt/vllm
+        /opt/vllm/bin/pip --no-cache-dir --disable-pip-version-check -q install "vllm==$version"
+        /opt/vllm/bin/python -c "import vllm.entrypoints.openai.api_server"
+    fi
 else
-    echo "install.sh: unknown phase '$phase' (deps or code)" >&2
+    echo "install.sh: unknown phase '$phase' (deps, code or vllm)" >&2
     exit 2
 fi

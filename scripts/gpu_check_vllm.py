@@ -143,14 +143,14 @@ class VllmChecks:
             full = device_logprobs(PolicyLogprobs(model), pack([pack_sample(model.config, seq)]), TEMPERATURE)
         return full.cpu()[seq.loss_mask > 0].float().tolist()
 
-    def perturbed(self) -> Any:
+    def perturbed(self, seed: int = 1) -> Any:
         """The check's model with every weight moved (seeded): what the pushes send."""
         import torch
 
         from paravt_core.models import load
 
         moved = load(self.model_dir, device=self.device, dtype=self.dtype)
-        generator = torch.Generator().manual_seed(1)
+        generator = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for p in moved.model.parameters():
                 p.add_((torch.randn(p.shape, generator=generator) * 0.05).to(p.device, p.dtype))
@@ -238,8 +238,8 @@ class VllmChecks:
 
         cfg = RlConfig()
         served = getattr(torch, self.dtype)
-        learner = Learner(  # float32 masters, the vision tower frozen, as the RL learner
-            self.perturbed().model.float(),
+        learner = Learner(  # float32 masters, the vision tower frozen, as the RL learner; other weights than
+            self.perturbed(seed=2).model.float(),  # the server holds (launch's, or disk_push's seed 1)
             load(self.model_dir, device=self.device, dtype=served).model,
             temperature=cfg.agent.temperature, advantage=cfg.advantage, loss=cfg.loss, optim=cfg.optim,
             dist=dataclasses.replace(Dist(), device=torch.device(self.device)),
@@ -250,7 +250,7 @@ class VllmChecks:
         WeightPush(learner.dist, learner, sync, served).push(2)
         expected = load(self.model_dir, device=self.device, dtype=self.dtype)
         expected.model.load_state_dict(learner.weights(served))
-        return "the learner's weights: " + self.served_as(expected.model, unlike=self.local.model)
+        return "the learner's weights: " + self.served_as(expected.model, unlike=self.perturbed().model)
 
     def rl_step(self) -> str:
         self.stop_server()  # the stage launches its own

@@ -110,3 +110,24 @@ def _is_cpu(arg: Any) -> bool:
     return (isinstance(arg, str) and arg.startswith("cpu")) or (
         isinstance(arg, torch.device) and arg.type == "cpu"
     )
+
+
+def sigkill_after_checkpoint(command: list[str], output: Path, step: int, env: dict[str, str]) -> None:
+    """Start ``paravt rl`` (``command``, writing ``output``) and SIGKILL it as soon as its checkpoint of
+    ``step`` is complete (it is then in the next step); the run must not have completed."""
+    import signal
+    import subprocess
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    marker = output / "checkpoints" / f"step_{step:08d}" / "_COMPLETE"
+    deadline = time.monotonic() + 300
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert marker.exists(), (
+        proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "no checkpoint"
+    )
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and not (output / "_COMPLETE").exists()

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from paravt_core.models import load
 from paravt_core.rl.learner import state_checksum
-from tests.rl_support import TINY_RL, rl_data  # noqa: F401
+from tests.rl_support import TINY_RL, rl_data, sigkill_after_checkpoint  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["steps=4", "checkpoint.every=2", "group_size=3", "agent.max_new_tokens=32"]
@@ -35,18 +33,7 @@ def test_sigkill_then_rerun_matches_the_uninterrupted_run(rl_data, tiny_model_di
     assert done.returncode == 0, done.stderr[-2000:]
 
     cmd = [*base, f"output={killed}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    marker = killed / "checkpoints" / "step_00000002" / "_COMPLETE"
-    deadline = time.monotonic() + 300
-    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert marker.exists(), (
-        proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "no checkpoint"
-    )
-    proc.send_signal(signal.SIGKILL)  # in step 3, with one complete checkpoint behind it
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    assert not (killed / "_COMPLETE").exists()
+    sigkill_after_checkpoint(cmd, killed, 2, env)  # in step 3, with one complete checkpoint behind it
 
     rerun = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr[-2000:]

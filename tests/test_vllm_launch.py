@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,44 +23,58 @@ from tests.fixtures.served import unavailable
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
-# What vLLM makes of the arguments: its own parser and checks, then the engine arguments it would start with.
+# What vLLM makes of the arguments: its own parser and checks, then the engine arguments it would start with;
+# one process for the module (importing vLLM takes ~15 s), one JSON argument list per line in, one answer out.
 READ_BACK = """
 import json, sys
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
 from vllm.utils.argparse_utils import FlexibleArgumentParser
-args = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])
-validate_parsed_serve_args(args)
-e = AsyncEngineArgs.from_cli_args(args)
-print(json.dumps({"model": e.model, "port": args.port, "host": args.host, "max_model_len": e.max_model_len,
-    "limit_mm_per_prompt": e.limit_mm_per_prompt, "mm_processor_kwargs": e.mm_processor_kwargs,
-    "dtype": e.dtype, "tensor_parallel_size": e.tensor_parallel_size, "seed": e.seed,
-    "logprobs_mode": e.logprobs_mode, "generation_config": e.generation_config,
-    "trust_request_mm_kwargs": args.trust_request_mm_kwargs, "enforce_eager": e.enforce_eager}))
+for line in sys.stdin:
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(json.loads(line))
+    validate_parsed_serve_args(args)
+    e = AsyncEngineArgs.from_cli_args(args)
+    print(json.dumps({"model": e.model, "port": args.port, "host": args.host, "max_model_len": e.max_model_len,
+        "limit_mm_per_prompt": e.limit_mm_per_prompt, "mm_processor_kwargs": e.mm_processor_kwargs,
+        "dtype": e.dtype, "tensor_parallel_size": e.tensor_parallel_size, "seed": e.seed,
+        "logprobs_mode": e.logprobs_mode, "generation_config": e.generation_config,
+        "trust_request_mm_kwargs": args.trust_request_mm_kwargs, "enforce_eager": e.enforce_eager}),
+        flush=True)
 """
 
 
-def _read_back(command: list[str]) -> dict:
+@pytest.fixture(scope="module")
+def vllm_parser() -> Iterator[subprocess.Popen]:
     if not VLLM_PYTHON.exists():
         unavailable(
             f"vLLM's CPU build is not set up in {VLLM_PYTHON.parent.parent} (scripts/setup.sh makes it)"
         )
+    process = subprocess.Popen([str(VLLM_PYTHON), "-c", READ_BACK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    yield process
+    process.stdin.close()
+    process.wait(60)
+
+
+def _read_back(parser: subprocess.Popen, command: list[str]) -> dict:
+    """What vLLM's parser makes of ``command``'s server arguments (a refused one ends the process: the read
+    then fails)."""
     assert command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
-    done = subprocess.run(
-        [str(VLLM_PYTHON), "-c", READ_BACK, *command[3:]], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    parser.stdin.write(json.dumps(command[3:]) + "\n")
+    parser.stdin.flush()
+    line = parser.stdout.readline()
+    assert line, f"vLLM's parser refused {command[3:]} (exit {parser.poll()})"
+    return json.loads(line)
 
 
-def test_the_rl_launch_on_two_reserved_gpus_as_vllm_reads_it(tiny_model_dir: str) -> None:
+def test_the_rl_launch_on_two_reserved_gpus_as_vllm_reads_it(vllm_parser, tiny_model_dir: str) -> None:
     cfg = load_config(RlConfig, None, ["engine.kind=vllm", "engine.gpus=[6,7]", "engine.port=8011",
                                        "dtype=bfloat16", f"model={tiny_model_dir}"])  # fmt: skip
     low, high = cfg.agent.processor_pixels
     context = BuildContext(stage="rl", model=cfg.model, dtype=cfg.dtype, pixels=(low, high), env={"A": "1"})
     command, env, base_url = launch_plan(cfg.engine, context)
     assert base_url == "http://127.0.0.1:8011"
-    assert _read_back(command) == {
+    assert _read_back(vllm_parser, command) == {
         "model": tiny_model_dir,
         "port": 8011,
         "host": "127.0.0.1",
@@ -79,10 +94,10 @@ def test_the_rl_launch_on_two_reserved_gpus_as_vllm_reads_it(tiny_model_dir: str
     assert "VLLM_CPU_KVCACHE_SPACE" not in env  # a GPU launch
 
 
-def test_the_tiny_cpu_server_the_tests_start_as_vllm_reads_it(tiny_model_dir: str) -> None:
+def test_the_tiny_cpu_server_the_tests_start_as_vllm_reads_it(vllm_parser, tiny_model_dir: str) -> None:
     command = launch_command(tiny_model_dir, port=8012, max_model_len=4096, max_images=8, dtype="float32",
                              enforce_eager=True)  # fmt: skip
-    read = _read_back(command)
+    read = _read_back(vllm_parser, command)
     assert (read["max_model_len"], read["limit_mm_per_prompt"], read["dtype"]) == (
         4096,
         {"image": 8, "video": 1},
@@ -102,3 +117,26 @@ def test_a_half_pixel_budget_and_the_cpu_environment() -> None:
     assert "PYTHONPATH" not in env and env["HOME"] == "/h"  # the server's packages are its own venv's
     assert (env["VLLM_CPU_KVCACHE_SPACE"], env["VLLM_CPU_OMP_THREADS_BIND"]) == ("2", "nobind")
     assert (env["HF_HUB_OFFLINE"], env["VLLM_NO_USAGE_STATS"]) == ("1", "1")
+
+
+def test_the_release_recipe_launches_vllm_as_the_release_ran_it(vllm_parser, tiny_model_dir: str) -> None:
+    """``configs/eval/release_vllm.yaml``: the release's context and a whole episode's images, and no pixel
+    budget of ours on the server (the release's server keeps the checkpoint's processor settings)."""
+    from paravt_core.eval import stage
+    from paravt_core.eval.config import EvalConfig
+
+    cfg = load_config(
+        EvalConfig, ROOT / "configs" / "eval" / "release_vllm.yaml", [f"model={tiny_model_dir}"]
+    )
+    assert stage._server_pixels(cfg) is None
+    paravt = load_config(EvalConfig, None, ["engine.kind=vllm"])
+    assert stage._server_pixels(paravt) == paravt.agent.processor_pixels
+    context = BuildContext(stage="eval", model=cfg.model, pixels=stage._server_pixels(cfg))
+    command, _, _ = launch_plan(cfg.engine, context)
+    assert command[0] == "/opt/vllm/bin/python"
+    read = _read_back(vllm_parser, ["python", *command[1:]])
+    assert (read["max_model_len"], read["limit_mm_per_prompt"], read["mm_processor_kwargs"]) == (
+        65536,
+        {"image": 304, "video": 1},
+        None,
+    )

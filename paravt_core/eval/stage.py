@@ -160,7 +160,7 @@ def build_engine(cfg: EvalConfig) -> tuple[Any, Any]:
         model=cfg.model,
         purpose="evaluated model",
         timeout_s=RELEASE_CLIENT_TIMEOUT_S if cfg.preset == "release" else None,  # the release's client's
-        pixels=cfg.agent.processor_pixels,  # a launched server's own processor setting
+        pixels=_server_pixels(cfg),
         log_path=os.path.join(os.path.abspath(cfg.work_dir), "server.log"),
     )
     engine = build(e, context)
@@ -170,6 +170,13 @@ def build_engine(cfg: EvalConfig) -> tuple[Any, Any]:
         # greedy eval needs no seeds; the runner retries failed samples itself (attempts stay truthful)
         return CoalescingEngine(engine, seed=None, max_retries=0), engine.processor
     return engine, engine.processor
+
+
+def _server_pixels(cfg: EvalConfig) -> tuple[int, int] | None:
+    """The pixel budget a launched server's processor is set to: the episode's, or none on the release's frame
+    path (the release's server keeps the checkpoint's own processor settings, as the requests then do)."""
+    agent = preset_agent(cfg.preset, cfg.agent)
+    return None if agent.frame_path == "qwen-vl-utils" else agent.processor_pixels
 
 
 def build_judge(cfg: EvalConfig) -> Any:
