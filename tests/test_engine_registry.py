@@ -162,3 +162,9 @@ def test_every_kind_config_is_a_strict_section() -> None:
         assert issubclass(kind.config, BaseModel)
         with pytest.raises(ValueError, match="Extra inputs are not permitted"):
             kind.config(no_such_field=1)
+
+
+def test_only_a_kind_that_cannot_start_its_server_needs_a_url() -> None:
+    needs = {name: kind.needs_url(kind.config()) for name, kind in KINDS.items()}
+    assert needs == {"transformers": False, "sglang": False, "vllm": False, "openai": True}
+    assert not KINDS["openai"].needs_url(KINDS["openai"].config(base_url="http://h:1/v1"))

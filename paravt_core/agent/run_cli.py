@@ -76,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--base-url",
         default=None,
         help="server URL for --engine openai/vllm/sglang "
-        "(sglang without it: launch a server for --model on --port, GPU only)",
+        "(sglang or vllm without it: launch a server for --model, sglang on --port and on a GPU only; vllm on "
+        "port 8000, with this Python's vllm)",
     )
     parser.add_argument("--port", type=int, default=30000, help="port of a launched SGLang server")
     parser.add_argument("--served-model", default=None, help="model name on an openai / vllm server")
@@ -158,10 +159,10 @@ def engine_section(args: argparse.Namespace) -> Any:
 
 def build_engine(args: argparse.Namespace, cfg: AgentConfig | None = None) -> tuple[Any, Any]:
     """(engine, processor) for the chosen backend (``engines.registry``)."""
-    from paravt_core.engines.registry import BuildContext, build
+    from paravt_core.engines.registry import KINDS, BuildContext, build
 
     section = engine_section(args)
-    if section.kind in ("openai", "vllm") and not section.base_url:
+    if KINDS[section.kind].needs_url(section):
         raise SystemExit(f"--engine {section.kind} needs --base-url")
     cfg = cfg or AgentConfig()
     context = BuildContext(

@@ -9,7 +9,9 @@ include the API key.
 
 Frames travel as lossless PNG data URLs together with ``mm_processor_kwargs`` (the image-processor settings
 our encoder used, which vLLM passes to the HF processor), so the server makes the same pixels and image
-tokens as the local processor. SGLang's OpenAI endpoint (0.5.23) ignores that field: launch it with
+tokens as the local processor. Frames of the release's frame path (``agent.frame_path=qwen-vl-utils``) travel
+as the JPEG-85 bytes their pixels were decoded from, as the release sends them (2-8x smaller
+than the same pixels as PNG), without ``mm_processor_kwargs``. SGLang's OpenAI endpoint (0.5.23) ignores that field: launch it with
 ``--mm-process-config`` (``sglang_engine.mm_process_config``) instead. The server's ``usage.prompt_tokens`` is compared with our exact count:
 a mismatch is logged and counted (``prompt_token_mismatches``) and the episode budgets its context with the
 larger number. A request whose last message is a partial assistant turn (the forced ``<think>\\n``) is
@@ -69,7 +71,29 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
 
 
 def frame_to_data_url(frame: Any) -> str:
-    """PNG data URL of a uint8 frame (C x H x W tensor, H x W x C array or PIL image)."""
+    """Data URL of a uint8 frame (C x H x W tensor, H x W x C array or PIL image): the JPEG bytes the frame was
+    decoded from where it has them (the release's frame path, ``release_frames.encoded_jpeg``: the server decodes
+    the very pixels we hold, from the bytes the release sends), else lossless PNG of its pixels."""
+    jpeg = _encoded_jpeg(frame)
+    if jpeg is not None:
+        return _data_url("image/jpeg", jpeg)
+    return _data_url("image/png", _png(frame))
+
+
+def _data_url(media_type: str, data: bytes) -> str:
+    return f"data:{media_type};base64," + base64.b64encode(data).decode()
+
+
+def _encoded_jpeg(frame: Any) -> bytes | None:
+    """The frame's own JPEG bytes (a frame of ``release_frames.jpeg_round_trip``), None for any other frame."""
+    if not hasattr(frame, "_base"):  # not a torch tensor: no JPEG kept with it
+        return None
+    from paravt_core.video.release_frames import encoded_jpeg  # lazily: text-only clients need no video stack
+
+    return encoded_jpeg(frame)
+
+
+def _png(frame: Any) -> bytes:
     from PIL import Image
 
     if isinstance(frame, Image.Image):
@@ -81,7 +105,7 @@ def frame_to_data_url(frame: Any) -> str:
         image = Image.fromarray(np.ascontiguousarray(array.astype(np.uint8)))
     buf = io.BytesIO()
     image.save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    return buf.getvalue()
 
 
 def to_openai_messages(messages: Sequence[dict]) -> list[dict]:

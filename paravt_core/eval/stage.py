@@ -150,10 +150,10 @@ def load_samples(
 
 def build_engine(cfg: EvalConfig) -> tuple[Any, Any]:
     """(engine, processor) of the config (``engines.registry``)."""
-    from paravt_core.engines.registry import BuildContext, build
+    from paravt_core.engines.registry import KINDS, BuildContext, build
 
     e = cfg.engine
-    if e.kind == "openai" and not e.base_url:  # vllm without it: the stage launches the server
+    if KINDS[e.kind].needs_url(e):  # a kind that launches its server (vllm) starts it here instead
         raise EvalError(f"engine.kind={e.kind} needs engine.base_url")
     context = BuildContext(
         stage="eval",
@@ -558,7 +558,7 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
 
 def server_report(cfg: EvalConfig) -> dict[str, Any] | None:
     """What the server (``engine.kind=openai``) reports about its context; None for the in-process engine."""
-    if cfg.engine.kind not in ("openai", "vllm") or not cfg.engine.base_url:
+    if not getattr(cfg.engine, "base_url", ""):  # in process, or a server this stage launched
         return None
     from .server import served_context
 
@@ -598,7 +598,7 @@ def _evaluate(
     judge: Any,
 ) -> dict[str, dict[str, list[dict]]]:
     store = RecordStore(run_root, work, cfg.runner.upload_every_s)
-    owned = None  # a server this stage launched (engine.kind=vllm without base_url): stopped at the end
+    owned = None  # a server this stage launched (a kind that launches, without base_url): stopped at the end
     if engine is None:
         os.makedirs(work, exist_ok=True)
         engine, processor = build_engine(cfg)

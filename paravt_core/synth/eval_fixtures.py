@@ -17,7 +17,8 @@ reads only that manifest: production code never imports ``paravt_core.synth``, s
 whoever runs the tiny eval (``paravt synth DIR --eval-fixtures``, ``paravt demo``, the tests). Column names,
 option layout, answer encoding, duration and timestamp formats follow the datasets' cards and their public
 loaders (see ``paravt_core.eval.benchmarks``); the questions are ours, about the coloured shapes of two
-schedules (``VIDEO_A``, ``VIDEO_B``).
+schedules (``VIDEO_A``, ``VIDEO_B``). Every video is 8 s at 8 fps: 64 frames, the count the release's overview
+samples (``preset=release``), at 128 x 96 (the synthetic benchmark's at 160 x 128).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from paravt_core.eval.benchmarks import DEMO_MANIFEST
 from paravt_core.synth.dataset import synthesize
 from paravt_core.synth.scenes import Event, write_video
 
-SECONDS, FPS, SIZE = 8.0, 4.0, (128, 96)
+# 8 fps: 64 frames in 8 s, as many as the release's overview takes (qwen-vl-utils ``nframes=64``; a shorter video
+# gets no frames at all under preset=release, release_frames.overview_fail_soft). Small frames keep the encode cheap.
+SECONDS, FPS, SIZE = 8.0, 8.0, (128, 96)
 # A: red circle [1, 3) s, then blue square [4.5, 6.5) s.  B: green triangle [0.5, 2.5) s, yellow circle [5, 7) s.
 VIDEO_A = (
     Event("circle", "red", 1.0, 3.0, (10, 10, 60, 60)),
@@ -226,7 +229,7 @@ def write_fixtures(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 else:
                     write_video(path, list(events), SECONDS, FPS, SIZE)
                     written[key] = path
-        result = synthesize(str(r / "synthetic"), videos=4, seconds=SECONDS, seed=0)
+        result = synthesize(str(r / "synthetic"), videos=4, seconds=SECONDS, seed=0, fps=FPS)
         for archive in result.archives:  # archives we wrote ourselves: plain extraction
             with zipfile.ZipFile(archive) as zf:
                 zf.extractall(r / "synthetic/media")

@@ -49,3 +49,8 @@ class EngineKind:
     stages: frozenset[str]
     refused: dict[str, str] = field(default_factory=dict)  # stage -> one line why this kind cannot serve it
     in_process: bool = False  # the engine runs in the stage's own process (no server)
+    launches: bool = False  # a server kind whose stage starts the server itself when base_url is empty
+
+    def needs_url(self, config: Any) -> bool:
+        """``config`` names no server to talk to and the stage cannot start one."""
+        return not self.in_process and not self.launches and not getattr(config, "base_url", "")

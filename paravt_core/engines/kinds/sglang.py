@@ -148,5 +148,6 @@ KIND = EngineKind(
     SglangEngineConfig,
     build,
     frozenset({"rl", "agent"}),
+    launches=True,
     refused={"eval": "eval has not been run against an SGLang server yet; use vllm, openai or transformers"},
 )

@@ -94,4 +94,4 @@ def build(cfg: VllmEngineConfig, ctx: BuildContext) -> Any:
     return VllmEngine(cfg.base_url, cfg.served_model or served_model(cfg.base_url), **kwargs)
 
 
-KIND = EngineKind("vllm", VllmEngineConfig, build, frozenset({"rl", "eval", "agent"}))
+KIND = EngineKind("vllm", VllmEngineConfig, build, frozenset({"rl", "eval", "agent"}), launches=True)
