@@ -286,24 +286,31 @@ def test_release_preset_reproduces_the_released_driver(tiny_model, video):
     rec = asyncio.run(
         run_one(_mcq("rel", video), "agentic", B.get("videomme"), engine, base, opts, preset="release")
     )
-    # the fixture video has 32 frames (8 s at 4 fps): qwen-vl-utils 0.0.14 refuses 64 of 32 (smart_nframes raises)
-    # and the release's get_frames answers with no frames at all (issue 38: frame_path=qwen-vl-utils)
-    assert (rec["status"], rec["frames"], rec["prediction"]) == ("ok", 0, "B")
+    # the fixture video has 64 frames (8 s at 8 fps): the overview is every one of them, round(linspace(0, 63, 64)),
+    # unlabelled; 128 x 96 is below 100,352 px, so qwen-vl-utils scales it up by sqrt(100,352 / 12,288) and rounds
+    # up to the 28-px grid: ceil(274.3 / 28) x 28 = 280 by ceil(365.8 / 28) x 28 = 392; the processor's own
+    # settings (tiny: longest_edge 16,384 px, 32-px grid) shrink that to 96 x 128: (96 / 16) x (128 / 16) / 2^2 = 12
+    # tokens a frame
+    assert (rec["status"], rec["frames"], rec["prediction"]) == ("ok", 64, "B")
+    overview = release_frames.overview(video)
+    assert (overview.indices, tuple(overview.frames.shape[2:])) == (list(range(64)), (280, 392))
     first, second = engine.prompts["[rel]"]
-    assert "<|image_pad|>" not in first and "seconds>" not in first
-    # the crop 0-2 s at 4 fps: frames ceil(0) = 0 to floor(8) = 8, 9 frames = 2.25 s -> 2 frames (0 and 8);
-    # qwen-vl-utils sizes 128 x 96 to the 28-px grid: 140 x 84; the processor's own settings (tiny: longest_edge
-    # 16,384 px, 32-px grid) make it 128 x 96: (96 / 16) x (128 / 16) / 2^2 = 12 tokens a frame
+    assert first.count("<|image_pad|>") == 64 * 12 and "seconds>" not in first
+    # the crop 0-2 s at 8 fps: frames ceil(0) = 0 to floor(16) = 16, 17 frames = 2.125 s -> 2 frames (0 and 16);
+    # qwen-vl-utils sizes 128 x 96 to the 28-px grid: 140 x 84; the processor makes it 128 x 96: 12 tokens a frame
     crop = release_frames.crop(video, 0.0, 2.0)
-    assert (crop.indices, tuple(crop.frames.shape[2:])) == ([0, 8], (84, 140))
-    assert second.count("<|image_pad|>") == 2 * 12
+    assert (crop.indices, tuple(crop.frames.shape[2:])) == ([0, 16], (84, 140))
+    assert second.count("<|image_pad|>") == 64 * 12 + 2 * 12
 
     grounding = B.Sample(
         "charades", "[relg]", video=video, question="[relg] When?", gold="1.0, 3.0", qtype="tvg"
     )
     rec = asyncio.run(run_one(grounding, "agentic", B.get("charades"), engine, base, opts, preset="release"))
     assert (rec["status"], rec["score"]) == ("ok", 1.0)  # [1, 3] against the gold [1, 3]
-    assert "seconds>" not in engine.prompts["[relg]"][0]  # no frames to label on this 32-frame video
+    # Charades keeps the labels: frame i at i / 8 s, "<0.0 seconds>" (0.125 s reads 0.1) to "<7.9 seconds>" (7.875 s)
+    labels = engine.prompts["[relg]"][0]
+    assert labels.count("seconds>") == 64 and labels.count("<|image_pad|>") == 64 * 12
+    assert "<0.0 seconds>" in labels and "<0.1 seconds>" in labels and "<7.9 seconds>" in labels
 
 
 def test_separate_overview_and_crop_pixel_budgets(tiny_model, video):

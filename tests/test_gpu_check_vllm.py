@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from paravt_core.rl.weight_sync import DiskSync
@@ -49,6 +50,10 @@ def test_the_vllm_items_pass_on_the_cpu_build_and_fail_on_wrong_weights(
             checks.logprob_parity()
     finally:
         checks.stop_server()
+    # the RL stage launching vLLM itself (engine.kind=vllm, no base_url): it trains, and stops the server
     step = gpu_check.run_items({"rl_step": checks.rl_step}, ["rl_step"], {})[0]
     assert step.status == "pass", step.detail
-    assert step.detail.startswith("1 step, ") and (tmp_path / "rl-server.log").exists()  # the stage's server
+    assert step.detail.startswith("1 step, ")
+    assert "Application startup complete" in (tmp_path / "rl-server.log").read_text()  # the server's log kept
+    with pytest.raises(httpx.ConnectError):  # stopped with the stage
+        httpx.get(f"http://127.0.0.1:{checks.port}/health", timeout=5)

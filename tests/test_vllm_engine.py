@@ -23,11 +23,9 @@ from paravt_core.engines.vllm_engine import VllmEngine, served_model
 from paravt_core.eval.stage import run
 from paravt_core.models import load
 from paravt_core.rl.learner import PolicyLogprobs, TrainSequence, pack_sample
-from paravt_core.rl.stage import run as rl_run
 from paravt_core.rl.weight_sync import DiskSync
 from paravt_core.sft.packing import pack
 from tests.eval_support import TINY_AGENT, fixture_entry, tiny_eval_config
-from tests.fixtures.served import free_port, unavailable
 from tests.fixtures.vllm_server import serve
 from tests.rl_support import TINY_RL, rl_data, sigkill_after_checkpoint, tiny_rl_config  # noqa: F401
 
@@ -213,30 +211,6 @@ def test_a_disk_push_serves_the_new_weights(tiny_model_dir, push_server, tmp_pat
     assert _gap(served_after, _learner_logprobs(new.model, after)) < 1e-5
     assert _gap(served_after, _learner_logprobs(old.model, after)) > 1e-3
     assert sync.version == 1 and engine.weight_version == "1" and info["weight_version"] == "1"
-
-
-def test_rl_launches_its_own_vllm_server_and_pushes_every_step(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
-    """The RL stage with ``engine.kind=vllm`` and no ``engine.base_url``: it launches vLLM itself on the
-    starting checkpoint (``vllm_engine.launch_command``: the run's dtype and the agent's pixel budget as the
-    server's processor setting), rolls out on it with vLLM's own token ids and log-probs, pushes every step's
-    weights from disk, and stops it at the end. The behaviour log-probs vLLM reported are the learner's own
-    before each update (behav_kl ~ 0: the served weights are the pushed ones)."""
-    from tests.fixtures.vllm_server import ROOT as FIXTURE_ROOT
-
-    python = FIXTURE_ROOT / ".venv-vllm" / "bin" / "python"
-    if not python.exists():
-        unavailable(f"vLLM's CPU build is not set up in {python.parent.parent} (scripts/setup.sh makes it)")
-    out, port = tmp_path / "rl", free_port()
-    cfg = tiny_rl_config(rl_data, tiny_model_dir, str(out), "steps=2", "checkpoint.every=1", "engine.kind=vllm",
-                         f"engine.python={python}", f"engine.port={port}", "engine.enforce_eager=true",
-                         "engine.cpu_kvcache_gib=1", "engine.max_model_len=4096", "engine.max_images=8")  # fmt: skip
-    rl_run(cfg)
-    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [m["policy_version"] for m in history] == [1, 2] and [m["samples"] for m in history] == [8, 8]
-    assert all(abs(m["behav_kl"]) < 1e-5 for m in history), [m["behav_kl"] for m in history]
-    assert "Application startup complete" in (tmp_path / "rl-server.log").read_text()  # its log kept
-    with pytest.raises(httpx.ConnectError):  # stopped with the stage
-        httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
 
 
 def _steps(out: Path) -> list[dict]:

@@ -10,8 +10,8 @@ include the API key.
 Frames travel as lossless PNG data URLs together with ``mm_processor_kwargs`` (the image-processor settings
 our encoder used, which vLLM passes to the HF processor), so the server makes the same pixels and image
 tokens as the local processor. Frames of the release's frame path (``agent.frame_path=qwen-vl-utils``) travel
-as the JPEG-85 bytes their pixels were decoded from, as the release sends them (2-8x smaller
-than the same pixels as PNG), without ``mm_processor_kwargs``. SGLang's OpenAI endpoint (0.5.23) ignores that field: launch it with
+as the JPEG-85 bytes their pixels were decoded from, as the release sends them (2-8x smaller than the same
+pixels as PNG), without ``mm_processor_kwargs``. SGLang's OpenAI endpoint (0.5.23) ignores that field: launch it with
 ``--mm-process-config`` (``sglang_engine.mm_process_config``) instead. The server's ``usage.prompt_tokens`` is compared with our exact count:
 a mismatch is logged and counted (``prompt_token_mismatches``) and the episode budgets its context with the
 larger number. A request whose last message is a partial assistant turn (the forced ``<think>\\n``) is

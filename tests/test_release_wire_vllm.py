@@ -1,0 +1,127 @@
+"""preset=release against a real vLLM server (its CPU build, tests/fixtures/vllm_server.py, the tiny Qwen3-VL):
+the fixture videos' 64 frames reach the server as images, each as the JPEG bytes its pixels were decoded from,
+and the prompt token ids vLLM builds from them equal ours, id for id.
+
+The eval runs on a server with the release's image limit (``--limit-mm-per-prompt`` 1,024 images, its
+``utils.py`` ``launch_servers``): a release request carries the 64 overview frames (and the crops), over the
+session server's 8 (and a context just above the fixtures' prompts: ``CONTEXT``). Token counts by hand: every fixture frame (128 x 96, or 160 x 128 for the synthetic
+benchmark) is sized by qwen-vl-utils to 280 x 392 (308 x 364) for the overview and 84 x 140 (140 x 168) for a
+crop, and the tiny processor's own settings (longest_edge 16,384 px, 32-px grid) bring each to 96 x 128:
+(96 / 16) x (128 / 16) / 2^2 = 12 image tokens a frame."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import tests.fixtures.vllm_server as vllm_fixture
+from paravt_core.engines.base import GenerationRequest, SamplingParams
+from paravt_core.engines.vllm_engine import VllmEngine
+from paravt_core.eval.stage import run
+from paravt_core.video import release_frames as R
+from tests.eval_support import TINY_AGENT, fixture_entry, tiny_eval_config
+
+PER_PROTOCOL = 25  # the fixture benchmarks' samples (tests/test_eval_stage.py)
+TOKENS_PER_FRAME = 12  # see the module docstring
+RELEASE_IMAGES = 1024  # the release's vLLM server (--limit-mm-per-prompt)
+# The fixtures' release prompts hold 1,022-1,760 tokens; vLLM lowers each request's max_tokens (2,048 under the
+# preset) to the room left, so a small context keeps the random tiny model's replies, and the test, short.
+CONTEXT = 2304
+
+
+@pytest.fixture(scope="module")
+def release_vllm_server(tiny_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The session server's launch (``serve``), with the release's image limit and a small context."""
+    tmp = tmp_path_factory.mktemp("vllm-release")
+    with vllm_fixture.serve(tiny_model_dir, tmp, max_images=RELEASE_IMAGES, max_model_len=CONTEXT) as server:
+        yield server
+
+
+class ObservedVllm(VllmEngine):
+    """The real vLLM engine, keeping each chat body it sent and vLLM's answer to it."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.exchanges: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        data = await super()._post(path, body)
+        self.exchanges.append((body, data))
+        return data
+
+
+def _image_urls(body: dict[str, Any]) -> list[str]:
+    return [p["image_url"]["url"] for m in body["messages"] if isinstance(m["content"], list)
+            for p in m["content"] if p["type"] == "image_url"]  # fmt: skip
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_eval_under_preset_release_sends_every_frame_as_jpeg_and_vllm_sees_our_prompt_ids(
+    release_vllm_server, tiny_model, eval_fixtures, tmp_path
+):
+    server = release_vllm_server
+    engine = ObservedVllm(server.base_url, server.model, processor=tiny_model.processor)
+    # agentic: every benchmark's first request (the overview) and its tool rounds (crops); direct sends the same
+    # overview under another prompt text
+    cfg = tiny_eval_config(tmp_path, server.model, eval_fixtures, protocols=["agentic"],
+                           agent={**TINY_AGENT, "max_new_tokens": 8}, max_error_share=0.0, preset="release",
+                           engine={"kind": "vllm", "base_url": server.base_url})  # fmt: skip
+    run(cfg, engine=engine, processor=tiny_model.processor)
+    results = json.loads((Path(cfg.output) / "results.json").read_text())
+    assert results["totals"]["samples"] == PER_PROTOCOL and results["totals"]["errors"] == 0
+    records = [r for p in Path(cfg.output, "samples").rglob("*.jsonl") for r in _lines(p)]
+    assert len(records) == PER_PROTOCOL and all(r["status"] == "ok" and r["frames"] == 64 for r in records)
+    # every request's ids compared (one request per turn here: no sub-agent), none different
+    assert engine.prompt_ids_checked == sum(r["turns"] for r in records) == len(engine.exchanges)
+    assert engine.prompt_id_mismatches == 0 and engine.prompt_token_mismatches == 0
+    pad = tiny_model.processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    overview_only = 0
+    for body, answer in engine.exchanges:
+        urls = _image_urls(body)
+        assert len(urls) >= 64 and all(u.startswith("data:image/jpeg;base64,") for u in urls)
+        assert "mm_processor_kwargs" not in body  # the checkpoint's own processor settings, as the release
+        # vLLM expanded every image it was sent into its tokens
+        assert answer["prompt_token_ids"].count(pad) == TOKENS_PER_FRAME * len(urls)
+        assert answer["usage"]["prompt_tokens"] == len(answer["prompt_token_ids"])
+        overview_only += len(urls) == 64
+    assert overview_only >= PER_PROTOCOL  # every sample's first request: the 64 overview frames alone
+
+
+def test_one_request_of_release_crop_frames_is_decoded_by_vllm_as_ours(
+    vllm_server, tiny_model, eval_fixtures
+):
+    """On the session server (8 images at most): two crops' frames as JPEG; vLLM builds the same prompt ids."""
+    video = fixture_entry(eval_fixtures, "videomme")["media_root"] + "/data/fxSynthA001.mp4"
+    frames = [*R.crop(video, 1.0, 3.0).frames, *R.crop(video, 4.0, 7.0).frames]  # 2 + 2 frames: 1 fps, even
+    messages = [{"role": "user", "content": [*({"type": "image", "image": f} for f in frames),
+                                             {"type": "text", "text": "What is shown?"}]}]  # fmt: skip
+    processor = tiny_model.processor
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    ids = processor(text=[text], images=frames, return_tensors="pt")["input_ids"][0].tolist()
+    engine = ObservedVllm(vllm_server.base_url, vllm_server.model, processor=processor)
+    request = GenerationRequest(messages=messages, input_ids=ids,
+                                sampling=SamplingParams(temperature=0.0, max_new_tokens=2))  # fmt: skip
+    asyncio.run(engine.generate([request]))
+    ((body, answer),) = engine.exchanges
+    urls = _image_urls(body)
+    assert len(urls) == len(frames) == 4
+    for url, frame in zip(urls, frames, strict=True):
+        head, data = url.split(",", 1)
+        assert head == "data:image/jpeg;base64"
+        pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB"))
+        assert np.array_equal(pixels, frame.permute(1, 2, 0).numpy())
+    assert answer["prompt_token_ids"] == ids and engine.prompt_id_mismatches == 0
+    pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert ids.count(pad) == TOKENS_PER_FRAME * 4
