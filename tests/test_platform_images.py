@@ -102,12 +102,17 @@ def test_dockerfile_structure(family: str) -> None:
     # The build's own toolchain checks run in the code phase (images/toolchain_check.py); the RL image
     # also checks nvcc and SGLang's JIT toolchain.
     code_run = "sh /src/images/install.sh code" + (" --sglang" if family == "rl" else "")
-    assert len(runs) == 2 and runs[1] == code_run
+    # the eval image's optional vLLM server (build arg VLLM_VERSION, empty by default: nothing installed),
+    # between the deps and the code, in a venv of its own
+    optional = ['sh /src/images/install.sh vllm "${VLLM_VERSION}"'] if family == "eval" else []
+    assert runs == [runs[0], *optional, code_run]
+    if family == "eval":
+        assert "VLLM_VERSION=" in _one(instrs, "ARG")
     assert runs[0].startswith("sh /src/images/install.sh deps")
     assert ("-r /src/images/rl-requirements.txt" in runs[0]) == (family == "rl")
     assert ("--lock-override /src/images/rl-lock-overrides.txt" in runs[0]) == (family == "rl")
     deps_at = next(i for i, (w, a) in enumerate(instrs) if w == "RUN" and a == runs[0])
-    code_at = next(i for i, (w, a) in enumerate(instrs) if w == "RUN" and a == runs[1])
+    code_at = next(i for i, (w, a) in enumerate(instrs) if w == "RUN" and a == runs[-1])
     before = [a.split()[:-1] for w, a in instrs[:deps_at] if w == "COPY"]
     sources_before = {src for srcs in before for src in srcs}
     assert sources_before == {
