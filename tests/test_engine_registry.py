@@ -53,8 +53,17 @@ def test_a_stage_config_holds_only_the_chosen_kinds_fields() -> None:
         ConfigError, match=r"^engine.base_url is a field of engine.kind=sglang / vllm, not of "
     ):
         load_config(RlConfig, None, ["engine.base_url=http://h:8000"])  # the default kind: transformers
-    with pytest.raises(ConfigError, match=r"^engine.nccl_port is a field of engine.kind=sglang, not of "):
-        load_config(RlConfig, None, ["engine.kind=vllm", "engine.nccl_port=1"])
+    with pytest.raises(
+        ConfigError, match=r"^engine.mem_fraction_static is a field of engine.kind=sglang, not of "
+    ):
+        load_config(RlConfig, None, ["engine.kind=vllm", "engine.mem_fraction_static=0.5"])
+    pushed = load_config(
+        RlConfig, None, ["engine.kind=vllm", "engine.weight_sync=distributed", "engine.nccl_port=1"]
+    )
+    assert (pushed.engine.weight_sync, pushed.engine.nccl_port) == (
+        "distributed",
+        1,
+    )  # both server kinds push so
     with pytest.raises(ConfigError, match="engine.kind=sglang cannot serve eval"):
         load_config(EvalConfig, None, ["engine.kind=sglang"])
 
@@ -121,6 +130,7 @@ def _implements(cls: type, protocol: type) -> list[str]:
         (SGLangEngine, ReloadsFromDisk),
         (FleetEngine, ReloadsFromDisk),
         (VllmEngine, ReloadsFromDisk),
+        (VllmEngine, UpdatesOverGroup),
     ],
 )
 def test_the_server_engines_take_the_calls_the_pushes_make(cls: type, protocol: type) -> None:
@@ -133,7 +143,6 @@ def test_a_chat_only_engine_takes_no_push() -> None:
         "update_weights_from_disk",
         "continue_generation",
     ]
-    assert "begin_weight_update" in _implements(VllmEngine, UpdatesOverGroup)  # vLLM 0.32 on CPU: disk only
     assert isinstance(SGLangServer(["true"], "http://127.0.0.1:1"), ServerProcess)
 
 

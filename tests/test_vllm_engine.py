@@ -6,6 +6,7 @@ the log-probs vLLM reports for what it samples are the RL learner's own on the s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -17,16 +18,17 @@ import numpy as np
 import pytest
 import torch
 
-from paravt_core.engines.base import GenerationRequest, SamplingParams, image_processor_kwargs
+from paravt_core.engines.base import EngineError, GenerationRequest, SamplingParams, image_processor_kwargs
 from paravt_core.engines.openai_engine import OpenAIEngine
 from paravt_core.engines.vllm_engine import VllmEngine, served_model
 from paravt_core.eval.stage import run
 from paravt_core.models import load
 from paravt_core.rl.learner import PolicyLogprobs, TrainSequence, pack_sample
-from paravt_core.rl.weight_sync import DiskSync
+from paravt_core.rl.weight_sync import DiskSync, NcclSync, PushFailed, recover
 from paravt_core.sft.packing import pack
 from tests.eval_support import TINY_AGENT, fixture_entry, tiny_eval_config
-from tests.fixtures.vllm_server import serve
+from tests.fixtures.served import free_port
+from tests.fixtures.vllm_server import owned, serve
 from tests.rl_support import TINY_RL, rl_data, sigkill_after_checkpoint, tiny_rl_config  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,9 +183,24 @@ def test_sampled_log_probs_equal_the_learners(vllm_server, tiny_model):
 
 @pytest.fixture(scope="module")
 def push_server(tiny_model_dir, tmp_path_factory):
-    """A server of its own for the tests that push weights into it (the session's keeps the tiny model's)."""
-    with serve(tiny_model_dir, tmp_path_factory.mktemp("vllm-push")) as server:
+    """A server of its own for the tests that push weights into it (the session's keeps the tiny model's),
+    started as the stage starts one it owns (a cut push restarts it) and taking both pushes."""
+    with owned(tiny_model_dir, tmp_path_factory.mktemp("vllm-push")) as server:
         yield server
+
+
+def _moved(model_dir: str, seed: int = 0):
+    """The tiny model with every weight moved (the vision tower's included)."""
+    moved = load(model_dir)
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(seed)
+        for p in moved.model.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.05)
+    return moved
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def test_a_disk_push_serves_the_new_weights(tiny_model_dir, push_server, tmp_path):
@@ -191,26 +208,113 @@ def test_a_disk_push_serves_the_new_weights(tiny_model_dir, push_server, tmp_pat
     same 3-image conversation, images already seen by the server, sampled again after the push. The server
     lives (a reload without the cache resets kills it on such a request), and the served log-probs are the
     learner's with the new weights, not the old."""
-    old = load(tiny_model_dir)
-    new = load(tiny_model_dir)
-    with torch.no_grad():
-        generator = torch.Generator().manual_seed(0)
-        for p in new.model.parameters():  # every weight moved, the vision tower's included
-            p.add_(torch.randn(p.shape, generator=generator) * 0.05)
+    old, new = load(tiny_model_dir), _moved(tiny_model_dir)
     engine = VllmEngine(push_server.base_url, push_server.model, processor=old.processor)
     sync = DiskSync(engine, old.model, str(tmp_path / "staging"))
-    sync.push(
-        {k: v.detach().clone() for k, v in old.model.state_dict().items()}, version=0
-    )  # whoever ran before
+    sync.push(_weights(old.model), version=0)  # whoever ran before
     seq, served = _sample(engine, old.processor)
     assert _gap(served, _learner_logprobs(old.model, seq)) < 1e-5
     sync = DiskSync(engine, new.model, str(tmp_path / "staging"))
-    sync.push({k: v.detach().clone() for k, v in new.model.state_dict().items()}, version=1)
+    sync.push(_weights(new.model), version=1)
     after, served_after = _sample(engine, old.processor)
     info = httpx.get(engine.root + "/weight_info", timeout=30).json()
     assert _gap(served_after, _learner_logprobs(new.model, after)) < 1e-5
     assert _gap(served_after, _learner_logprobs(old.model, after)) > 1e-3
     assert sync.version == 1 and engine.weight_version == "1" and info["weight_version"] == "1"
+
+
+def _group_sync(engine: VllmEngine) -> NcclSync:
+    """The RL stage's push over a process group (gloo: this CPU), in buckets of 1 MiB (several requests)."""
+    return NcclSync(engine, master_address="127.0.0.1", master_port=free_port(), server_ranks=1, backend="gloo",
+                    bucket_bytes=1 << 20, pause_mode="wait", timeout_s=120)  # fmt: skip
+
+
+def test_a_group_push_serves_the_new_weights(tiny_model_dir, push_server):
+    """NcclSync's push over gloo into vLLM's workers (our transfer backend behind vLLM's weight-transfer
+    routes): after it the server answers the images it has seen with the learner's new log-probs, not the old;
+    a second sync (another run) joins under a new group; a push of the trainable weights alone (the frozen
+    tower left out, as every push after a run's first) changes only what it sends."""
+    old, new = load(tiny_model_dir), _moved(tiny_model_dir)
+    engine = VllmEngine(push_server.base_url, push_server.model, processor=old.processor)
+    sync = _group_sync(engine)
+    try:
+        sync.push(_weights(old.model), version=0)
+        seq, served = _sample(engine, old.processor)
+        assert _gap(served, _learner_logprobs(old.model, seq)) < 1e-5
+        sync.push(_weights(new.model), version=1)
+        assert len(sync.pushed_buckets) > 1  # one /update_weights per bucket
+        after, served_after = _sample(engine, old.processor)
+        assert _gap(served_after, _learner_logprobs(new.model, after)) < 1e-5
+        assert _gap(served_after, _learner_logprobs(old.model, after)) > 1e-3
+        assert httpx.get(engine.root + "/weight_info", timeout=30).json()["weight_version"] == "1"
+    finally:
+        sync.close()
+    tower = {n for n in _weights(old.model) if "visual" in n}
+    assert tower
+    mixed = load(tiny_model_dir)  # the old language model beside the new tower: what a partial push serves
+    mixed.model.load_state_dict(
+        {**_weights(old.model), **{n: t for n, t in _weights(new.model).items() if n in tower}}
+    )
+    second = _group_sync(engine)
+    try:
+        second.push(_weights(new.model), version=2)
+        second.static = tower  # sent by a sync's first push only
+        second.push(_weights(old.model), version=3)
+        assert not any(n in tower for bucket in second.pushed_buckets for n in bucket)
+        seq, served = _sample(engine, old.processor)
+        assert _gap(served, _learner_logprobs(mixed.model, seq)) < 1e-5
+    finally:
+        second.close()
+
+
+def test_what_would_kill_vllm_is_refused_before_it_is_sent(vllm_server, push_server):
+    """An update with no group joined (vLLM's engine core dies of ``/start_weight_update`` without a transfer
+    engine), and a group on a server without our backend (it dies of ``/init_weight_transfer_engine`` too): both
+    refused here, with what to do, and both servers still answer."""
+    engine = VllmEngine(push_server.base_url, push_server.model)
+    with pytest.raises(EngineError, match="no weight-update group joined"):
+        asyncio.run(engine.begin_weight_update())
+    plain = VllmEngine(vllm_server.base_url, vllm_server.model)
+    sync = _group_sync(plain)
+    with pytest.raises(
+        PushFailed, match="weight-transfer backend None, not 'paravt_torch': start it with PYTHONPATH="
+    ):
+        sync.push({"w": torch.zeros(2)}, version=1)
+    for server in (vllm_server, push_server):
+        assert httpx.get(server.base_url.removesuffix("/v1") + "/health", timeout=30).status_code == 200
+
+
+def test_a_cut_group_push_restarts_the_owned_server_and_pushes_in_full(
+    tiny_model_dir, push_server, monkeypatch
+):
+    """A push over the group cut after a few tensors (the workers are left waiting in a receive, the engine core
+    with them): ``recover`` restarts the server this process owns and pushes the same weights again in full to
+    the new one, which then serves them."""
+    old, new = load(tiny_model_dir), _moved(tiny_model_dir, seed=1)
+    engine = VllmEngine(push_server.base_url, push_server.model, processor=old.processor)
+    engine.server = push_server.process
+    sync = _group_sync(engine)
+    sent = sync._broadcast
+    count = {"n": 0}
+
+    def cut_after_three(tensor: torch.Tensor) -> None:
+        count["n"] += 1
+        if count["n"] > 3:
+            raise RuntimeError("link down")
+        sent(tensor)
+
+    monkeypatch.setattr(sync, "_broadcast", cut_after_three)
+    with pytest.raises(PushFailed, match="link down") as cut:
+        sync.push(_weights(new.model), version=1)
+    assert engine.wedged is not None and "link down" in engine.wedged
+    fresh, said = recover(sync, _weights(new.model), 1, cut.value)
+    try:
+        assert said.endswith("; restarted the vLLM server this stage owns and pushed version 1 to it")
+        assert fresh.group_name != sync.group_name and engine.wedged is None
+        seq, served = _sample(engine, old.processor)
+        assert _gap(served, _learner_logprobs(new.model, seq)) < 1e-5
+    finally:
+        fresh.close()
 
 
 def _steps(out: Path) -> list[dict]:

@@ -16,7 +16,7 @@ from paravt_core.config import load_config
 from paravt_core.engines.base import image_processor_kwargs
 from paravt_core.engines.kinds.base import BuildContext
 from paravt_core.engines.kinds.vllm import launch_plan
-from paravt_core.engines.vllm_engine import launch_command, server_env
+from paravt_core.engines.vllm_engine import TRANSFER_BACKEND, WORKER_DIR, launch_command, server_env
 from paravt_core.rl.config import RlConfig
 from tests.fixtures.served import unavailable
 
@@ -38,7 +38,9 @@ for line in sys.stdin:
         "limit_mm_per_prompt": e.limit_mm_per_prompt, "mm_processor_kwargs": e.mm_processor_kwargs,
         "dtype": e.dtype, "tensor_parallel_size": e.tensor_parallel_size, "seed": e.seed,
         "logprobs_mode": e.logprobs_mode, "generation_config": e.generation_config,
-        "trust_request_mm_kwargs": args.trust_request_mm_kwargs, "enforce_eager": e.enforce_eager}),
+        "trust_request_mm_kwargs": args.trust_request_mm_kwargs, "enforce_eager": e.enforce_eager,
+        "worker_extension_cls": e.worker_extension_cls,
+        "weight_transfer_backend": e.weight_transfer_config and e.weight_transfer_config.backend}),
         flush=True)
 """
 
@@ -89,6 +91,8 @@ def test_the_rl_launch_on_two_reserved_gpus_as_vllm_reads_it(vllm_parser, tiny_m
         "generation_config": "vllm",  # never the checkpoint's generation_config.json
         "trust_request_mm_kwargs": True,
         "enforce_eager": False,
+        "worker_extension_cls": "",  # the disk push needs no transfer backend
+        "weight_transfer_backend": None,
     }
     assert env["A"] == "1" and env["VLLM_SERVER_DEV_MODE"] == "1"  # the stage's environment (its GPUs) kept
     assert "VLLM_CPU_KVCACHE_SPACE" not in env  # a GPU launch
@@ -114,7 +118,9 @@ def test_a_half_pixel_budget_and_the_cpu_environment() -> None:
     with pytest.raises(ValueError, match="both max_pixels and min_pixels"):
         launch_command("/m", max_pixels=1024)
     env = server_env({"PYTHONPATH": "/ours", "HOME": "/h"}, cpu_kvcache_gib=2)
-    assert "PYTHONPATH" not in env and env["HOME"] == "/h"  # the server's packages are its own venv's
+    # the server's packages are its own venv's, and the one module of ours its workers import is alone there
+    assert env["PYTHONPATH"] == str(WORKER_DIR) and env["HOME"] == "/h"
+    assert sorted(p.name for p in WORKER_DIR.glob("*.py")) == ["paravt_weight_transfer.py"]
     assert (env["VLLM_CPU_KVCACHE_SPACE"], env["VLLM_CPU_OMP_THREADS_BIND"]) == ("2", "nobind")
     assert (env["HF_HUB_OFFLINE"], env["VLLM_NO_USAGE_STATS"]) == ("1", "1")
 
@@ -140,3 +146,21 @@ def test_the_release_recipe_launches_vllm_as_the_release_ran_it(vllm_parser, tin
         {"image": 304, "video": 1},
         None,
     )
+
+
+def test_the_push_over_a_group_launches_the_transfer_backend_as_vllm_reads_it(
+    vllm_parser, tiny_model_dir
+) -> None:
+    """``engine.weight_sync=distributed``: every worker imports our backend's module (the worker extension) and
+    builds its transfer engine from it; the backend's own name is the one the engine asks the server for."""
+    cfg = load_config(
+        RlConfig, None, ["engine.kind=vllm", "engine.weight_sync=distributed", f"model={tiny_model_dir}"]
+    )
+    command, _, _ = launch_plan(cfg.engine, BuildContext(stage="rl", model=cfg.model))
+    read = _read_back(vllm_parser, command)
+    assert (read["worker_extension_cls"], read["weight_transfer_backend"]) == (
+        "paravt_weight_transfer.Registered",
+        TRANSFER_BACKEND,
+    )
+    source = (WORKER_DIR / "paravt_weight_transfer.py").read_text()
+    assert f'BACKEND = "{TRANSFER_BACKEND}"' in source and "paravt_core" not in source.split('"""', 2)[2]

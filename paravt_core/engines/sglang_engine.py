@@ -64,6 +64,7 @@ from typing import Any
 import httpx
 
 from .base import Completion, Engine, EngineError, GenerationRequest, image_processor_kwargs
+from .group_push import join_group, send_bucket
 from .openai_engine import frame_to_data_url
 from .server_process import ServerProcess
 
@@ -261,11 +262,6 @@ def launch_command(
     return cmd + list(extra_args)
 
 
-def _settle(future: asyncio.Future, err: BaseException | None) -> None:
-    if not future.done():
-        future.set_exception(err) if err is not None else future.set_result(None)
-
-
 class SGLangServer(ServerProcess):
     """An SGLang server this program started (GPU machines, ``launch_command``)."""
 
@@ -287,6 +283,7 @@ class SGLangServer(ServerProcess):
 
 class SGLangEngine(Engine):
     name = "sglang"
+    server_label = "SGLang server"  # what messages call its server
     token_level = True
 
     def __init__(
@@ -522,30 +519,13 @@ class SGLangEngine(Engine):
             "group_name": group_name,
             "backend": backend,
         }
-        server = asyncio.ensure_future(self._control("/init_weights_update_group", body, timeout_s=timeout_s))
-        sides = {"server": server}
-        if trainer_join is not None:
-            sides["trainer"] = asyncio.ensure_future(asyncio.to_thread(trainer_join))
-        done, pending = await asyncio.wait(
-            sides.values(), timeout=timeout_s, return_when=asyncio.FIRST_EXCEPTION
+        return await join_group(
+            self._control("/init_weights_update_group", body, timeout_s=timeout_s),
+            trainer_join,
+            group_name=group_name,
+            where=f"{master_address}:{master_port}",
+            timeout_s=timeout_s,
         )
-        failed = next((t for t in done if t.exception() is not None), None)
-        if failed is not None or pending:
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            if failed is not None:
-                side = next(k for k, t in sides.items() if t is failed)
-                err = failed.exception()
-                raise EngineError(
-                    f"weight-update group {group_name}: the {side} side failed ({err})"
-                ) from err
-            waiting = ", ".join(k for k, t in sides.items() if t in pending)
-            raise EngineError(
-                f"weight-update group {group_name}: rendezvous at {master_address}:{master_port} not "
-                f"complete after {timeout_s:g} s (still waiting: {waiting})"
-            )
-        return server.result()
 
     async def destroy_weights_update_group(self, group_name: str) -> dict[str, Any]:
         """The server leaves (and destroys) the weight-update group ``group_name``."""
@@ -573,41 +553,9 @@ class SGLangEngine(Engine):
         }
         if weight_version is not None:
             body["weight_version"] = weight_version
-        task = asyncio.create_task(self._control("/update_weights_from_distributed", body))
-        if broadcast is not None:
-            loop = asyncio.get_running_loop()
-            sending: asyncio.Future = loop.create_future()
-
-            tensors = [t for _, t in reversed(named_tensors)]
-
-            def settle(err: BaseException | None) -> None:
-                # after a refusal the call returned and its loop may be closed: nobody waits for the outcome
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(_settle, sending, err)
-
-            def send_all() -> None:
-                try:
-                    while tensors:  # each one let go once sent: the thread may outlive the request a moment
-                        broadcast(tensors.pop())
-                except BaseException as err:  # handed to the awaiting coroutine
-                    settle(err)
-                else:
-                    settle(None)
-
-            # a daemon thread, not asyncio.to_thread: after a refusal the broadcast blocks until the group's
-            # timeout, and the loop's executor would make asyncio.run wait for it
-            threading.Thread(target=send_all, name="paravt-weight-broadcast", daemon=True).start()
-            done, _ = await asyncio.wait({task, sending}, return_when=asyncio.FIRST_COMPLETED)
-            if task in done and task.exception() is not None and not sending.done():
-                # the broadcast thread stays blocked until the group's timeout: nothing can cancel it
-                raise task.exception()  # type: ignore[misc]
-            try:
-                await sending
-            except BaseException:
-                task.cancel()  # the announced bucket will not arrive whole: stop waiting for the server's answer
-                await asyncio.gather(task, return_exceptions=True)
-                raise
-        data = await task
+        data = await send_bucket(
+            self._control("/update_weights_from_distributed", body), named_tensors, broadcast
+        )
         if weight_version is not None:
             self.weight_version = weight_version
         return data

@@ -13,11 +13,22 @@ import dataclasses
 import time
 from typing import Any
 
+import torch
+
 from paravt_core.engines.registry import KINDS
 from paravt_core.stage import console
 from paravt_core.train.dist import Dist
 
-from .weight_sync import DiskSync, InProcessSync, NcclSync, PushFailed, recover, restart, restarted
+from .weight_sync import (
+    DiskSync,
+    InProcessSync,
+    NcclSync,
+    PushFailed,
+    recover,
+    restart,
+    restarted,
+    server_label,
+)
 
 
 def streams(engine_cfg: Any) -> bool:
@@ -39,6 +50,7 @@ def make_sync(engine_cfg: Any, engine: Any, hf_model: Any, staging: str, dtype: 
             bucket_bytes=engine_cfg.bucket_mb << 20,
             pause_mode=engine_cfg.pause_mode,
             dtype=dtype,  # the served weights' dtype, whatever the learner keeps
+            backend="nccl" if torch.cuda.is_available() else "gloo",  # a CPU learner: a CPU server's build
         )
     return DiskSync(engine, hf_model, staging, pause_mode=engine_cfg.pause_mode, dtype=dtype)
 
@@ -120,15 +132,16 @@ class WeightPush:
             except PushFailed as err:
                 refused = err
             except Exception as err:  # the launch failed: said as a push failure, the cause kept
-                refused = PushFailed(
-                    f"{failure}; restarting the SGLang server failed: {type(err).__name__}: {err}"
-                )
+                said = f"restarting the {server_label(self.sync.engine)} failed"
+                refused = PushFailed(f"{failure}; {said}: {type(err).__name__}: {err}")
                 refused.__cause__ = err
         self.agree(refused)  # the others wait here, not in gathers rank 0 would never join
         self.agree(attempt(set()))
         self.pushed_full = True
         if self.lead:
-            console.print(f"rl: {restarted(failure, version)}", soft_wrap=True)
+            console.print(
+                f"rl: {restarted(failure, version, server_label(self.sync.engine))}", soft_wrap=True
+            )
 
     def agree(self, err: Exception | None) -> None:
         """Rank 0's outcome of a step only it takes (``err``: its error or None; the other ranks' is ignored),

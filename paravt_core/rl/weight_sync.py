@@ -5,7 +5,7 @@
   Face directory written by rank 0 into a staging directory it can read; the previous version's directory is
   deleted once the server has moved on.
 - ``NcclSync``: the tensors go straight from rank 0's GPU to the server's (``engines.base.UpdatesOverGroup``:
-  SGLang) over an NCCL group that the server joins (``/init_weights_update_group`` once), then per step: generation paused, a begin/end weight
+  SGLang, vLLM) over an NCCL group that the server joins (``/init_weights_update_group`` once), then per step: generation paused, a begin/end weight
   update session, the tensors in buckets (one ``/update_weights_from_distributed`` each), generation resumed.
   GPU (NCCL); the same code runs with gloo on CPU in the tests.
 
@@ -177,7 +177,8 @@ def unique_group_name() -> str:
 @dataclasses.dataclass(eq=False)
 class NcclSync:
     """Our rank 0 is rank 0 of a group whose ranks 1.. are the server's GPUs (``backend="nccl"``; gloo on
-    CPU for tests). One push, in SGLang 0.5.23's protocol (``scheduler_components/weight_updater.py``,
+    CPU). The server side is the engine's (``engines.base.UpdatesOverGroup``: SGLang's routes, or vLLM's
+    weight-transfer routes mapped onto them by ``VllmEngine``). One push, in SGLang 0.5.23's protocol (``scheduler_components/weight_updater.py``,
     ``tokenizer_control_mixin.py``):
 
     1. ``/pause_generation`` (``pause_mode``, default ``retract``: running requests go back to the waiting
@@ -369,8 +370,13 @@ class NcclSync:
         self.version = version
 
 
+def server_label(engine: Any) -> str:
+    """What the server of ``engine`` is called in messages ("SGLang server", "vLLM server")."""
+    return getattr(engine, "server_label", "server")
+
+
 def restart(sync: NcclSync, err: PushFailed) -> NcclSync:
-    """After ``err`` cut a push short: restart the server ``sync``'s engine owns (``SGLangEngine.launch``) and
+    """After ``err`` cut a push short: restart the server ``sync``'s engine owns (its ``launch``) and
     return the sync that joins it under a new group (its first push is in full: the new server has only the
     checkpoint it was launched on). Raises :class:`PushFailed` with one line naming what to restart when the
     server is not ours (``engine.base_url``)."""
@@ -379,7 +385,7 @@ def restart(sync: NcclSync, err: PushFailed) -> NcclSync:
     server = getattr(engine, "server", None)
     if server is None:
         raise PushFailed(
-            f"{err}. Restart the SGLang server at {engine.base_url} (an interrupted weight push leaves it unable "
+            f"{err}. Restart the {server_label(engine)} at {engine.base_url} (an interrupted weight push leaves it unable "
             "to take another), then rerun this stage: it resumes from its last checkpoint"
         ) from err
     server.stop()
@@ -387,9 +393,9 @@ def restart(sync: NcclSync, err: PushFailed) -> NcclSync:
     return sync.renewed()
 
 
-def restarted(err: PushFailed, version: int) -> str:
-    """What ``restart`` and the full push after it did, for the log."""
-    return f"{err}; restarted the SGLang server this stage owns and pushed version {version} to it"
+def restarted(err: PushFailed, version: int, label: str = "server") -> str:
+    """What ``restart`` and the full push after it did, for the log (``label``: what the server is called)."""
+    return f"{err}; restarted the {label} this stage owns and pushed version {version} to it"
 
 
 def recover(sync: NcclSync, weights: Weights, version: int, err: PushFailed) -> tuple[NcclSync, str]:
@@ -397,4 +403,4 @@ def recover(sync: NcclSync, weights: Weights, version: int, err: PushFailed) -> 
     stage's ranks do it step by step, ``_Run.push_buckets``). Returns the new sync and what was done."""
     fresh = restart(sync, err)
     fresh.push(weights, version)
-    return fresh, restarted(err, version)
+    return fresh, restarted(err, version, server_label(sync.engine))

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import Field
+
 from paravt_core.config_base import StrictModel
 
 STAGES = ("rl", "eval", "agent")  # the places that build engines: rollouts, evaluation, `paravt agent run`
@@ -54,3 +56,24 @@ class EngineKind:
     def needs_url(self, config: Any) -> bool:
         """``config`` names no server to talk to and the stage cannot start one."""
         return not self.in_process and not self.launches and not getattr(config, "base_url", "")
+
+
+# The push over a process group (``weight_sync=distributed``, ``rl.weight_sync.NcclSync``): the same fields on
+# every server kind that takes it, each made afresh per config class.
+def nccl_address_field() -> Any:
+    return Field(
+        default="127.0.0.1",
+        description="distributed push: address of the learner's rank 0 as the server sees it",
+    )
+
+
+def nccl_port_field() -> Any:
+    return Field(default=29600, ge=1, le=65535, description="distributed push: the process group's port")
+
+
+def server_ranks_field() -> Any:
+    return Field(default=1, ge=1, description="distributed push: the server's workers (tp x dp; GPUs)")
+
+
+def bucket_mb_field() -> Any:
+    return Field(default=1024, ge=1, description="distributed push: MiB of tensors per update request")

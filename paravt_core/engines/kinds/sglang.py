@@ -9,7 +9,14 @@ from pydantic import Field
 
 from paravt_core.config_base import StrictModel
 
-from .base import BuildContext, EngineKind
+from .base import (
+    BuildContext,
+    EngineKind,
+    bucket_mb_field,
+    nccl_address_field,
+    nccl_port_field,
+    server_ranks_field,
+)
 
 
 class SglangEngineConfig(StrictModel):
@@ -33,19 +40,10 @@ class SglangEngineConfig(StrictModel):
     staging_dir: str = Field(
         default="", description="disk push: a local directory the server can read; empty: <output>-weights"
     )
-    nccl_address: str = Field(
-        default="127.0.0.1",
-        description="distributed push: address of the learner's rank 0 as the server sees it",
-    )
-    nccl_port: int = Field(
-        default=29600, ge=1, le=65535, description="distributed push: the NCCL group's port"
-    )
-    server_ranks: int = Field(default=1, ge=1, description="distributed push: GPUs of the server (tp x dp)")
-    bucket_mb: int = Field(
-        default=1024,
-        ge=1,
-        description="distributed push: MiB of tensors per /update_weights_from_distributed",
-    )
+    nccl_address: str = nccl_address_field()
+    nccl_port: int = nccl_port_field()
+    server_ranks: int = server_ranks_field()
+    bucket_mb: int = bucket_mb_field()
     # SGLang's third mode, in_place, keeps running requests in the batch: the flush after the last bucket
     # is then refused ("requests are still running"), so a push under load fails; it is not offered.
     pause_mode: Literal["retract", "abort"] = Field(

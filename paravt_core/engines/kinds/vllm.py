@@ -1,5 +1,5 @@
 """``engine.kind=vllm``: a vLLM server (``engines/vllm_engine.py``), at ``base_url`` or launched by the stage:
-chat requests with exact token ids and log-probs back, and weight pushes from disk."""
+chat requests with exact token ids and log-probs back, and weight pushes from disk or over a process group."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from pydantic import Field
 
 from paravt_core.config_base import StrictModel
 
-from .base import BuildContext, EngineKind
+from .base import (
+    BuildContext,
+    EngineKind,
+    bucket_mb_field,
+    nccl_address_field,
+    nccl_port_field,
+    server_ranks_field,
+)
 
 
 class VllmEngineConfig(StrictModel):
@@ -22,12 +29,19 @@ class VllmEngineConfig(StrictModel):
         default="", description="model name on the server; empty: the one it serves (GET /v1/models)"
     )
     max_concurrency: int = Field(default=256, ge=1, description="requests in flight at once")
-    weight_sync: Literal["disk"] = Field(
-        default="disk", description="rl weight push: the server reloads a directory in staging_dir"
+    weight_sync: Literal["disk", "distributed"] = Field(
+        default="disk",
+        description="rl weight push: the server reloads a directory in staging_dir, or receives the tensors "
+        "over a process group (NCCL on GPUs, gloo on CPU; a launched server takes it, an external one needs "
+        "vllm_engine.transfer_args)",
     )
     staging_dir: str = Field(
         default="", description="disk push: a local directory the server can read; empty: <output>-weights"
     )
+    nccl_address: str = nccl_address_field()
+    nccl_port: int = nccl_port_field()
+    server_ranks: int = server_ranks_field()
+    bucket_mb: int = bucket_mb_field()
     pause_mode: Literal["wait", "abort"] = Field(
         default="wait",
         description="how vLLM pauses during a push: wait (in-flight requests finish first) or abort (they end)",
@@ -76,6 +90,7 @@ def launch_plan(cfg: VllmEngineConfig, ctx: BuildContext) -> tuple[list[str], di
         dtype=ctx.dtype,
         tp_size=cfg.tp_size or max(len(cfg.gpus), 1),
         enforce_eager=cfg.enforce_eager,
+        weight_transfer=cfg.weight_sync == "distributed",
         extra_args=cfg.extra_args,
     )
     return command, server_env(ctx.env, cpu_kvcache_gib=cfg.cpu_kvcache_gib), f"http://127.0.0.1:{cfg.port}"
