@@ -17,9 +17,13 @@ same token ids and pixels, within ``tolerance`` (bf16: ``gpu_check.TOLERANCE``; 
     launch one's;
  6. ``learner_push``: a ``Learner`` (float32 masters, the tower frozen) pushed through the RL stage's own push
     (``rl.push.WeightPush`` over ``DiskSync``): served log-probs are the learner's weights' in the served dtype;
- 7. ``rl_step``: one step of ``paravt rl`` with ``engine.kind=vllm`` and no ``engine.base_url`` (the stage
-    launches the server; GPU: on GPU 1, the learner on GPU 0): the step trained, version 1 served, and the
-    behaviour log-probs vLLM reported are the learner's (``behav_kl`` within the tolerance).
+ 7. ``group_push``: another ``Learner`` pushed over a process group (NCCL on GPUs, gloo on CPU) through the
+    stage's own sync (``rl.push.make_sync``: ``NcclSync`` into our transfer backend behind vLLM's
+    weight-transfer routes), bucket by bucket from the learner's gathers: served log-probs are its weights';
+ 8. ``rl_step``: one step of ``paravt rl`` with ``engine.kind=vllm``, the push over a process group and no
+    ``engine.base_url`` (the stage launches the server; GPU: on GPU 1, the learner on GPU 0): the step trained,
+    version 1 served, and the behaviour log-probs vLLM reported are the learner's (``behav_kl`` within the
+    tolerance).
 """
 
 from __future__ import annotations
@@ -43,12 +47,21 @@ ITEMS = [
     "logprob_parity",
     "disk_push",
     "learner_push",
+    "group_push",
     "rl_step",
 ]
 NEEDS = {name: ["vllm_launch"] for name in ITEMS[1:-1]}
 FLOAT32_TOLERANCE = 1e-4  # measured 4.8e-7 on the tiny model (tests/test_vllm_engine.py)
 TEMPERATURE = 0.7
 REPLY_TOKENS = 8
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _run(engine: Any, call: Any) -> Any:
@@ -79,6 +92,8 @@ class VllmChecks:
         self.tolerance = FLOAT32_TOLERANCE if cpu else TOLERANCE
         self.engine: Any = None
         self.local: Any = None
+        self._perturbed: dict[int, Any] = {}
+        self.group_port = _free_port()  # the push over a process group: its rendezvous
         work.mkdir(parents=True, exist_ok=True)
 
     def engine_config(self) -> Any:
@@ -90,7 +105,8 @@ class VllmChecks:
         return TypeAdapter(engine_config("rl")).validate_python({"kind": "vllm", **self._launch_fields()})
 
     def _launch_fields(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {"python": self.python, "port": self.port, "max_model_len": 4096}
+        fields: dict[str, Any] = {"python": self.python, "port": self.port, "max_model_len": 4096,
+                                  "weight_sync": "distributed", "nccl_port": self.group_port}  # fmt: skip
         if self.cpu:
             return {**fields, "enforce_eager": True, "cpu_kvcache_gib": 1, "max_images": 8}
         return {**fields, "gpus": [1]}
@@ -144,7 +160,13 @@ class VllmChecks:
         return full.cpu()[seq.loss_mask > 0].float().tolist()
 
     def perturbed(self, seed: int = 1) -> Any:
-        """The check's model with every weight moved (seeded): what the pushes send."""
+        """The check's model with every weight moved (seeded): what the pushes send (made once per seed; read,
+        never trained)."""
+        if seed not in self._perturbed:
+            self._perturbed[seed] = self._moved(seed)
+        return self._perturbed[seed]
+
+    def _moved(self, seed: int) -> Any:
         import torch
 
         from paravt_core.models import load
@@ -224,7 +246,9 @@ class VllmChecks:
         DiskSync(self.engine, moved.model, str(self.work / "staging")).push(moved.model.state_dict(), 1)
         return "pushed weights: " + self.served_as(moved.model, unlike=self.local.model)
 
-    def learner_push(self) -> str:
+    def learner(self, seed: int) -> Any:
+        """A ``Learner`` as the RL stage makes one: float32 masters of weights moved by ``seed`` (other weights
+        than the server holds), the vision tower frozen."""
         import dataclasses
 
         import torch
@@ -232,25 +256,58 @@ class VllmChecks:
         from paravt_core.models import load
         from paravt_core.rl.config import RlConfig
         from paravt_core.rl.learner import Learner
-        from paravt_core.rl.push import WeightPush
-        from paravt_core.rl.weight_sync import DiskSync
         from paravt_core.train.dist import Dist
 
         cfg = RlConfig()
-        served = getattr(torch, self.dtype)
-        learner = Learner(  # float32 masters, the vision tower frozen, as the RL learner; other weights than
-            self.perturbed(seed=2).model.float(),  # the server holds (launch's, or disk_push's seed 1)
-            load(self.model_dir, device=self.device, dtype=served).model,
+        learner = Learner(
+            self._moved(seed).model.float(),
+            load(self.model_dir, device=self.device, dtype=getattr(torch, self.dtype)).model,
             temperature=cfg.agent.temperature, advantage=cfg.advantage, loss=cfg.loss, optim=cfg.optim,
             dist=dataclasses.replace(Dist(), device=torch.device(self.device)),
         )  # fmt: skip
         if not learner.frozen_names():
             raise AssertionError("the learner froze no tensor")
-        sync = DiskSync(self.engine, learner.model, str(self.work / "staging"), dtype=served)
-        WeightPush(learner.dist, learner, sync, served).push(2)
+        return learner
+
+    def learners_weights_served(self, learner: Any, served: Any) -> str:
+        from paravt_core.models import load
+
         expected = load(self.model_dir, device=self.device, dtype=self.dtype)
         expected.model.load_state_dict(learner.weights(served))
         return "the learner's weights: " + self.served_as(expected.model, unlike=self.perturbed().model)
+
+    def learner_push(self) -> str:
+        import torch
+
+        from paravt_core.rl.push import WeightPush
+        from paravt_core.rl.weight_sync import DiskSync
+
+        served = getattr(torch, self.dtype)
+        learner = self.learner(seed=2)
+        sync = DiskSync(self.engine, learner.model, str(self.work / "staging"), dtype=served)
+        WeightPush(learner.dist, learner, sync, served).push(2)
+        return self.learners_weights_served(learner, served)
+
+    def group_push(self) -> str:
+        import torch
+
+        from paravt_core.rl.push import WeightPush, make_sync, streams
+
+        served = getattr(torch, self.dtype)
+        learner = self.learner(seed=3)
+        config = self.engine_config()
+        sync = make_sync(config, self.engine, learner.model, str(self.work / "staging"), served)
+        push = WeightPush(learner.dist, learner, sync, served, streams=streams(config),
+                          bucket_bytes=config.bucket_mb << 20)  # fmt: skip
+        try:
+            push.push(3)
+            buckets = len(sync.pushed_buckets)
+            return (
+                f"{type(sync).__name__} ({sync.backend}), {buckets} bucket(s); "
+                + self.learners_weights_served(learner, served)
+            )
+        finally:
+            sync.close()  # the server leaves the group; it keeps serving
 
     def rl_step(self) -> str:
         self.stop_server()  # the stage launches its own

@@ -131,3 +131,23 @@ def sigkill_after_checkpoint(command: list[str], output: Path, step: int, env: d
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL and not (output / "_COMPLETE").exists()
+
+
+def straight_then_resumed(
+    base: list[str], tmp: Path, env: dict[str, str], after_step: int
+) -> tuple[Path, Path]:
+    """``paravt rl`` (``base``, without ``output=``) run through once into ``tmp/straight``, and once into
+    ``tmp/killed`` killed with SIGKILL as soon as its checkpoint of ``after_step`` is complete, then rerun with the
+    same command, which must say it resumed from that step. Returns (straight, killed) for the caller to compare."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    straight, killed = tmp / "straight", tmp / "killed"
+    done = subprocess.run([*base, f"output={straight}"], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cmd = [*base, f"output={killed}"]
+    sigkill_after_checkpoint(cmd, killed, after_step, env)  # in the next step, one complete checkpoint behind
+    rerun = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "resumed from" in rerun.stderr and f"step {after_step}" in rerun.stderr, rerun.stderr[-2000:]
+    return straight, killed

@@ -5,6 +5,8 @@ qwen-vl-utils 0.0.14's ``vision_process.py`` (quoted in each test)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from paravt_core.agent.config import AgentConfig
@@ -304,8 +306,50 @@ def test_comparability_requires_preset_prompts_and_error_rule_and_names_each_fai
     why = comparability(_report_results(preset="paravt", checksum=ours, rule="paravt"), "videomme")
     assert why.count("; ") == 3 and "preset=paravt" in why and "prompts" in why and "error_rule" in why
     assert "reader=robust" in why
-    # Charades: the release's input was the whole video as video_url, ours labelled frames -> never a delta
+    # Charades: the release's input was the whole video as video_url; labelled frames stand in -> no delta
     assert "video_url" in comparability(_report_results(), "charades")
+    # sent as the release sends it (an engine whose server decodes the video: vLLM) -> comparable
+    sent = {**_report_results(), "overview_channels": {"charades": "video_url", "videomme": "frames"}}
+    assert comparability(sent, "charades") == ""
+
+
+def test_the_release_servers_sampling_defaults_are_sent_or_named(tmp_path):
+    """The release's server filled every field its requests left out from the checkpoint's
+    generation_config.json; under greedy decoding only the penalties change a reply: preset=release sends them
+    on a chat server and names them as a difference where the engine cannot."""
+    from paravt_core.config import load_config
+    from paravt_core.eval.config import EvalConfig
+    from paravt_core.eval.protocols import release_penalties
+    from paravt_core.eval.report import comparability
+    from paravt_core.eval.stage import sampling_report
+
+    checkpoint = {
+        "repetition_penalty": 1.05,
+        "presence_penalty": 0.0,
+        "top_k": 20,
+        "top_p": 0.8,
+        "temperature": 0.7,
+    }
+    assert release_penalties(checkpoint) == {"repetition_penalty": 1.05}  # the rest neutral or not a penalty
+    assert release_penalties({"repetition_penalty": 1.0, "frequency_penalty": 0}) == {}
+    (tmp_path / "generation_config.json").write_text(json.dumps(checkpoint))
+    (tmp_path / "config.json").write_text("{}")  # a checkpoint directory
+    base = [f"model={tmp_path}", "preset=release"]
+    on_server = sampling_report(
+        load_config(EvalConfig, None, [*base, "engine.kind=vllm", "engine.base_url=http://h:1"])
+    )
+    in_process = sampling_report(load_config(EvalConfig, None, base))  # engine.kind=transformers
+    assert (on_server["penalties"], on_server["sent"]) == ({"repetition_penalty": 1.05}, True)
+    assert (in_process["penalties"], in_process["sent"]) == ({"repetition_penalty": 1.05}, False)
+    assert sampling_report(load_config(EvalConfig, None, [f"model={tmp_path}"])) is None  # preset=paravt
+    assert comparability({**_report_results(), "sampling": on_server}, "videomme") == ""
+    why = comparability({**_report_results(), "sampling": in_process}, "videomme")
+    assert "{'repetition_penalty': 1.05}, which the release's server applied" in why
+    unknown = sampling_report(load_config(EvalConfig, None, [f"model={tmp_path / 'gone'}", "preset=release"]))
+    assert unknown["penalties"] is None and "gone" in unknown["source"]
+    assert "the sampling defaults the release's server applied are unknown: " in comparability(
+        {**_report_results(), "sampling": unknown}, "videomme"
+    )
 
 
 def test_the_report_cell_shows_both_denominators():

@@ -1,8 +1,8 @@
 """``gpu_check``'s engine items on vLLM (``scripts/gpu_check_vllm.py``), run here on vLLM's CPU build exactly as
 they run on a GPU machine (``python scripts/gpu_check.py --engine vllm``): the stage's own launch, prompt-token
-and greedy parity, log-prob parity, the disk push, the learner's push through ``rl.push.WeightPush``, and one
-RL step that launches its own server. Each item must also fail on a wrong server: weights changed behind the
-check's back make the parity fail."""
+and greedy parity, log-prob parity, the disk push, the learner's push through ``rl.push.WeightPush`` (from disk
+and over a process group), and one RL step that launches its own server and pushes over a process group. Each
+item must also fail on a wrong server: weights changed behind the check's back make the parity fail."""
 
 from __future__ import annotations
 

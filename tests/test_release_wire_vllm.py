@@ -1,6 +1,7 @@
 """preset=release against a real vLLM server (its CPU build, tests/fixtures/vllm_server.py, the tiny Qwen3-VL):
 the fixture videos' 64 frames reach the server as images, each as the JPEG bytes its pixels were decoded from,
-and the prompt token ids vLLM builds from them equal ours, id for id.
+and the prompt token ids vLLM builds from them equal ours, id for id; Charades goes as the release sends it, the
+whole video as a ``file://`` ``video_url`` that vLLM decodes itself.
 
 The eval runs on a server with the release's image limit (``--limit-mm-per-prompt`` 1,024 images, its
 ``utils.py`` ``launch_servers``): a release request carries the 64 overview frames (and the crops), over the
@@ -39,10 +40,14 @@ CONTEXT = 2304
 
 
 @pytest.fixture(scope="module")
-def release_vllm_server(tiny_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The session server's launch (``serve``), with the release's image limit and a small context."""
+def release_vllm_server(
+    tiny_model_dir: str, eval_fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """The session server's launch (``serve``), with the release's image limit, a small context and the
+    fixtures' videos readable as ``file://`` URLs (Charades' ``video_url``)."""
     tmp = tmp_path_factory.mktemp("vllm-release")
-    with vllm_fixture.serve(tiny_model_dir, tmp, max_images=RELEASE_IMAGES, max_model_len=CONTEXT) as server:
+    with vllm_fixture.serve(tiny_model_dir, tmp, max_images=RELEASE_IMAGES, max_model_len=CONTEXT,
+                            allowed_media_path=str(eval_fixtures_dir.resolve())) as server:  # fmt: skip
         yield server
 
 
@@ -64,6 +69,11 @@ def _image_urls(body: dict[str, Any]) -> list[str]:
             for p in m["content"] if p["type"] == "image_url"]  # fmt: skip
 
 
+def _video_urls(body: dict[str, Any]) -> list[str]:
+    return [p["video_url"]["url"] for m in body["messages"] if isinstance(m["content"], list)
+            for p in m["content"] if p["type"] == "video_url"]  # fmt: skip
+
+
 def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -73,30 +83,59 @@ def test_eval_under_preset_release_sends_every_frame_as_jpeg_and_vllm_sees_our_p
 ):
     server = release_vllm_server
     engine = ObservedVllm(server.base_url, server.model, processor=tiny_model.processor)
+    # the checkpoint as the stage reads it, with a repetition penalty in its generation_config.json: the
+    # release's server applied it to every request, and so must the preset (the served weights are the same)
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    for f in Path(server.model).iterdir():
+        (checkpoint / f.name).symlink_to(f)
+    generation = json.loads((checkpoint / "generation_config.json").read_text())
+    (checkpoint / "generation_config.json").unlink()
+    (checkpoint / "generation_config.json").write_text(json.dumps({**generation, "repetition_penalty": 1.3}))
     # agentic: every benchmark's first request (the overview) and its tool rounds (crops); direct sends the same
     # overview under another prompt text
-    cfg = tiny_eval_config(tmp_path, server.model, eval_fixtures, protocols=["agentic"],
+    cfg = tiny_eval_config(tmp_path, str(checkpoint), eval_fixtures, protocols=["agentic"],
                            agent={**TINY_AGENT, "max_new_tokens": 8}, max_error_share=0.0, preset="release",
                            engine={"kind": "vllm", "base_url": server.base_url})  # fmt: skip
     run(cfg, engine=engine, processor=tiny_model.processor)
     results = json.loads((Path(cfg.output) / "results.json").read_text())
     assert results["totals"]["samples"] == PER_PROTOCOL and results["totals"]["errors"] == 0
+    assert (results["sampling"]["penalties"], results["sampling"]["sent"]) == (
+        {"repetition_penalty": 1.3},
+        True,
+    )
+    assert all(body["repetition_penalty"] == 1.3 for body, _ in engine.exchanges)
+    # Charades as the release sends it (the whole video, decoded by vLLM); every other benchmark as frames
+    channels = results["overview_channels"]
+    assert channels.pop("charades") == "video_url" and set(channels.values()) == {"frames"}
     records = [r for p in Path(cfg.output, "samples").rglob("*.jsonl") for r in _lines(p)]
-    assert len(records) == PER_PROTOCOL and all(r["status"] == "ok" and r["frames"] == 64 for r in records)
-    # every request's ids compared (one request per turn here: no sub-agent), none different
-    assert engine.prompt_ids_checked == sum(r["turns"] for r in records) == len(engine.exchanges)
+    charades = [r for r in records if r["benchmark"] == "charades"]
+    framed = [r for r in records if r["benchmark"] != "charades"]
+    assert len(records) == PER_PROTOCOL and all(r["status"] == "ok" for r in records) and charades
+    assert all(r["frames"] == 64 for r in framed) and all(r["frames"] == 0 for r in charades)  # none here
+    # every request's ids compared but those with the server's own video tokens, none different
+    videos = [body for body, _ in engine.exchanges if _video_urls(body)]
+    assert len(videos) == sum(r["turns"] for r in charades)  # every Charades request carries the video
+    assert engine.prompt_ids_checked == sum(r["turns"] for r in framed) == len(engine.exchanges) - len(videos)
     assert engine.prompt_id_mismatches == 0 and engine.prompt_token_mismatches == 0
     pad = tiny_model.processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    video_pad = tiny_model.processor.tokenizer.convert_tokens_to_ids("<|video_pad|>")
     overview_only = 0
     for body, answer in engine.exchanges:
         urls = _image_urls(body)
-        assert len(urls) >= 64 and all(u.startswith("data:image/jpeg;base64,") for u in urls)
+        assert all(u.startswith("data:image/jpeg;base64,") for u in urls)
         assert "mm_processor_kwargs" not in body  # the checkpoint's own processor settings, as the release
         # vLLM expanded every image it was sent into its tokens
         assert answer["prompt_token_ids"].count(pad) == TOKENS_PER_FRAME * len(urls)
         assert answer["usage"]["prompt_tokens"] == len(answer["prompt_token_ids"])
+        if _video_urls(body):  # a file:// URL of the sample's own video, which vLLM decoded into its tokens
+            (url,) = _video_urls(body)
+            assert url.startswith("file:///") and Path(url.removeprefix("file://")).is_file()
+            assert answer["prompt_token_ids"].count(video_pad) > 0
+            continue
+        assert len(urls) >= 64 and answer["prompt_token_ids"].count(video_pad) == 0
         overview_only += len(urls) == 64
-    assert overview_only >= PER_PROTOCOL  # every sample's first request: the 64 overview frames alone
+    assert overview_only >= len(framed)  # every framed sample's first request: the 64 overview frames alone
 
 
 def test_one_request_of_release_crop_frames_is_decoded_by_vllm_as_ours(

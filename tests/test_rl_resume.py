@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from paravt_core.models import load
 from paravt_core.rl.learner import state_checksum
-from tests.rl_support import TINY_RL, rl_data, sigkill_after_checkpoint  # noqa: F401
+from tests.rl_support import TINY_RL, rl_data, straight_then_resumed  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["steps=4", "checkpoint.every=2", "group_size=3", "agent.max_new_tokens=32"]
@@ -23,22 +22,12 @@ def _history(out: Path) -> list[tuple[float, float, float]]:
 
 
 def test_sigkill_then_rerun_matches_the_uninterrupted_run(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
     base = [
         sys.executable, "-m", "paravt_core.cli", "rl", "--config", str(TINY_RL),
         f"data={rl_data}", f"model={tiny_model_dir}", *STEPS,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([*base, f"output={straight}"], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-
-    cmd = [*base, f"output={killed}"]
-    sigkill_after_checkpoint(cmd, killed, 2, env)  # in step 3, with one complete checkpoint behind it
-
-    rerun = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert "resumed from" in rerun.stderr and "step 2" in rerun.stderr
-
+    straight, killed = straight_then_resumed(base, tmp_path, env, after_step=2)  # killed in step 3
     assert _history(killed) == _history(straight)  # every step's reward and loss, bit for bit
     # TensorBoard holds each step once, in the files themselves, with the uninterrupted run's values
     from tests.test_tracking import raw_points, scalars

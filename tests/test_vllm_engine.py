@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from paravt_core.sft.packing import pack
 from tests.eval_support import TINY_AGENT, fixture_entry, tiny_eval_config
 from tests.fixtures.served import free_port
 from tests.fixtures.vllm_server import owned, serve
-from tests.rl_support import TINY_RL, rl_data, sigkill_after_checkpoint, tiny_rl_config  # noqa: F401
+from tests.rl_support import TINY_RL, rl_data, straight_then_resumed, tiny_rl_config  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -331,16 +330,7 @@ def test_rl_with_vllm_resumes_after_sigkill(rl_data, tiny_model_dir, push_server
             f"model={tiny_model_dir}", "steps=3", "checkpoint.every=1", "engine.kind=vllm",
             f"engine.base_url={root}"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    done = subprocess.run([*base, f"output={straight}"], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-
-    cmd = [*base, f"output={killed}"]
-    sigkill_after_checkpoint(cmd, killed, 2, env)  # in step 3, with one complete checkpoint behind it
-
-    rerun = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert "resumed from" in rerun.stderr and "step 2" in rerun.stderr
+    straight, killed = straight_then_resumed(base, tmp_path, env, after_step=2)  # killed in step 3
     steps = _steps(killed)
     assert [m["policy_version"] for m in steps] == [1, 2, 3]
     assert abs(steps[2]["behav_kl"]) < 1e-5, steps[2]["behav_kl"]  # rolled out on the checkpoint's weights

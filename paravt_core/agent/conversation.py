@@ -37,6 +37,18 @@ def image_part(frame: torch.Tensor) -> Part:
     return {"type": "image", "image": frame}
 
 
+def video_url_part(path: str) -> Part:
+    """A whole local video for the server to decode (OpenAI's ``video_url`` part, a ``file://`` URL)."""
+    return {"type": "video_url", "video_url": {"url": f"file://{path}"}}
+
+
+def _server_media(messages: Sequence[dict]) -> bool:
+    return any(
+        isinstance(m["content"], list) and any(p["type"] == "video_url" for p in m["content"])
+        for m in messages
+    )
+
+
 def render_parts(parts: Sequence[Part]) -> tuple[str, list[torch.Tensor]]:
     """(text with image placeholders, frames in order) of message parts, as the chat template lays them out."""
     pieces: list[str] = []
@@ -109,6 +121,7 @@ class Conversation:
             images_kwargs=copy.deepcopy(self.encoder.images_kwargs),
             sampling=sampling,
             tag=tag,
+            server_media=_server_media(messages),
         )
 
     def add_generation(self, completion: Completion, *, turn: int) -> str:

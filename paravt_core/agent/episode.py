@@ -42,11 +42,11 @@ from typing import Any
 from paravt_core.engines.base import Completion, Engine, EngineRefused, SamplingParams
 from paravt_core.video import api as video_api
 from paravt_core.video import release_frames
-from paravt_core.video.errors import CropError
+from paravt_core.video.errors import CropError, VideoNotFoundError
 
 from . import prompts
 from .config import AgentConfig
-from .conversation import Conversation, Part, image_part, text_part
+from .conversation import Conversation, Part, image_part, text_part, video_url_part
 from .parsing import (
     ParsedCall,
     extract_answer,
@@ -316,10 +316,20 @@ class _Episode:
             self.result.timings["total_s"] = time.perf_counter() - started
         return self.result
 
-    async def _run(self, overview: video_api.Frames | None) -> None:
+    async def _overview_parts(self, overview: video_api.Frames | None) -> list[Part] | None:
+        """The overview's message parts (None: the video failed, said in the result). ``video_url``: the whole
+        video as one ``file://`` part the server decodes (the release's Charades input): no frames here."""
         cfg, res = self.cfg, self.result
+        if cfg.overview_channel == "video_url":
+            try:
+                path = await asyncio.to_thread(video_api.resolve, self.row.video)  # s3: fetched once
+                if not os.path.isfile(path):
+                    raise VideoNotFoundError(f"video not found: {self.row.video}")
+            except Exception as err:
+                res.finish_reason, res.error = "video_error", f"{type(err).__name__}: {err}"
+                return None
+            return [video_url_part(path)]
         k = self.row.nframes or cfg.overview_frames
-        t0 = time.perf_counter()
         if overview is None:
             try:
                 if cfg.frame_path == "qwen-vl-utils":
@@ -334,19 +344,27 @@ class _Episode:
                     )
             except Exception as err:  # VideoError for bad files; anything else must not kill a batch either
                 res.finish_reason, res.error = "video_error", f"{type(err).__name__}: {err}"
-                return
-        res.timings["overview_s"] = time.perf_counter() - t0
+                return None
         res.nframes = len(overview)
         res.overview_timestamps = list(overview.timestamps)
         res.overview_size = (int(overview.frames.shape[2]), int(overview.frames.shape[3]))
-
-        question = self.row.question
-        if cfg.question_suffix and cfg.prompt_mode in prompts.TOOL_MODES:
-            question = self.ps.question_with_suffix(question, os.path.basename(self.row.video))
         parts: list[Part] = []
         for label, frame in zip(overview.labels(), overview.frames, strict=True):
             # unlabelled: the released driver's MCQ overview (frames only, no timestamps)
             parts += [text_part(label), image_part(frame)] if cfg.overview_labels else [image_part(frame)]
+        return parts
+
+    async def _run(self, overview: video_api.Frames | None) -> None:
+        cfg, res = self.cfg, self.result
+        t0 = time.perf_counter()
+        parts = await self._overview_parts(overview)
+        if parts is None:
+            return
+        res.timings["overview_s"] = time.perf_counter() - t0
+
+        question = self.row.question
+        if cfg.question_suffix and cfg.prompt_mode in prompts.TOOL_MODES:
+            question = self.ps.question_with_suffix(question, os.path.basename(self.row.video))
         parts.append(text_part(question))
         t0 = time.perf_counter()
         self.conv.start(self.ps.system_prompt(cfg.prompt_mode), parts)
@@ -376,7 +394,8 @@ class _Episode:
                 return
             gen_s = time.perf_counter() - t0
             if completion.prompt_tokens and completion.prompt_tokens != len(request.input_ids):
-                res.prompt_token_mismatches += 1
+                # media the server decodes itself (a video_url) are its tokens, not a mismatch: only counted
+                res.prompt_token_mismatches += not request.server_media
                 self.server_extra_tokens = max(0, completion.prompt_tokens - len(request.input_ids))
             body = self.conv.add_generation(completion, turn=turn)
             record = TurnRecord(

@@ -83,6 +83,9 @@ class GenerationRequest:
     # chat engines send them as ``mm_processor_kwargs`` so the server makes the same pixels
     images_kwargs: dict[str, Any] | None = None
     tag: str = "main"  # who asks: "main" or "subagent" (logs, scripted engines)
+    # the messages carry media the server decodes itself (a file:// video_url): its prompt ids are its own
+    # (``input_ids`` hold one placeholder for them), so they are not compared with ours
+    server_media: bool = False
     # requests with one key share a prompt prefix (a GRPO group): a router keeps them on one server's cache
     routing_key: str | None = None
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)

@@ -51,6 +51,9 @@ def refusal_hint(body: str) -> str:
     if "mm_processor_kwargs" in body:  # vLLM >= 0.32's validate_request_mm_kwargs
         return (": the requests carry the pixel budget as mm_processor_kwargs; launch vLLM with "
                 "--trust-request-mm-kwargs")  # fmt: skip
+    if "--allowed-local-media-path" in body:  # vLLM's MediaConnector._load_file_url: a file:// video_url
+        return (": the requests send the video as a file:// URL; launch vLLM with --allowed-local-media-path "
+                "over the videos (engine.allowed_media_path when the stage launches it)")  # fmt: skip
     return ""
 
 
@@ -127,7 +130,7 @@ def to_openai_messages(messages: Sequence[dict]) -> list[dict]:
                     parts.append(
                         {"type": "image_url", "image_url": {"url": frame_to_data_url(part["image"])}}
                     )
-                elif part["type"] == "image_url":
+                elif part["type"] in ("image_url", "video_url"):  # already on the wire's form
                     parts.append(part)
                 else:
                     raise ValueError(f"unsupported message part {part['type']!r}")
@@ -300,7 +303,7 @@ class OpenAIEngine(Engine):
         return [], False
 
     def _check_prompt_ids(self, request: GenerationRequest, served: Any) -> None:
-        if not request.input_ids or not isinstance(served, list):
+        if not request.input_ids or not isinstance(served, list) or request.server_media:
             return
         self.prompt_ids_checked += 1
         if served != list(request.input_ids):

@@ -106,6 +106,7 @@ def launch_command(
     tp_size: int = 1,
     enforce_eager: bool = False,
     weight_transfer: bool = False,
+    allowed_media_path: str | None = None,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
     """The server command for ``model_path`` (pure function; ``python`` has vLLM installed). Always: the
@@ -113,7 +114,8 @@ def launch_command(
     refuses them otherwise), served log-probs after temperature and top-k/p (``processed_logprobs``: the ones
     the sampler drew from), vLLM's sampling defaults rather than the checkpoint's ``generation_config.json``,
     and a fixed seed. ``max_pixels`` / ``min_pixels``: the same budget as the server's own processor setting;
-    ``weight_transfer``: the push over a process group is taken (``transfer_args``).
+    ``weight_transfer``: the push over a process group is taken (``transfer_args``); ``allowed_media_path``: the
+    directory whose files a request may send as ``file://`` URLs (a ``video_url`` overview).
     ``python -m vllm.entrypoints.openai.api_server``: the ``vllm`` script looks up the distribution ``vllm``,
     which a CPU build installs under another name."""
     cmd = [
@@ -141,6 +143,8 @@ def launch_command(
         cmd.append("--enforce-eager")
     if weight_transfer:
         cmd += transfer_args()
+    if allowed_media_path:
+        cmd += ["--allowed-local-media-path", allowed_media_path]
     return cmd + list(extra_args)
 
 

@@ -104,6 +104,9 @@ class Benchmark:
     id_keys: tuple[str, ...]  # row fields that make the sample id, first present wins
     tool_prompt: str = "agentic_general"  # with-tool prompt mode (Charades: the bare envelope)
     published_key: str = ""  # column of SPEC §7's published table
+    # how the release's driver sends the overview (driver.py --video_channel; scripts/reproduce_paravt_8b.sh):
+    # decoded frames, or Charades' whole video as a file:// video_url that vLLM decodes server-side
+    release_channel: str = "frames"
 
 
 def _need(row: dict[str, Any], key: str) -> Any:
@@ -443,6 +446,7 @@ REGISTRY: dict[str, Benchmark] = {
             ("video",),
             tool_prompt="agentic_minimal",
             published_key="Charades",
+            release_channel="video_url",
         ),  # fmt: skip
         Benchmark("synthetic", "", "", _synthetic, ("id",)),
     )

@@ -18,8 +18,9 @@ Presets (``EvalConfig.preset``) set the episode knobs that make a protocol, on t
   of 100,352-602,112 px each (qwen-vl-utils 0.0.14 with ``nframes=64``), the crop frames themselves as the tool's
   answer (``crop_frames``: 1 fps, 1-16 frames of at most 50,176 px, the count rounded down to even as
   qwen-vl-utils 0.0.14 does), an unlabelled overview for multiple choice
-  (frames only; Charades keeps the timestamps, standing in for the release's ``video_url`` input, which gives
-  the model the frames' times), a 65,536-token context (its vLLM ``--max-model-len``) that holds those frames,
+  (frames only), Charades as the release sends it where the engine's server can decode it (the whole video as
+  a ``file://`` ``video_url``, decoded by vLLM with its own sampling and the frames' times; on other engines
+  labelled frames stand in: ``overview_channel``), a 65,536-token context (its vLLM ``--max-model-len``) that holds those frames,
   and its frame path (``frame_path=qwen-vl-utils``: the coded picture as stored, crop windows clamped to the
   video, ``round(linspace)`` indices, 28-px sizing, bicubic antialiased resize, JPEG 85, the processor's own
   settings: ``paravt_core.video.release_frames``); a reply cut by ``max_tokens`` still runs its complete calls
@@ -51,6 +52,25 @@ RELEASE_PROMPT_SET = "release-v1"
 # multimodal/processing/context.py validate_num_items: "At most 1024 image(s) may be provided in one prompt.").
 RELEASE_MAX_MODEL_LEN = 65_536
 RELEASE_IMAGE_LIMIT = 1024
+
+# The release's driver (driver.py _completion_with_retry at cf55249) sends temperature=0 and max_tokens only, and
+# its vLLM server (no --generation-config: "auto") fills every other sampling field from the checkpoint's
+# generation_config.json (vLLM 0.32's ModelConfig.get_diff_sampling_param reads repetition/presence/frequency
+# penalties, temperature, top_k, top_p, min_p, max_new_tokens; 0.17.1's is taken to be the same). Under greedy
+# decoding top_k / top_p / min_p cannot change the argmax; the penalties can. preset=release sends the
+# checkpoint's penalties with every request as that server applied them (``release_penalties``).
+NEUTRAL_PENALTIES = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+
+
+def release_penalties(generation_config: dict[str, Any]) -> dict[str, float]:
+    """The penalties of a checkpoint's ``generation_config.json`` that are not neutral (pure)."""
+    out = {}
+    for key, neutral in NEUTRAL_PENALTIES.items():
+        value = generation_config.get(key)
+        if value is not None and float(value) != neutral:
+            out[key] = float(value)
+    return out
+
 
 # qwen-vl-utils 0.0.14: VIDEO_MIN_PIXELS = 128 * 28 * 28, VIDEO_MAX_PIXELS = 768 * 28 * 28 (the per-frame cap
 # for 64 frames: its total-pixel budget / 64 is larger); the release's crops pass max_pixels 50,176, min 784.
@@ -101,19 +121,27 @@ def max_images(agent: AgentConfig) -> int:
     return agent.overview_frames + crops
 
 
+def overview_channel(bench: Benchmark, preset: str, video_urls: bool) -> str:
+    """How the overview travels: the release's channel for ``bench`` under ``preset=release`` when the engine's
+    server decodes ``video_url`` parts itself (``video_urls``: vLLM), else decoded frames (Charades' stand-in:
+    labelled frames, their times in the labels)."""
+    return bench.release_channel if preset == "release" and video_urls else "frames"
+
+
 def agent_config(
-    protocol: str, bench: Benchmark, sample: Sample, base: AgentConfig, preset: str = "paravt"
-) -> AgentConfig:
+    protocol: str, bench: Benchmark, sample: Sample, base: AgentConfig, preset: str = "paravt",
+    video_urls: bool = False,
+) -> AgentConfig:  # fmt: skip
+    """The agent config of ``sample`` under ``protocol``; ``video_urls``: the engine's server decodes a
+    ``video_url`` itself (``overview_channel``)."""
+    update: dict[str, Any] = {"overview_channel": overview_channel(bench, preset, video_urls)}
+    if preset == "release":  # driver.py _video_user_content: frames without timestamps in every mode
+        update["overview_labels"] = sample.qtype == "tvg"
     if protocol == "agentic":
         # the sample's own forced answer when its layout sets one (release: MMVU's open-ended items get the letter)
         forced = sample.forced if sample.forced != "" else {"mcq": "mcq", "tvg": "tvg"}.get(sample.qtype)
-        update: dict[str, Any] = {"prompt_mode": bench.tool_prompt, "forced_answer": forced}
-        if preset == "release":  # the released driver shows multiple-choice frames without timestamps
-            update["overview_labels"] = sample.qtype == "tvg"
-        return base.model_copy(update=update)
+        return base.model_copy(update={**update, "prompt_mode": bench.tool_prompt, "forced_answer": forced})
     if protocol in ("direct", "reasoning"):
-        update = {"prompt_mode": protocol, "max_turns": 0, "forced_answer": None, "question_suffix": False}
-        if preset == "release":  # driver.py _video_user_content: frames without timestamps in every mode
-            update["overview_labels"] = sample.qtype == "tvg"
-        return base.model_copy(update=update)
+        no_tool = {"prompt_mode": protocol, "max_turns": 0, "forced_answer": None, "question_suffix": False}
+        return base.model_copy(update={**update, **no_tool})
     raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")

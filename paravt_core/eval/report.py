@@ -376,8 +376,9 @@ CAVEATS = {
     "character, lmms-eval draws a random letter (the count is in the breakdowns)",
 }
 # Charades: the release sends the whole video as ``video_url`` (``driver.py --video_channel video_url``: vLLM
-# decodes it server-side with its own sampling and gives the model the frames' times); ours sends labelled
-# frames. Until that input is reproduced the row gets no difference.
+# decodes it server-side with its own sampling and gives the model the frames' times). So does preset=release
+# on an engine whose server decodes it (vLLM: ``overview_channels`` in the results); elsewhere ours sends
+# labelled frames, and the row gets no difference.
 CHARADES_INPUT = ("not comparable: the release feeds Charades as video_url (vLLM decodes the whole video "
                   "server-side); ours sends 64 labelled frames")  # fmt: skip
 
@@ -462,7 +463,14 @@ def comparability(results: dict[str, Any], bench: str) -> str:
     if served is not None and served < RELEASE_MAX_MODEL_LEN:  # it refuses requests the release's server took
         why.append(f"the server's context is {served} tokens, under the release's --max-model-len "
                    f"{RELEASE_MAX_MODEL_LEN}: it refuses the longest requests the release answered")  # fmt: skip
-    if bench == "charades":
+    sampling = results.get("sampling") or {}
+    if sampling.get("penalties") is None and "sampling" in results:
+        why.append(f"the sampling defaults the release's server applied are {sampling.get('source')}")
+    elif not sampling.get("sent", True):
+        engine = (results.get("config") or {}).get("engine", {}).get("kind")
+        why.append(f"the checkpoint's generation_config.json sets {sampling['penalties']}, which the release's "
+                   f"server applied to every request; engine.kind={engine} does not")  # fmt: skip
+    if bench == "charades" and (results.get("overview_channels") or {}).get(bench) != "video_url":
         why.append(CHARADES_INPUT.removeprefix("not comparable: "))
     if _subtitle_mode(results, bench) == "aligned":
         why.append(

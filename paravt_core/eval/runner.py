@@ -45,6 +45,7 @@ class RunOptions:
     retries: int = 3
     backoff_s: float = 1.0
     max_backoff_s: float = 30.0
+    video_urls: bool = False  # the engine's server decodes video_url parts (protocols.overview_channel)
 
 
 def _record(sample: Sample, protocol: str, **fields: Any) -> dict[str, Any]:
@@ -103,7 +104,7 @@ async def run_one(
     if sample.error:
         return error_record(sample, protocol, sample.error_reason, sample.error, attempts=0)
     try:
-        cfg = protocols.agent_config(protocol, bench, sample, base, preset)
+        cfg = protocols.agent_config(protocol, bench, sample, base, preset, opts.video_urls)
         row = EpisodeRow(video=sample.video, question=sample.question_for(protocol), row_id=sample.id,
                          question_type=sample.qtype)  # fmt: skip
         started = time.perf_counter()

@@ -53,7 +53,7 @@ from . import report
 from .config import EvalBenchmarkConfig, EvalConfig
 from .formats import FormatError, read_rows
 from .metrics import benchmark_metrics
-from .protocols import RELEASE_CLIENT_TIMEOUT_S, WITH_TOOL, preset_agent
+from .protocols import RELEASE_CLIENT_TIMEOUT_S, WITH_TOOL, overview_channel, preset_agent, release_penalties
 from .records import RecordError, SampleLog, parse_shard, read_records, shard_of
 from .runner import RunOptions, run_samples
 
@@ -172,6 +172,13 @@ def build_engine(cfg: EvalConfig) -> tuple[Any, Any]:
     return engine, engine.processor
 
 
+def _video_urls(cfg: EvalConfig) -> bool:
+    """The engine's server decodes a ``video_url`` part itself (``EngineKind.video_urls``: vLLM)."""
+    from paravt_core.engines.registry import KINDS
+
+    return KINDS[cfg.engine.kind].video_urls
+
+
 def _server_pixels(cfg: EvalConfig) -> tuple[int, int] | None:
     """The pixel budget a launched server's processor is set to: the episode's, or none on the release's frame
     path (the release's server keeps the checkpoint's own processor settings, as the requests then do)."""
@@ -288,6 +295,8 @@ def build_results(
             if protocol in WITH_TOOL:
                 calls += [int(r.get("tool_calls") or 0) for r in recs if r.get("status") == "ok"]
     model = report.published_model(cfg.published_model, cfg.model)
+    sampling = sampling_report(cfg)
+    benches = sorted({b for by_bench in per.values() for b in by_bench})
     return {
         "stage": STAGE,
         "model": cfg.model,
@@ -311,6 +320,12 @@ def build_results(
         "code_version": _code_version(),
         "prompt_protocol": ps.name,
         "prompt_checksum": ps.checksum,
+        # how each benchmark's overview travelled (frames, or the whole video as a video_url the server decodes)
+        "overview_channels": {
+            b: overview_channel(registry.get(b), cfg.preset, _video_urls(cfg)) for b in benches
+        },
+        # preset=release: the sampling defaults the release's server applied, and whether they were sent
+        **({"sampling": sampling} if sampling else {}),
         # the serving engine's own report (engine.kind=openai): its context, set against the release's
         **({"server": server} if server else {}),
         "config": config_to_dict(cfg),
@@ -556,6 +571,29 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
     return StageResult(STAGE, outputs=outputs, metrics=_summary(results))
 
 
+def sampling_report(cfg: EvalConfig) -> dict[str, Any] | None:
+    """Under ``preset=release``: the penalties the release's server applied to every request from the checkpoint's
+    ``generation_config.json`` (``protocols.release_penalties``) and whether this engine sends them (a chat
+    server's body takes them; the in-process engine has none). None under other presets."""
+    if cfg.preset != "release":
+        return None
+    from paravt_core.engines.registry import KINDS
+    from paravt_core.models import resolve_model_dir
+
+    source = "the checkpoint's generation_config.json (the release's vLLM: generation_config=auto)"
+    try:
+        path = resolve_model_dir(cfg.model) / "generation_config.json"
+    except (OSError, ValueError) as err:
+        return {"source": f"unknown: {err}", "penalties": None, "sent": False}
+    try:
+        generation_config = json.loads(path.read_text())
+    except FileNotFoundError:  # none: the server's defaults are vLLM's own, neutral
+        generation_config = {}
+    penalties = release_penalties(generation_config)
+    sent = not KINDS[cfg.engine.kind].in_process
+    return {"source": source, "penalties": penalties, "sent": sent or not penalties}
+
+
 def server_report(cfg: EvalConfig) -> dict[str, Any] | None:
     """What the server (``engine.kind=openai``) reports about its context; None for the in-process engine."""
     if not getattr(cfg.engine, "base_url", ""):  # in process, or a server this stage launched
@@ -605,9 +643,13 @@ def _evaluate(
         owned = getattr(engine, "server", None)
     if judge is None:
         judge = build_judge(cfg)
+    sampling = sampling_report(cfg)
+    if sampling and sampling["penalties"] and hasattr(engine, "extra_body"):  # a chat server's request body
+        engine.extra_body.update(sampling["penalties"])
     opts = RunOptions(
-        concurrency=cfg.runner.concurrency, retries=cfg.runner.retries, backoff_s=cfg.runner.backoff_s
-    )
+        concurrency=cfg.runner.concurrency, retries=cfg.runner.retries, backoff_s=cfg.runner.backoff_s,
+        video_urls=_video_urls(cfg),
+    )  # fmt: skip
     base = preset_agent(cfg.preset, cfg.agent)
     records: dict[str, dict[str, list[dict]]] = {}
     try:

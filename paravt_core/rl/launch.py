@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from paravt_core.config import ConfigError, config_to_yaml, load_config
+from paravt_core.engines.registry import KINDS
 from paravt_core.rl.config import RlConfig
 
 
@@ -94,17 +95,18 @@ def plan(
     ``model_dir``: the local directory of ``cfg.model`` (needed when a server is launched);
     ``server_command(model_dir, port)``: replaces SGLang's command (tests use a loopback server)."""
     e = cfg.engine
-    launch_server = e.kind == "sglang" and not e.base_url
-    # a vLLM server the stage starts itself (engines/kinds/vllm.py) on engine.gpus: reserved from the learner
-    stage_server = e.kind == "vllm" and not e.base_url
+    base_url = getattr(e, "base_url", "")  # the in-process kind has none
+    # a server started for this run (a kind that launches, no base_url) runs on engine.gpus, kept from the
+    # learner; this launcher starts SGLang's itself (its fleet and router too), other kinds' the stage starts
+    reserves = KINDS[e.kind].launches and not base_url
+    launch_server = reserves and e.kind == "sglang"
     overrides: list[str] = []
     server_cmd: list[str] | None = None
     server_env: dict[str, str] = {}
-    base_url = getattr(e, "base_url", "")  # the in-process kind has none
-    rollout = list(e.gpus) if launch_server or stage_server else []
+    rollout = list(e.gpus) if reserves else []
     if any(g < 0 or g >= gpus for g in rollout) or len(set(rollout)) != len(rollout):
         raise ConfigError(f"engine.gpus {rollout} are not distinct GPUs of this node's {gpus}")
-    if (launch_server or stage_server) and gpus and not rollout and not getattr(e, "service_selector", []):
+    if reserves and gpus and not rollout and not getattr(e, "service_selector", []):
         raise ConfigError(f"engine.kind={e.kind} without engine.base_url: reserve its GPUs in engine.gpus")
     learner_gpus = [g for g in range(gpus) if g not in rollout]
     if gpus and not learner_gpus:

@@ -210,11 +210,11 @@ def _check_resume(cfg: RlConfig, reference_uri: str) -> None:
 
 
 def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any, d: Dist) -> tuple[Any, Any]:
-    """(rank 0's rollout engine, the weight sync that pushes the learner's weights to it)."""
+    """(rank 0's rollout engine, the weight sync that pushes the learner's weights to it); ``run`` has
+    checked the engine's settings (``_check_engine``) before anything was touched."""
     from paravt_core.engines.registry import BuildContext, build
 
     e = cfg.engine
-    _check_engine(cfg, d)
     pinned = server_placement(cfg, d)  # engine.gpus, off the learner's GPUs (None: not pinned)
     context = BuildContext(
         stage="rl",

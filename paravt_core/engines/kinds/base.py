@@ -52,6 +52,7 @@ class EngineKind:
     refused: dict[str, str] = field(default_factory=dict)  # stage -> one line why this kind cannot serve it
     in_process: bool = False  # the engine runs in the stage's own process (no server)
     launches: bool = False  # a server kind whose stage starts the server itself when base_url is empty
+    video_urls: bool = False  # its server decodes a whole video sent as a file:// video_url part itself
 
     def needs_url(self, config: Any) -> bool:
         """``config`` names no server to talk to and the stage cannot start one."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from paravt_core.config_base import StrictModel
 
@@ -66,8 +66,30 @@ class VllmEngineConfig(StrictModel):
     cpu_kvcache_gib: int = Field(
         default=0, ge=0, description="launch on a CPU build: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE); 0: GPU"
     )
+    allowed_media_path: str = Field(
+        default="",
+        description="launch: the directory whose files requests may send as file:// URLs "
+        "(--allowed-local-media-path: a video_url overview, preset=release Charades, needs its videos there; "
+        "the release's recipe sets /); empty: none",
+    )
     extra_args: list[str] = Field(default_factory=list, description="launch: more server arguments, as given")
     start_timeout_s: float = Field(default=900.0, gt=0.0, description="launch: seconds to wait for /health")
+
+    @model_validator(mode="after")
+    def _launched_server_ranks(self) -> VllmEngineConfig:
+        """A launched server's workers are its tensor-parallel ranks: the group push's size follows them
+        unless set (and then it must agree)."""
+        if self.weight_sync != "distributed" or self.base_url:
+            return self
+        workers = self.tp_size or max(len(self.gpus), 1)
+        if "server_ranks" not in self.model_fields_set:
+            self.server_ranks = workers
+        elif self.server_ranks != workers:
+            raise ValueError(
+                f"engine.server_ranks={self.server_ranks}: the launched server has {workers} worker(s) "
+                "(engine.tp_size, else engine.gpus)"
+            )
+        return self
 
 
 def launch_plan(cfg: VllmEngineConfig, ctx: BuildContext) -> tuple[list[str], dict[str, str], str]:
@@ -91,6 +113,7 @@ def launch_plan(cfg: VllmEngineConfig, ctx: BuildContext) -> tuple[list[str], di
         tp_size=cfg.tp_size or max(len(cfg.gpus), 1),
         enforce_eager=cfg.enforce_eager,
         weight_transfer=cfg.weight_sync == "distributed",
+        allowed_media_path=cfg.allowed_media_path or None,
         extra_args=cfg.extra_args,
     )
     return command, server_env(ctx.env, cpu_kvcache_gib=cfg.cpu_kvcache_gib), f"http://127.0.0.1:{cfg.port}"
@@ -109,4 +132,6 @@ def build(cfg: VllmEngineConfig, ctx: BuildContext) -> Any:
     return VllmEngine(cfg.base_url, cfg.served_model or served_model(cfg.base_url), **kwargs)
 
 
-KIND = EngineKind("vllm", VllmEngineConfig, build, frozenset({"rl", "eval", "agent"}), launches=True)
+KIND = EngineKind(
+    "vllm", VllmEngineConfig, build, frozenset({"rl", "eval", "agent"}), launches=True, video_urls=True
+)
