@@ -388,7 +388,7 @@ def restart(sync: NcclSync, err: PushFailed) -> NcclSync:
             f"{err}. Restart the {server_label(engine)} at {engine.base_url} (an interrupted weight push leaves it unable "
             "to take another), then rerun this stage: it resumes from its last checkpoint"
         ) from err
-    server.stop(timeout_s=10.0)  # its workers wait in the cut transfer: a clean shutdown would not come
+    server.stop()
     server.start()
     return sync.renewed()
 
