@@ -532,3 +532,41 @@ def test_videomme_wsub_aligned_on_a_real_video_and_labelled_in_the_report(tmp_pa
                                "totals": {"samples": 1, "scored": 1, "errors": 0, "error_share": 0.0},
                                "gate": {"passed": True}}, {})  # fmt: skip
     assert report.SUBTITLES["aligned"] in html
+
+
+def test_charades_goes_as_a_video_url_only_under_the_release_on_a_server_that_decodes_it(
+    tiny_model, tmp_path
+):
+    """preset=release on vLLM: the whole Charades video as one ``file://`` part, no frames decoded here, the
+    request marked as carrying the server's own media (its prompt ids are not compared with ours); a missing
+    video is a ``video_error``. Elsewhere (another preset, an engine that cannot decode it) frames stand in."""
+    import asyncio
+
+    from paravt_core.agent.episode import arun_episode
+    from paravt_core.engines.scripted import ScriptedEngine
+    from paravt_core.eval import benchmarks as B
+    from paravt_core.eval.protocols import agent_config, overview_channel
+
+    charades, videomme = B.get("charades"), B.get("videomme")
+    assert overview_channel(charades, "release", video_urls=True) == "video_url"
+    assert overview_channel(charades, "release", video_urls=False) == "frames"
+    assert overview_channel(charades, "paravt", video_urls=True) == "frames"
+    assert overview_channel(videomme, "release", video_urls=True) == "frames"
+
+    row = {"video": "v.mp4", "caption": "a red circle appears", "timestamp": [1.0, 8.0]}
+    (sample,) = B.to_samples("charades", [row], _release_ctx())
+    base = preset_agent("release", AgentConfig(prompt_set="release-v1", max_turns=0))
+    cfg = agent_config("direct", charades, sample, base, "release", video_urls=True)
+    assert cfg.overview_channel == "video_url"
+    video = tmp_path / "v.mp4"
+    write_video(video, [Event("circle", "red", 1.0, 3.0, (10, 10, 120, 100))], 4.0, 10.0, (128, 96))
+    engine = ScriptedEngine(tiny_model.processor, ["The event happens in 1.0 - 3.0 seconds."])
+    result = asyncio.run(arun_episode({"video": str(video), "question": sample.question}, engine, cfg))
+    assert result.finish_reason in ("answer", "no_answer"), result.error
+    (request,) = engine.requests
+    user = next(m for m in request.messages if m["role"] == "user")["content"]
+    assert user[0] == {"type": "video_url", "video_url": {"url": f"file://{video.resolve()}"}}
+    assert [p["type"] for p in user] == ["video_url", "text"] and not request.images and request.server_media
+    assert result.nframes == 0
+    missing = asyncio.run(arun_episode({"video": str(tmp_path / "gone.mp4"), "question": "q"}, engine, cfg))
+    assert missing.finish_reason == "video_error" and "gone.mp4" in missing.error

@@ -11,7 +11,7 @@ and the real ``OpenAIEngine`` whose HTTP post is replaced by a recorder (the sam
 release's client). The comparison is on the OpenAI message lists (each request, message by message, part by
 part): text byte for byte, images by size and pixels (the sha256 of the decoded RGB, else a 4 x 4 box thumbnail
 within JPEG round-off); then on each request's text rendered by the Qwen3-VL chat template. Differences by
-design are listed exactly (``WIRE_ONLY``, ``NOT_REPRODUCIBLE``), so a new one, or one that goes away, fails."""
+design are listed exactly (``WIRE_ONLY``, ``FRAMES_STAND_IN``), so a new one, or one that goes away, fails."""
 
 from __future__ import annotations
 
@@ -63,8 +63,11 @@ class RecordingEngine(OpenAIEngine):
         return {"choices": [{"message": {"content": text}, "finish_reason": "stop"}], "usage": {}}
 
 
-def ours(fixture: dict[str, Any], tmp: Path, processor: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Our requests for the fixture's row (each as the recording stores them) and our record."""
+def ours(
+    fixture: dict[str, Any], tmp: Path, processor: Any, video_urls: bool = True
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Our requests for the fixture's row (each as the recording stores them) and our record; ``video_urls``:
+    the engine's server decodes a ``video_url`` (vLLM, the release's engine), so Charades goes as one."""
     v = fixture["video"]
     video = tmp / "v.mp4"
     events = [Event(s, c, a, b, tuple(box)) for s, c, a, b, box in v["events"]]
@@ -86,8 +89,8 @@ def ours(fixture: dict[str, Any], tmp: Path, processor: Any) -> tuple[list[dict[
     (sample,) = B.to_samples(bench.name, [fixture["row"]], ctx)
     engine = RecordingEngine(fixture["replies"], processor)
     protocol = "agentic" if fixture["prompt_mode"].startswith("agentic_") else fixture["prompt_mode"]
-    record = asyncio.run(run_one(sample, protocol, bench, engine, preset_agent("release", cfg.agent), RunOptions(),
-                                 processor=processor, preset="release"))  # fmt: skip
+    record = asyncio.run(run_one(sample, protocol, bench, engine, preset_agent("release", cfg.agent),
+                                 RunOptions(video_urls=video_urls), processor=processor, preset="release"))  # fmt: skip
     return _recorder().tails(engine.bodies), record
 
 
@@ -134,6 +137,11 @@ def compare(theirs: list[dict[str, Any]], mine: list[dict[str, Any]]) -> tuple[i
                         same += 1
                     else:
                         diffs.append(f"{where} part {k} text: {tp['text']!r} vs {mp['text']!r}")
+                elif tp["type"] == "video_url":  # a file:// URL: the recording keeps the file's name
+                    if tp["name"] == mp["name"]:
+                        same += 1
+                    else:
+                        diffs.append(f"{where} part {k} video: {tp['name']} vs {mp['name']}")
                 else:
                     if tp["size"] != mp["size"]:
                         diffs.append(f"{where} part {k} size: {tp['size']} vs {mp['size']}")
@@ -180,11 +188,12 @@ WIRE_ONLY = [
 ]
 # - Charades overview: the release's recipe sends Charades as a ``video_url`` (scripts/reproduce_paravt_8b.sh
 #   ``--video_channel video_url``; driver.py ``_video_user_content``), decoded by the vLLM server with its own
-#   frame sampling and timestamps; a client sending frames cannot reproduce that, so we send 64 frames of the
-#   release's sizing, each after its time label (protocols.agent_config ``overview_labels``).
-NOT_REPRODUCIBLE = {"charades": ["request 0 message 1 parts: 2 vs 129"]}
-# items compared equal (settings, texts byte for byte, images); 112 elsewhere
-IDENTICAL = {"charades": 47, "videomme_direct": 69, "mlvu_reasoning": 69}
+#   frame sampling and timestamps. So do we on an engine whose server decodes it (``video_urls``: vLLM); on any
+#   other, 64 frames of the release's sizing stand in, each after its time label (``overview_labels``): that
+#   overview alone differs.
+FRAMES_STAND_IN = {"charades": ["request 0 message 1 parts: 2 vs 129"]}
+# items compared equal (settings, texts byte for byte, images, video file names); 112 elsewhere
+IDENTICAL = {"charades": 49, "videomme_direct": 69, "mlvu_reasoning": 69}
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.stem for p in FIXTURES])
@@ -193,16 +202,21 @@ def test_release_requests_equal_ours_but_for_the_named_differences(path, tmp_pat
     assert fixture["commit"] == COMMIT and fixture["release"] == "EvolvingLMMs-Lab/ParaVT"
     mine, record = ours(fixture, tmp_path, tiny_model.processor)
     same, diffs = compare(fixture["requests"], mine)
-    unreproducible = NOT_REPRODUCIBLE.get(path.stem, [])
     single_turn = not fixture["prompt_mode"].startswith("agentic_")  # direct, reasoning: one request
-    assert diffs == WIRE_ONLY[:1] + unreproducible + ([] if single_turn else WIRE_ONLY[1:])
+    assert diffs == WIRE_ONLY[:1] + ([] if single_turn else WIRE_ONLY[1:])
     assert same == IDENTICAL.get(path.stem, 112)
-    # the rendered chat template: equal for every request, the unreproducible overview set aside (theirs on both)
+    # the rendered chat template: equal for every request
     theirs, ours_full = full_lists(fixture["requests"]), full_lists(mine)
     for t, m in zip(theirs, ours_full, strict=True):
-        if unreproducible:
-            m[1] = t[1]
         assert rendered(tiny_model.processor, t) == rendered(tiny_model.processor, m)
+    if (
+        path.stem in FRAMES_STAND_IN
+    ):  # an engine that cannot send the video: its stand-in overview alone differs
+        framed, _ = ours(fixture, tmp_path / "framed", tiny_model.processor, video_urls=False)
+        assert (
+            compare(fixture["requests"], framed)[1]
+            == WIRE_ONLY[:1] + FRAMES_STAND_IN[path.stem] + WIRE_ONLY[1:]
+        )
     # the release's reader on the final reply reads what the release's own scoring read
     release = fixture["release_result"]
     assert record["status"] == "ok"

@@ -92,8 +92,7 @@ class AgentConfig(StrictModel):
     )
     overview_channel: Literal["frames", "video_url"] = Field(
         default="frames",
-        description="frames: the overview as decoded frames; video_url: the whole video as a file:// URL the "
-        "server decodes itself (vLLM; the release's Charades input)",
+        description="frames: decoded frames; video_url: the whole video as a file:// URL the server decodes (vLLM)",
     )
     max_turns: int = Field(
         default=3, ge=0, description="tool rounds; the generation after the last one must answer"

@@ -31,9 +31,7 @@ class VllmEngineConfig(StrictModel):
     max_concurrency: int = Field(default=256, ge=1, description="requests in flight at once")
     weight_sync: Literal["disk", "distributed"] = Field(
         default="disk",
-        description="rl weight push: the server reloads a directory in staging_dir, or receives the tensors "
-        "over a process group (NCCL on GPUs, gloo on CPU; a launched server takes it, an external one needs "
-        "vllm_engine.transfer_args)",
+        description="rl weight push: a directory in staging_dir, or over a process group (NCCL; gloo on CPU)",
     )
     staging_dir: str = Field(
         default="", description="disk push: a local directory the server can read; empty: <output>-weights"
@@ -68,9 +66,7 @@ class VllmEngineConfig(StrictModel):
     )
     allowed_media_path: str = Field(
         default="",
-        description="launch: the directory whose files requests may send as file:// URLs "
-        "(--allowed-local-media-path: a video_url overview, preset=release Charades, needs its videos there; "
-        "the release's recipe sets /); empty: none",
+        description="launch: requests may send its files as file:// URLs (--allowed-local-media-path); empty: none",
     )
     extra_args: list[str] = Field(default_factory=list, description="launch: more server arguments, as given")
     start_timeout_s: float = Field(default=900.0, gt=0.0, description="launch: seconds to wait for /health")
