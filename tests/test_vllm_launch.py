@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from paravt_core.config import load_config
+from paravt_core.config import ConfigError, load_config
 from paravt_core.engines.base import image_processor_kwargs
 from paravt_core.engines.kinds.base import BuildContext
 from paravt_core.engines.kinds.vllm import launch_plan
@@ -164,3 +164,24 @@ def test_the_push_over_a_group_launches_the_transfer_backend_as_vllm_reads_it(
     )
     source = (WORKER_DIR / "paravt_weight_transfer.py").read_text()
     assert f'BACKEND = "{TRANSFER_BACKEND}"' in source and "paravt_core" not in source.split('"""', 2)[2]
+
+
+def test_a_fleet_launch_gives_each_server_its_port_and_share_of_the_gpus(vllm_parser, tiny_model_dir) -> None:
+    cfg = load_config(RlConfig, None, ["engine.kind=vllm", "engine.servers=2", "engine.gpus=[2,3,4,5]",
+                                       "engine.port=8011", f"model={tiny_model_dir}"])  # fmt: skip
+    context = BuildContext(stage="rl", model=cfg.model, env={"CUDA_VISIBLE_DEVICES": "2,3,4,5"})
+    plans = [launch_plan(cfg.engine, context, i) for i in range(2)]
+    assert [(env["CUDA_VISIBLE_DEVICES"], url) for _, env, url in plans] == [
+        ("2,3", "http://127.0.0.1:8011"),
+        ("4,5", "http://127.0.0.1:8012"),
+    ]
+    read = _read_back(vllm_parser, plans[1][0])
+    assert (read["port"], read["tensor_parallel_size"]) == (8012, 2)
+    for bad, why in (
+        (["engine.servers=2", "engine.weight_sync=distributed"], "takes weight pushes from disk"),
+        (["engine.servers=2", "engine.base_url=http://h:1"], "leave engine.base_url empty"),
+        (["engine.servers=2", "engine.gpus=[1,2,3]"], "do not split evenly"),
+        (["engine.worker_urls=[http://a:1]", "engine.base_url=http://h:1"], "names a fleet's servers"),
+    ):
+        with pytest.raises(ConfigError, match=why):
+            load_config(RlConfig, None, ["engine.kind=vllm", *bad])

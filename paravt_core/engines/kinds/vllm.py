@@ -1,5 +1,6 @@
 """``engine.kind=vllm``: a vLLM server (``engines/vllm_engine.py``), at ``base_url`` or launched by the stage:
-chat requests with exact token ids and log-probs back, and weight pushes from disk or over a process group."""
+chat requests with exact token ids and log-probs back, and weight pushes from disk or over a process group; or a
+fleet of them (``engines/vllm_fleet.py``), launched or running."""
 
 from __future__ import annotations
 
@@ -70,6 +71,35 @@ class VllmEngineConfig(StrictModel):
     )
     extra_args: list[str] = Field(default_factory=list, description="launch: more server arguments, as given")
     start_timeout_s: float = Field(default=900.0, gt=0.0, description="launch: seconds to wait for /health")
+    servers: int = Field(
+        default=1,
+        ge=1,
+        description="launch: servers of a fleet (engine.port + i each, engine.gpus split evenly)",
+    )
+    worker_urls: list[str] = Field(
+        default_factory=list,
+        description="a fleet of running servers (instead of base_url); requests routed by group",
+    )
+
+    @property
+    def fleet(self) -> bool:
+        return self.servers > 1 or bool(self.worker_urls)
+
+    @model_validator(mode="after")
+    def _one_fleet(self) -> VllmEngineConfig:
+        if self.worker_urls and (self.base_url or self.servers > 1):
+            raise ValueError(
+                "engine.worker_urls names a fleet's servers: leave engine.base_url and engine.servers"
+            )
+        if self.servers > 1 and self.base_url:
+            raise ValueError("engine.servers > 1 launches a fleet: leave engine.base_url empty")
+        if self.fleet and self.weight_sync == "distributed":
+            raise ValueError("a vLLM fleet takes weight pushes from disk: engine.weight_sync=disk")
+        if self.servers > 1 and len(self.gpus) % self.servers:
+            raise ValueError(
+                f"engine.gpus {self.gpus} do not split evenly over engine.servers={self.servers}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _launched_server_ranks(self) -> VllmEngineConfig:
@@ -88,31 +118,42 @@ class VllmEngineConfig(StrictModel):
         return self
 
 
-def launch_plan(cfg: VllmEngineConfig, ctx: BuildContext) -> tuple[list[str], dict[str, str], str]:
-    """(command, environment, base URL) of the server the stage starts for ``cfg``: the context's checkpoint
-    (a local directory), its dtype and pixel budget, pinned by ``ctx.env`` to ``cfg.gpus`` when given."""
+def launch_plan(
+    cfg: VllmEngineConfig, ctx: BuildContext, index: int = 0
+) -> tuple[list[str], dict[str, str], str]:
+    """(command, environment, base URL) of the server the stage starts for ``cfg`` (``index``: which of a
+    fleet's, on ``engine.port + index`` and its share of ``engine.gpus``): the context's checkpoint (a local
+    directory), its dtype and pixel budget, pinned by ``ctx.env`` to ``cfg.gpus`` when given."""
     import sys
 
     from paravt_core.engines.vllm_engine import launch_command, server_env
     from paravt_core.models import resolve_model_dir
 
     low, high = ctx.pixels or (None, None)
+    share = len(cfg.gpus) // cfg.servers
+    gpus = cfg.gpus[index * share : (index + 1) * share]
+    port = cfg.port + index
     command = launch_command(
         str(resolve_model_dir(ctx.model)),  # the server opens local directories, not s3:// URIs
         python=cfg.python or sys.executable,
-        port=cfg.port,
+        port=port,
         max_model_len=cfg.max_model_len,
         max_images=cfg.max_images,
         max_pixels=high,
         min_pixels=low,
         dtype=ctx.dtype,
-        tp_size=cfg.tp_size or max(len(cfg.gpus), 1),
+        tp_size=cfg.tp_size or max(len(gpus), 1),
         enforce_eager=cfg.enforce_eager,
         weight_transfer=cfg.weight_sync == "distributed",
         allowed_media_path=cfg.allowed_media_path or None,
         extra_args=cfg.extra_args,
     )
-    return command, server_env(ctx.env, cpu_kvcache_gib=cfg.cpu_kvcache_gib), f"http://127.0.0.1:{cfg.port}"
+    env = server_env(ctx.env, cpu_kvcache_gib=cfg.cpu_kvcache_gib)
+    if (
+        ctx.env is not None and cfg.servers > 1 and gpus
+    ):  # the stage pinned all of engine.gpus: this one's share
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+    return command, env, f"http://127.0.0.1:{port}"
 
 
 def build(cfg: VllmEngineConfig, ctx: BuildContext) -> Any:
@@ -120,6 +161,18 @@ def build(cfg: VllmEngineConfig, ctx: BuildContext) -> Any:
 
     timeout = {"timeout_s": ctx.timeout_s} if ctx.timeout_s is not None else {}
     kwargs = {"processor": ctx.load_processor(), "max_concurrency": cfg.max_concurrency, **timeout}
+    if cfg.worker_urls:
+        from paravt_core.engines.vllm_fleet import VllmFleet
+
+        return VllmFleet(
+            [VllmEngine(u, cfg.served_model or served_model(u), **kwargs) for u in cfg.worker_urls]
+        )
+    if cfg.servers > 1:
+        from paravt_core.engines.vllm_fleet import VllmFleet
+
+        plans = [launch_plan(cfg, ctx, i) for i in range(cfg.servers)]
+        logs = [ctx.log_path and ctx.log_path.removesuffix(".log") + f"-{i}.log" for i in range(cfg.servers)]
+        return VllmFleet.launch(plans, log_paths=logs, start_timeout_s=cfg.start_timeout_s, **kwargs)
     if not cfg.base_url:
         command, env, base_url = launch_plan(cfg, ctx)
         return VllmEngine.launch(
