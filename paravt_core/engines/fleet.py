@@ -55,6 +55,21 @@ class FleetVersionError(EngineError):
         self.expected, self.lagging = expected, lagging
 
 
+async def repush_to(members: dict[str, Any], model_path: str, *, weight_version: str) -> None:
+    """The weights in ``model_path`` to each server of ``members`` (URL -> its engine: the servers of a fleet
+    found lagging) at once; any failure raises, naming each server that failed."""
+    results = await asyncio.gather(
+        *(m.update_weights_from_disk(model_path, weight_version=weight_version) for m in members.values()),
+        return_exceptions=True,
+    )
+    errors = {u: r for u, r in zip(members, results, strict=True) if isinstance(r, BaseException)}
+    if errors:
+        raise EngineError(
+            f"re-push of version {weight_version} failed on "
+            + "; ".join(f"{u}: {e}" for u, e in errors.items())
+        )
+
+
 def router_command(
     worker_urls: Sequence[str],
     *,
@@ -233,19 +248,7 @@ class FleetEngine(SGLangEngine):
 
     async def repush(self, urls: Sequence[str], model_path: str, *, weight_version: str) -> None:
         """The weights in ``model_path`` to ``urls`` only (servers found lagging); a failure raises."""
-        results = await asyncio.gather(
-            *(
-                self.member(u).update_weights_from_disk(model_path, weight_version=weight_version)
-                for u in urls
-            ),
-            return_exceptions=True,
-        )
-        errors = {u: r for u, r in zip(urls, results, strict=True) if isinstance(r, BaseException)}
-        if errors:
-            raise EngineError(
-                f"re-push of version {weight_version} failed on "
-                + "; ".join(f"{u}: {e}" for u, e in errors.items())
-            )
+        await repush_to({u: self.member(u) for u in urls}, model_path, weight_version=weight_version)
 
     async def pause_generation(self, mode: str = "retract") -> None:
         await self._each("pause_generation", mode)

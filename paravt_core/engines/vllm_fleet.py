@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from .base import Completion, Engine, EngineError, GenerationRequest
-from .fleet import FleetVersionError
+from .fleet import FleetVersionError, repush_to
 from .vllm_engine import VllmEngine, VllmServer
 
 KEYS_KEPT = 4096
@@ -180,19 +180,7 @@ class VllmFleet(Engine):
 
     async def repush(self, urls: Sequence[str], model_path: str, *, weight_version: str) -> None:
         """The weights in ``model_path`` to ``urls`` only (servers found lagging); a failure raises."""
-        results = await asyncio.gather(
-            *(
-                self._member(u).update_weights_from_disk(model_path, weight_version=weight_version)
-                for u in urls
-            ),
-            return_exceptions=True,
-        )
-        errors = {u: r for u, r in zip(urls, results, strict=True) if isinstance(r, BaseException)}
-        if errors:
-            raise EngineError(
-                f"re-push of version {weight_version} failed on "
-                + "; ".join(f"{u}: {e}" for u, e in errors.items())
-            )
+        await repush_to({u: self._member(u) for u in urls}, model_path, weight_version=weight_version)
 
     async def served_versions(self) -> dict[str, str | None]:
         """Each server's ``/weight_info`` ``weight_version`` (None: it did not answer)."""
