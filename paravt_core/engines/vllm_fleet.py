@@ -26,7 +26,7 @@ import httpx
 
 from .base import Completion, Engine, EngineError, GenerationRequest
 from .fleet import FleetVersionError, repush_to
-from .vllm_engine import VllmEngine, VllmServer
+from .vllm_engine import VllmEngine, VllmServer, served_model
 
 KEYS_KEPT = 4096
 
@@ -80,8 +80,6 @@ class VllmFleet(Engine):
     ) -> VllmFleet:  # fmt: skip
         """Start every ``(command, env, base_url)`` of ``plans`` side by side, wait until all are healthy,
         and connect to them; ``fleet.server.stop()`` ends them all."""
-        from .vllm_engine import served_model
-
         servers = [
             VllmServer(command, base_url, env=env, log_path=log)
             for (command, env, base_url), log in zip(plans, log_paths, strict=True)

@@ -297,6 +297,7 @@ def build_results(
     model = report.published_model(cfg.published_model, cfg.model)
     sampling = sampling_report(cfg)
     benches = sorted({b for by_bench in per.values() for b in by_bench})
+    video_urls = _video_urls(cfg)
     return {
         "stage": STAGE,
         "model": cfg.model,
@@ -321,9 +322,7 @@ def build_results(
         "prompt_protocol": ps.name,
         "prompt_checksum": ps.checksum,
         # how each benchmark's overview travelled (frames, or the whole video as a video_url the server decodes)
-        "overview_channels": {
-            b: overview_channel(registry.get(b), cfg.preset, _video_urls(cfg)) for b in benches
-        },
+        "overview_channels": {b: overview_channel(registry.get(b), cfg.preset, video_urls) for b in benches},
         # preset=release: the sampling defaults the release's server applied, and whether they were sent
         **({"sampling": sampling} if sampling else {}),
         # the serving engine's own report (engine.kind=openai): its context, set against the release's

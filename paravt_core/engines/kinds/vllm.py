@@ -149,9 +149,8 @@ def launch_plan(
         extra_args=cfg.extra_args,
     )
     env = server_env(ctx.env, cpu_kvcache_gib=cfg.cpu_kvcache_gib)
-    if (
-        ctx.env is not None and cfg.servers > 1 and gpus
-    ):  # the stage pinned all of engine.gpus: this one's share
+    if ctx.env is not None and cfg.servers > 1 and gpus:
+        # the stage pinned all of engine.gpus: this server sees its own share
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
     return command, env, f"http://127.0.0.1:{port}"
 
@@ -161,15 +160,12 @@ def build(cfg: VllmEngineConfig, ctx: BuildContext) -> Any:
 
     timeout = {"timeout_s": ctx.timeout_s} if ctx.timeout_s is not None else {}
     kwargs = {"processor": ctx.load_processor(), "max_concurrency": cfg.max_concurrency, **timeout}
-    if cfg.worker_urls:
+    if cfg.fleet:
         from paravt_core.engines.vllm_fleet import VllmFleet
 
-        return VllmFleet(
-            [VllmEngine(u, cfg.served_model or served_model(u), **kwargs) for u in cfg.worker_urls]
-        )
-    if cfg.servers > 1:
-        from paravt_core.engines.vllm_fleet import VllmFleet
-
+        if cfg.worker_urls:
+            members = [VllmEngine(u, cfg.served_model or served_model(u), **kwargs) for u in cfg.worker_urls]
+            return VllmFleet(members)
         plans = [launch_plan(cfg, ctx, i) for i in range(cfg.servers)]
         logs = [ctx.log_path and ctx.log_path.removesuffix(".log") + f"-{i}.log" for i in range(cfg.servers)]
         return VllmFleet.launch(plans, log_paths=logs, start_timeout_s=cfg.start_timeout_s, **kwargs)
