@@ -3,12 +3,15 @@ the fixture videos' 64 frames reach the server as images, each as the JPEG bytes
 and the prompt token ids vLLM builds from them equal ours, id for id; Charades goes as the release sends it, the
 whole video as a ``file://`` ``video_url`` that vLLM decodes itself.
 
-The eval runs on a server with the release's image limit (``--limit-mm-per-prompt`` 1,024 images, its
+The eval runs on a server launched with the release's flags (``release_vllm_server``: 1,024 images a request, its
 ``utils.py`` ``launch_servers``): a release request carries the 64 overview frames (and the crops), over the
-session server's 8 (and a context just above the fixtures' prompts: ``CONTEXT``). Token counts by hand: every fixture frame (128 x 96, or 160 x 128 for the synthetic
-benchmark) is sized by qwen-vl-utils to 280 x 392 (308 x 364) for the overview and 84 x 140 (140 x 168) for a
-crop, and the tiny processor's own settings (longest_edge 16,384 px, 32-px grid) bring each to 96 x 128:
-(96 / 16) x (128 / 16) / 2^2 = 12 image tokens a frame."""
+session server's 8 (and a context just above the fixtures' prompts). Token counts by hand: every fixture frame
+(128 x 96, or 160 x 128 for the synthetic benchmark) is sized by qwen-vl-utils to 280 x 392 (308 x 364) for the
+overview and 84 x 140 (140 x 168) for a crop, and the tiny processor's own settings (longest_edge 16,384 px,
+32-px grid) bring each to 96 x 128: (96 / 16) x (128 / 16) / 2^2 = 12 image tokens a frame.
+
+The same launch has no ``--trust-request-mm-kwargs`` (the release's had none), so the default preset's requests,
+which carry the pixel budget as ``mm_processor_kwargs``, are refused there: once each, naming the flag."""
 
 from __future__ import annotations
 
@@ -16,16 +19,14 @@ import asyncio
 import base64
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 from PIL import Image
 
-import tests.fixtures.vllm_server as vllm_fixture
 from paravt_core.engines.base import GenerationRequest, SamplingParams
+from paravt_core.engines.openai_engine import OpenAIEngine
 from paravt_core.engines.vllm_engine import VllmEngine
 from paravt_core.eval.stage import run
 from paravt_core.video import release_frames as R
@@ -33,22 +34,6 @@ from tests.eval_support import TINY_AGENT, fixture_entry, tiny_eval_config
 
 PER_PROTOCOL = 25  # the fixture benchmarks' samples (tests/test_eval_stage.py)
 TOKENS_PER_FRAME = 12  # see the module docstring
-RELEASE_IMAGES = 1024  # the release's vLLM server (--limit-mm-per-prompt)
-# The fixtures' release prompts hold 1,022-1,760 tokens; vLLM lowers each request's max_tokens (2,048 under the
-# preset) to the room left, so a small context keeps the random tiny model's replies, and the test, short.
-CONTEXT = 2304
-
-
-@pytest.fixture(scope="module")
-def release_vllm_server(
-    tiny_model_dir: str, eval_fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
-    """The session server's launch (``serve``), with the release's image limit, a small context and the
-    fixtures' videos readable as ``file://`` URLs (Charades' ``video_url``)."""
-    tmp = tmp_path_factory.mktemp("vllm-release")
-    with vllm_fixture.serve(tiny_model_dir, tmp, max_images=RELEASE_IMAGES, max_model_len=CONTEXT,
-                            allowed_media_path=str(eval_fixtures_dir.resolve())) as server:  # fmt: skip
-        yield server
 
 
 class ObservedVllm(VllmEngine):
@@ -164,3 +149,28 @@ def test_one_request_of_release_crop_frames_is_decoded_by_vllm_as_ours(
     assert answer["prompt_token_ids"] == ids and engine.prompt_id_mismatches == 0
     pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
     assert ids.count(pad) == TOKENS_PER_FRAME * 4
+
+
+def test_a_refusal_is_not_retried_and_names_the_server_flag(
+    release_vllm_server, tiny_model, eval_fixtures, tmp_path
+):
+    """vLLM 0.32 without --trust-request-mm-kwargs (the release's launch) refuses every request that carries
+    mm_processor_kwargs (HTTP 400): one call per sample, recorded as engine_refused with the flag to set, never
+    retried."""
+    server = release_vllm_server
+    engine = OpenAIEngine(server.base_url, server.model, processor=tiny_model.processor)
+    cfg = tiny_eval_config(tmp_path, server.model, [fixture_entry(eval_fixtures, "mlvu")], protocols=["direct"],
+                           agent={**TINY_AGENT, "max_new_tokens": 8}, runner={"retries": 3, "backoff_s": 0.0},
+                           engine={"kind": "openai", "base_url": server.base_url})  # fmt: skip
+    run(cfg, engine=engine, processor=tiny_model.processor)
+    records = _lines(Path(cfg.output) / "samples" / "direct" / "mlvu.jsonl")
+    assert len(records) == 3 and engine.attempts == 3  # one HTTP call per sample: no retry at either level
+    for r in records:
+        assert (r["status"], r["finish_reason"], r["attempts"]) == ("error", "engine_refused", 1)
+        message = r["error"]["message"]
+        assert (
+            r["error"]["reason"] == "engine_refused"
+            and "HTTP 400" in message
+            and "(after 1 attempt(s))" in message
+        )
+        assert message.endswith("as mm_processor_kwargs; launch vLLM with --trust-request-mm-kwargs")

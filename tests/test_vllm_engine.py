@@ -25,9 +25,9 @@ from paravt_core.models import load
 from paravt_core.rl.learner import PolicyLogprobs, TrainSequence, pack_sample
 from paravt_core.rl.weight_sync import DiskSync, NcclSync, PushFailed, recover
 from paravt_core.sft.packing import pack
-from tests.eval_support import TINY_AGENT, fixture_entry, tiny_eval_config
+from tests.eval_support import TINY_AGENT, tiny_eval_config
 from tests.fixtures.served import free_port
-from tests.fixtures.vllm_server import owned, serve
+from tests.fixtures.vllm_server import owned
 from tests.rl_support import TINY_RL, rl_data, straight_then_resumed, tiny_rl_config  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,30 +74,6 @@ def test_greedy_replies_equal_the_in_process_engines(vllm_server, eval_fixtures,
                        for r in records}  # fmt: skip
     assert len(texts["vllm"]) == 2 * PER_PROTOCOL
     assert texts["vllm"] == texts["transformers"]
-
-
-def test_a_refusal_is_not_retried_and_names_the_server_flag(
-    tiny_model_dir, tiny_model, eval_fixtures, tmp_path
-):
-    """vLLM 0.32 without --trust-request-mm-kwargs refuses every request that carries mm_processor_kwargs
-    (HTTP 400): one call per sample, recorded as engine_refused with the flag to set, never retried."""
-    with serve(tiny_model_dir, tmp_path, trust_mm_kwargs=False) as server:
-        engine = OpenAIEngine(server.base_url, server.model, processor=tiny_model.processor)
-        cfg = tiny_eval_config(tmp_path, server.model, [fixture_entry(eval_fixtures, "mlvu")], protocols=["direct"],
-                               agent={**TINY_AGENT, "max_new_tokens": 8}, runner={"retries": 3, "backoff_s": 0.0},
-                               engine={"kind": "openai", "base_url": server.base_url})  # fmt: skip
-        run(cfg, engine=engine, processor=tiny_model.processor)
-    records = _lines(Path(cfg.output) / "samples" / "direct" / "mlvu.jsonl")
-    assert len(records) == 3 and engine.attempts == 3  # one HTTP call per sample: no retry at either level
-    for r in records:
-        assert (r["status"], r["finish_reason"], r["attempts"]) == ("error", "engine_refused", 1)
-        message = r["error"]["message"]
-        assert (
-            r["error"]["reason"] == "engine_refused"
-            and "HTTP 400" in message
-            and "(after 1 attempt(s))" in message
-        )
-        assert message.endswith("as mm_processor_kwargs; launch vLLM with --trust-request-mm-kwargs")
 
 
 def _frame(seed: int) -> torch.Tensor:

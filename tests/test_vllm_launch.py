@@ -122,6 +122,8 @@ def test_a_half_pixel_budget_and_the_cpu_environment() -> None:
     assert env["PYTHONPATH"] == str(WORKER_DIR) and env["HOME"] == "/h"
     assert sorted(p.name for p in WORKER_DIR.glob("*.py")) == ["paravt_weight_transfer.py"]
     assert (env["VLLM_CPU_KVCACHE_SPACE"], env["VLLM_CPU_OMP_THREADS_BIND"]) == ("2", "nobind")
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # the worker in the engine core: a process fewer
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in server_env({})  # on GPUs vLLM's own choice
     assert (env["HF_HUB_OFFLINE"], env["VLLM_NO_USAGE_STATS"]) == ("1", "1")
 
 

@@ -152,14 +152,17 @@ def server_env(base: dict[str, str] | None = None, *, cpu_kvcache_gib: int = 0) 
     """The server's environment: ``base`` (default ours) with the weight-push routes on
     (``VLLM_SERVER_DEV_MODE``: pause, reload, cache resets; the server listens where only the stage talks to
     it), no usage reports, nothing downloaded; on a CPU build the KV cache size (``VLLM_CPU_KVCACHE_SPACE``, GiB:
-    it overrides ``--kv-cache-memory-bytes``) and threads left unbound when ``cpu_kvcache_gib`` is set. Our own
+    it overrides ``--kv-cache-memory-bytes``), threads left unbound and the worker inside the engine-core process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: else the CPU platform forces the multiprocess executor, whose third
+    process takes ~12 s more to start here) when ``cpu_kvcache_gib`` is set. Our own
     ``PYTHONPATH`` is replaced by ``WORKER_DIR`` (the weight-transfer backend, which imports nothing of ours):
     the server's packages are its own environment's."""
     env = dict(os.environ if base is None else base)
     env["PYTHONPATH"] = str(WORKER_DIR)
     env.update(VLLM_SERVER_DEV_MODE="1", VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1")
     if cpu_kvcache_gib:
-        env.update(VLLM_CPU_KVCACHE_SPACE=str(cpu_kvcache_gib), VLLM_CPU_OMP_THREADS_BIND="nobind")
+        env.update(VLLM_CPU_KVCACHE_SPACE=str(cpu_kvcache_gib), VLLM_CPU_OMP_THREADS_BIND="nobind",
+                   VLLM_ENABLE_V1_MULTIPROCESSING="0")  # fmt: skip
     return env
 
 
