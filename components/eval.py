@@ -55,6 +55,11 @@ def eval_op(
                            night=night, run_id=run_id, run_prefix=run_prefix, train_run_id=train_run_id)  # fmt: skip
     os.environ["KFP_RUN_ID"] = train_run_id or run_id  # the trackers' run name (paravt_core/tracking)
     cfg.shard = shard
+    import torch
+
+    from paravt_core.launch.hardware import check_eval_engine
+
+    check_eval_engine(cfg, gpus=torch.cuda.device_count() if torch.cuda.is_available() else 0)
     result = run(cfg)
     report.metadata["gpus"] = gpus
     print(json.dumps(result.outputs))

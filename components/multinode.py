@@ -107,6 +107,7 @@ def rl_trainjob_op(
     from paravt_core.launch.trainjob import (
         NodeSpec,
         check_rl_multinode,
+        check_rollout_server,
         in_cluster_namespace,
         job_name,
         launch_with_retries,
@@ -126,6 +127,9 @@ def rl_trainjob_op(
                     model=cfg.model, parameter="rl_config_yaml",
                     example="configs/rl/paragrpo_8b_2node.yaml")  # fmt: skip
     check_rl_multinode(cfg.engine.kind, getattr(cfg.engine, "base_url", ""))  # in-process: none
+    if base_url := getattr(cfg.engine, "base_url", ""):
+        # before the job: 16 GPUs would load the learner and fail at the first push
+        check_rollout_server(base_url, wait_s=cfg.launch.rollout_wait_s)
     if getattr(cfg.engine, "weight_sync", "") == "distributed" and cfg.engine.nccl_address in (
         "",
         "127.0.0.1",

@@ -86,7 +86,7 @@ elif [ "$phase" = code ]; then
 elif [ "$phase" = vllm ]; then
     # The eval image's optional vLLM server (Dockerfile.eval, build arg VLLM_VERSION): a venv of its own, as
     # vLLM pins its own torch; the eval stage starts it as engine.python=/opt/vllm/bin/python
-    # (configs/eval/vllm.yaml). Empty version: nothing installed.
+    # (configs/eval/cluster.yaml). Empty version: nothing installed.
     version=${1:-}
     if [ -n "$version" ]; then
         python3.11 -m venv /opt/vllm

@@ -202,18 +202,17 @@ def _cmd_tiny_model(args: argparse.Namespace) -> int:
 def _cmd_pipeline_compile(args: argparse.Namespace) -> int:
     from pipelines.compile import compile_pipeline, pipelines
 
-    if len(args.name_and_out) > 2:
-        raise UsageError("expected [NAME] OUT.yaml")
-    name, out = args.name_and_out if len(args.name_and_out) == 2 else ("train", args.name_and_out[0])
+    name, out = args.pipeline_name or "train", args.out
     if name not in pipelines():
         raise UsageError(f"unknown pipeline {name!r}; known: {', '.join(sorted(pipelines()))}")
-    if len(args.name_and_out) == 1 and out in pipelines():
+    if args.pipeline_name is None and out in pipelines():
         raise UsageError(f"no output file: expected {out} OUT.yaml")
     if not out.endswith((".yaml", ".yml")):  # KFP writes platform-specific parts (k8s) only to YAML
         raise UsageError(
             f"OUT must end in .yaml (the KFP compiler writes Kubernetes settings only to YAML), got {out}"
         )
-    print(compile_pipeline(name, out, sft_config=args.sft_config, rl_config=args.rl_config))
+    print(compile_pipeline(name, out, sft_config=args.sft_config, rl_config=args.rl_config,
+                           eval_config=args.eval_config))  # fmt: skip
     return 0
 
 
@@ -283,6 +282,12 @@ def _cmd_pipeline_retry(args: argparse.Namespace) -> int:
 
     print(retry(_connection(args), args.run_id))
     return 0
+
+
+def _cmd_pipeline_doctor(args: argparse.Namespace) -> int:
+    from pipelines.doctor import doctor
+
+    return doctor(args.namespace, args.kfp_namespace)
 
 
 def _cmd_pipeline_status(args: argparse.Namespace) -> int:
@@ -502,15 +507,21 @@ def build_parser() -> argparse.ArgumentParser:
     pc = psub.add_parser(
         "compile", help="compile a pipeline to KFP IR YAML: compile [train|nightly|ablations] OUT.yaml"
     )
-    pc.add_argument(
-        "name_and_out", nargs="+", metavar="[NAME] OUT", help="pipeline name (default: train), output"
-    )
+    # Two positionals, the first optional: argparse's usage is then "[NAME] OUT.yaml", one pair (nargs="+"
+    # advertised "[NAME] OUT [[NAME] OUT ...]", which the command refused).
+    pc.add_argument("pipeline_name", nargs="?", metavar="NAME", help="pipeline name (default: train)")
+    pc.add_argument("out", metavar="OUT.yaml", help="the compiled pipeline")
     for stage in ("sft", "rl"):
         pc.add_argument(
             f"--{stage}-config",
             metavar="YAML",
             help=f"{stage} config whose launch section shapes the DAG (launch.nodes > 1: a TrainJob step)",
         )
+    pc.add_argument(
+        "--eval-config",
+        metavar="YAML",
+        help="the default of eval_config_yaml (default: configs/eval/cluster.yaml, a vLLM server in the eval pod)",
+    )
     pc.set_defaults(fn=_cmd_pipeline_compile)
 
     ps = psub.add_parser("submit", help="start one run on a KFP server and print its URL")
@@ -553,6 +564,26 @@ def build_parser() -> argparse.ArgumentParser:
     pst.add_argument("run_id")
     _add_connection(pst)
     pst.set_defaults(fn=_cmd_pipeline_status)
+
+    pdr = psub.add_parser(
+        "doctor",
+        help="read the cluster and say, one line each, what will not work (exit 1 when something blocks)",
+        description=(
+            "Reads the cluster with your kubeconfig (or the pod's account) and writes nothing. Checks: the "
+            "CRDs and their versions (TrainJob with runtimePatches = Trainer v2.2+, or v2.1's "
+            "podTemplateOverrides; PyTorchJob; Kueue; KFP's ScheduledWorkflow), the namespace's kfp-launcher "
+            "ConfigMap, its Pod Security label (pod-security.kubernetes.io/enforce: IPC_LOCK, restricted), and "
+            "Argo's workflow-controller-configmap workflowDefaults (Workflow TTL, retry policy). Each line is "
+            "'blocks:', 'warning:' or 'ok:' with what to do; the exit code is 1 when a line blocks."
+        ),
+    )
+    pdr.add_argument("--namespace", default="", help="where the pipelines run (default: the kube context's)")
+    pdr.add_argument(
+        "--kfp-namespace",
+        default="kubeflow",
+        help="where KFP and Argo's controller run (default: %(default)s)",
+    )
+    pdr.set_defaults(fn=_cmd_pipeline_doctor)
 
     p = sub.add_parser("agent", help="run the ParaVT agent")
     asub = p.add_subparsers(dest="agent_command", required=True)

@@ -9,6 +9,7 @@ valid names at that level.
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
@@ -370,8 +371,34 @@ class LaunchConfig(StrictModel):
     )
     cluster_domain: str = Field(
         default="cluster.local",
-        description="the cluster's DNS domain, in the rank-0 pod's name (weight push)",
+        description="the cluster's DNS domain (kubelet --cluster-domain, e.g. cluster.local), in rank 0's name",
     )
+    rollout_wait_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="multi-node RL: how long the step waits for engine.base_url's /health before it creates the job",
+    )
+    queue_timeout_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="delete the job when still suspended (queued by Kueue) this long; 0: wait; then pending_timeout_s",
+    )
+
+    @field_validator("cluster_domain")
+    @classmethod
+    def _domain_only(cls, value: str) -> str:
+        # The rank-0 name is <pod>.<service>.<namespace>.svc.<domain> (Kubernetes DNS spec, "Records for
+        # Services"); "svc.cluster.local" or a dotted/empty label would make it a name no resolver answers.
+        labels = value.split(".")
+        if (
+            value.startswith(".")
+            or "svc" in labels
+            or not all(re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", x) for x in labels)
+        ):
+            raise ValueError(
+                f"launch.cluster_domain {value!r}: the domain alone, e.g. cluster.local (no leading dot, no svc.)"
+            )
+        return value
 
 
 # The SDPA kernel of packed_sdpa's calls (paravt_core/train/attention.py). flash by default: torch 2.11+ on

@@ -163,12 +163,15 @@ def warn_unpinned(pipeline: str, package: str) -> None:
 
 @contextlib.contextmanager
 def package_path(pipeline: str) -> Iterator[str]:
-    """A compiled package for ``pipeline``: a known pipeline name (compiled now) or a YAML path."""
-    from pipelines.compile import compile_pipeline, pipelines
+    """A compiled package for ``pipeline``: a known pipeline name (compiled now, with the recipes it is meant
+    to run as its configs' defaults: ``pipelines/compile.py`` ``RECIPES``) or a YAML path."""
+    from pipelines.compile import compile_pipeline, pipelines, recipe_configs
 
     if pipeline in pipelines():
         with tempfile.TemporaryDirectory() as tmp:
-            yield compile_pipeline(pipeline, str(Path(tmp) / f"{pipeline}.yaml"), warn=False)
+            yield compile_pipeline(
+                pipeline, str(Path(tmp) / f"{pipeline}.yaml"), warn=False, **recipe_configs(pipeline)
+            )
     elif Path(pipeline).is_file():
         yield pipeline
     else:
@@ -189,12 +192,16 @@ def submit(
     strict: bool = False,
 ) -> str:
     """Create one run of ``pipeline`` in ``experiment`` (created if missing); return the run URL. The
-    parameter names are checked against the compiled pipeline before the host is contacted.
-    ``strict``: refuse a package whose images are not pinned by digest (before any API call)."""
+    parameter names and the stage configs the run would load (``pipelines/config_check.py``) are checked
+    before the host is contacted. ``strict``: refuse a package whose images are not pinned by digest (before
+    any API call)."""
+    from pipelines.config_check import check_configs
+
     with package_path(pipeline) as package:
         if strict:
             check_pinned(package)
         check_parameters(package, params)
+        check_configs(package, params)
         if not strict:
             warn_unpinned(pipeline, package)
         params = as_declared_strings(package, params)
@@ -270,8 +277,11 @@ def schedule(
             f"a recurring run named {name!r} already exists in experiment {experiment!r} "
             f"(id {old[0].recurring_run_id}); disable it or pick another --name"
         )
+    from pipelines.config_check import check_configs
+
     with package_path(pipeline) as package:
         check_parameters(package, params)
+        check_configs(package, params)  # what every night's first GPU step would refuse
         if not strict:
             warn_unpinned(pipeline, package)
         params = as_declared_strings(package, params)
@@ -304,11 +314,15 @@ def schedule(
                     service_account=service_account,
                 ).recurring_run_id
     # Created first, deleted after: a failure in between leaves two (the next sync removes the old one),
-    # never none.
+    # never none. ORPHAN: the old one's Workflows are owned by its ScheduledWorkflow, so a default delete
+    # would have the garbage collector stop a nightly in progress (KFP 2.17.0, backend/api/v2beta1/
+    # recurring_run.proto, DeleteRecurringRunRequest.propagation_policy; kfp.Client has no such argument).
     for run in old:
         if run.recurring_run_id != kept:
             with _quiet_kfp():
-                kfp_client.delete_recurring_run(run.recurring_run_id)
+                kfp_client._recurring_run_api.recurring_run_service_delete_recurring_run(
+                    run.recurring_run_id, propagation_policy="ORPHAN"
+                )
             print(f"recurring run {run.recurring_run_id}: replaced by {kept}", file=sys.stderr)
     return kept
 

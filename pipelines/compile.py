@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kfp import compiler
@@ -21,18 +23,45 @@ def pipelines() -> dict:
     return {"train": train_pipeline, "nightly": nightly_pipeline, "ablations": ablations_pipeline}
 
 
+EVAL_RECIPE = "eval/cluster.yaml"  # every pipeline's default eval config: a vLLM server in the eval pod
+# What ``submit`` / ``schedule`` compile a pipeline given by name with: the recipes the DAG is meant to run.
+RECIPES = {"train": {"sft": "sft/qwen3vl_8b.yaml", "rl": "rl/paragrpo_8b.yaml"}}
+
+
+def recipe(relative: str) -> str:
+    """A shipped config file: the repository's ``configs/``, or the images' copy (``<venv>/share/configs``)."""
+    for root in (Path(__file__).resolve().parents[1] / "configs", Path(sys.prefix) / "share" / "configs"):
+        if (root / relative).is_file():
+            return str(root / relative)
+    raise FileNotFoundError(f"no shipped config {relative} under configs/ or {sys.prefix}/share/configs")
+
+
+def recipe_configs(name: str) -> dict[str, str]:
+    """``{"sft_config": path, ...}``: the recipes pipeline ``name`` is compiled with when submitted by name."""
+    return {f"{stage}_config": recipe(path) for stage, path in RECIPES.get(name, {}).items()}
+
+
 def compile_pipeline(
-    name: str, out: str, warn: bool = True, sft_config: str | None = None, rl_config: str | None = None
+    name: str,
+    out: str,
+    warn: bool = True,
+    sft_config: str | None = None,
+    rl_config: str | None = None,
+    eval_config: str | None = None,
 ) -> str:
     """Compile pipeline ``name`` to ``out``; ``warn``: say on stderr which images are not pinned by digest
     (submit and schedule say it themselves, after the parameters are checked, so a mistake stays one line).
     ``sft_config`` / ``rl_config``: stage config files whose ``launch`` section shapes the train DAG
     (``launch.nodes > 1``: that stage becomes a step that creates a multi-node Kubeflow Trainer job) and
-    whose text becomes the default of ``sft_config_yaml`` / ``rl_config_yaml``."""
+    whose text becomes the default of ``sft_config_yaml`` / ``rl_config_yaml``. ``eval_config``: the
+    default of ``eval_config_yaml`` (None: ``configs/eval/cluster.yaml``, whose server the eval step starts
+    in its pod). The configs given are checked as ``submit`` checks them (``pipelines/config_check.py``)."""
     known = pipelines()
     if name not in known:
         raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(sorted(known))}")
     pipeline = known[name]
+    given = {stage for stage, path in (("sft", sft_config), ("rl", rl_config), ("eval", eval_config)) if path}
+    eval_config = eval_config or recipe(EVAL_RECIPE)
     if sft_config or rl_config:
         if name != "train":
             raise ValueError("--sft-config / --rl-config shape the train pipeline only")
@@ -46,11 +75,30 @@ def compile_pipeline(
             sft_yaml=one_line(sft_config) if sft_config else None,
             rl_yaml=one_line(rl_config) if rl_config else None,
         )
+    pipeline = with_defaults(pipeline, {"eval_config_yaml": one_line(eval_config)})
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     compiler.Compiler().compile(pipeline, package_path=out)
+    if given:
+        from pipelines.config_check import check_configs
+
+        check_configs(out, {}, stages=given)
     if warn:
         warn_unpinned(name, out)
     return out
+
+
+def with_defaults(pipeline: Any, defaults: dict[str, str]) -> Any:
+    """``pipeline`` (a compiled-to-be ``@dsl.pipeline``) with other defaults for those of its parameters
+    that ``defaults`` names (the others are not its parameters)."""
+    from kfp import dsl
+
+    from pipelines.train import rewrite_signature
+
+    params = inspect.signature(pipeline.pipeline_func).parameters
+    if not (defaults := {k: v for k, v in defaults.items() if k in params}):
+        return pipeline
+    func = rewrite_signature(pipeline.pipeline_func, set(), defaults)
+    return dsl.pipeline(name=pipeline.name, description=pipeline.description)(func)
 
 
 def one_line(config: str) -> str:

@@ -50,9 +50,11 @@ KERNEL_CACHE_ENV = {
     "FLASHINFER_WORKSPACE_BASE": KERNEL_CACHE_MOUNT_PATH,
 }
 # Download caches (the SFT checkpoint RL reads from S3, ~16 GB at 8B; the hub's files; S3 objects) on a sized
-# generic ephemeral volume (kfp-kubernetes 2.17 add_ephemeral_volume: a PVC made with the pod and deleted
-# with it), so the pod's disk is requested from a storage class instead of landing on unreserved node disk.
-# Outside $HOME; paravt_core/launch/caches.py falls back to ~/.cache when its root is not writable.
+# volume outside $HOME: an emptyDir by default, whose directory kubelet makes mode 0777 (Kubernetes
+# pkg/volume/emptydir/empty_dir.go, perm, setupDir), so uid 10001 can write it without an fsGroup, which
+# KFP 2.17 never sets; a generic ephemeral volume of $PARAVT_CACHE_STORAGE_CLASS when that is set (a block
+# volume's fresh filesystem root is root's, 0755: writable only with a class that says so or the fsGroup
+# option of manifests/options/). paravt_core/launch/caches.py falls back to ~/.cache when it is not writable.
 CACHE_VOLUME_NAME = "paravt-cache"
 CACHE_MOUNT_PATH = "/var/cache/paravt"
 CACHE_ENV = {
@@ -214,16 +216,22 @@ def mount_kernel_cache(task: dsl.PipelineTask, pvc_name: str = KERNEL_CACHE_PVC_
 
 
 def add_cache_volume(task: dsl.PipelineTask, size: str) -> dsl.PipelineTask:
-    """The download caches on a ``size`` generic ephemeral volume at ``CACHE_MOUNT_PATH`` (ReadWriteOnce,
-    the class of ``$PARAVT_CACHE_STORAGE_CLASS`` or the cluster's default), the variables pointing into it."""
-    kubernetes.add_ephemeral_volume(
-        task,
-        volume_name=CACHE_VOLUME_NAME,
-        mount_path=CACHE_MOUNT_PATH,
-        access_modes=["ReadWriteOnce"],
-        size=size,
-        storage_class_name=os.environ.get(CACHE_STORAGE_CLASS_ENV) or None,
-    )
+    """The download caches at ``CACHE_MOUNT_PATH``, the variables pointing into it: a ``size`` emptyDir on the
+    node's disk (kubelet evicts the pod beyond it), or with ``$PARAVT_CACHE_STORAGE_CLASS`` a ``size`` generic
+    ephemeral volume of that class (ReadWriteOnce)."""
+    if storage_class := os.environ.get(CACHE_STORAGE_CLASS_ENV):
+        kubernetes.add_ephemeral_volume(
+            task,
+            volume_name=CACHE_VOLUME_NAME,
+            mount_path=CACHE_MOUNT_PATH,
+            access_modes=["ReadWriteOnce"],
+            size=size,
+            storage_class_name=storage_class,
+        )
+    else:
+        kubernetes.empty_dir_mount(
+            task, volume_name=CACHE_VOLUME_NAME, mount_path=CACHE_MOUNT_PATH, size_limit=size
+        )
     for name, value in CACHE_ENV.items():
         task.set_env_variable(name, value)
     return task
@@ -259,8 +267,9 @@ def set_retries(task: dsl.PipelineTask, retries: int, timeout_seconds: int) -> d
     """Retry an attempt after 60 s, doubling; the stage resumes from its newest complete checkpoint.
     KFP 2.17's compiler sets no ``retryPolicy`` (backend/src/v2/compiler/argocompiler/container.go), so the
     cluster's ``workflowDefaults`` decide which attempts Argo retries: KFP 2.17's manifests say ``OnError``
-    (a lost pod, not a failed process; docs/reference.md, "What is retried automatically"), hence the
-    stages' own in-pod reruns (``launch.retries``) and the ``OnFailure`` option in manifests/options/."""
+    (a lost pod, not a failed process), KFP 2.15's none (Argo's ``OnFailure``; docs/reference.md, "What is
+    retried automatically"), hence the stages' own in-pod reruns (``launch.retries``) and the ``Always``
+    option in manifests/options/."""
     return task.set_retry(
         num_retries=retries,
         backoff_duration=f"{BACKOFF_SECONDS}s",

@@ -179,11 +179,11 @@ def build_train_pipeline(
         name: text for name, text in (("sft_config_yaml", sft_yaml), ("rl_config_yaml", rl_yaml)) if text
     }
     return dsl.pipeline(name=PIPELINE_NAME, description=description)(
-        _without(train_pipeline, unused, defaults)
+        rewrite_signature(train_pipeline, unused, defaults)
     )
 
 
-def _without(func, names: set[str], defaults: dict[str, str] | None = None):
+def rewrite_signature(func, names: set[str], defaults: dict[str, str] | None = None):
     """``func`` with the parameters ``names`` (which must have defaults) left out of its signature and
     ``defaults`` replacing those of others: KFP makes every parameter of a pipeline function a pipeline
     input with its default (kfp 2.17 dsl/graph_component.py reads ``inspect.signature`` and calls the
@@ -198,8 +198,8 @@ def _without(func, names: set[str], defaults: dict[str, str] | None = None):
         if p.name not in names
     ]
 
-    def pipeline(*args):
-        return func(**dict(zip([p.name for p in kept], args, strict=True)))
+    def pipeline(*args, **kwargs):  # KFP passes the inputs by position; a rewrite of a rewrite, by name
+        return func(**dict(zip([p.name for p in kept][: len(args)], args, strict=True)), **kwargs)
 
     pipeline.__signature__ = signature.replace(parameters=kept)
     pipeline.__name__, pipeline.__qualname__, pipeline.__doc__ = (

@@ -32,7 +32,7 @@ if [ "${1:-}" = "--plan" ]; then PLAN=1; shift; fi
 MODE=${1:-all}
 case "$MODE" in
   demo) DEB_PACKAGES=(ffmpeg); STEPS=(debian venv) ;;
-  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw); STEPS=(debian venv sglang_site lmms_site router_site qwen_site mlflow_site wandb_site tf517_site vllm_site) ;;
+  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw e2fsprogs); STEPS=(debian venv sglang_site lmms_site router_site qwen_site mlflow_site wandb_site tf517_site vllm_site) ;;
   *) echo "scripts/setup.sh: unknown mode '$MODE' (demo or all)" >&2; exit 2 ;;
 esac
 PYTHON=${PYTHON:-python3.11}

@@ -1,8 +1,8 @@
 """A Kubernetes API emulator on loopback, for the few endpoints the multi-node launcher calls.
 
 No cluster can run here, so the launcher's real ``kubernetes`` client talks HTTP to this server instead:
-custom objects (create / get / list / delete, namespaced), pods listed by an equality label selector or
-read by name, and a pod's log. Like the API server, a create is validated against the CRD's ``openAPIV3Schema`` when one is
+custom objects (create / get / list / delete, namespaced), pods listed by an equality label selector,
+read by name or watched (``watch_pods``), and a pod's log; ``latency_s`` delays every request. Like the API server, a create is validated against the CRD's ``openAPIV3Schema`` when one is
 registered (HTTP 422 with the validator's message), a second create of a name answers 409, and unknown
 objects 404.
 
@@ -30,7 +30,9 @@ from __future__ import annotations
 import copy
 import json
 import re
+import sys
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -50,6 +52,10 @@ OBJECT_META = {
 OWNER_REFERENCE = {"apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion"}
 _ROOT_META = ("apiVersion", "kind", "metadata")
 _PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
+# Read-only, for the pre-flight: CRDs (cluster-scoped), ConfigMaps and Namespaces by name.
+_CRDS = re.compile(r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions(?:/(?P<name>[^/]+))?$")
+_CONFIGMAP = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/configmaps/(?P<name>[^/]+)$")
+_NAMESPACE = re.compile(r"^/api/v1/namespaces/(?P<name>[^/]+)$")
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -120,7 +126,18 @@ class Emulator:
         self.requests: list[tuple[str, str]] = []  # (verb, resource) as RBAC names them
         self.created = threading.Event()
         self.failures: list[int] = []  # status codes to answer the next custom-object GETs with
+        # (verb, status, committed) to answer the next custom-object create/delete with; committed: the
+        # change is made and the error still returned (an API server timing out after etcd's write)
+        self.write_failures: list[tuple[str, int, bool]] = []
         self.field_validation: list[str] = []  # each custom-object create's fieldValidation ("" = none)
+        self.crds: dict[str, dict[str, Any]] = {}  # metadata.name -> CustomResourceDefinition
+        self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}  # (ns, name) -> ConfigMap
+        self.namespaces: dict[str, dict[str, Any]] = {}  # name -> Namespace
+        self.forbidden: set[str] = set()  # resources answered 403 (no RBAC grant)
+        self.latency_s = 0.0  # added to every request before it is handled (a slow API server or network)
+        self.changed = threading.Condition(self.lock)  # a pod changed: open watches send it
+        self.closing = False
+        self.pod_version = 0  # the pods' resourceVersion counter
         emulator = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -140,16 +157,26 @@ class Emulator:
                 return json.loads(self.rfile.read(n) or b"{}")
 
             def do_GET(self) -> None:
+                time.sleep(emulator.latency_s)
+                if emulator.watch_pods(self):
+                    return
                 self._send(*emulator.handle("GET", self.path, None))
 
             def do_POST(self) -> None:
+                time.sleep(emulator.latency_s)
                 self._send(*emulator.handle("POST", self.path, self._body()))
 
             def do_DELETE(self) -> None:
-                self._body()
+                self._body()  # read first: the request counts even if its client dies meanwhile
+                time.sleep(emulator.latency_s)
                 self._send(*emulator.handle("DELETE", self.path, None))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                if not isinstance(sys.exc_info()[1], ConnectionError):  # a client killed mid-request: fine
+                    super().handle_error(request, client_address)
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -162,6 +189,9 @@ class Emulator:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        with self.changed:
+            self.closing = True  # open watches end
+            self.changed.notify_all()
         self.server.shutdown()
         self.server.server_close()
 
@@ -176,6 +206,7 @@ class Emulator:
     def register_crd(self, crd: dict[str, Any]) -> None:
         version = crd["spec"]["versions"][0]
         self.schemas[crd["spec"]["names"]["plural"]] = version["schema"]["openAPIV3Schema"]
+        self.crds[crd["metadata"]["name"]] = copy.deepcopy(crd)
 
     # --- HTTP -----------------------------------------------------------------------------------
     def handle(self, method: str, path: str, body: Any) -> tuple[int, Any] | tuple[int, Any, str]:
@@ -185,6 +216,12 @@ class Emulator:
             return self._custom(method, m["plural"], m["ns"], m["name"], body, query)
         if m := _PODS.match(url.path):
             return self._pods(method, m["ns"], m["name"], bool(m["log"]), query)
+        if method == "GET" and (m := _CRDS.match(url.path)):
+            return self._read("customresourcedefinitions", self.crds, m["name"])
+        if method == "GET" and (m := _CONFIGMAP.match(url.path)):
+            return self._read("configmaps", self.configmaps, (m["ns"], m["name"]))
+        if method == "GET" and (m := _NAMESPACE.match(url.path)):
+            return self._read("namespaces", self.namespaces, m["name"])
         return 404, _status(404, "NotFound", f"no route {url.path}")
 
     def _custom(
@@ -193,30 +230,16 @@ class Emulator:
         verb = {"GET": "get" if name else "list", "POST": "create", "DELETE": "delete"}[method]
         with self.lock:
             self.requests.append((verb, plural))
-            if method == "POST":
-                name = body.get("metadata", {}).get("name", "")
-                self.field_validation.append(query.get("fieldValidation", ""))
-                strict = plural in self.schemas and query.get("fieldValidation") == "Strict"
-                if unknown := unknown_fields(body, self.schemas[plural], root=True) if strict else []:
-                    kind, version = body.get("kind", ""), body.get("apiVersion", "").rpartition("/")[2]
-                    fields = ", ".join(f'unknown field "{f}"' for f in sorted(unknown))
-                    message = f'{kind} in version "{version}" cannot be handled as a {kind}: '
-                    return 400, _status(400, "BadRequest", message + f"strict decoding error: {fields}")
-                if plural in self.schemas:
-                    try:
-                        jsonschema.validate(body, self.schemas[plural])
-                    except jsonschema.ValidationError as err:
-                        where = "/".join(map(str, err.absolute_path))
-                        return 422, _status(
-                            422, "Invalid", f"{plural} {name!r} is invalid: {where}: {err.message}"
-                        )
-                if (plural, ns, name) in self.objects:
-                    return 409, _status(409, "AlreadyExists", f'{plural} "{name}" already exists')
-                obj = copy.deepcopy(body)
-                obj["metadata"].update(uid=str(uuid.uuid4()), namespace=ns, resourceVersion="1")
-                self.objects[(plural, ns, name)] = obj
-                self.created.set()
-                return 201, obj
+            planned = next((f for f in self.write_failures if f[0] == verb), None)
+            if planned is not None:
+                self.write_failures.remove(planned)
+                if not planned[2]:
+                    return planned[1], _status(planned[1], "InternalError", "etcdserver: request timed out")
+            result = self._write(method, plural, ns, name, body, query) if method != "GET" else None
+            if planned is not None:
+                return planned[1], _status(planned[1], "InternalError", "etcdserver: request timed out")
+            if result is not None:
+                return result
             if method == "GET" and name and self.failures:
                 code = self.failures.pop(0)
                 return code, _status(code, "InternalError", "etcdserver: request timed out")
@@ -226,10 +249,58 @@ class Emulator:
             obj = self.objects.get((plural, ns, name))
             if obj is None:
                 return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
-            if method == "DELETE":
-                self.objects.pop((plural, ns, name))
-                return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
             return 200, obj
+
+    def _write(
+        self, method: str, plural: str, ns: str, name: str | None, body: Any, query: dict[str, str]
+    ) -> tuple[int, Any]:
+        """A create or a delete (the caller holds the lock)."""
+        if method == "POST":
+            name = body.get("metadata", {}).get("name", "")
+            self.field_validation.append(query.get("fieldValidation", ""))
+            strict = plural in self.schemas and query.get("fieldValidation") == "Strict"
+            if unknown := unknown_fields(body, self.schemas[plural], root=True) if strict else []:
+                kind, version = body.get("kind", ""), body.get("apiVersion", "").rpartition("/")[2]
+                fields = ", ".join(f'unknown field "{f}"' for f in sorted(unknown))
+                message = f'{kind} in version "{version}" cannot be handled as a {kind}: '
+                return 400, _status(400, "BadRequest", message + f"strict decoding error: {fields}")
+            if plural in self.schemas:
+                try:
+                    jsonschema.validate(body, self.schemas[plural])
+                except jsonschema.ValidationError as err:
+                    where = "/".join(map(str, err.absolute_path))
+                    return 422, _status(
+                        422, "Invalid", f"{plural} {name!r} is invalid: {where}: {err.message}"
+                    )
+            if (plural, ns, name) in self.objects:
+                return 409, _status(409, "AlreadyExists", f'{plural} "{name}" already exists')
+            obj = copy.deepcopy(body)
+            obj["metadata"].update(uid=str(uuid.uuid4()), namespace=ns, resourceVersion="1")
+            self.objects[(plural, ns, name)] = obj
+            self.created.set()
+            return 201, obj
+        if self.objects.pop((plural, ns, name), None) is None:
+            return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
+        return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+
+    def _read(self, resource: str, store: dict[Any, dict[str, Any]], key: Any) -> tuple[int, Any]:
+        """GET one object (or list CRDs: ``key`` None), or 403 when the resource is ``forbidden``."""
+        with self.lock:
+            self.requests.append(("get" if key is not None else "list", resource))
+            if resource in self.forbidden:
+                return 403, _status(403, "Forbidden", f"{resource} is forbidden: no RBAC grant")
+            if key is None:
+                return 200, {
+                    "kind": "List",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "items": list(store.values()),
+                }
+            obj = store.get(key)
+            if obj is None:
+                name = key[-1] if isinstance(key, tuple) else key
+                return 404, _status(404, "NotFound", f'{resource} "{name}" not found')
+            return 200, copy.deepcopy(obj)
 
     def _pods(self, method: str, ns: str, name: str | None, log: bool, query: dict[str, str]) -> tuple:
         with self.lock:
@@ -283,13 +354,66 @@ class Emulator:
             "spec": {"containers": [{"name": container, "image": "img"}]},
             "status": {"phase": phase, "conditions": conditions or []},
         }
-        with self.lock:
-            self.pods[(ns, name)] = pod
+        self.put_pod(pod)
 
     def put_pod(self, pod: dict[str, Any]) -> None:
-        """A pod as given (owner references, deletionTimestamp, conditions: what the test needs)."""
+        """A pod as given (owner references, deletionTimestamp, conditions: what the test needs), with a new
+        ``resourceVersion``; open watches send it."""
+        pod = copy.deepcopy(pod)
+        with self.changed:
+            self.pod_version += 1
+            pod["metadata"]["resourceVersion"] = str(self.pod_version)
+            self.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
+            self.changed.notify_all()
+
+    def watch_pods(self, handler: BaseHTTPRequestHandler) -> bool:
+        """Serve ``GET .../pods?watch=true`` (False for any other request): one JSON event per line, chunked,
+        for each pod of the namespace matching ``fieldSelector`` (``metadata.name=``) and ``labelSelector``
+        whose resourceVersion is newer than the one asked for (none: the current state first, as ADDED),
+        until ``timeoutSeconds`` or the emulator closes. Recorded as ("watch", "pods")."""
+        url = urlparse(handler.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        m = _PODS.match(url.path)
+        if m is None or m["name"] or query.get("watch", "").lower() not in {"true", "1"}:
+            return False
+        selector = {**_selector(query.get("labelSelector", "")), **_selector(query.get("fieldSelector", ""))}
+        since = int(query.get("resourceVersion") or 0)
+        end = time.monotonic() + float(query.get("timeoutSeconds") or 60)
         with self.lock:
-            self.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = copy.deepcopy(pod)
+            self.requests.append(("watch", "pods"))
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        sent: dict[str, int] = {}
+        try:
+            while True:
+                with self.changed:
+                    events = []
+                    for (ns, name), pod in self.pods.items():
+                        version = int(pod["metadata"].get("resourceVersion") or 0)
+                        if (
+                            ns == m["ns"]
+                            and _matches(pod, selector)
+                            and version > max(since, sent.get(name, 0))
+                        ):
+                            kind = "MODIFIED" if since or name in sent else "ADDED"
+                            events.append({"type": kind, "object": copy.deepcopy(pod)})
+                            sent[name] = version
+                    if not events:
+                        left = end - time.monotonic()
+                        if self.closing or left <= 0:
+                            break
+                        self.changed.wait(min(left, 0.5))
+                        continue
+                for event in events:
+                    data = json.dumps(event).encode() + b"\n"
+                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                handler.wfile.flush()
+            handler.wfile.write(b"0\r\n\r\n")
+        except ConnectionError:  # the watcher went away
+            pass
+        return True
 
     def append_log(self, ns: str, pod: str, text: str | bytes) -> None:
         """Text (UTF-8) or raw bytes, as a container may write them."""
@@ -300,3 +424,17 @@ class Emulator:
     def count(self, verb: str, resource: str) -> int:
         with self.lock:
             return sum(1 for r in self.requests if r == (verb, resource))
+
+
+def _selector(text: str) -> dict[str, str]:
+    """An equality selector (``a=b,c=d``) as a dict."""
+    return dict(kv.split("=", 1) for kv in text.split(",") if kv)
+
+
+def _matches(pod: dict[str, Any], selector: dict[str, str]) -> bool:
+    """``selector``'s labels and fields (``metadata.name``, ``metadata.namespace``) all equal on ``pod``."""
+    meta = pod["metadata"]
+    fields = {"metadata.name": meta.get("name"), "metadata.namespace": meta.get("namespace")}
+    return all(
+        (fields[k] if k in fields else meta.get("labels", {}).get(k)) == v for k, v in selector.items()
+    )

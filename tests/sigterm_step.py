@@ -1,7 +1,7 @@
 """The multi-node step as it runs under KFP's launcher, for the SIGTERM tests: ``launch_stage`` against the
 API emulator at ``host`` (a kubeconfig), printing through the default log (stdout).
 
-    python -m tests.sigterm_step KUBECONFIG NAMESPACE RUN_ID
+    python -m tests.sigterm_step KUBECONFIG NAMESPACE RUN_ID [POLL_S]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from paravt_core.launch.trainjob import NodeSpec, launch_stage
 
 def main() -> None:
     kubeconfig, namespace, run_id = sys.argv[1:4]
+    poll_s = float(sys.argv[4]) if len(sys.argv) > 4 else 0.05
     os.environ["KUBECONFIG"] = kubeconfig
     launch_stage(
         "sft",
@@ -24,7 +25,7 @@ def main() -> None:
         api="trainjob",
         spec=NodeSpec(image="registry/paravt-sft:1"),
         namespace=namespace,
-        poll_s=0.05,
+        poll_s=poll_s,
     )
 
 

@@ -83,3 +83,18 @@ def test_config_show_is_the_resolved_config_with_comments(stage: str, capsys) ->
     expected = config_to_dict(load_config(stage_config(stage), path, ["output=/x/y"]))
     assert yaml.safe_load(text) == expected
     assert text.count("\n# ") + text.count("  # ") > 0
+
+
+def test_compile_usage_advertises_the_one_name_and_output_it_takes(capsys, tmp_path) -> None:
+    """argparse writes a ``nargs="+"`` positional as ``X [X ...]`` (CPython Lib/argparse.py,
+    ``_format_args``, ONE_OR_MORE): the usage offered repeated ``[NAME] OUT`` pairs that the command then
+    refused. One optional NAME and one OUT.yaml: what it accepts, and a third word is refused by argparse."""
+    import re
+
+    text = _out(["pipeline", "compile", "--help"], capsys)
+    usage = " ".join(text.split("\n\n")[0].split())
+    assert usage.endswith("[NAME] OUT.yaml") and "..." not in usage
+    with pytest.raises(SystemExit) as refused:
+        main(["pipeline", "compile", "train", str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")])
+    assert refused.value.code == 2
+    assert re.search(r"unrecognized arguments: \S*b\.yaml", capsys.readouterr().err)

@@ -591,19 +591,48 @@ def test_rbac_grants_exactly_the_calls_the_launcher_made():
         _controller(emu, name, [lambda: emu.set_status("pytorchjobs", NS, name, {"conditions": [cond]})])
         _launch(emu, [], api="pytorchjob")
         used |= set(emu.requests)
+    with Emulator() as emu:  # launch.ipc_lock: the namespace's Pod Security level is read first
+        emu.namespaces[NS] = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "labels": {
+            "pod-security.kubernetes.io/enforce": "privileged"}}}  # fmt: skip
+        cond = {"type": "Succeeded", "status": "True", "reason": "x", "message": ""}
+        _controller(emu, name, [lambda: emu.set_status("pytorchjobs", NS, name, {"conditions": [cond]})])
+        launch_stage("sft", CONFIG, run_id=RUN, nodes=2, gpus_per_node=8, api="pytorchjob", namespace=NS,
+                     spec=NodeSpec(**{**spec().__dict__, "capabilities": ["IPC_LOCK"]}), poll_s=0.05,
+                     client=emu.client(), log=[].append)  # fmt: skip
+        assert ("get", "namespaces") in emu.requests
+        used |= set(emu.requests)
+    with Emulator() as emu, pytest.MonkeyPatch.context() as mp:  # in a KFP pod: its own pod is watched
+        mp.setenv("KFP_POD_NAME", "step-pod")
+        emu.put_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "step-pod", "namespace": NS,
+                     "labels": {}}, "spec": {"containers": [{"name": "main", "image": "x"}]}})  # fmt: skip
+        _controller(emu, name, [lambda: time.sleep(0.3), lambda: emu.set_status("trainjobs", NS, name, done)])
+        _launch(emu, [])
+        assert emu.count("get", "pods") == 1 and emu.count("watch", "pods") >= 1
+        used |= set(emu.requests) - {("get", "pods")}  # the one read of its own pod: the runner Role's
     docs = [d for d in yaml.safe_load_all((ROOT / "manifests/base/rbac.yaml").read_text()) if d]
     role = next(
         d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "paravt-trainjob-launcher"
     )
     granted = {(v, r) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    # The one cluster-scoped call (the TrainJob CRD's schema) is the cluster admin's ClusterRole.
+    cluster = [d for d in yaml.safe_load_all((ROOT / "manifests/cluster/crd-reader.yaml").read_text()) if d]
+    (crd_rule,) = next(d for d in cluster if d["kind"] == "ClusterRole")["rules"]
+    assert crd_rule["resourceNames"] == ["trainjobs.trainer.kubeflow.org"]
+    assert used & {("get", "customresourcedefinitions")} == {
+        (v, r) for r in crd_rule["resources"] for v in crd_rule["verbs"]
+    }
+    used -= {("get", "customresourcedefinitions")}
     assert used == granted, (used - granted, granted - used)
     groups = {r: rule["apiGroups"] for rule in role["rules"] for r in rule["resources"]}
     assert groups["trainjobs"] == ["trainer.kubeflow.org"] and groups["pytorchjobs"] == ["kubeflow.org"]
     # Worked out by hand from the launcher's code: get/create/delete on both kinds, pods listed by label,
-    # the rank-0 pod's log; no list/watch on the jobs, no pod get.
+    # the rank-0 pod's log, its own namespace (Pod Security level), its own pod watched; no list/watch on
+    # the jobs, no pod get.
     assert granted == {(v, r) for r in ("trainjobs", "pytorchjobs") for v in ("create", "get", "delete")} | {
         ("list", "pods"),
+        ("watch", "pods"),
         ("get", "pods/log"),
+        ("get", "namespaces"),
     }
     binding = next(
         d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "paravt-trainjob-launcher"
@@ -643,6 +672,32 @@ def test_a_flaky_api_server_is_retried_but_a_forbidden_read_fails_at_once():
         with pytest.raises(ApiException) as err:
             Launcher(emu.client(), NS, poll_s=0.01, log=log.append).get(name)
         assert err.value.status == 403
+
+
+@pytest.mark.parametrize("committed", [False, True])
+def test_a_create_or_delete_the_api_server_answers_with_5xx_is_retried(committed):
+    """An API server answers 5xx when its storage times out (k8s.io/apiserver v0.33.0, pkg/storage/errors.go,
+    ErrCodeTimeout: the write may or may not have been made) and 429 when it sheds load (pkg/server/filters/
+    maxinflight.go): transient, like the reads already retried. A
+    create that was made before its error finds the job on its retry (409 AlreadyExists) and goes on; a 4xx
+    other than 429 fails at once."""
+    from kubernetes.client.exceptions import ApiException
+
+    name = job_name(RUN, "sft")
+    log: list[str] = []
+    done = {"conditions": [{"type": "Complete", "status": "True", "reason": "x", "message": "",
+                            "lastTransitionTime": "2026-11-25T09:00:00Z"}]}  # fmt: skip
+    with Emulator() as emu:
+        emu.write_failures = [("create", 500, committed), ("delete", 503, committed), ("delete", 429, False)]
+        _controller(emu, name, [lambda: emu.set_status("trainjobs", NS, name, done)])
+        _launch(emu, log)
+        assert emu.count("create", "trainjobs") == 2 and not emu.write_failures
+        assert emu.get("trainjobs", NS, name) is None  # deleted after completion, through the errors
+        assert sum("create failed (HTTP 500)" in line for line in log) == 1
+        emu.write_failures = [("create", 403, False)]
+        with pytest.raises(ApiException) as err:
+            Launcher(emu.client(), NS, poll_s=0.01, log=log.append).start(manifest())
+        assert err.value.status == 403 and emu.count("create", "trainjobs") == 3
 
 
 def _kubeconfig(emu: Emulator, path: Path) -> Path:
@@ -723,7 +778,8 @@ def test_sigterm_to_the_step_deletes_its_job_and_a_rerun_creates_it_again(tmp_pa
         assert emu.get("trainjobs", ns, name) is None  # the GPUs are free now
         assert (emu.count("create", "trainjobs"), emu.count("delete", "trainjobs")) == (1, 1)
         assert signal.getsignal(signal.SIGTERM) is before  # the step's handler is gone again
-        assert f"TrainJob {name}: SIGTERM; deleted the job" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert f"TrainJob {name}: SIGTERM (Argo stopped the step" in out and "); deleted the job" in out
 
         # The retried step: nothing to re-attach to, so the job is created once more, the same job.
         emu.created.clear()

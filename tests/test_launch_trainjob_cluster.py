@@ -5,6 +5,7 @@ ends a step whose nodes never all start. Manifests are validated against the ven
 
 from __future__ import annotations
 
+import re
 import threading
 
 import jsonschema
@@ -177,3 +178,165 @@ def test_launch_settings_are_configurable_per_cluster():
     assert LaunchConfig().pending_timeout_s > 0  # on by default
     with pytest.raises(ValueError):
         LaunchConfig(pending_timeout_s=-1)
+
+
+def _run_queued(
+    emu: Emulator, name: str, **timeouts: float
+) -> tuple[list[BaseException | None], list[str], threading.Thread]:
+    """The step on a job Kueue holds: created with ``spec.suspend`` as Kueue's webhook leaves it."""
+    log: list[str] = []
+    out: list[BaseException | None] = []
+    launcher = Launcher(emu.client(), NS, poll_s=0.05, log=log.append)
+    m = trainjob_manifest(
+        name, NS, "sft", spec(), nodes=2, gpus_per_node=8, config_yaml=CONFIG, job_labels={}
+    )
+    m["spec"]["suspend"] = True
+    jsonschema.validate(m, _schema())
+
+    def go() -> None:
+        try:
+            launcher.run(m, nodes=2, **timeouts)
+            out.append(None)
+        except BaseException as err:  # noqa: BLE001 - handed to the test
+            out.append(err)
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    return out, log, thread
+
+
+def test_a_job_queued_by_kueue_is_waited_for_not_timed_out_as_pending():
+    """Kueue keeps a job it has not admitted suspended (Kueue v0.15.8, pkg/controller/jobframework/
+    reconciler.go, ``job.Suspend()``; with ``manageJobsWithoutQueueName`` every job without a queue label,
+    apis/config/v1beta1/configuration_types.go): no pods and no GPUs held, so it is not "pending". It was
+    deleted after ``pending_timeout_s``, not retried; the pending clock now starts at its admission."""
+    name = job_name(RUN, "sft")
+    sel = {"jobset.sigs.k8s.io/jobset-name": name}
+    done = {"conditions": [{"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "ok",
+                            "lastTransitionTime": "2026-11-28T09:00:00Z"}]}  # fmt: skip
+    with Emulator() as emu:
+        emu.register_crd(crd())
+        out, log, thread = _run_queued(emu, name, pending_timeout_s=0.3)
+        thread.join(1.2)  # four pending timeouts in the queue
+        assert not out and emu.get("trainjobs", NS, name) is not None
+        admitted = emu.get("trainjobs", NS, name)
+        admitted["spec"]["suspend"] = False  # Kueue admits it; both nodes start
+        emu.put("trainjobs", NS, admitted)
+        for i in range(2):
+            emu.add_pod(NS, f"{name}-node-0-{i}-x", sel, phase="Running")
+        thread.join(0.6)
+        emu.set_status("trainjobs", NS, name, done)
+        thread.join(10)
+        assert out == [None], out
+        assert any("Suspended (spec.suspend: waiting for admission)" in line for line in log)
+        assert emu.count("delete", "trainjobs") == 1  # only the delete after completion
+
+
+def test_a_job_left_in_the_queue_past_queue_timeout_is_deleted_with_the_reason():
+    from paravt_core.launch.retry import retry_reason
+    from paravt_core.launch.trainjob import JobQueued
+
+    name = job_name(RUN, "sft")
+    with Emulator() as emu:
+        emu.register_crd(crd())
+        out, _, thread = _run_queued(emu, name, pending_timeout_s=0.1, queue_timeout_s=0.5)
+        thread.join(10)
+        (err,) = out
+        assert isinstance(err, JobQueued), err
+        assert "still suspended (queued) 0.5s; deleted. spec.suspend: waiting for admission" in str(err)
+        assert emu.get("trainjobs", NS, name) is None
+        assert retry_reason(err) is None  # a queue that does not admit it: a cluster matter
+
+
+def test_a_suspended_pytorchjob_reads_suspended_from_its_run_policy():
+    """training-operator v1.9.0 suspends through ``runPolicy.suspend`` (pkg/apis/kubeflow.org/v1/common_types.go)."""
+    from paravt_core.launch.trainjob import job_state
+
+    assert job_state("pytorchjob", {"spec": {"runPolicy": {"suspend": True}}})[0] == "Suspended"
+    assert job_state("pytorchjob", {"spec": {"runPolicy": {"suspend": False}}})[0] == "Created"
+    assert job_state("trainjob", {"spec": {"suspend": True}})[0] == "Suspended"
+
+
+@pytest.mark.parametrize(
+    ("level", "refused"), [("baseline", True), ("restricted", True), ("privileged", False), (None, False)]
+)
+def test_ipc_lock_is_refused_before_the_job_where_the_namespace_pod_security_forbids_it(level, refused):
+    """Pod Security ``baseline`` admits only the default capability set (pod-security-admission v0.33.0,
+    policy/check_capabilities_baseline.go: AUDIT_WRITE, CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, MKNOD,
+    NET_BIND_SERVICE, SETFCAP, SETGID, SETPCAP, SETUID, SYS_CHROOT), not IPC_LOCK; Kubeflow 1.11.0 labels
+    every profile namespace ``pod-security.kubernetes.io/enforce: baseline`` (applications/profiles/pss/
+    namespace-labels.yaml). The job was created and its pods refused: "no pod of the job exists" 30 min later."""
+    from paravt_core.config_base import ConfigError
+    from paravt_core.launch.trainjob import launch_stage
+
+    labels_ = {"pod-security.kubernetes.io/enforce": level} if level else {}
+    cond = {"type": "Succeeded", "status": "True", "reason": "x", "message": ""}
+    name = job_name(RUN, "sft")
+    with Emulator() as emu:
+        emu.register_crd(crd(PYTORCHJOB_CRD))
+        emu.namespaces[NS] = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": NS, "labels": labels_},
+        }
+
+        def controller() -> None:
+            if emu.created.wait(10):
+                emu.set_status("pytorchjobs", NS, name, {"conditions": [cond]})
+
+        threading.Thread(target=controller, daemon=True).start()
+        run = dict(run_id=RUN, nodes=2, gpus_per_node=8, api="pytorchjob", namespace=NS, poll_s=0.05,
+                   client=emu.client(), log=[].append, spec=with_launch(spec(), LaunchConfig(ipc_lock=True)))  # fmt: skip
+        if refused:
+            with pytest.raises(ConfigError, match=rf"enforces Pod Security '{level}'.*adds? IPC_LOCK"):
+                launch_stage("sft", CONFIG, **run)
+            assert emu.count("create", "pytorchjobs") == 0
+        else:
+            launch_stage("sft", CONFIG, **run)
+            assert emu.count("create", "pytorchjobs") == 1
+
+
+def test_every_fabric_example_forces_its_nccl_network():
+    """NCCL takes the first network plugin that initialises, the socket transport last, so a missing
+    plugin or device silently means TCP; with ``NCCL_NET`` it initialises only the named one and otherwise
+    fails ("Failed to initialize any NET plugin": NCCL v2.30.7, src/plugin/net.cc, ``ncclNetInit``).
+    The names: ``IB`` (NCCL's verbs transport, src/transport/net_ib/common.cc) and ``Libfabric``
+    (aws-ofi-nccl v1.21.1, src/nccl_ofi_interface_nvidia.cpp). The EFA example needs that plugin, which
+    no shipped image has: the example says so."""
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "manifests/README.md").read_text()
+    fabric = readme[readme.index("- **Fabric.**") : readme.index("- **Gang scheduling.**")]
+    envs = {
+        m[0]: yaml.safe_load(m[1])
+        for m in re.findall(r"- (AWS EFA|InfiniBand)[^\n]*?[\s\S]*?`node_env: (\{[^`]*\})`", fabric)
+    }  # noqa: E501
+    assert set(envs) == {"AWS EFA", "InfiniBand"}
+    assert envs["InfiniBand"]["NCCL_NET"] == "IB"
+    assert envs["AWS EFA"]["NCCL_NET"] == "Libfabric" and envs["AWS EFA"]["FI_PROVIDER"] == "efa"
+    images = "".join((root / f).read_text() for f in ("Dockerfile.sft", "Dockerfile.rl", "images/install.sh"))
+    assert "aws-ofi-nccl" not in images and "libfabric" not in images.lower()
+    efa = fabric[fabric.index("- AWS EFA") : fabric.index("- InfiniBand")]
+    assert "Needs an image with aws-ofi-nccl and libfabric" in efa and "shipped images have neither" in efa
+
+
+@pytest.mark.parametrize(
+    ("domain", "ok"),
+    [("cluster.local", True), ("corp.example.com", True), ("svc.cluster.local", False),
+     (".cluster.local", False), ("cluster.local.", False), ("", False), ("Cluster.Local", False)],
+)  # fmt: skip
+def test_cluster_domain_is_the_domain_alone(domain, ok):
+    """The rank-0 name is ``<pod>.<service>.<namespace>.svc.<domain>`` (Kubernetes DNS specification,
+    docs: "Records for Services"; kubelet's --cluster-domain); a value with ``svc.`` or a bad label made a
+    name no resolver answers, found only when the rollout server could not join the weight push."""
+    from paravt_core.launch.trainjob import rank0_address
+
+    if ok:
+        address = rank0_address("trainjob", "j", "ns", LaunchConfig(cluster_domain=domain).cluster_domain)
+        assert address == f"j-node-0-0.j.ns.svc.{domain}" and ".svc.svc." not in address
+    else:
+        with pytest.raises(ValueError, match="launch.cluster_domain"):
+            LaunchConfig(cluster_domain=domain)

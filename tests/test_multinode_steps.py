@@ -62,6 +62,32 @@ def _run_step(tmp_path: Path, monkeypatch: Any, stage: str, call: Any, out: Path
     return seen
 
 
+@pytest.fixture
+def rollout_server():
+    """A stand-in rollout server on loopback: ``GET /health`` answers 200, as SGLang's does once it serves."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    hits: list[str] = []
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            hits.append(self.path)
+            self.send_response(200 if self.path == "/health" else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", hits
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def _outputs(tmp_path: Path, names: tuple[str, ...]) -> list[Any]:
     kinds = {"curve": HTML, "curves": Artifact, "metrics": Metrics, "model": Model, "trained": Model}
     made = []
@@ -138,9 +164,11 @@ def test_the_multinode_sft_step_hands_its_inputs_to_the_job_and_publishes_the_st
 
 
 def test_the_multinode_rl_step_points_the_push_at_its_rank0_pod_and_publishes_the_stage(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, rollout_server
 ):
     from components.multinode import rl_trainjob_op
+
+    base_url, hits = rollout_server
 
     out = tmp_path / "rl-out"
     curves, metrics, trained = _outputs(tmp_path, ("curves", "metrics", "trained"))
@@ -154,7 +182,7 @@ def test_the_multinode_rl_step_points_the_push_at_its_rank0_pod_and_publishes_th
             overrides=[
                 "device=cuda",
                 "engine.kind=sglang",
-                "engine.base_url=http://rollout.paravt:30000",
+                f"engine.base_url={base_url}",
                 "engine.weight_sync=distributed",
             ],
             data="s3://bucket/runs/x/rl-data",
@@ -190,7 +218,8 @@ def test_the_multinode_rl_step_points_the_push_at_its_rank0_pod_and_publishes_th
     # the server joins the push at the job's rank-0 pod (Trainer v2.3.0 naming, namespace "default" here)
     name = job_name(RUN, "rl")
     assert cfg["engine"]["nccl_address"] == f"{name}-node-0-0.{name}.default.svc.cluster.local"
-    assert cfg["engine"]["base_url"] == "http://rollout.paravt:30000"
+    assert cfg["engine"]["base_url"] == base_url
+    assert hits == ["/health"]  # checked from the step's pod before the job
     assert (cfg["steps"], cfg["group_size"]) == (
         3,
         4,
@@ -231,7 +260,9 @@ def test_the_multinode_sft_step_refuses_float32_weights_of_an_8b_model(tmp_path,
     )
 
 
-def test_without_an_output_the_multinode_steps_write_under_the_runs_root(tmp_path, monkeypatch):
+def test_without_an_output_the_multinode_steps_write_under_the_runs_root(
+    tmp_path, monkeypatch, rollout_server
+):
     """``output`` empty: the stage's output is ``<run root>/sft`` (``/rl``), the run root read off the step's
     own output artifact URI under the pipeline root (``<root>/<pipeline>/<run id>/...``)."""
     from components.multinode import rl_trainjob_op, sft_trainjob_op
@@ -279,7 +310,7 @@ def test_without_an_output_the_multinode_steps_write_under_the_runs_root(tmp_pat
                 "device=cuda",
                 "dtype=bfloat16",
                 "engine.kind=sglang",
-                "engine.base_url=http://rollout:30000",
+                f"engine.base_url={rollout_server[0]}/v1",
             ],
             data="s3://b/rl-data",
             model="s3://b/sft/final",
@@ -326,3 +357,61 @@ def test_the_multinode_rl_step_refuses_float32_weights_of_an_8b_model(tmp_path, 
         "rl_config_yaml (e.g. configs/rl/paragrpo_8b_2node.yaml), or compile with --rl-config "
         "configs/rl/paragrpo_8b_2node.yaml"
     )
+
+
+@pytest.mark.parametrize("answer", ["refused", 503])
+def test_the_multinode_rl_step_checks_the_rollout_server_before_it_creates_the_job(
+    tmp_path, monkeypatch, answer
+):
+    """A two-node RL job without its rollout server loaded 16 GPUs and failed at the first push, rerun
+    twice. The step asks ``GET /health`` of ``engine.base_url`` from its own pod first (SGLang's liveness
+    route, python/sglang/srt/entrypoints/http_server.py) and fails in one line naming the parameter."""
+    import socket
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from components.multinode import rl_trainjob_op
+    from paravt_core.config_base import ConfigError
+
+    class Loading(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = None
+    if answer == "refused":
+        with socket.socket() as sock:  # a port nothing listens on
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+    else:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Loading)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+    curves, metrics, trained = _outputs(tmp_path, ("curves", "metrics", "trained"))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    try:
+        with Emulator() as emu:
+            emu.register_crd(crd())
+            _kubeconfig(emu, tmp_path / "kubeconfig")
+            with pytest.raises(ConfigError) as err:
+                rl_trainjob_op.python_func(
+                    config_yaml="{}", data="s3://b/d", model="s3://b/sft/final", nodes=2, gpus_per_node=8,
+                    overrides=["device=cuda", "dtype=bfloat16", "engine.kind=sglang",
+                               f"engine.base_url=http://127.0.0.1:{port}", "launch.rollout_wait_s=0.2"],
+                    api="trainjob", runtime="torch-distributed", poll_s=0.05, media_pvc="",
+                    node_spec={"image": "registry/paravt-rl:1"}, curves=curves, metrics=metrics,
+                    trained=trained, tensorboard=Artifact(name="tb"), output=str(tmp_path / "rl"), run_id=RUN,
+                )  # fmt: skip
+            assert emu.count("create", "trainjobs") == 0
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"engine.base_url http://127.0.0.1:{port}: the rollout server does not answer ")
+    assert ("HTTP 503" if answer == 503 else "Connection refused") in message

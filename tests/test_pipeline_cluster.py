@@ -16,6 +16,9 @@ from paravt_core.cli import main
 from tests.kfp_test_server import API, KfpTestServer, required_permission
 
 TOKEN = "tok-3f9a-not-for-printing"
+# A train package that submit accepts: compiled with the recipes (a plain one's "{}" RL config is the CPU demo,
+# refused before anything is sent: test_pipeline_config_check.py)
+RECIPES = ["--sft-config", "configs/sft/qwen3vl_8b.yaml", "--rl-config", "configs/rl/paragrpo_8b.yaml"]
 
 
 @pytest.fixture
@@ -77,7 +80,7 @@ def test_submit_creates_experiment_and_run(kfp_server, tmp_path, capsys) -> None
 
 def test_submit_compiled_file_default_namespace_checks_health(kfp_server, tmp_path, capsys) -> None:
     package = tmp_path / "train.yaml"
-    assert main(["pipeline", "compile", "train", str(package)]) == 0
+    assert main(["pipeline", "compile", "train", str(package), *RECIPES]) == 0
     capsys.readouterr()
     argv = ["pipeline", "submit", str(package), "--host", kfp_server.url, "--ui-host", "https://ui.example"]
     assert main(argv) == 0
@@ -262,7 +265,7 @@ def test_submit_sends_gpu_counts_as_the_strings_the_driver_reads(kfp_server, tmp
 
 def test_compile_warns_and_strict_submit_refuses_unpinned_images(kfp_server, tmp_path, capsys) -> None:
     package = tmp_path / "train.yaml"
-    assert main(["pipeline", "compile", "train", str(package)]) == 0
+    assert main(["pipeline", "compile", "train", str(package), *RECIPES]) == 0
     _, err = capsys.readouterr()
     # The default images are local tags: every one of them is named in the warning.
     assert "not pinned by digest" in err
@@ -428,3 +431,23 @@ def test_schedule_sync_follows_the_deployed_spec(kfp_server, capsys, tmp_path) -
     four = sync(str(second), {**params, "checkpoint_uri": "s3://m/v2"}, cron="0 0 3 * * *")  # new cron
     assert list(state.recurring_runs) == [four] and four != three
     assert len(state.calls("POST", "/recurringruns")) == 4
+
+
+def test_schedule_sync_deletes_the_old_recurring_run_without_its_running_workflows(
+    kfp_server, capsys, tmp_path
+) -> None:
+    """KFP 2.17.0's ScheduledWorkflow controller makes the recurring run its Workflows' owner
+    (backend/src/crd/controller/scheduledworkflow/util/scheduled_workflow.go, SetOwnerReferences), so a
+    plain delete lets the garbage collector stop a nightly in progress; DeleteRecurringRunRequest takes
+    ``propagation_policy`` ORPHAN (backend/api/v2beta1/recurring_run.proto, DeletePropagationPolicy = 3),
+    sent as a query parameter (grpc-gateway's mapping of a DELETE's fields)."""
+    from pipelines.compile import compile_pipeline
+
+    first = compile_pipeline("nightly", str(tmp_path / "nightly.yaml"), warn=False)
+    argv = ["pipeline", "schedule", "create", first, "--name", "nightly", "--experiment", "e", "--sync"]
+    for p in ({"checkpoint_uri": "s3://m/a"}, {"checkpoint_uri": "s3://m/b"}):
+        params = {**p, "results_prefix": "s3://r/nightly"}
+        assert main([*argv, "--params", _params_file(tmp_path, params), *_conn(kfp_server)]) == 0
+    (delete,) = kfp_server.state.calls("DELETE")
+    assert delete.query == {"propagation_policy": ["ORPHAN"]}
+    assert len(kfp_server.state.recurring_runs) == 1

@@ -56,7 +56,8 @@ def test_training_stage_settings(tmp_path, monkeypatch) -> None:
     assert exe["nodeSelector"] == {"labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}
     assert exe["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert exe["emptyDirMounts"] == [
-        {"volumeName": "dshm", "mountPath": "/dev/shm", "medium": "Memory", "sizeLimit": "64Gi"}
+        {"volumeName": "dshm", "mountPath": "/dev/shm", "medium": "Memory", "sizeLimit": "64Gi"},
+        {"volumeName": "paravt-cache", "mountPath": "/var/cache/paravt", "sizeLimit": "64Gi"},  # no class set
     ]
     (pvc,) = exe["pvcMount"]
     assert pvc["mountPath"] == "/mnt/media"

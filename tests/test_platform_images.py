@@ -102,12 +102,12 @@ def test_dockerfile_structure(family: str) -> None:
     # The build's own toolchain checks run in the code phase (images/toolchain_check.py); the RL image
     # also checks nvcc and SGLang's JIT toolchain.
     code_run = "sh /src/images/install.sh code" + (" --sglang" if family == "rl" else "")
-    # the eval image's optional vLLM server (build arg VLLM_VERSION, empty by default: nothing installed),
-    # between the deps and the code, in a venv of its own
+    # the eval image's vLLM server (build arg VLLM_VERSION, the pipelines' default eval config launches it;
+    # empty: nothing installed), between the deps and the code, in a venv of its own
     optional = ['sh /src/images/install.sh vllm "${VLLM_VERSION}"'] if family == "eval" else []
     assert runs == [runs[0], *optional, code_run]
     if family == "eval":
-        assert "VLLM_VERSION=" in _one(instrs, "ARG")
+        assert "VLLM_VERSION=0.32.0" in _one(instrs, "ARG")  # the version the tests serve (.venv-vllm)
     assert runs[0].startswith("sh /src/images/install.sh deps")
     assert ("-r /src/images/rl-requirements.txt" in runs[0]) == (family == "rl")
     assert ("--lock-override /src/images/rl-lock-overrides.txt" in runs[0]) == (family == "rl")

@@ -471,7 +471,7 @@ def test_cluster_policy_admits_job_pods_only_as_the_trainer_account(tmp_path) ->
     docs = render_dir(ROOT / "manifests" / "cluster")
     out = tmp_path / "cluster.yaml"
     out.write_text(yaml.safe_dump_all(docs))
-    assert validate(out).count("passed for resource") == 2
+    assert validate(out).count("passed for resource") == 4  # the policy, its binding, the CRD reader's two
     (policy,) = by_kind(docs, "ValidatingAdmissionPolicy")
     (binding,) = by_kind(docs, "ValidatingAdmissionPolicyBinding")
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
@@ -571,3 +571,110 @@ def test_gang_runtime_component_matches_what_the_trainjob_patches(tmp_path) -> N
     assert job["name"] == "node"
     (container,) = job["template"]["spec"]["template"]["spec"]["containers"]
     assert container["name"] == CONTAINER["trainjob"]
+
+
+def test_gang_runtime_names_the_coscheduling_scheduler_and_an_overlay_can_change_it(tmp_path) -> None:
+    """Trainer v2.3.0's Coscheduling plugin creates the PodGroup and puts only its label on the pods
+    (pkg/runtime/framework/plugins/coscheduling/coscheduling.go, ``PodLabels[PodGroupLabel]``); it sets no
+    ``schedulerName``, so with the scheduler-plugins scheduler installed as a second scheduler (named
+    ``scheduler-plugins-scheduler`` in Trainer v2.3.0's docs/legacy-v1/user-guides/job-scheduling.md) the
+    default scheduler placed the nodes one by one: no gang. The runtime names it; a patch renames it."""
+    shutil.copytree(ROOT / "manifests", tmp_path / "manifests")
+    path = "/spec/template/spec/replicatedJobs/0/template/spec/template/spec/schedulerName"
+
+    def scheduler(patches: list) -> str:
+        overlay = tmp_path / f"gang-{len(patches)}"
+        overlay.mkdir()
+        kust = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                "resources": ["../manifests/overlays/prod"], "components": ["../manifests/components/gang-runtime"],
+                "patches": patches}  # fmt: skip
+        overlay.joinpath("kustomization.yaml").write_text(yaml.safe_dump(kust))
+        (runtime,) = by_kind(render_dir(overlay), "TrainingRuntime")
+        (job,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        return job["template"]["spec"]["template"]["spec"]["schedulerName"]
+
+    assert scheduler([]) == "scheduler-plugins-scheduler"
+    doc = (ROOT / "manifests/components/gang-runtime/training-runtime.yaml").read_text()
+    assert path in doc  # the documented patch addresses the field that is there
+    target = {"kind": "TrainingRuntime", "name": "paravt-torch-gang"}
+    patch = yaml.safe_dump([{"op": "replace", "path": path, "value": "volcano"}])
+    assert scheduler([{"target": target, "patch": patch}]) == "volcano"
+
+
+def test_kueue_component_labels_every_job_we_ship(tmp_path) -> None:
+    """Under Kueue's ``manageJobsWithoutQueueName`` a Job without ``kueue.x-k8s.io/queue-name`` stays
+    suspended (Kueue v0.15.8, apis/config/v1beta1/configuration_types.go; pkg/controller/constants/
+    constants.go, QueueLabel), and batch/job is a default integration (apis/config/v1beta1/defaults.go): the
+    owner Jobs and the sync CronJob's Jobs never ran. A CronJob's Jobs take it from ``jobTemplate.metadata``
+    (site/content/en/docs/tasks/run/run_cronjobs.md). The component adds it to all; without it, none has it."""
+    shutil.copytree(ROOT / "manifests", tmp_path / "manifests")
+    for overlay in sorted(OVERLAYS):
+        plain = render(overlay)
+        for part, rel in (("main", f"overlays/{overlay}"), ("volumes", f"overlays/{overlay}/volumes")):
+            out = tmp_path / f"{overlay}-{part}"
+            out.mkdir()
+            kust = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                    "resources": [f"../manifests/{rel}"], "components": ["../manifests/components/kueue-queue"]}  # fmt: skip
+            out.joinpath("kustomization.yaml").write_text(yaml.safe_dump(kust))
+            docs = render_dir(out)
+            jobs = [d["metadata"] for d in by_kind(docs, "Job")]
+            jobs += [d["spec"]["jobTemplate"].get("metadata", {}) | {"name": d["metadata"]["name"]}
+                     for d in by_kind(docs, "CronJob")]  # fmt: skip
+            assert jobs, (overlay, part)
+            for meta in jobs:
+                assert meta["labels"]["kueue.x-k8s.io/queue-name"] == "paravt", (overlay, meta["name"])
+            names = {d["metadata"]["name"] for d in docs if d["kind"] in ("Job", "CronJob")}
+            assert names <= {d["metadata"]["name"] for d in plain}  # the patches renamed nothing
+        for d in plain:
+            meta = d["spec"]["jobTemplate"].get("metadata", {}) if d["kind"] == "CronJob" else d["metadata"]
+            assert "kueue.x-k8s.io/queue-name" not in (meta.get("labels") or {})
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_rollout_server_image_and_gpu_model_are_the_overlays(tmp_path, overlay) -> None:
+    """The rollout server ran ``paravt-rl:0.1.0`` on H100 nodes whatever the overlay pinned: no overlay had a
+    ``paravt-rl`` entry in ``images:`` (single-user had no ``images:`` at all). Each overlay now names both
+    images; a patch replaces the node selector. Kustomize's image transformer rewrites a Deployment's
+    containers by image name (kustomize api/filters/imagetag)."""
+    shutil.copytree(ROOT / "manifests", tmp_path / "manifests")
+    out = tmp_path / "manifests" / "overlays" / overlay
+    patch = yaml.safe_dump([{"op": "replace", "path": "/spec/template/spec/nodeSelector",
+                             "value": {"cloud.google.com/gke-accelerator": "nvidia-h200-141gb"}}])  # fmt: skip
+    kust = yaml.safe_load((out / "kustomization.yaml").read_text())  # the component joins the overlay itself
+    kust["components"] = ["../../components/rollout-server"]
+    kust["patches"] = [*kust.get("patches", []), {"target": {"kind": "Deployment", "name": "paravt-rollout"},
+                                                  "patch": patch}]  # fmt: skip
+    out.joinpath("kustomization.yaml").write_text(yaml.safe_dump(kust))
+    docs = render_dir(out)
+    ((deploy,), (cron,)) = by_kind(docs, "Deployment"), by_kind(docs, "CronJob")
+    (server,) = deploy["spec"]["template"]["spec"]["containers"]
+    eval_image = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    # the same registry, tag or digest as the overlay's eval image
+    assert server["image"] == eval_image.replace("paravt-eval", "paravt-rl")
+    assert deploy["spec"]["template"]["spec"]["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-h200-141gb"
+    }
+    for kust_file in (
+        f"overlays/{overlay}/kustomization.yaml",
+        f"overlays/{overlay}/volumes/kustomization.yaml",
+    ):
+        assert "images" in yaml.safe_load((ROOT / "manifests" / kust_file).read_text()), kust_file
+
+
+def test_the_documented_order_applies_the_service_accounts_before_the_owner_jobs() -> None:
+    """The owner Jobs run as ``paravt-trainer``, a ServiceAccount of the overlay, not of ``volumes/``; the
+    Job controller cannot create a pod whose account does not exist yet (Kubernetes ServiceAccount
+    admission, plugin/pkg/admission/serviceaccount/admission.go: "error looking up service account"), so
+    the docs apply the overlay first."""
+    for doc in ("manifests/README.md", "docs/reference.md"):
+        text = (ROOT / doc).read_text()
+        overlay = re.search(r"kubectl apply -k manifests/overlays/(\w+)(?=[`\s])(?!/)", text)
+        volumes = re.search(r"kubectl apply -k manifests/overlays/\w+/volumes", text)
+        assert overlay and volumes and overlay.start() < volumes.start(), doc
+    job = yaml.safe_load((ROOT / "manifests/volumes/media-owner.yaml").read_text())
+    accounts = [
+        d["metadata"]["name"]
+        for d in yaml.safe_load_all((ROOT / "manifests/base/serviceaccounts.yaml").read_text())
+        if d
+    ]
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] in accounts

@@ -38,7 +38,7 @@ def test_make_demo_sets_up_ffmpeg_and_the_venv_only() -> None:
 
 def test_make_test_still_sets_up_everything() -> None:
     assert _setup_steps("test") == [
-        "debian ffmpeg ceph-mon ceph-osd radosgw",
+        "debian ffmpeg ceph-mon ceph-osd radosgw e2fsprogs",
         "venv",
         "sglang_site",
         "lmms_site",

@@ -12,6 +12,7 @@ non-zero (a ``Failed`` node) is not retried by Argo on a stock install.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -36,45 +37,64 @@ def argo_retries(policy: str, phase: str) -> bool:
     return {"Always": True, "OnFailure": phase == "Failed", "OnError": phase == "Error"}[policy]
 
 
-def test_kfps_stock_policy_does_not_retry_a_failed_step_but_the_onfailure_option_does():
-    """The stock policy as KFP 2.17 ships it, the merge with our tasks' strategy, and the option we ship."""
-    stock = {"limit": "2", "retryPolicy": "OnError"}  # KFP 2.17.0 workflow-controller-configmap-patch.yaml
-    task = {
-        "limit": 3,
-        "backoff": {"duration": "60s", "factor": 2},
-    }  # what set_retries compiles to (no policy)
-    merged = stock | task  # strategic merge: the template's own fields win, the policy comes from the default
-    assert merged["retryPolicy"] == "OnError" and merged["limit"] == 3
-    assert not argo_retries(merged["retryPolicy"], "Failed") and argo_retries(merged["retryPolicy"], "Error")
+def effective_policy(configmap: dict, task: dict) -> str:
+    """The retry policy Argo applies to a task compiled with ``task`` under the workflow controller's
+    ``configmap``: its templateDefaults' retryStrategy merged under the task's own fields (Argo v4.0.5
+    operator.go, mergedTemplateDefaultsInto), then RetryPolicyActual (pkg/apis/workflow/v1alpha1/
+    workflow_types.go: no policy and no expression is OnFailure)."""
+    defaults = yaml.safe_load((configmap.get("data") or {}).get("workflowDefaults") or "{}")
+    merged = (defaults.get("spec", {}).get("templateDefaults", {}).get("retryStrategy") or {}) | task
+    return merged.get("retryPolicy") or ("Always" if merged.get("expression") else "OnFailure")
 
-    patch = yaml.safe_load(
-        (
-            ROOT / "manifests/options/argo-retry-on-failure/workflow-controller-configmap-patch.yaml"
-        ).read_text()
-    )
-    defaults = yaml.safe_load(patch["data"]["workflowDefaults"])
-    option = defaults["spec"]["templateDefaults"]["retryStrategy"]
-    assert option["retryPolicy"] == "OnFailure" and argo_retries(option["retryPolicy"], "Failed")
-    assert patch["metadata"]["name"] == "workflow-controller-configmap"  # the ConfigMap KFP's patch edits
-    # KFP's own ttlStrategy stays (a strategic-merge patch of data.workflowDefaults replaces the whole key)
-    assert defaults["spec"]["ttlStrategy"]["secondsAfterCompletion"] == 3600
+
+CONFIGMAPS = {  # the workflow controller's ConfigMap as each KFP release ships it, and with our option
+    "OnFailure": ROOT / "tests/fixtures/k8s/argo-workflow-controller-configmap.kfp-2.15.0.yaml",
+    "OnError": ROOT / "tests/fixtures/k8s/argo-workflow-controller-configmap.kfp-2.17.0.yaml",
+    "Always": ROOT / "manifests/options/argo-retry-always/workflow-controller-configmap-patch.yaml",
+}
+
+
+@pytest.mark.parametrize("policy", sorted(CONFIGMAPS))
+def test_the_effective_policy_of_each_install(policy):
+    """KFP 2.15.0 ships no workflowDefaults (Argo's OnFailure), KFP 2.17.0 OnError, our option Always; the
+    option keeps KFP 2.17's Workflow TTL (a merge patch replaces the whole workflowDefaults key)."""
+    task = {"limit": 3, "backoff": {"duration": "60s", "factor": 2}}  # what set_retries compiles to
+    configmap = yaml.safe_load(CONFIGMAPS[policy].read_text())
+    assert configmap["metadata"]["name"] == "workflow-controller-configmap"
+    assert effective_policy(configmap, task) == policy
+    if policy == "Always":
+        defaults = yaml.safe_load(configmap["data"]["workflowDefaults"])
+        assert defaults["spec"]["ttlStrategy"]["secondsAfterCompletion"] == 3600
+        assert argo_retries(policy, "Failed") and argo_retries(policy, "Error")
+        kustomization = yaml.safe_load((CONFIGMAPS[policy].parent / "kustomization.yaml").read_text())
+        assert kustomization["kind"] == "Component"
+        assert kustomization["patches"] == [{"path": CONFIGMAPS[policy].name}]
+
+
+def _phases(cell: str) -> set[str]:
+    return {p for p in ("Failed", "Error") if p in cell}
 
 
 def test_the_docs_retry_table_says_what_each_policy_does():
-    """docs/reference.md: for each failure, what Argo does under KFP's stock OnError and under the
-    OnFailure option, derived from the node phase with Argo's rule above."""
+    """docs/reference.md: for each failure and each install, whether Argo retries (from the node phase with
+    Argo's rule above; a terminated run and used-up retries never) and whether a multi-node step keeps its
+    job (only where every phase its node may get is retried: paravt_core/launch/trainjob.py keep_job)."""
     text = (ROOT / "docs/reference.md").read_text()
-    table = text[text.index("| failure | Argo's node phase |") :].split("\n\n")[0].splitlines()[2:]
-    assert len(table) >= 5
-    for row in table:
+    lines = text[text.index("| failure | Argo's node phase |") :].split("\n\n")[0].splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    policies = [re.search(r"`(\w+)`", c).group(1) for c in header[2:]]
+    assert sorted(policies) == sorted(CONFIGMAPS)
+    rows = lines[2:]
+    assert len(rows) >= 6
+    for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
-        phase, on_error, on_failure = cells[1].split()[0], cells[2], cells[3]
-        for policy, cell in (("OnError", on_error), ("OnFailure", on_failure)):
-            retried = cell.lower().startswith("retried")
-            expected = (
-                phase in ("Failed", "Error") and argo_retries(policy, phase) and "used up" not in cells[0]
-            )
-            assert retried == expected, (row, policy)
+        phase, never = cells[1].split()[0], "used up" in cells[0] or "terminated" in cells[0]
+        for policy, cell in zip(policies, cells[2:], strict=True):
+            expected = phase in ("Failed", "Error") and argo_retries(policy, phase) and not never
+            assert cell.lower().startswith("retried") == expected, (row, policy)
+            if "multi-node" in cell:
+                keeps = not never and all(argo_retries(policy, p) for p in _phases(cells[1]))
+                assert ("keeps its job" in cell) == keeps, (row, policy)
 
 
 def test_retry_reasons_by_hand():

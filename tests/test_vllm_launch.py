@@ -150,6 +150,27 @@ def test_the_release_recipe_launches_vllm_as_the_release_ran_it(vllm_parser, tin
     )
 
 
+def test_the_cluster_recipe_launches_vllm_in_the_eval_pod_as_vllm_reads_it(
+    vllm_parser, tiny_model_dir
+) -> None:
+    """``configs/eval/cluster.yaml`` (the pipelines' default eval config): no server URL, so the stage starts
+    vLLM from the eval image's /opt/vllm on loopback, with our pixel budget applied by the server (the
+    default preset sends it with every request, hence ``--trust-request-mm-kwargs``)."""
+    from paravt_core.eval import stage
+    from paravt_core.eval.config import EvalConfig
+
+    cfg = load_config(EvalConfig, ROOT / "configs" / "eval" / "cluster.yaml", [f"model={tiny_model_dir}"])
+    assert (cfg.engine.kind, cfg.engine.base_url, cfg.preset) == ("vllm", "", "paravt")
+    context = BuildContext(stage="eval", model=cfg.model, pixels=stage._server_pixels(cfg))
+    command, _, url = launch_plan(cfg.engine, context)
+    assert command[0] == "/opt/vllm/bin/python" and url == "http://127.0.0.1:8000"
+    read = _read_back(vllm_parser, ["python", *command[1:]])
+    low, high = cfg.agent.processor_pixels
+    assert (read["max_model_len"], read["limit_mm_per_prompt"]) == (65536, {"image": 304, "video": 1})
+    assert read["trust_request_mm_kwargs"] and read["host"] == "127.0.0.1"
+    assert read["mm_processor_kwargs"] == {"size": {"shortest_edge": low, "longest_edge": high}}
+
+
 def test_the_push_over_a_group_launches_the_transfer_backend_as_vllm_reads_it(
     vllm_parser, tiny_model_dir
 ) -> None:

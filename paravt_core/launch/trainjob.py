@@ -14,15 +14,21 @@ What the pipeline's multi-node step does (``components/multinode.py``):
 3. ``follow``: reads the job every ``poll_s``, prints each status change, streams the rank-0 pod's log,
    raises ``JobFailed`` with the job's condition message when it fails, ``JobGone`` when it is deleted
    under us, and deletes it once it completed.
-4. SIGTERM to the step: the rule is ``sigterm_cause``. Argo stops a step (a terminated run, the step's
-   deadline) by signalling its container and leaves the pod object alone; the cluster removing the pod (a
-   drain or eviction, a preemption, ``kubectl delete pod``) marks the pod first: ``deletionTimestamp`` or a
-   ``DisruptionTarget`` condition. The first deletes the job before anything is printed (KFP's launcher,
-   which reads our stdout through a pipe, dies first: a print can raise ``BrokenPipeError``); the second
-   keeps the job, and the step's rerun re-attaches to it. Unreadable pod: treated as a stop.
+4. SIGTERM to the step: the rule is ``keep_job``. The step's pod is read once at the start (its retry
+   rule: Argo's ``ARGO_TEMPLATE`` and attempt number) and watched (``PodWatch``), so the DELETE is the first
+   request after the signal: the container ends at the emissary's next 1 s poll. Argo stops a step (a
+   terminated run, a deadline) by signalling its container, leaves the pod object alone and never reruns
+   it; the cluster deleting the pod (drain, preemption) marks it first (``deletionTimestamp``,
+   ``DisruptionTarget``); the kubelet's own kills (node pressure, node shutdown) leave it ``Failed``. The job
+   is kept only where Argo's retry policy reruns the step whatever node phase it gets (``Always``, with
+   retries left); otherwise it is deleted before anything is printed (KFP's launcher, which reads our
+   stdout through a pipe, dies first). Unreadable pod: deleted.
 5. The job is owned by the run's Argo Workflow (the step pod's controller), so the garbage collector
    deletes it with the Workflow (KFP 2.17 deletes a finished one after 1 h) even when the step's pod
-   died before its DELETE; the Workflow outlives the step's retries, which must re-attach.
+   died before its DELETE; the Workflow outlives the step's retries, which must re-attach. Where the
+   install sets no Workflow TTL (KFP 2.15), the job's deadline is what is left of the step pod's own.
+6. The installed Trainer decides the job's shape (``trainjob_spec_fields``): ``runtimePatches`` from
+   v2.2.0 on, ``podTemplateOverrides`` on v2.1.0 (Kubeflow 1.11.0), see ``trainjob_manifest``.
 
 Why the ``kubernetes`` client's ``CustomObjectsApi`` and not the Kubeflow SDK's ``TrainerClient``
 (``kubeflow==0.5.0``): its ``train()`` first reads the cluster-scoped ``ClusterTrainingRuntime``
@@ -41,7 +47,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from paravt_core.tracking import KFP_RUN_ID
@@ -78,6 +84,10 @@ JOB_PODS_SELECTOR = {
     "pytorchjob": "training.kubeflow.org/job-name={name}",
 }
 IMAGE_UID = 10001  # the images' USER (Dockerfile.*)
+# The installed TrainJob's shape, read off its CRD: Trainer v2.1.0 patches the node pods through
+# spec.podTemplateOverrides and has no spec.activeDeadlineSeconds; v2.2.0 replaced the first by
+# spec.runtimePatches and added the second (manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml of each).
+TRAINJOB_CRD = "trainjobs.trainer.kubeflow.org"
 
 
 def say(line: str) -> None:
@@ -99,6 +109,10 @@ class JobFailed(RuntimeError):
 class JobPending(JobFailed):
     """Not every node's pod was running ``pending_timeout_s`` after the job started (no room, a queue that
     does not admit it, a missing device or image); the job is deleted so a node that did start frees its GPUs."""
+
+
+class JobQueued(JobPending):
+    """Still suspended (queued: Kueue has not admitted it) ``queue_timeout_s`` after the start; deleted."""
 
 
 class JobGone(RuntimeError):
@@ -184,11 +198,13 @@ def labels(run_id: str, stage: str) -> dict[str, str]:
     }
 
 
-def node_command(stage: str, api: str, nodes: int, gpus_per_node: int) -> list[str]:
+def node_command(stage: str, api: str, nodes: int, gpus_per_node: int, deadline_epoch: int = 0) -> list[str]:
     """The node's command: write the config from its env var, then ``torchrun``. The Trainer's torch
     plugin sets ``PET_NNODES``/``PET_NPROC_PER_NODE``/``PET_NODE_RANK``/``PET_MASTER_ADDR``/``_PORT``, which
     torchrun reads itself; the training operator sets ``MASTER_ADDR``/``MASTER_PORT`` and the pod's
-    ``RANK`` (its replica index), given to torchrun explicitly."""
+    ``RANK`` (its replica index), given to torchrun explicitly. ``deadline_epoch`` (Unix seconds, 0 = none):
+    the node stops there itself, for a job kind without a deadline field; an absolute time, because the
+    Job controller restarts a failed pod (backoffLimit) and a relative timer would start again."""
     if stage not in {"sft", "rl"}:
         raise ValueError(f"unknown stage {stage!r}; expected sft or rl")
     run = "torchrun"
@@ -198,6 +214,9 @@ def node_command(stage: str, api: str, nodes: int, gpus_per_node: int) -> list[s
             " --master-addr=$MASTER_ADDR --master-port=$MASTER_PORT"
         )
     script = f'printf "%s" "${CONFIG_ENV}" > {CONFIG_FILE} && exec {run} -m paravt_core.cli {stage} --config {CONFIG_FILE}'
+    if deadline_epoch:  # coreutils timeout relays SIGTERM to torchrun; 124 when the time is up
+        left = f'left=$(({deadline_epoch} - $(date +%s))); [ "$left" -gt 0 ] || exit 124; '
+        script = left + script.replace(f"exec {run}", f'exec timeout -k 60 "$left" {run}')
     return ["/bin/sh", "-c", script]
 
 
@@ -260,11 +279,30 @@ def trainjob_manifest(
     config_yaml: str,
     job_labels: dict[str, str],
     runtime: str = "torch-distributed",
+    spec_fields: Collection[str] | None = None,
+    now: float | None = None,
 ) -> dict[str, Any]:
     """A ``trainer.kubeflow.org/v1alpha1`` TrainJob (schema of trainer v2.3.0): the trainer section
     carries image, command, env (secrets by ``secretKeyRef``), nodes, processes and resources; what it
     has no field for (volumes, node selection, pull secrets, service account) goes through
-    ``runtimePatches`` onto the "node" pods."""
+    ``runtimePatches`` onto the "node" pods.
+
+    ``spec_fields``: the installed CRD's ``spec`` fields (:func:`trainjob_spec_fields`; None = v2.2 or
+    later). Without ``runtimePatches`` (v2.1) the pods get ``podTemplateOverrides`` instead, which has no
+    ``securityContext`` (the pods run as the images' USER; capabilities cannot be added), and without
+    ``activeDeadlineSeconds`` the nodes stop at the deadline themselves (``node_command``, from ``now``)."""
+    patches = spec_fields is None or "runtimePatches" in spec_fields
+    if not patches and "podTemplateOverrides" not in spec_fields:
+        raise ValueError(
+            "the installed TrainJob CRD has neither spec.runtimePatches nor podTemplateOverrides"
+        )
+    if not patches and spec.capabilities:
+        from paravt_core.config_base import ConfigError
+
+        raise ConfigError(
+            f"capabilities {spec.capabilities} (launch.ipc_lock) need Trainer v2.2 or later: this cluster's "
+            "TrainJob has podTemplateOverrides, which has no securityContext; use launch.api: pytorchjob"
+        )
     volumes, mounts = _volumes(spec)
     pod_security, container_security = _security(spec)
     container: dict[str, Any] = {"name": CONTAINER["trainjob"], "securityContext": container_security}
@@ -297,15 +335,76 @@ def trainjob_manifest(
             "resourcesPerNode": _resources(spec, gpus_per_node),
         },
     }
-    job_spec["runtimePatches"] = [{"manager": MANAGER, "trainingRuntimeSpec": {"template": {"spec": patch}}}]
+    if patches:
+        job_spec["runtimePatches"] = [
+            {"manager": MANAGER, "trainingRuntimeSpec": {"template": {"spec": patch}}}
+        ]
+    else:
+        job_spec["podTemplateOverrides"] = [_pod_override(pod, container, template["metadata"])]
     if spec.active_deadline_s:
-        job_spec["activeDeadlineSeconds"] = spec.active_deadline_s
+        if spec_fields is None or "activeDeadlineSeconds" in spec_fields:
+            job_spec["activeDeadlineSeconds"] = spec.active_deadline_s
+        else:
+            deadline = int(time.time() if now is None else now) + spec.active_deadline_s
+            job_spec["trainer"]["command"] = node_command(stage, "trainjob", nodes, gpus_per_node, deadline)
     return {
         "apiVersion": f"{TRAINJOB[0]}/{TRAINJOB[1]}",
         "kind": TRAINJOB[3],
         "metadata": {"name": name, "namespace": namespace, "labels": _job_labels(spec, job_labels)},
         "spec": job_spec,
     }
+
+
+# What Trainer v2.1.0's podTemplateOverrides[].spec declares of the pod (its CRD; containers: name, env,
+# volumeMounts only).
+_OVERRIDE_POD = ("volumes", "nodeSelector", "tolerations", "imagePullSecrets", "serviceAccountName")
+
+
+def _pod_override(pod: dict[str, Any], container: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """The runtime patch's pod as one podTemplateOverrides entry for the "node" job, without what that
+    field cannot carry (securityContext)."""
+    over: dict[str, Any] = {k: pod[k] for k in _OVERRIDE_POD if k in pod}
+    if container.get("volumeMounts"):
+        over["containers"] = [{"name": container["name"], "volumeMounts": container["volumeMounts"]}]
+    return {"targetJobs": [{"name": "node"}], "metadata": dict(meta), "spec": over}
+
+
+def trainjob_spec_fields(api_client: Any) -> frozenset[str] | None:
+    """The ``spec`` field names of the installed TrainJob CRD's ``v1alpha1`` schema; None when it cannot be
+    read (not installed, no right to get it, an API error): the caller then builds for Trainer >= v2.2."""
+    import json
+
+    from kubernetes import client
+
+    try:
+        resp = client.ApiextensionsV1Api(api_client).read_custom_resource_definition(
+            TRAINJOB_CRD, _preload_content=False, _request_timeout=10
+        )
+        crd = json.loads(resp.data)
+    except Exception:  # noqa: BLE001 (the fallback is the current Trainer's shape)
+        return None
+    return crd_spec_fields(crd, TRAINJOB[1])
+
+
+def crd_spec_fields(crd: dict[str, Any], version: str) -> frozenset[str] | None:
+    """The names under ``spec`` in a CRD's ``openAPIV3Schema`` of ``version``; None if it has no such version."""
+    for served in (crd.get("spec") or {}).get("versions") or []:
+        if served.get("name") == version:
+            schema = (served.get("schema") or {}).get("openAPIV3Schema") or {}
+            return frozenset(((schema.get("properties") or {}).get("spec") or {}).get("properties") or ())
+    return None
+
+
+def step_time_left(pod: Any | None, now: float | None = None) -> int | None:
+    """Seconds until this step's pod reaches its own deadline (``spec.activeDeadlineSeconds``, counted from
+    ``status.startTime``: the kubelet's rule; KFP's task timeout puts it there), None without one."""
+    spec = pod.spec if pod is not None else None
+    status = pod.status if pod is not None else None
+    limit = spec.active_deadline_seconds if spec is not None else None
+    started = status.start_time if status is not None else None
+    if not limit or started is None:
+        return None
+    return max(1, int(started.timestamp() + limit - (time.time() if now is None else now)))
 
 
 def pytorchjob_manifest(
@@ -363,6 +462,11 @@ def pytorchjob_manifest(
     }
 
 
+def _transient(err: Any) -> bool:
+    """An API error a retry may not see: the server's (5xx) or its rate limit (429)."""
+    return (err.status or 0) >= 500 or err.status == 429
+
+
 def _true(conditions: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
     return next((c for c in conditions if c.get("type") == kind and c.get("status") == "True"), None)
 
@@ -383,6 +487,11 @@ def job_state(api: str, obj: dict[str, Any]) -> tuple[str, str]:
         return "Complete", done.get("message", "")
     if _true(conditions, "Suspended"):
         return "Suspended", _true(conditions, "Suspended").get("message", "")
+    # Kueue holds a job it has not admitted with spec.suspend (Kueue v0.15.8, pkg/controller/jobframework/
+    # reconciler.go); the controller's Suspended condition can lag behind the create.
+    spec = obj.get("spec") or {}
+    if (spec if api == "trainjob" else spec.get("runPolicy") or {}).get("suspend"):
+        return "Suspended", "spec.suspend: waiting for admission"
     if api == "trainjob":
         jobs = status.get("jobsStatus") or []
         running = any((j.get("active") or 0) + (j.get("ready") or 0) > 0 for j in jobs)
@@ -413,6 +522,8 @@ class Launcher:
         self.core = client.CoreV1Api(api_client)
         self.namespace, self.api, self.poll_s, self.log = namespace, api, poll_s, log
         self.group, self.version, self.plural, self.kind = KINDS[api]
+        # Set by SIGTERM (delete_on_sigterm): the job's DELETE goes before any other request.
+        self.terminating = threading.Event()
 
     # --- API calls -------------------------------------------------------------------------------
     def get(self, name: str, attempts: int = 6) -> dict[str, Any] | None:
@@ -441,16 +552,53 @@ class Launcher:
             time.sleep(wait)
         raise AssertionError("unreachable")
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, attempts: int = 4) -> None:
+        """Delete the job (gone already: done). A 5xx or 429 is retried at once and then after 1 s and 2 s:
+        short, because after SIGTERM the grace period is running."""
         from kubernetes.client.exceptions import ApiException
 
-        try:
-            self.custom.delete_namespaced_custom_object(
-                self.group, self.version, self.namespace, self.plural, name, propagation_policy="Foreground"
-            )
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        for attempt in range(attempts):
+            try:
+                self.custom.delete_namespaced_custom_object(
+                    self.group,
+                    self.version,
+                    self.namespace,
+                    self.plural,
+                    name,
+                    propagation_policy="Foreground",
+                )
+                return
+            except ApiException as err:
+                if err.status == 404:  # gone (on a retry: an earlier attempt's delete went through)
+                    return
+                if not _transient(err) or attempt == attempts - 1:
+                    raise
+            if attempt:
+                time.sleep(min(2.0 ** (attempt - 1), 2.0))
+
+    def _create(self, manifest: dict[str, Any], attempts: int = 4) -> None:
+        """Create the job; a 5xx or 429 is retried with backoff. After such an error the object may exist
+        (the API server timed out after the write): AlreadyExists on a retry is that create, done."""
+        from kubernetes.client.exceptions import ApiException
+
+        name = manifest["metadata"]["name"]
+        for attempt in range(attempts):
+            try:
+                # Strict: a field the CRD does not declare fails the create (HTTP 400) instead of being pruned
+                # silently (a misspelled key would run the job without its env, security context or volume).
+                self.custom.create_namespaced_custom_object(
+                    self.group, self.version, self.namespace, self.plural, manifest, field_validation="Strict"
+                )
+                return
+            except ApiException as err:
+                if err.status == 409 and attempt > 0:
+                    return
+                if not _transient(err) or attempt == attempts - 1:
+                    raise
+                problem = f"HTTP {err.status}"
+            wait = min(self.poll_s * 2**attempt, 60.0)
+            self.log(f"{self.kind} {name}: create failed ({problem}); retrying in {wait:.1f}s")
+            time.sleep(wait)
 
     def _wait_gone(self, name: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -487,26 +635,26 @@ class Launcher:
             self.delete(name)
             self._wait_gone(name, timeout_s=600.0)
             how = "recreated"
-        # Strict: a field the CRD does not declare fails the create (HTTP 400) instead of being pruned
-        # silently (a misspelled key would run the job without its env, security context or volume).
-        self.custom.create_namespaced_custom_object(
-            self.group, self.version, self.namespace, self.plural, manifest, field_validation="Strict"
-        )
+        self._create(manifest)
         self.log(f"{self.kind} {name}: created in {self.namespace}")
         return how
 
     def follow(
-        self, name: str, timeout_s: float | None = None, *, nodes: int = 0, pending_timeout_s: float = 0.0
-    ) -> dict[str, Any]:
+        self, name: str, timeout_s: float | None = None, *, nodes: int = 0, pending_timeout_s: float = 0.0,
+        queue_timeout_s: float = 0.0,
+    ) -> dict[str, Any]:  # fmt: skip
         """Follow the job until it finishes; delete it on success and return its last object. With
-        ``pending_timeout_s`` and ``nodes``: until all ``nodes`` pods have run, a job that is suspended or
-        has a pod still Pending that long is deleted and ``JobPending`` says why (without it, one node
-        could hold its 8 GPUs while the other waits until the job's deadline, days later)."""
+        ``pending_timeout_s`` and ``nodes``: until all ``nodes`` pods have run, a job that has a pod still
+        Pending that long is deleted and ``JobPending`` says why (without it, one node could hold its 8 GPUs
+        while the other waits until the job's deadline, days later). A suspended job (queued: no pods, no
+        GPUs held) is not pending: that clock starts when it is admitted; ``queue_timeout_s`` (0: none)
+        bounds the wait in the queue (``JobQueued``)."""
         stop = threading.Event()
         streamer = threading.Thread(target=self._stream_rank0, args=(name, stop), daemon=True)
         streamer.start()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pending_until = time.monotonic() + pending_timeout_s if pending_timeout_s and nodes else None
+        queue_until: float | None = None  # while suspended: when the wait in the queue ends
         last = None
         try:
             while True:
@@ -521,18 +669,30 @@ class Launcher:
                     last = state
                 if state in FINISHED:
                     break
-                if pending_until is not None:
+                if state == "Suspended":  # queued, or preempted back into the queue: no pods, no GPUs held
+                    if queue_until is None and queue_timeout_s:
+                        queue_until = time.monotonic() + queue_timeout_s
+                    if queue_until is not None and time.monotonic() > queue_until:
+                        self.delete(name)
+                        raise JobQueued(
+                            f"{self.kind} {self.namespace}/{name}: still suspended (queued) "
+                            f"{queue_timeout_s:g}s; deleted. {reason or 'not admitted'}"
+                        )
+                    if pending_until is not None:
+                        pending_until = time.monotonic() + pending_timeout_s  # counts from the admission
+                elif pending_until is not None:
                     started, why = self._pods_started(name, nodes)
                     if started:
                         pending_until = None  # every node ran once: no pending check any more
                     elif time.monotonic() > pending_until:
-                        why = "; ".join(x for x in (reason if state == "Suspended" else "", why) if x)
                         self.delete(name)
                         raise JobPending(
                             f"{self.kind} {self.namespace}/{name}: not all {nodes} nodes running "
                             f"{pending_timeout_s:.0f}s after the start (state {state}); deleted. "
                             f"{why or 'no pod of the job exists'}"
                         )
+                if state != "Suspended":
+                    queue_until = None  # admitted: a later suspension waits its own queue_timeout_s
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(
                         f"{self.kind} {name} did not finish in {timeout_s:.0f}s (state {state})"
@@ -553,11 +713,14 @@ class Launcher:
 
     def run(
         self, manifest: dict[str, Any], timeout_s: float | None = None, *, nodes: int = 0,
-        pending_timeout_s: float = 0.0,
+        pending_timeout_s: float = 0.0, queue_timeout_s: float = 0.0,
     ) -> dict[str, Any]:  # fmt: skip
         self.start(manifest)
         name = manifest["metadata"]["name"]
-        return self.follow(name, timeout_s=timeout_s, nodes=nodes, pending_timeout_s=pending_timeout_s)
+        return self.follow(
+            name, timeout_s=timeout_s, nodes=nodes, pending_timeout_s=pending_timeout_s,
+            queue_timeout_s=queue_timeout_s,
+        )  # fmt: skip
 
     def _pods_started(self, name: str, nodes: int) -> tuple[bool, str]:
         """(all ``nodes`` pods of the job are Running or done, why not: each waiting pod's reason)."""
@@ -595,6 +758,8 @@ class Launcher:
         the emulator, at once); it is reopened and the lines already printed are skipped."""
         printed: dict[str, int] = {}  # pod -> lines printed
         while True:
+            if self.terminating.is_set():
+                return  # SIGTERM: no request may go before the job's DELETE
             last_round = stop.is_set()  # the job has finished: one more read for the log's last lines
             try:
                 pod = self._rank0_pod(name)
@@ -631,6 +796,35 @@ POD_NAME_ENV = "KFP_POD_NAME"
 # Conditions the cluster sets on a pod it is about to remove (Kubernetes >= 1.26, PodDisruptionConditions):
 # an eviction (drain), a preemption, a node-pressure kill, a taint. Argo's own stop sets none of them.
 DISRUPTION = "DisruptionTarget"
+# The DisruptionTarget reason of a kill by the kubelet itself (node-pressure eviction, graceful node
+# shutdown): the pod object stays, in phase Failed with a message. Every other reason precedes a delete.
+BY_KUBELET = "TerminationByKubelet"
+# Argo v4.0.5 gives each init container of a step's pod the step's template as JSON, its retryStrategy merged
+# with the workflowDefaults' templateDefaults (workflow/controller/workflowpod.go, ARGO_TEMPLATE; operator.go,
+# mergedTemplateDefaultsInto), and names attempt n of a retried node "<node>(n)" (operator.go,
+# executeTemplate) in the pod's node-name annotation.
+ARGO_TEMPLATE_ENV = "ARGO_TEMPLATE"
+NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
+UNLIMITED = 1 << 30  # retries left under a retryStrategy without a limit
+# The node phases each retry policy reruns (Argo v4.0.5 operator.go, processNodeRetries). OnTransientError
+# reruns only messages Argo deems transient, which "pod deleted" and a kubelet's message are not.
+RERUN = {
+    "Always": {"Failed", "Error"},
+    "OnFailure": {"Failed"},
+    "OnError": {"Error"},
+    "OnTransientError": set(),
+}
+# The phases Argo may give this step's node, by the SIGTERM's cause (Argo v4.0.5 operator.go): a stop is
+# never rerun (processNodeRetries returns while the Workflow shuts down or is past its deadline); a deleted
+# pod is Error ("pod deleted", podReconciliation) when the controller no longer finds it, Failed when it
+# reads the pod's last status first (inferFailedReason; sure with ARGO_POD_STATUS_CAPTURE_FINALIZER); a pod
+# the kubelet terminated stays, Failed with its message (inferFailedReason).
+NODE_PHASES: dict[str, frozenset[str]] = {
+    "stop": frozenset(),
+    "deleted": frozenset({"Error", "Failed"}),
+    "terminated": frozenset({"Failed"}),
+}
+WATCH_S = 300  # each watch of the step's own pod is reopened after this long
 
 
 def own_pod(core: Any, namespace: str) -> Any | None:
@@ -645,19 +839,86 @@ def own_pod(core: Any, namespace: str) -> Any | None:
 
 
 def sigterm_cause(pod: Any | None) -> str:
-    """Why this pod got SIGTERM: "removed" when the cluster is taking the pod away (``deletionTimestamp``
-    set, or a ``DisruptionTarget`` condition: drain, eviction, preemption, a lost node's taint), else "stop"
-    (Argo v4.0.5 signals the containers of a terminated run or a step past its deadline and does not
-    delete the pod: workflow/controller/exec_control.go, pod/queue.go terminateContainers). A pod that
-    could not be read counts as "stop": a user's terminate is the usual cause."""
+    """Why this pod gets SIGTERM, from its last known state: "deleted" when the pod object is going
+    (``deletionTimestamp``, or a ``DisruptionTarget`` that precedes a delete: drain, preemption, a taint),
+    "terminated" when the kubelet killed it and keeps the object (``DisruptionTarget`` by the kubelet, or
+    phase ``Failed``: node pressure, node shutdown, the pod's deadline), else "stop" (Argo v4.0.5 signals the
+    containers of a terminated run or a step past its deadline and leaves the pod object alone:
+    workflow/controller/exec_control.go, pod/queue.go terminateContainers). No pod known counts as "stop"."""
     if pod is None:
         return "stop"
     if pod.metadata is not None and pod.metadata.deletion_timestamp is not None:
-        return "removed"
-    conditions = (pod.status.conditions if pod.status is not None else None) or []
-    if any(c.type == DISRUPTION and c.status == "True" for c in conditions):
-        return "removed"
+        return "deleted"
+    status = pod.status
+    conditions = (status.conditions if status is not None else None) or []
+    target = next((c for c in conditions if c.type == DISRUPTION and c.status == "True"), None)
+    if target is not None and target.reason != BY_KUBELET:
+        return "deleted"
+    if target is not None or (status is not None and status.phase == "Failed"):
+        return "terminated"
     return "stop"
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgoRetry:
+    """What Argo reruns of this step: its effective retry policy ("" = none known) and the retries left."""
+
+    policy: str = ""
+    left: int = 0
+
+    def reruns(self, phases: Collection[str]) -> bool:
+        """Whether Argo starts this step again whichever of ``phases`` its node ends in."""
+        return self.left > 0 and bool(phases) and set(phases) <= RERUN.get(self.policy, set())
+
+    def __str__(self) -> str:
+        if not self.policy:
+            return "no retry policy known for this step"
+        left = "no limit on retries" if self.left >= UNLIMITED else f"{self.left} retries left"
+        return f"retryPolicy {self.policy}, {left}"
+
+
+def argo_retry(pod: Any | None) -> ArgoRetry:
+    """The retry rule Argo applies to this step, read off its pod (``ARGO_TEMPLATE``, the node name); none
+    where it cannot be read: no pod, a template offloaded to a ConfigMap (over 128 KiB), no retryStrategy,
+    a retry ``expression`` (only the controller evaluates it), no attempt number, a limit not a number."""
+    import json
+
+    spec = pod.spec if pod is not None else None
+    envs = [e for c in (spec.init_containers if spec is not None else None) or [] for e in c.env or []]
+    template = next((e.value for e in envs if e.name == ARGO_TEMPLATE_ENV), None)
+    try:
+        strategy = json.loads(template or "").get("retryStrategy")
+    except (ValueError, AttributeError):
+        return ArgoRetry()
+    if not isinstance(strategy, dict) or strategy.get("expression"):
+        return ArgoRetry()
+    policy = strategy.get("retryPolicy") or "OnFailure"  # Argo's RetryPolicyActual without an expression
+    annotations = (pod.metadata.annotations if pod.metadata is not None else None) or {}
+    node = annotations.get(NODE_NAME_ANNOTATION, "")
+    attempt = re.search(r"\((\d+)\)$", node)
+    if attempt is None:
+        return ArgoRetry(policy, 0)
+    if strategy.get("limit") is None:
+        return ArgoRetry(policy, UNLIMITED)
+    try:
+        limit = int(str(strategy["limit"]))
+    except ValueError:
+        return ArgoRetry(policy, 0)
+    # processNodeRetries stops once the retry node has more children than the limit.
+    return ArgoRetry(policy, max(limit - int(attempt.group(1)), 0))
+
+
+def keep_job(pod: Any | None, retry: ArgoRetry) -> tuple[bool, str]:
+    """(keep the job, why) for a SIGTERM with the pod in state ``pod``: kept only when Argo will start this
+    step again whatever it makes of the pod (the rerun re-attaches to the job); otherwise the job would train
+    unattended, so it is deleted (a later retry creates it again and the stage resumes from its checkpoints)."""
+    cause = sigterm_cause(pod)
+    what = {
+        "stop": "Argo stopped the step (a terminated run or a deadline), which it never reruns",
+        "deleted": "this pod is being deleted (a drain, a preemption, kubectl delete)",
+        "terminated": "the kubelet terminated this pod (node pressure, node shutdown or the pod's deadline)",
+    }[cause]
+    return retry.reruns(NODE_PHASES[cause]), f"{what}; {retry}"
 
 
 def workflow_owner(pod: Any | None) -> list[dict[str, Any]]:
@@ -671,45 +932,117 @@ def workflow_owner(pod: Any | None) -> list[dict[str, Any]]:
     return []
 
 
+class PodWatch:
+    """This step's pod, read once when the step starts and then kept current by a watch, so that SIGTERM is
+    decided on what is already known and the job's DELETE is the first request after it: Argo's emissary
+    (the container's PID 1) reaps the dead launcher on a 1 s poll and exits, and the kernel then kills the
+    step wherever it is (Argo v4.0.5 workflow/executor/osspecific/signal_darwin.go, Wait, also Linux's)."""
+
+    def __init__(self, core: Any, namespace: str, log: Callable[[str], None] = say) -> None:
+        self.core, self.namespace, self.log = core, namespace, log
+        self.name = os.environ.get(POD_NAME_ENV, "")
+        self.pod = own_pod(core, namespace)  # the one read; the watch starts from its resourceVersion
+        self.retry = argo_retry(self.pod)  # fixed for the pod's life: its template and attempt
+        self.closed = threading.Event()
+        self._cause = sigterm_cause(self.pod)
+
+    def start(self) -> None:
+        """Keep ``pod`` current from now on (nothing to watch outside a KFP pod)."""
+        if self.pod is not None and not self.closed.is_set():
+            threading.Thread(target=self._watch, name="own-pod-watch", daemon=True).start()
+
+    def close(self) -> None:
+        """No request from the watch after this (a stream open now ends unread)."""
+        self.closed.set()
+
+    def _watch(self) -> None:
+        from kubernetes import watch
+
+        version = self.pod.metadata.resource_version if self.pod.metadata is not None else None
+        failures = 0
+        while not self.closed.is_set():
+            try:
+                for event in watch.Watch().stream(
+                    self.core.list_namespaced_pod, self.namespace, field_selector=f"metadata.name={self.name}",
+                    resource_version=version, timeout_seconds=WATCH_S,
+                ):  # fmt: skip
+                    if self.closed.is_set():
+                        return
+                    obj = event["object"]
+                    if event["type"] in {"ADDED", "MODIFIED"} and obj.metadata is not None:
+                        version = obj.metadata.resource_version
+                        self._update(obj)
+                failures = 0
+            except Exception as err:  # noqa: BLE001 (the watch is best effort: the last state known stays)
+                if getattr(err, "status", None) == 410:
+                    version = None  # expired: the next watch starts from the pod's current state
+                elif failures == 0 and not self.closed.is_set():
+                    why = f"HTTP {err.status}" if getattr(err, "status", None) else type(err).__name__
+                    self.log(
+                        f"pod {self.name}: watch failed ({why}); retrying (the state read at the start holds)"
+                    )
+                failures += 1
+                self.closed.wait(min(2.0**failures, 30.0))
+
+    def _update(self, pod: Any) -> None:
+        self.pod = pod
+        cause = sigterm_cause(pod)
+        if cause != self._cause and not self.closed.is_set():
+            self._cause = cause
+            keep, why = keep_job(pod, self.retry)
+            then = "keeps the job" if keep else "deletes the job"
+            self.log(f"pod {self.name}: {why}; a SIGTERM now {then}")
+
+
 @contextlib.contextmanager
-def delete_on_sigterm(launcher: Launcher, name: str) -> Iterator[None]:
+def delete_on_sigterm(launcher: Launcher, name: str, pod: PodWatch | None = None) -> Iterator[None]:
     """While the block runs, SIGTERM ends the process with 143 (128 + 15); it deletes job ``name`` first
-    unless the cluster is removing this pod (``sigterm_cause``), whose rerun re-attaches to the job.
+    unless Argo will rerun the step, which re-attaches to the job (``keep_job`` on the pod's state known when
+    the signal came, ``pod``; none known: deleted).
 
     Argo (v4.0.5) stops a running step by sending SIGTERM to its main container, then SIGKILL after the
     pod's grace period (workflow/controller/pod/queue.go, terminateContainers), and its emissary passes
     the signal to the step's whole process group (workflow/executor/osspecific, Kill); KFP 2.17 terminates
     a run that way (backend/src/common/util/execution_spec.go sets the workflow's activeDeadlineSeconds to
-    0). KFP's launcher, in the same group and reading our stdout through a pipe, dies at once and the
-    container ends with it: so the DELETE goes out before any output. Signal handlers exist only in the
-    main thread: elsewhere the block runs unguarded."""
+    0). KFP's launcher, in the same group and reading our stdout through a pipe, dies at once, and the
+    emissary exits at its next poll, ending the container: so the DELETE is the first request and goes out
+    before any output. Signal handlers exist only in the main thread: elsewhere the block runs unguarded."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def on_term(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the delete short
+        launcher.terminating.set()  # the log streamer sends nothing more
+        if pod is not None:
+            pod.close()
         raise Terminated()
 
     previous = signal.signal(signal.SIGTERM, on_term)
+    if pod is not None:
+        pod.start()
     try:
         yield
     except Terminated:
-        cause = sigterm_cause(own_pod(launcher.core, launcher.namespace))
-        if cause == "stop":
-            launcher.delete(name)  # before any output: stdout may be a closed pipe by now
+        known = (pod.pod, pod.retry) if pod is not None else (None, ArgoRetry())
+        keep, why = keep_job(*known)
+        if not keep:
+            # The first request: stdout may be a closed pipe by now, and the container near its end.
+            launcher.delete(name)
             launcher.log(
-                f"{launcher.kind} {name}: SIGTERM; deleted the job to free its nodes "
+                f"{launcher.kind} {name}: SIGTERM ({why}); deleted the job to free its nodes "
                 "(a retry creates it again and the stage resumes from its checkpoints)"
             )
         else:
             launcher.log(
-                f"{launcher.kind} {name}: SIGTERM while this pod is being removed (eviction, drain or "
-                "preemption); the job keeps running and the step's rerun re-attaches to it"
+                f"{launcher.kind} {name}: SIGTERM ({why}); the job keeps running and the step's rerun "
+                "re-attaches to it"
             )
         raise SystemExit(128 + signal.SIGTERM) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if pod is not None:
+            pod.close()
 
 
 def rank0_address(api: str, name: str, namespace: str, cluster_domain: str = "cluster.local") -> str:
@@ -733,6 +1066,87 @@ def check_rl_multinode(engine_kind: str, base_url: str) -> None:
         raise ConfigError(
             "launch.nodes > 1 with engine.kind=sglang needs engine.base_url (the rollout server or router the "
             "learner nodes talk to); the server-on-engine.gpus topology is one node only"
+        )
+
+
+def check_rollout_server(base_url: str, *, wait_s: float = 120.0, poll_s: float = 5.0) -> None:
+    """From this (the step's) pod, before 16 GPUs load the learner: the rollout server at ``engine.base_url``
+    answers ``GET /health`` with 200 (SGLang's and vLLM's liveness route), within ``wait_s`` (a server that
+    is still loading its model). Otherwise one line says so; the step is not retried (a rerun finds the same)."""
+    import urllib.error
+    import urllib.request
+
+    from paravt_core.config_base import ConfigError
+
+    url = re.sub(r"/v1/?$", "", base_url.rstrip("/")) + "/health"
+    until = time.monotonic() + wait_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=min(10.0, max(wait_s, 1.0))) as resp:
+                if resp.status == 200:
+                    return
+                problem = f"HTTP {resp.status}"
+        except urllib.error.HTTPError as err:
+            problem = f"HTTP {err.code}"
+        except (urllib.error.URLError, OSError) as err:
+            problem = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
+        if time.monotonic() + poll_s > until:
+            raise ConfigError(
+                f"engine.base_url {base_url}: the rollout server does not answer {url} from this pod after "
+                f"{wait_s:g}s ({problem}); start it (manifests/components/rollout-server) or fix the URL"
+            )
+        time.sleep(poll_s)
+
+
+# The namespace label Pod Security admission enforces (pod-security-admission v0.33.0, api/constants.go,
+# EnforceLevelLabel); Kubeflow 1.11.0 gives every profile namespace "baseline"
+# (applications/profiles/pss/namespace-labels.yaml).
+PSS_ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+# The capabilities a container may add at each level (pod-security-admission v0.33.0, policy/
+# check_capabilities_baseline.go: the default set; check_capabilities_restricted.go: NET_BIND_SERVICE only);
+# "privileged" (and an unlabeled namespace under the default admission config) allows any.
+PSS_ALLOWED_CAPABILITIES = {
+    "baseline": frozenset(
+        {
+            "AUDIT_WRITE",
+            "CHOWN",
+            "DAC_OVERRIDE",
+            "FOWNER",
+            "FSETID",
+            "KILL",
+            "MKNOD",
+            "NET_BIND_SERVICE",
+            "SETFCAP",
+            "SETGID",
+            "SETPCAP",
+            "SETUID",
+            "SYS_CHROOT",
+        }
+    ),
+    "restricted": frozenset({"NET_BIND_SERVICE"}),
+}
+
+
+def check_pod_security(core: Any, namespace: str, capabilities: list[str]) -> None:
+    """Refuse capabilities (``launch.ipc_lock``'s IPC_LOCK) that the namespace's enforced Pod Security level
+    forbids: the job would be created and its pods refused, seen only as "no pod of the job exists" at the
+    pending timeout. A namespace that cannot be read (no grant) is not checked."""
+    if not capabilities:
+        return
+    try:
+        ns = core.read_namespace(namespace, _request_timeout=10)
+    except Exception:  # noqa: BLE001 (unreadable: the create goes ahead as before)
+        return
+    level = ((ns.metadata.labels if ns.metadata is not None else None) or {}).get(PSS_ENFORCE_LABEL, "")
+    allowed = PSS_ALLOWED_CAPABILITIES.get(level)
+    refused = sorted(set(capabilities) - allowed) if allowed is not None else []
+    if refused:
+        from paravt_core.config_base import ConfigError
+
+        raise ConfigError(
+            f"launch.ipc_lock: namespace {namespace} enforces Pod Security {level!r} ({PSS_ENFORCE_LABEL}), "
+            f"which refuses pods that add {', '.join(refused)}; set ipc_lock: false or have an admin label it "
+            "privileged"
         )
 
 
@@ -774,6 +1188,7 @@ def launch_stage(
     log: Callable[[str], None] = say,
     timeout_s: float | None = None,
     pending_timeout_s: float = 0.0,
+    queue_timeout_s: float = 0.0,
 ) -> dict[str, Any]:
     """Run ``stage`` (its resolved config as YAML text) on ``nodes`` nodes and wait for it; returns the
     finished job object. Raises ``JobFailed`` / ``JobGone`` (the step fails with that message); SIGTERM
@@ -785,17 +1200,34 @@ def launch_stage(
     common = dict(
         nodes=nodes, gpus_per_node=gpus_per_node, config_yaml=config_yaml, job_labels=labels(run_id, stage)
     )
+    k8s = client if client is not None else api_client()
+    launcher = Launcher(k8s, namespace, api, poll_s=poll_s, log=log)
+    # Before the job: its pods would be refused, seen only at the pending timeout.
+    check_pod_security(launcher.core, namespace, spec.capabilities)
+    pod = PodWatch(launcher.core, namespace, log=log)  # read once now, watched while the job runs
+    step_pod = pod.pod
+    # The garbage collector deletes a dependent only once its owner is gone, and without a Workflow TTL
+    # (KFP 2.15's Argo config has no workflowDefaults) nothing deletes the Workflow or the step's pods
+    # (no podGC either): no owner ends a job whose step died before its DELETE. Its own deadline does,
+    # so the job never outlives the attempt that made it (the step pod's deadline, not a fresh one).
+    if (left := step_time_left(step_pod)) is not None:
+        spec = dataclasses.replace(spec, active_deadline_s=min(spec.active_deadline_s or left, left))
     if api == "trainjob":
-        manifest = trainjob_manifest(name, namespace, stage, spec, runtime=runtime, **common)
+        fields = trainjob_spec_fields(k8s)
+        if fields is None:
+            log(f"TrainJob CRD {TRAINJOB_CRD} unreadable: building for Trainer v2.2+ (runtimePatches)")
+        manifest = trainjob_manifest(
+            name, namespace, stage, spec, runtime=runtime, spec_fields=fields, **common
+        )
     else:
         manifest = pytorchjob_manifest(name, namespace, stage, spec, **common)
-    launcher = Launcher(
-        client if client is not None else api_client(), namespace, api, poll_s=poll_s, log=log
-    )
-    if owner := workflow_owner(own_pod(launcher.core, namespace)):
+    if owner := workflow_owner(step_pod):
         manifest["metadata"]["ownerReferences"] = owner  # garbage-collected with the run's Workflow
-    with delete_on_sigterm(launcher, name):
-        return launcher.run(manifest, timeout_s=timeout_s, nodes=nodes, pending_timeout_s=pending_timeout_s)
+    with delete_on_sigterm(launcher, name, pod):
+        return launcher.run(
+            manifest, timeout_s=timeout_s, nodes=nodes, pending_timeout_s=pending_timeout_s,
+            queue_timeout_s=queue_timeout_s,
+        )  # fmt: skip
 
 
 def launch_with_retries(
@@ -820,6 +1252,7 @@ def launch_with_retries(
             poll_s=poll_s,
             spec=with_run_id(with_launch(spec, launch), run_id),
             pending_timeout_s=launch.pending_timeout_s,
+            queue_timeout_s=launch.queue_timeout_s,
         ),
         stage=stage,
         retries=launch.retries,
