@@ -81,7 +81,11 @@ def compile_pipeline(
     if given:
         from pipelines.config_check import check_configs
 
-        check_configs(out, {}, stages=given)
+        try:
+            check_configs(out, {}, stages=given)
+        except Exception:
+            Path(out).unlink()  # no package a later submit could pick up
+            raise
     if warn:
         warn_unpinned(name, out)
     return out

@@ -126,7 +126,7 @@ def test_float32_at_8b_is_refused_at_submit(kfp, tmp_path, capsys):
 def test_compile_refuses_the_configs_it_is_given_and_bakes_the_cluster_eval(tmp_path, capsys):
     out = tmp_path / "t.yaml"
     assert main(["pipeline", "compile", "train", str(out), "--rl-config", "configs/rl/tiny.yaml"]) == 2
-    assert "rl: device: cpu with 8 GPU(s) reserved" in capsys.readouterr()[1]
+    assert "rl: device: cpu with 8 GPU(s) reserved" in capsys.readouterr()[1] and not out.exists()
     assert main(["pipeline", "compile", "nightly", str(out), "--eval-config", str(LOCAL_EVAL)]) == 2
     assert "engine.base_url http://127.0.0.1:8000/v1 is the eval pod's own loopback" in capsys.readouterr()[1]
     # no config given: nothing checked, and the default eval config is the cluster recipe (nightly included)
