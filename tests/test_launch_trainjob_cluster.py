@@ -153,17 +153,20 @@ def test_a_node_that_never_schedules_ends_the_step_with_the_reason_and_frees_the
         assert emu.count("delete", "trainjobs") == 1
 
 
+# a TrainJob's status once its JobSet completed
+DONE = {"conditions": [{"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "ok",
+                        "lastTransitionTime": "2026-11-28T09:00:00Z"}]}  # fmt: skip
+
+
 def test_nodes_that_all_start_are_never_timed_out():
     name = job_name(RUN, "sft")
     sel = {"jobset.sigs.k8s.io/jobset-name": name}
-    done = {"conditions": [{"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "ok",
-                            "lastTransitionTime": "2026-11-28T09:00:00Z"}]}  # fmt: skip
     with Emulator() as emu:
         emu.register_crd(crd())
         for i in range(2):
             emu.add_pod(NS, f"{name}-node-0-{i}-x", sel, phase="Running")
         # Completes well after the pending timeout: the check stopped once both nodes ran.
-        threading.Timer(1.0, lambda: emu.set_status("trainjobs", NS, name, done)).start()
+        threading.Timer(1.0, lambda: emu.set_status("trainjobs", NS, name, DONE)).start()
         err, log = _run_pending(emu, name, pending_timeout_s=0.3)
         assert err is None, err
         assert any(line.endswith("deleted after completion") for line in log)
@@ -212,8 +215,6 @@ def test_a_job_queued_by_kueue_is_waited_for_not_timed_out_as_pending():
     deleted after ``pending_timeout_s``, not retried; the pending clock now starts at its admission."""
     name = job_name(RUN, "sft")
     sel = {"jobset.sigs.k8s.io/jobset-name": name}
-    done = {"conditions": [{"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "ok",
-                            "lastTransitionTime": "2026-11-28T09:00:00Z"}]}  # fmt: skip
     with Emulator() as emu:
         emu.register_crd(crd())
         out, log, thread = _run_queued(emu, name, pending_timeout_s=0.3)
@@ -225,7 +226,7 @@ def test_a_job_queued_by_kueue_is_waited_for_not_timed_out_as_pending():
         for i in range(2):
             emu.add_pod(NS, f"{name}-node-0-{i}-x", sel, phase="Running")
         thread.join(0.6)
-        emu.set_status("trainjobs", NS, name, done)
+        emu.set_status("trainjobs", NS, name, DONE)
         thread.join(10)
         assert out == [None], out
         assert any("Suspended (spec.suspend: waiting for admission)" in line for line in log)

@@ -215,3 +215,9 @@ async def generate_with_retries(
             if on_retry is not None:
                 on_retry(err)
     raise AssertionError("unreachable")
+
+
+def v1_url(base_url: str) -> str:
+    """``http://host:port`` or ``http://host:port/v1`` -> the ``/v1`` URL the OpenAI routes live under."""
+    base = base_url.rstrip("/")
+    return base if base.endswith("/v1") else base + "/v1"

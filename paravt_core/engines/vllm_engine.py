@@ -47,16 +47,10 @@ from typing import Any
 
 import httpx
 
-from .base import EngineError, GenerationRequest, image_processor_kwargs
+from .base import EngineError, GenerationRequest, image_processor_kwargs, v1_url
 from .group_push import join_group, send_bucket
 from .openai_engine import OpenAIEngine
 from .server_process import ServerProcess
-
-
-def v1_url(base_url: str) -> str:
-    """``http://host:port`` or ``http://host:port/v1`` -> the ``/v1`` URL the OpenAI routes live under."""
-    base = base_url.rstrip("/")
-    return base if base.endswith("/v1") else base + "/v1"
 
 
 def served_model(base_url: str, timeout_s: float = 30.0) -> str:

@@ -74,6 +74,7 @@ def check_eval_engine(cfg: Any, *, gpus: int, reach: bool = True) -> None:
     refused: nothing else runs in the eval pod."""
     if gpus <= 0:
         return
+    from paravt_core.engines.base import v1_url
     from paravt_core.engines.registry import KINDS
 
     engine = cfg.engine
@@ -114,7 +115,7 @@ def check_eval_engine(cfg: Any, *, gpus: int, reach: bool = True) -> None:
                 )
             continue
         try:  # any HTTP answer will do: the server is there
-            httpx.get(url.rstrip("/").removesuffix("/v1") + "/v1/models", timeout=10.0)
+            httpx.get(v1_url(url) + "/models", timeout=10.0)
         except httpx.HTTPError as err:
             raise ConfigError(
                 f"eval: no server answers at engine.base_url {url} from this pod ({type(err).__name__}): start "

@@ -1077,8 +1077,9 @@ def check_rollout_server(base_url: str, *, wait_s: float = 120.0, poll_s: float 
     import urllib.request
 
     from paravt_core.config_base import ConfigError
+    from paravt_core.engines.base import v1_url
 
-    url = re.sub(r"/v1/?$", "", base_url.rstrip("/")) + "/health"
+    url = v1_url(base_url).removesuffix("/v1") + "/health"
     until = time.monotonic() + wait_s
     while True:
         try:
