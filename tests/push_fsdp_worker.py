@@ -33,7 +33,7 @@ class _Restart:
     def __init__(self, engine: SGLangEngine, refuse: bool):
         self.engine, self.refuse = engine, refuse
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 30.0) -> None:
         pass
 
     def start(self) -> None:

@@ -53,7 +53,7 @@ class _OwnedServer:
     def __init__(self, engine: SGLangEngine, receiver: SGLangReceiver, workdir: Path):
         self.engine, self.receiver, self.workdir, self.starts = engine, receiver, workdir, 0
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 30.0) -> None:
         self.receiver.kill()
 
     def start(self) -> None:

@@ -11,7 +11,8 @@ overview and 84 x 140 (140 x 168) for a crop, and the tiny processor's own setti
 32-px grid) bring each to 96 x 128: (96 / 16) x (128 / 16) / 2^2 = 12 image tokens a frame.
 
 The same launch has no ``--trust-request-mm-kwargs`` (the release's had none), so the default preset's requests,
-which carry the pixel budget as ``mm_processor_kwargs``, are refused there: once each, naming the flag."""
+which carry the pixel budget as ``mm_processor_kwargs``, are refused there: once each, naming the flag; nor the
+transfer backend, so a push over a process group into it is refused before anything is sent."""
 
 from __future__ import annotations
 
@@ -22,15 +23,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
+import pytest
+import torch
 from PIL import Image
 
 from paravt_core.engines.base import GenerationRequest, SamplingParams
 from paravt_core.engines.openai_engine import OpenAIEngine
 from paravt_core.engines.vllm_engine import VllmEngine
 from paravt_core.eval.stage import run
+from paravt_core.rl.weight_sync import NcclSync, PushFailed
 from paravt_core.video import release_frames as R
 from tests.eval_support import TINY_AGENT, fixture_entry, tiny_eval_config
+from tests.fixtures.served import free_port
 
 PER_PROTOCOL = 25  # the fixture benchmarks' samples (tests/test_eval_stage.py)
 TOKENS_PER_FRAME = 12  # see the module docstring
@@ -174,3 +180,18 @@ def test_a_refusal_is_not_retried_and_names_the_server_flag(
             and "(after 1 attempt(s))" in message
         )
         assert message.endswith("as mm_processor_kwargs; launch vLLM with --trust-request-mm-kwargs")
+
+
+def test_a_group_push_into_a_server_without_our_backend_is_refused_before_it_is_sent(release_vllm_server):
+    """A server launched without the transfer backend (as the release launched it) dies of
+    ``/init_weight_transfer_engine``: the push is refused here, naming how to start it, and the server still
+    answers."""
+    server = release_vllm_server
+    engine = VllmEngine(server.base_url, server.model)
+    sync = NcclSync(engine, master_address="127.0.0.1", master_port=free_port(), server_ranks=1, backend="gloo",
+                    bucket_bytes=1 << 20, pause_mode="wait", timeout_s=120)  # fmt: skip
+    with pytest.raises(
+        PushFailed, match="weight-transfer backend None, not 'paravt_torch': start it with PYTHONPATH="
+    ):
+        sync.push({"w": torch.zeros(2)}, version=1)
+    assert httpx.get(engine.root + "/health", timeout=30).status_code == 200

@@ -109,8 +109,8 @@ class _Server:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def stop(self) -> None:
-        self.calls.append("stop")
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self.calls.append(f"stop {timeout_s:g}")
 
     def start(self) -> None:
         self.calls.append("start")
@@ -121,7 +121,7 @@ def test_restart_stops_and_starts_the_owned_server_and_returns_a_renewed_sync() 
     sync.static, sync.failed, sync._pushed = {"model.visual.x"}, "cut", True
     sync.engine.server = server = _Server()
     fresh = restart(sync, PushFailed("cut"))
-    assert server.calls == ["stop", "start"]
+    assert server.calls == ["stop 5", "start"]  # a wedged server gets 5 s of grace, not 30
     assert fresh is not sync and fresh.engine is sync.engine and fresh.group_name != sync.group_name
     assert (fresh.version, fresh.bucket_bytes, fresh.dtype) == (7, 512, torch.bfloat16)
     assert fresh.static == {"model.visual.x"}
@@ -308,7 +308,7 @@ def test_recover_pushes_in_full_to_the_restarted_server_and_says_so(receiver, ti
         received = receiver.snapshot()
     finally:
         fresh.close()
-    assert server.calls == ["stop", "start"]
+    assert server.calls == ["stop 5", "start"]  # a wedged server gets 5 s of grace, not 30
     assert said == (
         "NCCL weight push of version 3 failed: RuntimeError: cut; restarted the SGLang server this stage owns "
         "and pushed version 3 to it"

@@ -192,8 +192,8 @@ class ServerProcess(Protocol):
     def start(self) -> Any:
         """Start it and wait until it is healthy."""
 
-    def stop(self) -> None:
-        """End it."""
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """End it: SIGTERM, then SIGKILL after ``timeout_s``."""
 
 
 async def generate_with_retries(

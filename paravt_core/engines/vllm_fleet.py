@@ -51,9 +51,9 @@ class ServerGroup:
             raise
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 30.0) -> None:
         for server in self.servers:
-            server.stop()
+            server.stop(timeout_s)
 
 
 class VllmFleet(Engine):

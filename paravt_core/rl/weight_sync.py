@@ -375,6 +375,12 @@ def server_label(engine: Any) -> str:
     return getattr(engine, "server_label", "server")
 
 
+# A server cut mid-transfer has its workers (and vLLM's engine core with them) inside a receive that SIGTERM does
+# not interrupt: the usual 30 s of grace would pass in full (measured: 30.1 s of a 61 s restart), and there is
+# nothing left to flush.
+WEDGED_STOP_S = 5.0
+
+
 def restart(sync: NcclSync, err: PushFailed) -> NcclSync:
     """After ``err`` cut a push short: restart the server ``sync``'s engine owns (its ``launch``) and
     return the sync that joins it under a new group (its first push is in full: the new server has only the
@@ -388,7 +394,7 @@ def restart(sync: NcclSync, err: PushFailed) -> NcclSync:
             f"{err}. Restart the {server_label(engine)} at {engine.base_url} (an interrupted weight push leaves it unable "
             "to take another), then rerun this stage: it resumes from its last checkpoint"
         ) from err
-    server.stop()
+    server.stop(timeout_s=WEDGED_STOP_S)
     server.start()
     return sync.renewed()
 
