@@ -191,6 +191,9 @@ def test_begin_and_done_under_another_root(tmp_path: Path) -> None:
     run.done({"shard": str(shard)}, {"records": 2}, root=str(shard), records=2)
     assert storage.completion_info(str(shard))["info"] == {"stage": "toy", "records": 2}
     assert not storage.is_complete(str(out))
+    # a rerun of the shard: its own marker goes before it rewrites its records
+    StageRun.open("toy", str(out)).begin(cfg, root=str(shard))
+    assert not storage.is_complete(str(shard))
 
 
 def test_absolute_names_a_local_output_by_its_absolute_path(tmp_path: Path, monkeypatch) -> None:
