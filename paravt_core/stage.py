@@ -1,4 +1,15 @@
-"""What every stage shares: the result type and the start-of-stage ritual (print + save config)."""
+"""What every stage shares: the result type and the lifecycle of one run on one output (:class:`StageRun`).
+
+Every stage's ``run`` follows the same steps, in this order::
+
+    StageRun.open      refuse another stage's complete output, before anything is read
+    reusable / reused  a complete output made with this config is returned as it is (``reused_output``);
+                       a changed one is refused, continued (``may_grow``) or redone, by the stage's rule
+    begin              clear ``_COMPLETE`` (the outputs are rewritten from here on), save ``config.yaml``
+    ...                the stage's own work
+    done               write ``_COMPLETE`` last and return the result
+
+A body that raises never reaches ``done``: its output is left without ``_COMPLETE``."""
 
 from __future__ import annotations
 
@@ -6,7 +17,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 from rich.console import Console
@@ -145,3 +156,81 @@ def announce_config(stage: str, cfg: BaseModel, output_uri: str) -> None:
         console.rule(f"paravt {stage}: resolved config")
         console.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default"))
     console.print(f"paravt {stage}: resolved config saved to {uri}", highlight=False)
+
+
+def is_rank0() -> bool:
+    """This process is rank 0 of ``torchrun`` (or runs alone): the one that prints and writes the outputs."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+@dataclass
+class StageRun:
+    """One run of ``stage`` on ``output``: the lifecycle every stage's ``run`` goes through (module docstring).
+
+    ``lead``: this process prints the stage's lines and writes the outputs (only rank 0 of a ``torchrun``
+    job does; the other ranks take the same decisions and return the same results). ``complete``: the
+    output was complete when the run opened it. ``grown``: the ``may_grow`` fields a rerun raised (key ->
+    (saved, now)), set by :meth:`reusable`. ``console``: where the stage's lines go (its module's, which its
+    tests may replace)."""
+
+    stage: str
+    output: str
+    lead: bool = True
+    complete: bool = False
+    grown: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    console: Console = field(default_factory=lambda: console, repr=False)
+
+    @classmethod
+    def open(cls, stage: str, output: str, *, lead: bool = True, absolute: bool = False) -> StageRun:
+        """Start a run: :func:`check_output` first, before anything is read. ``absolute``: a local ``output``
+        is named by its absolute path from here on (in messages, results and the outputs)."""
+        check_output(stage, output)
+        if absolute and not storage.is_s3(output):
+            output = os.path.abspath(output)
+        return cls(stage, output, lead=lead, complete=storage.is_complete(output))
+
+    def reusable(
+        self,
+        cfg: BaseModel,
+        *,
+        may_grow: tuple[str, ...] = (),
+        on_change: Literal["refuse", "redo"] = "refuse",
+    ) -> bool:
+        """Whether the complete output was made with ``cfg`` and is returned as it is (:meth:`reused`).
+        A complete output made with another config is, by ``on_change``: ``"refuse"``d naming each differing
+        key (:func:`refuse_changed_config`; raises ``UsageError``) unless only ``may_grow`` fields grew (then
+        :attr:`grown` names them and the run continues), or ``"redo"``ne (the stage runs again over it)."""
+        if on_change == "refuse":
+            self.grown = refuse_changed_config(self.stage, self.output, cfg, may_grow=may_grow)
+            return self.complete and not self.grown
+        return self.complete and not config_changes(self.output, cfg)
+
+    def reused(self, outputs: dict[str, str], metrics: dict[str, Any], *, message: str = "") -> StageResult:
+        """The result of a complete output reused as it is, said in one line (``message``, or the usual
+        "is complete with the same config" line); its ``metrics`` carry ``reused_output: True``."""
+        if self.lead:
+            same = (
+                f"paravt {self.stage}: {self.output} is complete with the same config; reused, nothing to do"
+            )
+            self.console.print(message or same, highlight=False)
+        return StageResult(self.stage, outputs, {**metrics, "reused_output": True})
+
+    def begin(self, cfg: BaseModel, *, root: str = "") -> None:
+        """From here on the outputs under ``root`` (default: the output) are rewritten: their ``_COMPLETE``
+        goes first, so a crash midway never leaves them looking complete, then the config is saved
+        (:func:`announce_config`)."""
+        root = root or self.output
+        if not self.lead:
+            return
+        if storage.is_complete(root):
+            storage.clear_complete(root)  # trusted again only when this run has finished
+        announce_config(self.stage, cfg, root)
+
+    def done(
+        self, outputs: dict[str, str], metrics: dict[str, Any], *, root: str = "", **info: Any
+    ) -> StageResult:
+        """Every output under ``root`` (default: the output) is written: mark them complete (``_COMPLETE``
+        holds the stage's name and ``info``) and return the result."""
+        if self.lead:
+            storage.mark_complete(root or self.output, {"stage": self.stage, **info})
+        return StageResult(self.stage, outputs, metrics)

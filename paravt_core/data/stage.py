@@ -43,7 +43,7 @@ from paravt_core.data.materialize import (
     open_parquet,
 )
 from paravt_core.data.validate import DataError, FileChecker
-from paravt_core.stage import StageResult, announce_config, check_output, console
+from paravt_core.stage import StageResult, StageRun, console
 
 STAGE = "data"
 # Bump when the meaning of the outputs changes, so complete outputs of older code are redone.
@@ -233,15 +233,14 @@ def _outputs(output: str, root: str, prefix: str) -> dict[str, str]:
 
 def run(cfg: DataConfig) -> StageResult:
     """Run the data stage (see the module docstring). Raises ``DataError`` with a clear message on bad input."""
-    check_output(STAGE, cfg.output)
+    life = StageRun.open(STAGE, cfg.output, absolute=True)
     started = time.perf_counter()
     seconds: dict[str, float] = {}
-    output = cfg.output if storage.is_s3(cfg.output) else os.path.abspath(cfg.output)
+    output = life.output
     work = os.path.abspath(cfg.work_dir)
     root = os.path.abspath(cfg.extract.root or os.path.join(work, "media"))
-    was_complete = storage.is_complete(output)
-    if not was_complete:
-        announce_config(STAGE, cfg, output)
+    if not life.complete:  # a complete output is reused or redone once its fingerprint is known (below)
+        life.begin(cfg)
 
     t = time.perf_counter()
     dl = cfg.download
@@ -280,17 +279,13 @@ def run(cfg: DataConfig) -> StageResult:
     checks = cfg.validate_.check_files_exist
     presence = media_presence(root, extracted if dl.media_source else None, left_out) if checks else None
     fp = fingerprint(cfg, parquets, extracted, root, prefix, presence)
-    if was_complete:
+    if life.complete:  # the rule of a rerun here is the fingerprint: inputs and config, not config alone
         info = (storage.completion_info(output) or {}).get("info", {})
         if info.get("fingerprint") == fp:
-            console.print(
-                f"[bold]paravt data[/]: inputs and config unchanged; reusing the complete output {output}"
-            )
             metrics = json.loads(storage.read_bytes(storage.join(output, "metrics.json")))
-            metrics["reused_output"] = True
-            return StageResult(STAGE, outputs=_outputs(output, root, prefix), metrics=metrics)
-        storage.clear_complete(output)
-        announce_config(STAGE, cfg, output)
+            reuse = f"[bold]paravt data[/]: inputs and config unchanged; reusing the complete output {output}"
+            return life.reused(_outputs(output, root, prefix), metrics, message=reuse)
+        life.begin(cfg)
 
     t = time.perf_counter()
     uploaded = False
@@ -345,6 +340,6 @@ def run(cfg: DataConfig) -> StageResult:
     storage.write_bytes(audit_uri, json.dumps(audit, indent=2).encode())
     storage.write_bytes(storage.join(output, "metrics.json"), json.dumps(metrics, indent=2).encode())
     check_gate(audit, output)
-    storage.mark_complete(output, {"stage": STAGE, "fingerprint": fp})
+    result = life.done(_outputs(output, root, prefix), metrics, fingerprint=fp)
     console.print(f"[bold]paravt data[/]: {totals['kept']} rows materialized into {output}")
-    return StageResult(STAGE, outputs=_outputs(output, root, prefix), metrics=metrics)
+    return result

@@ -43,7 +43,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from paravt_core import storage
 from paravt_core.agent import prompts
 from paravt_core.config import config_to_dict
-from paravt_core.stage import StageResult, announce_config, check_output, config_changes, console
+from paravt_core.stage import StageResult, StageRun, console
 from paravt_core.tracking import log_results
 from paravt_core.tracking.progress import EvalProgress, is_terminal
 from paravt_core.tracking.scalars import eval_scalars
@@ -518,9 +518,9 @@ def check_records_fingerprint(root: str, cfg: EvalConfig) -> None:
 def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: Any = None) -> StageResult:
     """Run the eval stage (see the module docstring). ``engine``/``processor``/``judge`` replace the configured
     ones (fault injection in tests, a shared engine in benchmarks)."""
-    check_output(STAGE, cfg.output)
+    life = StageRun.open(STAGE, cfg.output, absolute=True)
     started = time.perf_counter()
-    output = cfg.output if storage.is_s3(cfg.output) else os.path.abspath(cfg.output)
+    output = life.output
     work = os.path.abspath(cfg.work_dir)
     if cfg.merge and cfg.shard:
         raise EvalError("merge=true combines all shards; leave shard empty")
@@ -528,19 +528,12 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
         raise EvalError("expected_shards is the shard count of merge=true; set merge=true or leave it 0")
     shard = parse_shard(cfg.shard) if cfg.shard else None
     run_root = storage.join(output, "shards", f"{shard[0]}-of-{shard[1]}") if shard else output
-    if not shard and storage.is_complete(output) and not config_changes(output, cfg):
-        console.print(
-            f"paravt eval: {output} is complete with the same config; reused, nothing to do",
-            highlight=False,
-            soft_wrap=True,
-        )
+    # a changed config is evaluated again over the same output (records of another model are refused below)
+    if not shard and life.reusable(cfg, on_change="redo"):
         results = json.loads(storage.read_bytes(storage.join(output, "results.json")))
-        return StageResult(
-            STAGE, outputs=_outputs(output), metrics={**_summary(results), "reused_output": True}
-        )
-    announce_config(STAGE, cfg, run_root)
+        return life.reused(_outputs(output), _summary(results))
+    life.begin(cfg, root=run_root)  # outputs are rewritten below; trusted again only when complete
     samples = _samples_by_bench(cfg, work)
-    storage.clear_complete(run_root)  # outputs are rewritten below; trusted again only when complete
 
     if cfg.merge:
         records = merge_shards(cfg, output, work, samples)
@@ -551,12 +544,14 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
         records = _evaluate(cfg, samples, run_root, work, engine, processor, judge)
         if shard:
             total = sum(len(r) for b in records.values() for r in b.values())
-            storage.mark_complete(run_root, {"stage": STAGE, "shard": cfg.shard, "records": total})
+            result = life.done(
+                {"shard": run_root}, {"records": total}, root=run_root, shard=cfg.shard, records=total
+            )
             console.print(f"[bold]paravt eval[/]: shard {cfg.shard} complete ({total} records) in {run_root}")
-            return StageResult(STAGE, outputs={"shard": run_root}, metrics={"records": total})
+            return result
 
     results = write_outputs(cfg, output, records, time.perf_counter() - started, server_report(cfg))
-    log_results(cfg.tracking, "eval", output, work, eval_scalars(results), config_to_dict(cfg), cfg.model)
+    log_results(cfg.tracking, STAGE, output, work, eval_scalars(results), config_to_dict(cfg), cfg.model)
     print_summary(results)
     outputs = _outputs(output)
     failing = results["gate"]["failing"]
@@ -566,8 +561,7 @@ def run(cfg: EvalConfig, *, engine: Any = None, processor: Any = None, judge: An
             f"error share above max_error_share {100 * cfg.max_error_share:.1f}% in {worst} (by reason: "
             f"{results['errors_by_reason']}); outputs written to {output}"
         )
-    storage.mark_complete(output, {"stage": STAGE, "samples": results["totals"]["samples"]})
-    return StageResult(STAGE, outputs=outputs, metrics=_summary(results))
+    return life.done(outputs, _summary(results), samples=results["totals"]["samples"])
 
 
 def sampling_report(cfg: EvalConfig) -> dict[str, Any] | None:

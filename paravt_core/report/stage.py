@@ -34,7 +34,7 @@ from paravt_core.report.trend import (
     night_state,
     trend_table,
 )
-from paravt_core.stage import StageResult, announce_config, check_output, console
+from paravt_core.stage import StageResult, StageRun, console
 
 STAGE = "report"
 NIGHTS_DIR = "nights"
@@ -229,10 +229,9 @@ def eval_report_links(report_output: str, eval_outputs: list[str]) -> list[tuple
 
 
 def run(cfg: ReportConfig) -> StageResult:
-    check_output(STAGE, cfg.output)
+    life = StageRun.open(STAGE, cfg.output)  # never reused: the nights and inputs it reads move on
     check_inputs(cfg)
-    announce_config(STAGE, cfg, cfg.output)
-    storage.clear_complete(cfg.output)
+    life.begin(cfg)
     table = eval_table(cfg.eval_outputs)
     metrics: dict[str, float] = {f"{r['benchmark']}.{r['protocol']}": r["value"] for r in table}
     outputs = {
@@ -290,6 +289,6 @@ def run(cfg: ReportConfig) -> StageResult:
     storage.write_bytes(outputs["html"], page.encode())
     storage.write_bytes(outputs["markdown"], "\n".join(markdown).encode())
     storage.write_bytes(storage.join(cfg.output, "metrics.json"), json.dumps(metrics, indent=2).encode())
-    storage.mark_complete(cfg.output, {"stage": STAGE})
+    result = life.done(outputs, metrics)
     console.print(f"report: {outputs['html']}")
-    return StageResult(STAGE, outputs=outputs, metrics=metrics)
+    return result

@@ -54,14 +54,7 @@ from paravt_core.engines.independent import IndependentEngine
 from paravt_core.engines.registry import KINDS
 from paravt_core.rl.config import RlConfig
 from paravt_core.run_metrics import write_jsonl
-from paravt_core.stage import (
-    StageResult,
-    announce_config,
-    check_output,
-    console,
-    refuse_changed_config,
-    same_location,
-)
+from paravt_core.stage import StageResult, StageRun, console, is_rank0, same_location
 from paravt_core.tracking import Tracker
 from paravt_core.tracking.progress import StepProgress, is_terminal, rl_numbers
 from paravt_core.tracking.scalars import rl_scalars, trajectory_markdown
@@ -76,6 +69,7 @@ from .push import WeightPush, make_sync, streams
 from .rollout import NO_SAMPLE_REASONS, StepRollouts, arollout_step
 from .weight_sync import NcclSync, _closing
 
+STAGE = "rl"
 ENGINE_FAILURES = ("engine_error", "engine_refused", "engine_timeout")  # the rollout engine, not the episode
 
 
@@ -217,7 +211,7 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any, d: Dist
     e = cfg.engine
     pinned = server_placement(cfg, d)  # engine.gpus, off the learner's GPUs (None: not pinned)
     context = BuildContext(
-        stage="rl",
+        stage=STAGE,
         model=cfg.model,
         purpose="rollout engine",
         # the in-process engine loads its own copy; a server's client uses the policy's processor
@@ -468,9 +462,9 @@ class _Run:
         weights, sync_s = self.pusher.push(version + 1)
         self.record(step, rollouts, learned, staleness, sync_s)
         self.save_checkpoint(step + 1, weights)
-        faults.check("rl", step + 1)  # resilience tests: fail here once, like a preempted pod
+        faults.check(STAGE, step + 1)  # resilience tests: fail here once, like a preempted pod
 
-    def finish(self, final: str) -> StageResult:
+    def finish(self, final: str, life: StageRun) -> StageResult:
         """Rank 0: the run's summary, curves and ``_COMPLETE``."""
         cfg, out, history, data = self.cfg, self.cfg.output, self.history, self.data
         write_jsonl(storage.join(out, "metrics.jsonl"), history)
@@ -487,12 +481,8 @@ class _Run:
             **final_summary(history, cfg.final_steps),  # f_tau / kappa of the ablation table, f_tau curve
         }
         storage.write_bytes(storage.join(out, "metrics.json"), json.dumps(summary, indent=2).encode())
-        storage.mark_complete(out, {"stage": "rl", "steps": len(history)})
-        return StageResult(
-            "rl",
-            outputs=_outputs(out, final),
-            metrics={k: v for k, v in summary.items() if k not in SUMMARY_ONLY},
-        )
+        metrics = {k: v for k, v in summary.items() if k not in SUMMARY_ONLY}
+        return life.done(_outputs(out, final), metrics, steps=len(history))
 
 
 def _tracker(cfg: RlConfig, start: int, state: dict[str, Any], staging: str) -> Tracker:
@@ -501,7 +491,7 @@ def _tracker(cfg: RlConfig, start: int, state: dict[str, Any], staging: str) -> 
 
     return Tracker.open(
         cfg.tracking,
-        stage="rl",
+        stage=STAGE,
         output=cfg.output,
         work_dir=os.path.join(staging, "tracking"),
         resume_step=start,
@@ -570,28 +560,19 @@ def _outputs(out: str, final: str) -> dict[str, str]:
 def _reused(cfg: RlConfig) -> StageResult:
     """A complete output made with this config: said in one line, its summary returned, nothing loaded."""
     summary = json.loads(storage.read_bytes(storage.join(cfg.output, "metrics.json")))
-    if int(os.environ.get("RANK", "0")) == 0:
-        console.print(
-            f"paravt rl: {cfg.output} is complete with the same config; reused, nothing to do",
-            highlight=False,
-        )
     metrics = {k: v for k, v in summary.items() if k not in SUMMARY_ONLY}
-    return StageResult(
-        "rl",
-        outputs=_outputs(cfg.output, storage.join(cfg.output, checkpoint.FINAL)),
-        metrics={**metrics, "reused_output": True},
-    )
+    life = StageRun(STAGE, cfg.output, lead=is_rank0(), complete=True, console=console)
+    return life.reused(_outputs(cfg.output, storage.join(cfg.output, checkpoint.FINAL)), metrics)
 
 
 def run(cfg: RlConfig) -> StageResult:
-    check_output("rl", cfg.output)
-    grown = refuse_changed_config("rl", cfg.output, cfg, may_grow=("steps",))  # more steps continue the run
-    if not grown and storage.is_complete(cfg.output):
+    life = StageRun.open(STAGE, cfg.output, lead=is_rank0())
+    if life.reusable(cfg, may_grow=("steps",)):  # more steps continue the run
         return _reused(cfg)
     import torch
 
     d = setup_distributed(cfg.train.dist_timeout_s)
-    lead = d.rank == 0
+    lead = life.lead = d.rank == 0  # the process group's rank from here on (RANK's under torchrun)
     out = cfg.output
     reference_uri = cfg.reference_model or cfg.model
     # every check that can refuse runs before the output is touched: a refused rerun of a finished run
@@ -632,10 +613,7 @@ def run(cfg: RlConfig) -> StageResult:
         streams=streams(cfg.engine),
         bucket_bytes=getattr(cfg.engine, "bucket_mb", 1024) << 20,
     )
-    if lead:  # everything is loaded and started: from here on the output is rewritten
-        if storage.is_complete(out):
-            storage.clear_complete(out)  # a rerun rewrites the outputs: never leave them looking complete
-        announce_config("rl", cfg, out)
+    life.begin(cfg)  # everything is loaded and started: from here on the output is rewritten (rank 0)
     r = _Run(
         cfg=cfg,
         d=d,
@@ -660,7 +638,7 @@ def run(cfg: RlConfig) -> StageResult:
                 None
                 if is_terminal()
                 else StepProgress(
-                    "rl", cfg.steps, start, cfg.tracking.log_every, cfg.tracking.progress_every_s
+                    STAGE, cfg.steps, start, cfg.tracking.log_every, cfg.tracking.progress_every_s
                 )
             )
         for step in range(start, cfg.steps):
@@ -677,5 +655,5 @@ def run(cfg: RlConfig) -> StageResult:
         shutil.rmtree(r.staging, ignore_errors=True)
         pusher.close()  # the server leaves this run's weight-update group; one this run launched stops
     if not lead:
-        return StageResult("rl", outputs={"final": final}, metrics={"rank": d.rank})
-    return r.finish(final)
+        return StageResult(STAGE, outputs={"final": final}, metrics={"rank": d.rank})
+    return r.finish(final, life)

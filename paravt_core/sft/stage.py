@@ -21,13 +21,12 @@ continue the run from its newest checkpoint; a rerun of an interrupted one resum
 from __future__ import annotations
 
 import json
-import os
 
 from paravt_core import run_metrics, storage
 from paravt_core.config import SftConfig
 from paravt_core.sft import metrics
 from paravt_core.sft.trainer import SftError, train
-from paravt_core.stage import StageResult, announce_config, check_output, console, refuse_changed_config
+from paravt_core.stage import StageResult, StageRun, console, is_rank0
 
 STAGE = "sft"
 
@@ -43,40 +42,32 @@ def _outputs(cfg: SftConfig) -> dict[str, str]:
 
 
 def run(cfg: SftConfig) -> StageResult:
-    check_output(STAGE, cfg.output)
-    rank0 = int(os.environ.get("RANK", "0")) == 0
-    grown = refuse_changed_config(STAGE, cfg.output, cfg, may_grow=("trainer.steps",))
-    if grown:
-        before = grown["trainer.steps"][0]
-        if rank0:
-            storage.clear_complete(cfg.output)  # trusted again when the longer run has finished
-            console.print(
-                f"paravt sft: {cfg.output} is complete at {before} steps; continuing to {cfg.trainer.steps} from "
-                f"its newest checkpoint (steps 1-{before} followed the {before}-step learning-rate schedule)",
-                highlight=False,
-            )
-    elif storage.is_complete(cfg.output):
+    life = StageRun.open(STAGE, cfg.output, lead=is_rank0())
+    if life.reusable(cfg, may_grow=("trainer.steps",)):
         summary = json.loads(storage.read_bytes(storage.join(cfg.output, "metrics.json")))
-        if rank0:
-            console.print(f"paravt sft: {cfg.output} is complete with the same config; reused, nothing to do")
-        return StageResult(STAGE, _outputs(cfg), {**summary, "reused_output": True})
-    if rank0:
-        announce_config(STAGE, cfg, cfg.output)
+        return life.reused(_outputs(cfg), summary)
+    if life.grown and life.lead:
+        before = life.grown["trainer.steps"][0]
+        console.print(
+            f"paravt sft: {cfg.output} is complete at {before} steps; continuing to {cfg.trainer.steps} from "
+            f"its newest checkpoint (steps 1-{before} followed the {before}-step learning-rate schedule)",
+            highlight=False,
+        )
+    life.begin(cfg)
     try:
         result = train(cfg, log=console.print)
     except SftError as err:
         # A failed gate leaves its reason and counts where a finished run leaves its summary (no _COMPLETE).
-        if rank0:
+        if life.lead:
             failed = {"status": "failed", "error": str(err), **err.metrics}
             storage.write_bytes(_outputs(cfg)["metrics"], json.dumps(failed, indent=2).encode())
         raise
     summary = metrics.summary(result.records, result.rows_used, result.dropped)
     summary["world_size"] = result.world
     summary["resumed_from"] = result.resumed_from
-    if rank0:
+    if life.lead:
         out = _outputs(cfg)
         run_metrics.write_jsonl(out["metrics_jsonl"], result.records)
         storage.write_bytes(out["metrics"], json.dumps(summary, indent=2).encode())
         storage.write_bytes(out["loss_curve"], metrics.loss_curve_png(result.records))
-        storage.mark_complete(cfg.output, {"stage": STAGE, "steps": summary.get("steps", 0)})
-    return StageResult(STAGE, _outputs(cfg), summary)
+    return life.done(_outputs(cfg), summary, steps=summary.get("steps", 0))
