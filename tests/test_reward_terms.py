@@ -5,6 +5,7 @@ pod-log lines, and an RL stage run end to end. Every expected value is worked ou
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from paravt_core.rewards.compose import RewardBreakdown, acompose, compose, fail
 from paravt_core.rewards.terms import (
     BUILT_IN,
     FORMAT,
+    RESERVED,
     TOOL,
     RewardInput,
     RewardTerm,
@@ -105,6 +107,8 @@ def test_a_term_that_raises_zeroes_the_reward_with_its_reason() -> None:
 
 
 def test_names_are_checked_and_built_in_terms_stay(brevity: RewardTerm) -> None:
+    """A term cannot shadow a field of the breakdown (nor reward_mean, reward/mean, ...)."""
+    assert {f.name for f in dataclasses.fields(RewardBreakdown)} <= RESERVED
     for name in ("total", "reason", "reward", "mean", "not a name"):
         with pytest.raises(ValueError, match="must be an identifier"):
             RewardTerm(name, _brevity)
@@ -165,7 +169,9 @@ def test_the_six_built_in_curves_keep_their_two_by_three_grid() -> None:
 def test_an_added_term_is_in_the_trajectory_text(brevity: RewardTerm) -> None:
     reward = RewardBreakdown(1.0, accuracy=0.0, format=0.5, tool=0.0, brevity=1.0).to_dict()
     text = trajectory_markdown({"step": 0, "reward": reward, "episode": {"finish_reason": "answer"}})
-    assert "**reward** 1.000 (accuracy 0.000, format 0.500, tool 0.000, brevity 1.000), finish: answer" in text
+    assert (
+        "**reward** 1.000 (accuracy 0.000, format 0.500, tool 0.000, brevity 1.000), finish: answer" in text
+    )
 
 
 def _bonus(inp: RewardInput) -> float:

@@ -126,6 +126,7 @@ def _assemble(
     total = 0.0
     for term, score, _ in scored:  # in order, one addition each: acc + w_fmt * fmt + w_tool * tool
         total += term.weight_in(recipe) * score
+    # the built-in terms' details (R_fmt's parts and compliance, R_tool's level) keep fields of their own
     results = {term.name: result for term, _, result in scored}
     fmt, tool = results.get("format"), results.get("tool")
     return RewardBreakdown(
