@@ -1,5 +1,6 @@
 """The episode reward R = R_acc + format_weight * R_fmt + tool_weight * R_tool, with every part kept (SPEC §5;
-``reward.tool_weight`` is 1 but in the ablation without R_tool).
+``reward.tool_weight`` is 1 but in the ablation without R_tool): the weighted sum over the terms of
+``paravt_core.rewards.terms`` (those three, then any registered with ``register_term``).
 
 ``compose`` (sync) and ``acompose`` (async: awaits the judge, bounded by ``reward.timeout_s``) take the main
 agent's text (forced prefix + every turn), its call records, the gold answer and the ``paravt:`` recipe.
@@ -12,13 +13,14 @@ least ``degenerate_im_starts`` ``<|im_start|>`` markers in fewer than ``degenera
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .accuracy import AccuracyResult, aaccuracy_reward, accuracy_reward, extract_answer_text
-from .format import FormatResult, format_reward
-from .tool import CallLike, ToolResult, tool_reward
+from .format import FormatResult
+from .terms import RewardInput, reward_terms, term_names
+from .tool import CallLike, ToolResult
 
 if TYPE_CHECKING:
     from paravt_core.config import ParavtRecipe
@@ -28,12 +30,16 @@ if TYPE_CHECKING:
 IM_START = "<|im_start|>"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RewardBreakdown:
+    """The total and every term's score (before its weight) by name, in term order: ``scores["format"]``,
+    or as an attribute, ``.format``. Scores are given as a mapping or as keywords::
+
+        RewardBreakdown(total=1.0, accuracy=1.0, format=0.0, tool=0.0)
+    """
+
     total: float
-    accuracy: float
-    format: float  # R_fmt before format_weight
-    tool: float
+    scores: Mapping[str, float]
     format_weight: float = 1.0
     format_parts: dict[str, float] = field(default_factory=dict)
     tool_level: float = 0.0
@@ -43,12 +49,47 @@ class RewardBreakdown:
     failure: str | None = None  # why the whole reward is 0 (reward_error, reward_timeout)
     parsed: Any = None  # what R_acc compared
 
+    def __init__(
+        self,
+        total: float,
+        scores: Mapping[str, float] | None = None,
+        *,
+        format_weight: float = 1.0,
+        format_parts: dict[str, float] | None = None,
+        tool_level: float = 0.0,
+        compliant: bool = False,
+        degenerate: bool = False,
+        reason: str | None = None,
+        failure: str | None = None,
+        parsed: Any = None,
+        **named: float,
+    ) -> None:
+        values = {
+            "total": total,
+            "scores": {**(scores or {}), **named},
+            "format_weight": format_weight,
+            "format_parts": dict(format_parts or {}),
+            "tool_level": tool_level,
+            "compliant": compliant,
+            "degenerate": degenerate,
+            "reason": reason,
+            "failure": failure,
+            "parsed": parsed,
+        }
+        for key, value in values.items():  # frozen: set once, here
+            object.__setattr__(self, key, value)
+
+    def __getattr__(self, name: str) -> float:
+        """A term's score as an attribute (``.accuracy``); only called for names that are not fields."""
+        scores = self.__dict__.get("scores")  # absent while a pickle is being restored
+        if scores is not None and name in scores:
+            return scores[name]
+        raise AttributeError(f"RewardBreakdown has no field or reward term {name!r}")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "total": self.total,
-            "accuracy": self.accuracy,
-            "format": self.format,
-            "tool": self.tool,
+            **self.scores,
             "format_parts": dict(self.format_parts),
             "tool_level": self.tool_level,
             "compliant": self.compliant,
@@ -63,34 +104,38 @@ def is_degenerate(text: str, *, im_starts: int = 5, max_chars: int = 300) -> boo
 
 
 def failed(why: str) -> RewardBreakdown:
-    """The zero reward of a sample whose reward could not be computed."""
-    return RewardBreakdown(0.0, 0.0, 0.0, 0.0, failure=why)
+    """The zero reward of a sample whose reward could not be computed: every term 0."""
+    return RewardBreakdown(0.0, dict.fromkeys(term_names(), 0.0), failure=why)
 
 
 def _assemble(
-    text: str, calls: Sequence[CallLike], acc: AccuracyResult, recipe: ParavtRecipe
+    text: str,
+    calls: Sequence[CallLike],
+    acc: AccuracyResult,
+    recipe: ParavtRecipe,
+    *,
+    gold: str,
+    question_type: str | None,
+    question: str,
 ) -> RewardBreakdown:
-    fmt: FormatResult = format_reward(
-        text,
-        answer_suffix=recipe.constrained.answer_suffix,
-        anchor_weight=recipe.anchoring.weight,
-        unclosed_penalty=recipe.anchoring.unclosed_penalty,
-    )
-    tool: ToolResult = tool_reward(calls, acc.score)
-    weight = recipe.reward.format_weight
+    inp = RewardInput(text, calls, gold, question_type, question, recipe, acc)
+    scored = [(term, *term.score(inp)) for term in reward_terms()]
     degenerate = is_degenerate(
         text, im_starts=recipe.reward.degenerate_im_starts, max_chars=recipe.reward.degenerate_max_chars
     )
-    total = 0.0 if degenerate else acc.score + weight * fmt.score + recipe.reward.tool_weight * tool.score
+    total = 0.0
+    for term, score, _ in scored:  # in order, one addition each: acc + w_fmt * fmt + w_tool * tool
+        total += term.weight_in(recipe) * score
+    # the built-in terms' details (R_fmt's parts and compliance, R_tool's level) keep fields of their own
+    results = {term.name: result for term, _, result in scored}
+    fmt, tool = results.get("format"), results.get("tool")
     return RewardBreakdown(
-        total=total,
-        accuracy=acc.score,
-        format=fmt.score,
-        tool=tool.score,
-        format_weight=weight,
-        format_parts=fmt.parts,
-        tool_level=tool.level,
-        compliant=fmt.compliant,
+        total=0.0 if degenerate else total,
+        scores={term.name: score for term, score, _ in scored},
+        format_weight=recipe.reward.format_weight,
+        format_parts=fmt.parts if isinstance(fmt, FormatResult) else {},
+        tool_level=tool.level if isinstance(tool, ToolResult) else 0.0,
+        compliant=fmt.compliant if isinstance(fmt, FormatResult) else False,
         degenerate=degenerate,
         reason=acc.reason,
         parsed=acc.parsed,
@@ -114,7 +159,7 @@ def compose(
             acc = AccuracyResult(0.0, "no_answer")
         else:
             acc = accuracy_reward(text, gold, question_type, recipe.reward.mode, judge, question=question)
-        return _assemble(text, calls, acc, recipe)
+        return _assemble(text, calls, acc, recipe, gold=gold, question_type=question_type, question=question)
     except Exception as err:
         return failed(f"reward_error:{type(err).__name__}")
 
@@ -139,7 +184,7 @@ async def acompose(
             acc = await aaccuracy_reward(
                 body, gold, question_type, recipe.reward.mode, judge, question=question
             )
-        return _assemble(body, calls, acc, recipe)
+        return _assemble(body, calls, acc, recipe, gold=gold, question_type=question_type, question=question)
 
     try:
         timeout = recipe.reward.timeout_s  # read first: a bad recipe must not leave run() never awaited

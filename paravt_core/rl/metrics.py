@@ -1,27 +1,41 @@
 """Per-step RL metrics from the step's samples and the learner's statistics, plus curves and trajectories.
 
 ``step_metrics`` flattens everything into one JSON-able dict per step (one line of ``metrics.jsonl``):
-reward and each part, format compliance, tool-call rate, calls per turn and per rollout, finish reasons,
-the K histogram and the mean reward by K, response length, KL, clip and dropped-token fractions, staleness,
-timings. ``final_summary`` condenses the history into what the paper's ablation table reports: f_tau (format
-compliance, the share of rollouts with the whole think -> answer flow and balanced tags; the paper's "format
-compliance 0.13 -> 0.64") and kappa (tool calls per rollout) averaged over the final steps, plus the per-step
-f_tau curve (the paper's vanilla-GRPO format collapse is a curve, not a number).
+the reward and each reward term's mean (``<term>_mean``, one per ``reward_terms()``), format compliance,
+tool-call rate, calls per turn and per rollout, finish reasons, the K histogram and the mean reward by K,
+response length, KL, clip and dropped-token fractions, staleness, timings. ``final_summary`` condenses the
+history into what the paper's ablation table reports: f_tau (format compliance, the share of rollouts with
+the whole think -> answer flow and balanced tags; the paper's "format compliance 0.13 -> 0.64") and kappa
+(tool calls per rollout) averaged over the final steps, plus the per-step f_tau curve (the paper's
+vanilla-GRPO format collapse is a curve, not a number).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from paravt_core.rewards.terms import reward_terms
 from paravt_core.run_metrics import figure_png, pyplot
 
 from .rollout import Sample
 
-CURVES = ("reward_mean", "accuracy_mean", "format_mean", "tool_mean", "format_compliance", "tool_call_rate")
+
+def curve_keys() -> tuple[str, ...]:
+    """The curves' metrics: the reward, each term's mean (``reward_terms()``), format compliance, tool-call
+    rate."""
+    return ("reward_mean", *(t.metric for t in reward_terms()), "format_compliance", "tool_call_rate")
+
+
+def __getattr__(name: str) -> Any:
+    """``CURVES``: ``curve_keys()`` when read, so a term registered after this import is in it."""
+    if name == "CURVES":
+        return curve_keys()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -49,9 +63,7 @@ def step_metrics(step: int, samples: Sequence[Sample], learner: dict[str, float]
         "reward_mean": _mean([r.total for r in rewards]),
         "reward_max": max((r.total for r in rewards), default=0.0),
         "reward_std": _mean([(x - mean) ** 2 for x in totals]) ** 0.5,  # population std of the step's rewards
-        "accuracy_mean": _mean([r.accuracy for r in rewards]),
-        "format_mean": _mean([r.format for r in rewards]),
-        "tool_mean": _mean([r.tool for r in rewards]),
+        **{t.metric: _mean([r.scores.get(t.name, 0.0) for r in rewards]) for t in reward_terms()},
         "format_compliance": _mean([float(r.compliant) for r in rewards]),
         "degenerate": sum(r.degenerate for r in rewards),
         "reward_failures": sum(r.failure is not None for r in rewards),
@@ -82,13 +94,18 @@ def trajectory_lines(step: int, samples: Sequence[Sample], count: int, seed: int
 
 
 def curves_figure(history: Sequence[dict[str, Any]]) -> Any:
-    """One panel per curve in ``CURVES`` (x: step, integer ticks); a panel whose values never change says
-    "flat at <value>" in its title, so a straight line is not read as a scale artefact."""
+    """One panel per curve in ``curve_keys()``, three to a row (x: step, integer ticks); a panel whose values
+    never change says "flat at <value>" in its title, so a straight line is not read as a scale artefact."""
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = pyplot().subplots(2, 3, figsize=(12, 6), constrained_layout=True)
+    keys = curve_keys()
+    rows = math.ceil(len(keys) / 3)
+    fig, axes = pyplot().subplots(rows, 3, figsize=(12, 3 * rows), squeeze=False, constrained_layout=True)
+    panels = list(axes.flat)
+    for ax in panels[len(keys) :]:  # the last row's empty places
+        ax.set_visible(False)
     steps = [m["step"] + 1 for m in history]  # counted from 1, as the console prints "rl step 1/N"
-    for ax, key in zip(axes.flat, CURVES, strict=True):
+    for ax, key in zip(panels[: len(keys)], keys, strict=True):
         values = [float(m.get(key, 0.0)) for m in history]
         ax.plot(steps, values, marker="o", markersize=3)
         flat = len(values) > 1 and max(values) == min(values)

@@ -52,6 +52,7 @@ from paravt_core.engines.base import EngineError, image_processor_kwargs
 from paravt_core.engines.coalesce import CoalescingEngine
 from paravt_core.engines.independent import IndependentEngine
 from paravt_core.engines.registry import KINDS
+from paravt_core.rewards.terms import terms_text
 from paravt_core.rl.config import RlConfig
 from paravt_core.run_metrics import write_jsonl
 from paravt_core.stage import StageResult, StageRun, console, is_rank0, same_location
@@ -396,8 +397,7 @@ class _Run:
         else:
             console.print(
                 f"rl step {step + 1}/{cfg.steps}: reward {metrics['reward_mean']:.3f} "
-                f"(acc {metrics['accuracy_mean']:.3f} fmt {metrics['format_mean']:.3f} "
-                f"tool {metrics['tool_mean']:.3f}) loss {metrics.get('loss', 0.0):.3g} "
+                f"({terms_text(metrics)}) loss {metrics.get('loss', 0.0):.3g} "
                 f"rollout {rollouts.seconds:.1f}s learner {metrics.get('learner_s', 0.0):.1f}s",
                 soft_wrap=True,
             )

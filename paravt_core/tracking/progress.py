@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from paravt_core.rewards.terms import terms_text
+
 
 def is_terminal(stream: TextIO | None = None) -> bool:
     stream = sys.stderr if stream is None else stream
@@ -93,7 +95,7 @@ def sft_numbers(record: dict[str, Any]) -> str:
 
 def rl_numbers(metrics: dict[str, Any]) -> str:
     return (
-        f"reward {metrics['reward_mean']:.3f} acc {metrics['accuracy_mean']:.3f} "
+        f"reward {metrics['reward_mean']:.3f} {terms_text(metrics, short=True)} "
         f"tool calls {metrics['calls_per_rollout']:.2f}/rollout "
         f"staleness {metrics.get('staleness_mean', 0.0):.1f}"
     )

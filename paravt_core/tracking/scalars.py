@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from paravt_core.rewards.terms import reward_terms
 from paravt_core.train.flops import six_n_flops, utilisation
 
 # Dense bf16 peaks per GPU (vendors' data sheets) for the SFT MFU; matched on the device's name. The data
@@ -62,13 +63,8 @@ def sft_scalars(
     return _finite(out)
 
 
-RL_TAGS = {
-    "reward/mean": "reward_mean",
-    "reward/std": "reward_std",
-    "reward/max": "reward_max",
-    "reward/accuracy": "accuracy_mean",
-    "reward/format": "format_mean",
-    "reward/tool": "tool_mean",
+REWARD_TAGS = {"reward/mean": "reward_mean", "reward/std": "reward_std", "reward/max": "reward_max"}
+STEP_TAGS = {  # after the reward terms' tags
     "rollout/format_compliance": "format_compliance",
     "rollout/response_tokens": "response_tokens_mean",
     "rollout/frames_requested": "frames_requested_mean",
@@ -90,8 +86,13 @@ RL_TAGS = {
 }
 
 
+def rl_tags() -> dict[str, str]:
+    """TensorBoard tag -> ``step_metrics`` key: the reward, each reward term (``reward/<term>``), the rest."""
+    return {**REWARD_TAGS, **{t.tag: t.metric for t in reward_terms()}, **STEP_TAGS}
+
+
 def rl_scalars(metrics: dict[str, Any]) -> dict[str, float]:
-    out: dict[str, Any] = {tag: metrics[key] for tag, key in RL_TAGS.items() if key in metrics}
+    out: dict[str, Any] = {tag: metrics[key] for tag, key in rl_tags().items() if key in metrics}
     for k, n in (metrics.get("k_histogram") or {}).items():  # nFrames gating: rollouts per K this step
         out[f"gating/rollouts_k{k}"] = n
     for k, r in (metrics.get("reward_by_k") or {}).items():
@@ -147,8 +148,9 @@ def trajectory_markdown(line: dict[str, Any]) -> str:
         f"**question** ({prompt.get('row_id', '')}):",
         _indented(str(prompt.get("question", ""))),
         f"**gold**: `{prompt.get('gold', '')}`",
-        "**reward** {:.3f} (accuracy {:.3f}, format {:.3f}, tool {:.3f}), finish: {}".format(
-            *(float(reward.get(k) or 0.0) for k in ("total", "accuracy", "format", "tool")),
+        "**reward** {:.3f} ({}), finish: {}".format(
+            float(reward.get("total") or 0.0),
+            ", ".join(f"{t.name} {float(reward.get(t.name) or 0.0):.3f}" for t in reward_terms()),
             episode.get("finish_reason", ""),
         ),
     ]
