@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from paravt_core.engines.fleet import router_command
 from paravt_core.engines.sglang_engine import SGLangServer
 from paravt_core.rl.launch import wait_for_workers
+from tests.support.ports import free_port, free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUTER_VERSION = "0.3.2"
@@ -41,24 +41,6 @@ def router_env(site: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)])
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` different free ports: all held open while chosen, so none is handed out twice."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def parse_router_argv(site: Path, argv: list[str]) -> dict[str, Any]:

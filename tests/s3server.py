@@ -30,7 +30,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tests.support.ports import free_port
+
 STATE_FILE = "server.json"
 RGW_NAME = "client.rgw.paravt"
 REQUIRED_BINARIES = ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "ceph", "monmaptool")
@@ -48,13 +49,6 @@ REQUIRED_BINARIES = ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "ceph",
 
 class S3ServerError(RuntimeError):
     """The server could not be started; the message carries the reason and the daemon log tail."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def ceph_conf(root: Path, cluster: str, fsid: str, mon_port: int, rgw_port: int) -> str:

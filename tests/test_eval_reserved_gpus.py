@@ -9,7 +9,6 @@ no GPU on this machine); the servers asked are real HTTP servers on loopback, or
 from __future__ import annotations
 
 import shutil
-import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from paravt_core.config import load_config
 from paravt_core.config_base import ConfigError
 from paravt_core.eval.config import EvalConfig
 from paravt_core.launch.hardware import check_eval_engine
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN3_VL_8B = ROOT / "paravt_core/plan/qwen3_vl_8b_instruct.json"  # the shipped config.json of the 8B model
@@ -48,12 +48,6 @@ def answering() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-def _silent_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _cfg(*overrides: str) -> EvalConfig:
@@ -84,7 +78,7 @@ def test_float32_at_8b_is_refused_and_allowed_for_the_tiny_model(tmp_path, tiny_
 
 
 def test_a_server_url_must_answer_from_the_pod(answering):
-    silent = f"http://127.0.0.1:{_silent_port()}/v1"
+    silent = f"http://127.0.0.1:{free_port()}/v1"
     for kind in ("openai", "vllm"):
         with pytest.raises(ConfigError) as err:
             check_eval_engine(_cfg(f"engine.kind={kind}", f"engine.base_url={silent}"), gpus=1)

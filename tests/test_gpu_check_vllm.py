@@ -14,8 +14,9 @@ import pytest
 from paravt_core.rl.weight_sync import DiskSync
 from scripts import gpu_check
 from scripts.gpu_check_vllm import ITEMS, NEEDS, VllmChecks
-from tests.fixtures.served import free_port, unavailable
+from tests.fixtures.served import unavailable
 from tests.rl_support import rl_data  # noqa: F401
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"

@@ -17,15 +17,10 @@ import torch
 from paravt_core.config import load_config
 from paravt_core.rl.config import RlConfig
 from scripts import gpu_check  # as scripts.gpu_check: the name mutmut gives its mutants
+from tests.support.ports import free_port
 from tests.test_gpu_check import _answer, checks_on  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # 1 ----------------------------------------------------------------------------------------------------------
@@ -90,7 +85,7 @@ def test_the_launched_server_process_gets_its_pinning(tiny_model_dir, tmp_path, 
     from paravt_core.rl.launch import launch
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    port = _free_port()
+    port = free_port()
     cfg = load_config(
         RlConfig,
         ROOT / "configs" / "rl" / "tiny.yaml",
@@ -125,7 +120,7 @@ def test_the_server_the_rl_stage_starts_itself_gets_its_pinning(tiny_model_dir, 
         RlConfig,
         ROOT / "configs" / "rl" / "tiny.yaml",
         [f"model={tiny_model_dir}", f"output={tmp_path / 'out'}", "engine.kind=sglang", "engine.gpus=[2,3]",
-         f"engine.port={_free_port()}", f"engine.staging_dir={tmp_path / 'staging'}"],
+         f"engine.port={free_port()}", f"engine.staging_dir={tmp_path / 'staging'}"],
     )  # fmt: skip
     with pytest.raises(EngineError, match="exited with code 3"):
         _rollout_engine(cfg, load(tiny_model_dir), "cpu", torch.float32, Dist())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -24,18 +23,13 @@ from kfp.dsl import HTML, Artifact, Metrics, Model
 from components.multinode import sft_trainjob_op
 from paravt_core.launch.trainjob import job_name
 from tests.k8s_emulator import Emulator
+from tests.support.ports import free_port
 from tests.test_tracking import raw_points, scalars
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "sft" / "tiny.yaml"
 CRD = REPO / "tests/fixtures/k8s/trainer.kubeflow.org_trainjobs.v2.3.0.yaml"
 RUN = "run-e2e-1"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _play_controller(emu: Emulator, ns: str, name: str, tmp: Path, result: dict) -> None:
@@ -46,7 +40,7 @@ def _play_controller(emu: Emulator, ns: str, name: str, tmp: Path, result: dict)
     trainer = job["spec"]["trainer"]
     env = {e["name"]: e["value"] for e in trainer["env"] if "value" in e}
     result["env"] = env
-    port = _free_port()
+    port = free_port()
     procs = []
     for rank in range(trainer["numNodes"]):
         node_tmp = tmp / f"node{rank}"

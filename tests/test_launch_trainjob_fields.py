@@ -44,6 +44,7 @@ from paravt_core.launch.trainjob import (
     workflow_owner,
 )
 from tests.k8s_emulator import Emulator, unknown_fields
+from tests.support.ports import free_port
 from tests.test_launch_trainjob import CONFIG, NS, PYTORCHJOB_CRD, RUN, crd
 
 NAME = "paravt-sft-40851abdfdb2"  # "paravt-sft-" + the first 12 hex digits of sha256(RUN)
@@ -454,9 +455,7 @@ def test_reads_are_retried_with_doubling_waits():
 
 
 def test_a_server_that_cannot_be_reached_is_tried_attempts_times():
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     cfg = k8s.Configuration()
     cfg.host = f"http://127.0.0.1:{port}"
     cfg.retries = False

@@ -19,6 +19,7 @@ from kfp.dsl import HTML, Artifact, Metrics, Model
 
 from paravt_core.launch.trainjob import CONFIG_ENV, job_name
 from tests.k8s_emulator import Emulator
+from tests.support.ports import free_port
 from tests.test_launch_trainjob import _kubeconfig, crd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -366,7 +367,6 @@ def test_the_multinode_rl_step_checks_the_rollout_server_before_it_creates_the_j
     """A two-node RL job without its rollout server loaded 16 GPUs and failed at the first push, rerun
     twice. The step asks ``GET /health`` of ``engine.base_url`` from its own pod first (SGLang's liveness
     route, python/sglang/srt/entrypoints/http_server.py) and fails in one line naming the parameter."""
-    import socket
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from components.multinode import rl_trainjob_op
@@ -383,9 +383,7 @@ def test_the_multinode_rl_step_checks_the_rollout_server_before_it_creates_the_j
 
     server = None
     if answer == "refused":
-        with socket.socket() as sock:  # a port nothing listens on
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()  # a port nothing listens on
     else:
         server = ThreadingHTTPServer(("127.0.0.1", 0), Loading)
         threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -14,6 +14,7 @@ import yaml
 
 from paravt_core.cli import main
 from tests.kfp_test_server import API, KfpTestServer, required_permission
+from tests.support.ports import free_port
 
 TOKEN = "tok-3f9a-not-for-printing"
 # A train package that submit accepts: compiled with the recipes (a plain one's "{}" RL config is the CPU demo,
@@ -223,11 +224,7 @@ def test_status_unknown_run(kfp_server, capsys) -> None:
 
 
 def test_unreachable_host(monkeypatch, capsys) -> None:
-    import socket
-
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     assert main(["pipeline", "status", "r", "--host", f"http://127.0.0.1:{port}", "--namespace", "x"]) == 1
     _, err = capsys.readouterr()
     assert err.startswith("paravt pipeline: cannot reach the KFP API")

@@ -4,7 +4,6 @@ step, and the verdicts (issue 19)."""
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ import torch.distributed as dist
 
 from paravt_core.config import SftConfig, load_config
 from paravt_core.plan import memory, report, steps
+from tests.support.ports import free_port
 
 SFT_8B = "configs/sft/qwen3vl_8b.yaml"
 
@@ -46,12 +46,6 @@ def test_shipped_8b_config_has_the_published_parameter_count():
     assert parts["total"] == pytest.approx(8.77e9, rel=0.01)  # the published "8.77B" (≈ 8.8 B)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # The fake-vs-real comparisons train the vision tower too: torch 2.14.1's MemTracker
 # (distributed/_tools/mem_tracker.py, _track_module_params_and_buffers) registers a gradient hook on every
 # parameter of a module it enters and raises on a frozen one, so the real step cannot be tracked with the
@@ -68,7 +62,7 @@ def test_fake_tensor_peak_matches_the_real_step_on_the_tiny_model(tiny_model_dir
     fake = memory.measure(steps.prepare_sft, 1, config, cfg, 1024)
     assert fake.tokens == 1024 and fake.trained_tokens > 0
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
         torch.manual_seed(0)
@@ -118,7 +112,7 @@ def test_fake_tensor_peak_matches_two_real_ranks(tiny_model_dir, tmp_path):
     cfg = load_config(SftConfig, SFT_8B, REAL_COMPARABLE)
     fake = memory.measure(steps.prepare_sft, 2, config, cfg, 1024)
     out = tmp_path / "real_peak"
-    mp.spawn(_real_rank, args=(tiny_model_dir, _free_port(), 1024, str(out)), nprocs=2)
+    mp.spawn(_real_rank, args=(tiny_model_dir, free_port(), 1024, str(out)), nprocs=2)
     real = int(out.read_text())
     assert abs(fake.peak_bytes - real) <= 0.15 * real, (fake.peak_bytes, real)
 
@@ -178,7 +172,7 @@ def test_fake_step_matches_two_real_ranks_at_medium_shapes(tiny_model_dir, tmp_p
     fake = {n: memory.measure(steps.prepare_sft, 2, _medium(tiny_model_dir, n), cfg, MEDIUM_TOKENS)
             for n in MEDIUM_LAYERS}  # fmt: skip
     out = tmp_path / "real"
-    mp.spawn(_real_medium_rank, args=(tiny_model_dir, _free_port(), str(out)), nprocs=2)
+    mp.spawn(_real_medium_rank, args=(tiny_model_dir, free_port(), str(out)), nprocs=2)
     real = ast.literal_eval(out.read_text())
     # The stated tolerance. The real reference carries one buffer a GPU does not: gloo's reduce-scatter
     # (ProcessGroupGloo::_reduce_scatter_base -> reduce_scatter_tensor_coalesced, torch 2.14) clones its input,

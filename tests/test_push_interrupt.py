@@ -7,7 +7,6 @@ killed mid-bucket, the served weights checked by SGLang's own checksum."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +17,9 @@ from paravt_core.engines.sglang_engine import SGLangEngine
 from paravt_core.models import load
 from paravt_core.rl.weight_sync import NcclSync, PushFailed, recover
 from tests.sglang_support import SGLangReceiver, kill_mid_bucket, sglang_site
+from tests.support.ports import free_port
 
 STOP_AT = 40  # the tensor the push is cut before (a later bucket: session open, generation paused)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _sync(url: str, port: int) -> NcclSync:
@@ -65,7 +59,7 @@ class _OwnedServer:
 
 def test_an_interrupted_push_fails_the_sync_and_close_does_not_wait(receiver, tiny_model_dir: str) -> None:
     weights = {k: v.detach() + 0.5 for k, v in load(tiny_model_dir).model.state_dict().items()}
-    sync = _sync(receiver.url, _free_port())
+    sync = _sync(receiver.url, free_port())
     _cut(sync)
     with pytest.raises(
         PushFailed, match=r"^NCCL weight push of version 1 failed: RuntimeError: learner interrupted"
@@ -90,7 +84,7 @@ def test_recover_restarts_the_owned_server_and_pushes_in_full(
     receiver, tiny_model_dir: str, tmp_path
 ) -> None:
     weights = {k: v.detach() + 0.5 for k, v in load(tiny_model_dir).model.state_dict().items()}
-    sync = _sync(receiver.url, _free_port())
+    sync = _sync(receiver.url, free_port())
     sync.engine.server = server = _OwnedServer(sync.engine, receiver, tmp_path / "restarted")
     sync.static = {n for n in weights if n.startswith("model.visual.")}  # sent by a first push only
     _cut(sync)
@@ -167,7 +161,7 @@ def test_a_learner_process_killed_mid_bucket_is_followed_by_the_new_learners_wei
     from paravt_core.rl.learner import Learner
     from scripts.gpu_check import checksum_of
 
-    port = _free_port()
+    port = free_port()
     stuck = SGLangReceiver(sglang_site(), _mkdir(tmp_path / "first"), wedge=True)
     servers = [stuck]
     syncs: list[NcclSync] = []

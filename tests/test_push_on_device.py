@@ -9,7 +9,6 @@ the host on a GPU (``.cpu()``, ``.to(<cpu>)``, ``.numpy()``) and host memory as 
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import torch
@@ -23,6 +22,7 @@ from paravt_core.rl.push import WeightPush
 from paravt_core.rl.weight_sync import NcclSync
 from paravt_core.train.dist import Dist
 from tests.rl_support import HostCopies
+from tests.support.ports import free_port
 
 BUCKET = 32 * 1024
 
@@ -40,12 +40,6 @@ def _peak_allocated(prof: Any) -> int:
     return peak
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_the_push_streams_device_buckets_and_gathers_the_tower_once(receiver, tiny_model_dir: str) -> None:
     cfg = RlConfig(engine={"kind": "sglang", "weight_sync": "distributed", "base_url": receiver.url})
     learner = Learner(  # float32 weights, freeze_vision by default; the server is sent bf16
@@ -57,7 +51,7 @@ def test_the_push_streams_device_buckets_and_gathers_the_tower_once(receiver, ti
         optim=cfg.optim,
     )
     sync = NcclSync(SGLangEngine(receiver.url, timeout_s=120), master_address="127.0.0.1",
-                    master_port=_free_port(), server_ranks=1, backend="gloo", bucket_bytes=BUCKET,
+                    master_port=free_port(), server_ranks=1, backend="gloo", bucket_bytes=BUCKET,
                     timeout_s=60, dtype=torch.bfloat16)  # fmt: skip
     frozen = learner.frozen_names()
     sync.static = frozen
@@ -121,7 +115,7 @@ def test_a_cut_streamed_push_restarts_the_owned_server_and_streams_again_in_full
         optim=cfg.optim,
     )
     sync = NcclSync(SGLangEngine(receiver.url, timeout_s=120, control_timeout_s=5), master_address="127.0.0.1",
-                    master_port=_free_port(), server_ranks=1, backend="gloo", bucket_bytes=BUCKET,
+                    master_port=free_port(), server_ranks=1, backend="gloo", bucket_bytes=BUCKET,
                     timeout_s=20, dtype=torch.bfloat16)  # fmt: skip
     sync.static = learner.frozen_names()
     sync.engine.server = server = _OwnedServer(sync.engine, receiver, tmp_path / "restarted")
@@ -162,7 +156,7 @@ def test_two_ranks_push_through_the_stage_and_stop_together_on_a_cut_push_or_rec
     worker = str(repo / "tests" / "push_fsdp_worker.py")
     out = str(tmp_path / "push")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", worker,
-           tiny_model_dir, receiver.url, str(_free_port()), out]  # fmt: skip
+           tiny_model_dir, receiver.url, str(free_port()), out]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -36,7 +36,7 @@ from paravt_core.eval.stage import run
 from paravt_core.rl.weight_sync import NcclSync, PushFailed
 from paravt_core.video import release_frames as R
 from tests.eval_support import TINY_AGENT, fixture_entry, tiny_eval_config
-from tests.fixtures.served import free_port
+from tests.support.ports import free_port
 
 PER_PROTOCOL = 25  # the fixture benchmarks' samples (tests/test_eval_stage.py)
 TOKENS_PER_FRAME = 12  # see the module docstring

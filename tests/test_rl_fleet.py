@@ -27,8 +27,9 @@ from paravt_core.rl.launch import launch, plan, wait_for_workers
 from paravt_core.rl.learner import state_checksum
 from paravt_core.rl.weight_sync import DiskSync
 from tests.agent_support import MAX_PIXELS, MIN_PIXELS, image_request, random_frames
-from tests.fleet_support import LoopbackFleet, free_port, parse_router_argv, router_env, router_site
+from tests.fleet_support import LoopbackFleet, parse_router_argv, router_env, router_site
 from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.support.ports import free_port, free_port_run
 from tests.test_sglang_contract import ROUTE_CLASSES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -345,22 +346,6 @@ def test_a_server_killed_mid_step_is_retried_elsewhere_and_counted(
     }
 
 
-def _free_ports(n: int) -> int:
-    """A port p with p .. p+n-1 free (the router on p, the servers on the next ones)."""
-    import socket
-
-    for _ in range(100):
-        base = free_port()
-        try:
-            for k in range(1, n):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", base + k))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no run of free ports")
-
-
 def test_rl_stage_through_the_launcher_with_two_servers_behind_the_router(
     rl_data,  # noqa: F811
     tiny_model_dir,
@@ -371,7 +356,7 @@ def test_rl_stage_through_the_launcher_with_two_servers_behind_the_router(
     this process talking to the router; two steps, each pushed to both servers and checked."""
     monkeypatch.setenv("PARAVT_ROUTER_SITE", str(router_site()))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    port = _free_ports(4)  # the router, two servers, the router's metrics: one run, none handed out twice
+    port = free_port_run(4)  # the router, two servers, the router's metrics: one run, none handed out twice
     cfg = tiny_rl_config(
         rl_data,
         tiny_model_dir,

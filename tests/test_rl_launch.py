@@ -13,6 +13,7 @@ from paravt_core.config import ConfigError, load_config
 from paravt_core.rl.config import RlConfig
 from paravt_core.rl.launch import launch, plan
 from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +73,7 @@ def test_launcher_on_cpu_two_gloo_ranks_and_a_server_process(rl_data, tiny_model
     calls = tmp_path / "server-calls.jsonl"
     monkeypatch.setenv("PARAVT_CONTRACT_LOG", str(calls))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    port = _free_port()
+    port = free_port()
     cfg = tiny_rl_config(
         rl_data,
         tiny_model_dir,
@@ -111,14 +112,6 @@ def test_launcher_on_cpu_two_gloo_ranks_and_a_server_process(rl_data, tiny_model
     assert f"base_url: http://127.0.0.1:{port}" in config  # the learner ranks got the server's address
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_server_starts_from_the_local_copy_of_an_s3_model(s3_bucket, tiny_model_dir, tmp_path, monkeypatch):
     """``--model-path`` cannot open ``s3://``: the launcher hands the server the directory it downloaded."""
     from paravt_core import storage
@@ -130,7 +123,7 @@ def test_server_starts_from_the_local_copy_of_an_s3_model(s3_bucket, tiny_model_
     cfg = load_config(
         RlConfig,
         ROOT / "configs" / "rl" / "tiny.yaml",
-        [f"model={uri}", f"output={tmp_path / 'out'}", "engine.kind=sglang", f"engine.port={_free_port()}"],
+        [f"model={uri}", f"output={tmp_path / 'out'}", "engine.kind=sglang", f"engine.port={free_port()}"],
     )
     seen = []
 

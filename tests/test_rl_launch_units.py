@@ -15,6 +15,7 @@ from paravt_core.config import ConfigError, load_config
 from paravt_core.rl.config import RlConfig
 from paravt_core.rl.launch import plan
 from tests.rl_support import rl_data  # noqa: F401
+from tests.support.ports import free_port_run
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "rl" / "paragrpo_8b.yaml"  # port 30000, metrics 30090, mem 0.85, bfloat16
@@ -325,9 +326,8 @@ def test_launch_starts_the_router_from_its_site_waits_for_the_servers_and_stops_
         monkeypatch.setenv("PARAVT_ROUTER_SITE", str(Path(sys.prefix).resolve().parent / ".venv-router"))
     router_site()  # skips where the side site was not set up
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    from tests.test_rl_fleet import _free_ports
 
-    port = _free_ports(4)  # the router, two servers, the router's metrics
+    port = free_port_run(4)  # the router, two servers, the router's metrics
     cfg = load_config(
         RlConfig,
         ROOT / "configs" / "rl" / "tiny.yaml",

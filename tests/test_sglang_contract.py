@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from paravt_core.engines.sglang_engine import SGLangEngine, launch_command
 from paravt_core.models import load
 from paravt_core.rl.weight_sync import NcclSync, buckets
 from tests.sglang_support import kill_mid_bucket, sglang_load_targets, sglang_site
+from tests.support.ports import free_port
 from tests.test_engines_sglang import _ContractServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,12 +48,6 @@ ROUTE_CLASSES = {
     "/continue_generation": "ContinueGenerationReqInput",
     "/abort_request": "AbortReq",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_control_bodies_parse_with_sglangs_io_struct(sglang_checker, tiny_model, tmp_path):
@@ -140,7 +134,7 @@ def test_the_learner_runs_nccl_as_sglang_sets_it_for_itself(sglang_checker, tiny
     env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     if torchrun:  # a rank of torchrun's world (gloo here: no GPU), else the plain process of a one-GPU run
         env.update(
-            RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port())
+            RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
         )
     done = subprocess.run(
         [sys.executable, "-c", _LEARNER_ENV], env=env, capture_output=True, text=True, timeout=300
@@ -184,7 +178,7 @@ def _gloo_sync(receiver, bucket_bytes: int, port: int | None = None) -> NcclSync
     return NcclSync(
         SGLangEngine(receiver.url, timeout_s=120),
         master_address="127.0.0.1",
-        master_port=port or _free_port(),
+        master_port=port or free_port(),
         server_ranks=1,
         backend="gloo",
         bucket_bytes=bucket_bytes,
@@ -283,7 +277,7 @@ def _answered_open_update(log: list[dict]) -> bool:
 def test_a_learner_killed_mid_push_is_followed_by_one_that_pushes(receiver, tiny_model_dir):
     """Run 1 joins and is killed mid-push (session open, generation paused, its group left behind on the
     server); run 2 joins the same server at the same address and port, pushes, and leaves its group."""
-    port = _free_port()
+    port = free_port()
     cut = kill_mid_bucket(receiver.url, port, tiny_model_dir)
     assert cut["bucket"] > 0 and 0 < cut["sent"] < cut["of"]  # a later bucket, cut in its middle
     first_group = cut["group"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -27,12 +26,7 @@ from paravt_core.engines.sglang_engine import (
     generate_payload,
     launch_command,
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support.ports import free_port
 
 
 class _Replies(BaseHTTPRequestHandler):
@@ -116,7 +110,7 @@ def test_a_new_engine_has_no_weight_version() -> None:
 
 
 def test_a_post_counts_its_attempts_and_says_when_no_time_was_left() -> None:
-    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there: every attempt is refused
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there: every attempt is refused
     engine = SGLangEngine(url, max_retries=1, backoff_s=0.0, timeout_s=10.0)
     with pytest.raises(EngineError) as err:
         asyncio.run(engine._post("/generate", lambda attempt: {"attempt": attempt}))
@@ -234,7 +228,7 @@ def test_launch_starts_the_server_on_its_port_with_the_pixel_budget(
     (package / "__init__.py").write_text("")
     (package / "launch_server.py").write_text(_STAND_IN)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))  # the server process inherits our environment
-    port = _free_port()
+    port = free_port()
     engine = SGLangEngine.launch("/models/m", port=port, max_pixels=20480, min_pixels=784, start_timeout_s=60)
     try:
         assert engine.base_url == f"http://127.0.0.1:{port}" and engine.server is not None

@@ -26,8 +26,8 @@ from paravt_core.rl.learner import PolicyLogprobs, TrainSequence, pack_sample
 from paravt_core.rl.weight_sync import DiskSync, NcclSync, PushFailed, recover
 from paravt_core.sft.packing import pack
 from tests.eval_support import TINY_AGENT, tiny_eval_config
-from tests.fixtures.served import free_port
 from tests.rl_support import TINY_RL, rl_data, straight_then_resumed, tiny_rl_config  # noqa: F401
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,6 @@ weights once more; ``stop`` ends both."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import httpx
@@ -19,24 +18,12 @@ from paravt_core.engines.registry import build, engine_config
 from paravt_core.engines.vllm_fleet import VllmFleet
 from paravt_core.models import load
 from paravt_core.rl.weight_sync import DiskSync
-from tests.fixtures.served import free_port, unavailable
+from tests.fixtures.served import unavailable
+from tests.support.ports import free_port_run
 from tests.test_vllm_engine import _gap, _learner_logprobs, _moved, _sample, _weights
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-
-
-def _two_free_ports() -> int:
-    """A port whose next one is free too."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two consecutive free ports")
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +32,7 @@ def fleet(tiny_model_dir, tiny_model, tmp_path_factory):
         unavailable(
             f"vLLM's CPU build is not set up in {VLLM_PYTHON.parent.parent} (scripts/setup.sh makes it)"
         )
-    port = _two_free_ports()  # engine.port + i
+    port = free_port_run(2)  # engine.port + i
     config = TypeAdapter(engine_config("rl")).validate_python(
         {"kind": "vllm", "servers": 2, "python": str(VLLM_PYTHON), "port": port, "max_model_len": 4096,
          "max_images": 8, "enforce_eager": True, "cpu_kvcache_gib": 1}

@@ -6,7 +6,6 @@ the owned server's stop / start (``SGLangServer`` needs a GPU): it records the c
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -33,26 +32,20 @@ from paravt_core.rl.weight_sync import (
     recover,
     restart,
 )
+from tests.support.ports import free_port
 from tests.test_engines_sglang import _ContractServer
 
-_CLOSED_PORT = 0
-
-
-def _free_port() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port != _CLOSED_PORT:  # never the closed port below (a rendezvous would listen there)
-            return port
-
-
-_CLOSED_PORT = _free_port()
+_CLOSED_PORT = free_port()
 CLOSED = f"http://127.0.0.1:{_CLOSED_PORT}"  # nothing listens there: every call is refused at once
 
 
+def _open_port() -> int:
+    """A free port, never the closed one (a rendezvous would listen there)."""
+    return free_port(avoid={_CLOSED_PORT})
+
+
 def _sync(url: str = CLOSED, *, server_ranks: int = 1, timeout_s: float = 2.0, **kw) -> NcclSync:
-    return NcclSync(SGLangEngine(url, timeout_s=60), master_address="127.0.0.1", master_port=_free_port(),
+    return NcclSync(SGLangEngine(url, timeout_s=60), master_address="127.0.0.1", master_port=_open_port(),
                     server_ranks=server_ranks, backend="gloo", timeout_s=timeout_s, **kw)  # fmt: skip
 
 

@@ -1,0 +1,1 @@
+"""Code the tests share that is neither a fixture nor a test: ports, servers, workers."""
