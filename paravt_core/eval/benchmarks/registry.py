@@ -4,7 +4,7 @@ its converter) and its line here."""
 
 from __future__ import annotations
 
-from . import catalog
+from . import catalog, mmvu
 from .base import Benchmark, Context, Metrics, Published, RowError, Sample
 
 BENCHMARKS: tuple[Benchmark, ...] = (
@@ -13,7 +13,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     catalog.LONGVIDEOBENCH,
     catalog.LVBENCH,
     catalog.MLVU,
-    catalog.MMVU,
+    mmvu.MMVU,
     catalog.CHARADES,
     catalog.SYNTHETIC,
 )
