@@ -4,7 +4,7 @@ its converter) and its line here."""
 
 from __future__ import annotations
 
-from . import catalog, mmvu
+from . import catalog, charades, mmvu
 from .base import Benchmark, Context, Metrics, Published, RowError, Sample
 
 BENCHMARKS: tuple[Benchmark, ...] = (
@@ -14,7 +14,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     catalog.LVBENCH,
     catalog.MLVU,
     mmvu.MMVU,
-    catalog.CHARADES,
+    charades.CHARADES,
     catalog.SYNTHETIC,
 )
 # What every hub iterates (metrics, report, --help, nightly, fixtures): name -> benchmark, in that order.
