@@ -9,6 +9,8 @@
   metrics beside the shared ones, its published numbers, caveat and comparability rules, its fixture rows.
 
 Adding a benchmark: a module declaring its ``Benchmark``, its line in ``registry.BENCHMARKS``, and its test.
+A row that lacks a field its benchmark needs becomes a sample with ``error`` set: it is recorded and counted
+as an error, never run, never dropped.
 """
 
 from .base import (

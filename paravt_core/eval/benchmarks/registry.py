@@ -4,18 +4,18 @@ its converter) and its line here."""
 
 from __future__ import annotations
 
-from . import catalog, charades, mmvu
+from . import charades, longvideobench, lvbench, mlvu, mmvu, synthetic, videomme
 from .base import Benchmark, Context, Metrics, Published, RowError, Sample
 
 BENCHMARKS: tuple[Benchmark, ...] = (
-    catalog.VIDEOMME,
-    catalog.VIDEOMME_WSUB,
-    catalog.LONGVIDEOBENCH,
-    catalog.LVBENCH,
-    catalog.MLVU,
+    videomme.VIDEOMME,
+    videomme.VIDEOMME_WSUB,
+    longvideobench.LONGVIDEOBENCH,
+    lvbench.LVBENCH,
+    mlvu.MLVU,
     mmvu.MMVU,
     charades.CHARADES,
-    catalog.SYNTHETIC,
+    synthetic.SYNTHETIC,
 )
 # What every hub iterates (metrics, report, --help, nightly, fixtures): name -> benchmark, in that order.
 REGISTRY: dict[str, Benchmark] = {b.name: b for b in BENCHMARKS}
