@@ -103,10 +103,8 @@ def mmvu_breakdown(records: Records, shared: Mapping[str, Any], error_rule: str)
 
 def mmvu_all_items(m: Mapping[str, Any]) -> tuple[str, str] | None:
     """MMVU: lmms-eval's mmvu_val number (all items) beside our multiple-choice headline, labelled."""
-    if (
-        "all_items_accuracy" not in m or m.get("reader") == "release"
-    ):  # then it is the release's number itself
-        return None
+    if "all_items_accuracy" not in m or m.get("reader") == "release":
+        return None  # under the release's reader the headline is that number itself
     judged = (
         "" if m.get("oe_comparable") or not m.get("oe_scored_by") else "; open-ended by token F1, not a judge"
     )
@@ -116,6 +114,8 @@ def mmvu_all_items(m: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def mmvu_open_ended_scoring(results: Mapping[str, Any], name: str) -> str:
+    """Not comparable when any protocol's open-ended items were scored by token F1 (no judge, or one that fell
+    back): the published number reads them as the release does."""
     for per in results["protocols"].values():
         m = per.get(name) or {}
         if m.get("oe_scored_by") and not m.get("oe_comparable"):
@@ -152,7 +152,7 @@ MMVU = Benchmark(
             "oe_comparable",
             "mc_accuracy_errors_as_wrong",
             "all_items_accuracy",
-        ),  # fmt: skip
+        ),
         denominators=("mc_accuracy", "mc_accuracy_errors_as_wrong"),
         aside=mmvu_all_items,
     ),
