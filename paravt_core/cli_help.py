@@ -1,5 +1,6 @@
 """Help that teaches: every config field with its type, default, allowed values and one-line description;
-each verb's own example; the benchmark list; ``paravt config show STAGE``.
+each verb's own example; the benchmark list (each ``Benchmark`` says what it asks for);
+``paravt config show STAGE``.
 
 A field's description is its pydantic ``Field(description=...)``; every config field has one
 (``tests/test_config_descriptions.py``). Nothing here imports torch.
@@ -162,33 +163,19 @@ def config_show(model: type[BaseModel], cfg: BaseModel) -> str:
     return "\n".join(out) + "\n"
 
 
-# SPEC §7: what each benchmark asks for (the registry converts rows; the kinds of answer are documented here).
-ANSWER_TYPES = {
-    "videomme": "multiple choice (A-D)",
-    "videomme_wsub": "multiple choice (A-D), subtitles prepended",
-    "longvideobench": "multiple choice (A-E)",
-    "lvbench": "multiple choice (A-D)",
-    "mlvu": "multiple choice",
-    "mmvu": "multiple choice + open-ended (LLM judge)",
-    "charades": "time span (mIoU, R@0.3/0.5/0.7)",
-    "synthetic": "multiple choice, time span, open-ended",
-}
-
-
 def list_benchmarks() -> str:
     """``paravt eval --list-benchmarks``: name, source, split, answer types, ParaVT-8B's published number."""
     from paravt_core.eval import benchmarks as registry
-    from paravt_core.eval.report import PUBLISHED
 
     rows = [("name", "source (hf://...)", "split", "answers", "ParaVT-8B published")]
     for b in registry.REGISTRY.values():
-        value = PUBLISHED.get("ParaVT-8B", {}).get(b.published_key)
+        value = b.published.numbers.get("ParaVT-8B")
         rows.append(
             (
                 b.name,
                 b.hub_id or "(demo_data fixtures)",
                 b.split or "-",
-                ANSWER_TYPES.get(b.name, ""),
+                b.answers,
                 f"{value:.1f}" if value is not None else "-",
             )
         )

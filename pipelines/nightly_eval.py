@@ -12,11 +12,12 @@ reports) and ``<night>/report/`` (the trend report). Schedule it with
 from kfp import dsl
 
 from components.report import night_start_op, nightly_report_op
+from paravt_core.eval.benchmarks import nightly
 from pipelines.eval_step import eval_step
 from pipelines.platform import MEDIA_PVC_NAME, configure_task
 
 PIPELINE_NAME = "paravt-nightly-eval"
-BENCHMARKS = ["videomme", "videomme_wsub", "longvideobench", "lvbench", "mlvu", "mmvu", "charades"]
+BENCHMARKS = nightly()  # every registry benchmark whose Benchmark.nightly is set
 
 
 @dsl.pipeline(name=PIPELINE_NAME, description="ParaVT nightly eval: a checkpoint on every benchmark + trend")

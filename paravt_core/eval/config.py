@@ -16,8 +16,7 @@ from paravt_core.tracking.config import TrackingConfig
 
 
 class EvalBenchmarkConfig(StrictModel):
-    """One benchmark to evaluate (registry names: videomme, videomme_wsub, longvideobench, lvbench, mlvu,
-    mmvu, charades, synthetic).
+    """One benchmark to evaluate (a registry name: ``paravt eval --list-benchmarks``, ``eval/benchmarks/``).
 
     ``source``: the rows - a local file or directory (parquet, a ``save_to_disk`` Arrow directory, JSON or
     JSONL), an ``s3://`` prefix, or ``hf://<dataset id>`` (downloaded into ``work_dir``); empty = ``hf://``

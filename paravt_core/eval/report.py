@@ -6,7 +6,9 @@
   ``Metrics`` artifact takes (``metrics.log_metric(name, value)`` per entry);
 - ``report.html`` (+ ``plots/*.png``): a table of headline numbers per benchmark and protocol, with SPEC §7's
   published numbers and the difference when the model is a published checkpoint; accuracy per benchmark with
-  and without the tool, tool calls per sample, Charades IoU histogram; errors by reason.
+  and without the tool, tool calls per sample, an IoU histogram per time-span benchmark (Charades); errors by
+  reason. What differs per benchmark (its metric, own numbers, published numbers, caveat, comparability rules)
+  comes from its ``Benchmark`` (``eval/benchmarks/``).
 """
 
 from __future__ import annotations
@@ -21,44 +23,16 @@ from . import benchmarks as registry
 from .metrics import headline
 from .protocols import RELEASE_MAX_MODEL_LEN, WITH_TOOL
 
-# SPEC §7: published accuracy (%) and Charades mIoU of the with-tool protocol.
-PUBLISHED: dict[str, dict[str, float]] = {
-    "Qwen3-VL-8B": {
-        "VMME": 59.9,
-        "VMME+sub": 68.4,
-        "LVB": 52.2,
-        "LVBench": 33.1,
-        "MLVU": 58.3,
-        "MMVU": 68.0,
-        "Charades": 49.3,
-    },  # fmt: skip
-    "LongVT-RFT-7B": {
-        "VMME": 59.5,
-        "VMME+sub": 66.0,
-        "LVB": 54.7,
-        "LVBench": 37.9,
-        "MLVU": 59.4,
-        "MMVU": 63.4,
-        "Charades": 23.4,
-    },  # fmt: skip
-    "ParaVT-8B": {
-        "VMME": 62.1,
-        "VMME+sub": 69.4,
-        "LVB": 60.4,
-        "LVBench": 39.8,
-        "MLVU": 65.0,
-        "MMVU": 68.6,
-        "Charades": 50.1,
-    },  # fmt: skip
-}
+# SPEC §7's published checkpoints; each benchmark holds its own numbers of them (``Benchmark.published``).
+PUBLISHED_MODELS = ("Qwen3-VL-8B", "LongVT-RFT-7B", "ParaVT-8B")
 _ALIASES = {"paravt-8b": "ParaVT-8B", "qwen3-vl-8b": "Qwen3-VL-8B", "longvt-rft-7b": "LongVT-RFT-7B"}
 
 
 def published_model(setting: str, model_uri: str) -> str | None:
     """The published checkpoint to compare with: the setting, or (``auto``) one named in the model URI."""
     if setting and setting != "auto":
-        if setting not in PUBLISHED:
-            raise ValueError(f"published_model {setting!r} unknown; known: {', '.join(PUBLISHED)}")
+        if setting not in PUBLISHED_MODELS:
+            raise ValueError(f"published_model {setting!r} unknown; known: {', '.join(PUBLISHED_MODELS)}")
         return setting
     if setting == "auto":
         low = model_uri.lower()
@@ -69,8 +43,21 @@ def published_model(setting: str, model_uri: str) -> str | None:
 
 
 def published_value(model: str | None, benchmark: str) -> float | None:
-    key = registry.REGISTRY[benchmark].published_key if benchmark in registry.REGISTRY else ""
-    return PUBLISHED.get(model or "", {}).get(key)
+    return registry.published_of(benchmark).numbers.get(model or "")
+
+
+# The numbers every benchmark's metrics may hold that the KFP metrics log, around each benchmark's own
+# (``Benchmark.metrics.scalars``).
+KFP_HEADLINES = (
+    "accuracy",
+    "accuracy_errors_as_wrong",
+    "miou",
+    "miou_errors_as_zero",
+    "r@0.3",
+    "r@0.5",
+    "r@0.7",
+)
+KFP_TOOL_USE = ("avg_tool_calls", "tool_use_rate")
 
 
 def kfp_metrics(results: dict[str, Any]) -> dict[str, float]:
@@ -78,13 +65,12 @@ def kfp_metrics(results: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for protocol, benches in results["protocols"].items():
         for bench, m in benches.items():
-            for key in ("accuracy", "accuracy_errors_as_wrong", "miou", "miou_errors_as_zero", "r@0.3", "r@0.5",
-                        "r@0.7", "micro", "macro", "m_avg", "mc_accuracy", "mc_accuracy_errors_as_wrong",
-                        "all_items_accuracy",
-                        "oe_accuracy", "avg_tool_calls", "tool_use_rate"):  # fmt: skip
+            spec = registry.metrics_of(bench)
+            for key in (*KFP_HEADLINES, *spec.scalars, *KFP_TOOL_USE):
                 if isinstance(m.get(key), int | float):
                     out[f"{protocol}.{bench}.{key.replace('@', '_at_')}"] = float(m[key])
-            for group, value in (m.get("by_duration") or {}).items():
+            groups = (m.get(spec.grouped) or {}) if spec.grouped else {}
+            for group, value in groups.items():
                 if value is not None:
                     out[f"{protocol}.{bench}.accuracy_{group}"] = float(value)
             out[f"{protocol}.{bench}.errors"] = float(m["errors"])
@@ -160,25 +146,33 @@ def plots(results: dict[str, Any], records: dict[str, dict[str, list[dict[str, A
     out["tool_calls"] = _png(fig)
     plt.close(fig)
 
-    if not any(records.get(protocol, {}).get("charades") for protocol in protocols):
-        return out  # Charades not evaluated: no empty plot
+    # an IoU histogram per time-span benchmark evaluated (one not evaluated: no empty plot)
+    for bench in registry.REGISTRY.values():
+        if bench.metrics.headline == "miou" and any(records.get(p, {}).get(bench.name) for p in protocols):
+            title = bench.title or bench.name
+            out[f"{bench.name}_iou"] = _iou_histogram(records, protocols, bench.name, title)
+    return out
+
+
+def _iou_histogram(records: dict[str, dict[str, list[dict[str, Any]]]], protocols: list[str], bench: str,
+                   title: str) -> bytes:  # fmt: skip
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(5, 3.2))
     for protocol in protocols:
         ious = [
-            float(r["score"])
-            for r in records.get(protocol, {}).get("charades", [])
-            if r.get("status") == "ok"
+            float(r["score"]) for r in records.get(protocol, {}).get(bench, []) if r.get("status") == "ok"
         ]
         if ious:
             ax.hist(ious, bins=10, range=(0, 1), alpha=0.6, label=protocol)
     ax.set_xlabel("temporal IoU")
     ax.set_ylabel("samples")
-    ax.set_title("Charades-STA IoU")
+    ax.set_title(f"{title} IoU")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    out["charades_iou"] = _png(fig)
+    png = _png(fig)
     plt.close(fig)
-    return out
+    return png
 
 
 def _order(bench: str) -> int:
@@ -210,8 +204,8 @@ def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
             if not m:
                 cells.append("<td>–</td>")
                 continue
-            extra = (f"<br><small>{m['scored']} scored · {m['errors']} errors</small>{_denominators(m)}"
-                     f"{_all_items(m)}{_readers(m)}")  # fmt: skip
+            extra = (f"<br><small>{m['scored']} scored · {m['errors']} errors</small>{_denominators(m, b)}"
+                     f"{_aside(m, b)}{_readers(m)}")  # fmt: skip
             cells.append(f"<td><b>{_fmt(headline(m))}</b> <small>{html.escape(str(m.get('headline')))}</small>"
                          f"{extra}{_provenance(m)}</td>")  # fmt: skip
         if model:
@@ -225,10 +219,10 @@ def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
                 f"{diff:+.1f}<br><small class='cmp'>{COMPARABLE}</small>" if diff is not None
                 else (f"<small class='cmp'>{html.escape(why)}</small>" if why and pub is not None else "")
             )  # fmt: skip
-            note = CAVEATS.get(b, "") if diff is not None else ""
+            note = registry.published_of(b).caveat if diff is not None else ""
             shown += f"<br><small>{html.escape(note)}</small>" if note else ""
             cells.append(f"<td>{_fmt(pub)}</td><td class='{sign}'>{shown}</td>")
-        metric = "mIoU" if b == "charades" else "acc."
+        metric = "mIoU" if registry.metrics_of(b).headline == "miou" else "acc."
         subs = _subtitles_label(results, b)
         rows.append(f"<tr><th>{html.escape(b)} <small>({metric})</small>{subs}</th>{''.join(cells)}</tr>")
 
@@ -238,12 +232,7 @@ def render_html(results: dict[str, Any], images: dict[str, bytes]) -> str:
             m = results["protocols"][p].get(b)
             if not m:
                 continue
-            keys = [k for k in ("by_duration", "by_duration_group", "by_task_type", "micro", "m_avg", "mc_accuracy",
-                                "oe_accuracy", "oe_scored_by", "oe_comparable", "unparseable_as_wrong", "r@0.3",
-                                "r@0.5", "r@0.7", "accuracy_errors_as_wrong", "miou_errors_as_zero",
-                                "mc_accuracy_errors_as_wrong", "all_items_accuracy", "accuracy_release",
-                                "accuracy_robust", "miou_release", "miou_robust", "reader_differences", "avg_tool_calls",
-                                "tool_use_rate") if k in m]  # fmt: skip
+            keys = [k for k in (*registry.metrics_of(b).details, *DETAILS) if k in m]
             parts = "; ".join(f"{k}: {_detail(m[k])}" for k in keys)
             parts += "".join(f"<br><small>{html.escape(n)}</small>" for n in m.get("notes") or [])
             details.append(f"<tr><td>{html.escape(p)}</td><td>{html.escape(b)}</td><td>{parts}</td></tr>")
@@ -298,15 +287,20 @@ def _empty_note(results: dict[str, Any]) -> str:
     return f"<p>{html.escape(EMPTY_ACCURACY)}</p>" if accuracy_chart_empty(results) else ""
 
 
-def _denominators(m: dict[str, Any]) -> str:
+# The shared numbers of the breakdowns table, after each benchmark's own (``Benchmark.metrics.details``).
+DETAILS = ("r@0.3", "r@0.5", "r@0.7", "accuracy_errors_as_wrong", "miou_errors_as_zero", "accuracy_release",
+           "accuracy_robust", "miou_release", "miou_robust", "reader_differences", "avg_tool_calls",
+           "tool_use_rate")  # fmt: skip
+# (errors left out, errors scored as the release does) of each kind of headline
+DENOMINATORS = {"accuracy": ("accuracy", "accuracy_errors_as_wrong"), "miou": ("miou", "miou_errors_as_zero")}
+
+
+def _denominators(m: dict[str, Any], bench: str) -> str:
     """Both readings of a headline where errors make them differ: errors left out / scored as the release does."""
     if not m.get("errors"):
         return ""
-    ours, theirs = "accuracy", "accuracy_errors_as_wrong"
-    if "miou" in m:
-        ours, theirs = "miou", "miou_errors_as_zero"
-    elif "mc_accuracy" in m:
-        ours, theirs = "mc_accuracy", "mc_accuracy_errors_as_wrong"
+    spec = registry.metrics_of(bench)
+    ours, theirs = spec.denominators or DENOMINATORS[spec.headline]
     a, b = m.get(ours), m.get(theirs)
     if a is None or b is None or abs(a - b) < 1e-9:
         return ""
@@ -334,17 +328,14 @@ def _subtitles_label(results: dict[str, Any], bench: str) -> str:
     return f"<br><small class='subs'>{html.escape(SUBTITLES.get(mode, mode))}</small>" if mode else ""
 
 
-def _all_items(m: dict[str, Any]) -> str:
-    """MMVU: lmms-eval's mmvu_val number (all items) beside our multiple-choice headline, labelled."""
-    if (
-        "all_items_accuracy" not in m or m.get("reader") == "release"
-    ):  # then it is the release's number itself
+def _aside(m: dict[str, Any], bench: str) -> str:
+    """The benchmark's labelled number under ours (MMVU: lmms-eval's mmvu_val over all items)."""
+    aside = registry.metrics_of(bench).aside
+    shown = aside(m) if aside is not None else None
+    if shown is None:
         return ""
-    judged = (
-        "" if m.get("oe_comparable") or not m.get("oe_scored_by") else "; open-ended by token F1, not a judge"
-    )
-    return (f"<br><small class='lmms'>lmms-eval mmvu_val (all items, multiple choice + open-ended{judged}): "
-            f"{_fmt(m['all_items_accuracy'])}</small>")  # fmt: skip
+    css, text = shown
+    return f"<br><small class='{css}'>{html.escape(text)}</small>"
 
 
 def _readers(m: dict[str, Any]) -> str:
@@ -365,22 +356,6 @@ def _provenance(m: dict[str, Any]) -> str:
     digest = str(p.get("prompt_checksum", "")).removeprefix("sha256:")[:12]
     text = f"{p.get('preset')}/{p.get('protocol')} · {p.get('prompt_set')} sha256:{digest}"
     return f"<br><small class='prov'>{html.escape(text)}</small>"
-
-
-# What a reader must know when setting our headline against the published one (shown under the difference).
-CAVEATS = {
-    "mmvu": "the release's loader reads every MMVU item as multiple choice and divides by all of them (open-ended "
-    "items right only when the gold is the letter read); multiple-choice only in the breakdowns",
-    "mlvu": "micro accuracy, as the release reports it (lmms-eval's M-avg is in the breakdowns)",
-    "longvideobench": "an unreadable answer is wrong here; the release's extractor reads the reply's first "
-    "character, lmms-eval draws a random letter (the count is in the breakdowns)",
-}
-# Charades: the release sends the whole video as ``video_url`` (``driver.py --video_channel video_url``: vLLM
-# decodes it server-side with its own sampling and gives the model the frames' times). So does preset=release
-# on an engine whose server decodes it (vLLM: ``overview_channels`` in the results); elsewhere ours sends
-# labelled frames, and the row gets no difference.
-CHARADES_INPUT = ("not comparable: the release feeds Charades as video_url (vLLM decodes the whole video "
-                  "server-side); ours sends 64 labelled frames")  # fmt: skip
 
 
 COMPARABLE = ("comparable: preset, prompts (release-v1), error rule, reader, engine, rows and frame path are the "
@@ -470,17 +445,11 @@ def comparability(results: dict[str, Any], bench: str) -> str:
         engine = (results.get("config") or {}).get("engine", {}).get("kind")
         why.append(f"the checkpoint's generation_config.json sets {sampling['penalties']}, which the release's "
                    f"server applied to every request; engine.kind={engine} does not")  # fmt: skip
-    if bench == "charades" and (results.get("overview_channels") or {}).get(bench) != "video_url":
-        why.append(CHARADES_INPUT.removeprefix("not comparable: "))
     if _subtitle_mode(results, bench) == "aligned":
         why.append(
             "subtitles aligned to the sampled frames (lmms-eval's), not every cue as the release gave them"
         )
-    for p in results["protocols"]:
-        m = results["protocols"][p].get(bench) or {}
-        if bench == "mmvu" and m.get("oe_scored_by") and not m.get("oe_comparable"):
-            why.append("MMVU open-ended items scored by token F1, not the judge or the release's reader")
-            break
+    why += [reason for rule in registry.published_of(bench).rules if (reason := rule(results, bench))]
     return "not comparable: " + "; ".join(why) if why else ""
 
 

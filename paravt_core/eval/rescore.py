@@ -18,6 +18,7 @@ from typing import Any
 
 from paravt_core import storage
 
+from . import benchmarks as registry
 from .benchmarks import Sample
 from .config import EvalConfig
 from .readers import release_score
@@ -98,7 +99,7 @@ def readers_table(results: dict[str, Any]) -> list[tuple[str, str, str, float | 
     rows = []
     for protocol, benches in results["protocols"].items():
         for bench, m in benches.items():
-            base = "miou" if bench == "charades" else "accuracy"
+            base = registry.metrics_of(bench).headline
             rows.append((protocol, bench, m["headline"], m.get(f"{base}_release"), m.get(f"{base}_robust"),
                          int(m.get("reader_differences") or 0)))  # fmt: skip
     return rows

@@ -282,9 +282,7 @@ def build_results(
             # every number names what produced it: preset, protocol and the prompt set's checksum
             m["provenance"] = {"preset": cfg.preset, "protocol": protocol, "prompt_set": ps.name,
                                "prompt_checksum": ps.checksum}  # fmt: skip
-            if (
-                bench == "videomme_wsub"
-            ):  # which subtitles the questions carry (all cues / lmms-eval's aligned)
+            if registry.REGISTRY[bench].subtitles:  # which subtitles the questions carry (all / aligned)
                 mode = next((b.subtitle_mode for b in cfg.benchmarks if b.name == bench), "all")
                 m["subtitles"] = mode
             per[protocol][bench] = m
