@@ -85,10 +85,37 @@ def test_the_decoder_path_sizes_overview_and_crops_to_their_own_budgets_and_roun
     h, w = crop.frames.shape[2:]
     assert len(crop) == 8 and h * w <= 64 * 96 and h % 32 == 0 == w % 32  # 7 s at 1 fps: nearest even is 8
     assert isinstance(bad, CropError)
-    floor = agent.model_copy(update={"crop": agent.crop.model_copy(update={"rounding": "floor"})})
-    assert len(path.crops(str(video), [(0, 7)], floor)[0]) == 6
+    assert len(path.crops(str(video), [(0, 7)], _crop(agent, rounding="floor"))[0]) == 6
     # wide enough for both budgets: the processor keeps every frame as the decoder sized it
     assert path.processor_pixels(agent) == (32 * 32, 128 * 96)
+
+
+def _crop(agent: AgentConfig, **crop) -> AgentConfig:
+    return agent.model_copy(update={"crop": agent.crop.model_copy(update=crop)})
+
+
+@pytest.mark.parametrize(
+    ("window", "crop", "count"),
+    [
+        ((0, 3), {"fps": 2.0}, 6),  # 3 s at 2 fps (at 1 fps: 4)
+        ((0, 2), {"min_frames": 6}, 6),  # 2 s at 1 fps, raised to the fewest frames
+        ((0, 7), {"max_frames": 4}, 4),  # 8 frames, cut to the most
+    ],
+)
+def test_the_decoder_path_samples_crops_at_the_configured_rate_and_counts(video, window, crop, count):  # noqa: F811
+    agent = _crop(AgentConfig(max_pixels=64 * 96, min_pixels=32 * 32), **crop)
+    assert len(agent.frames.crops(str(video), [window], agent)[0]) == count
+
+
+def test_both_paths_raise_a_small_frame_to_the_smallest_size(video):  # noqa: F811
+    # 128 x 96 = 12,288 px, under the 20,000 px floor: both paths scale it up to at least that
+    for name in FRAME_PATHS:
+        agent = AgentConfig(frame_path=name, min_pixels=20_000, max_pixels=40_000)
+        h, w = agent.frames.crops(str(video), [(0, 2)], agent)[0].frames.shape[2:]
+        assert 20_000 <= h * w <= 40_000
+    decoder = AgentConfig(overview_min_pixels=20_000, overview_max_pixels=40_000)
+    h, w = decoder.frames.overview(str(video), 8, decoder).frames.shape[2:]
+    assert 20_000 <= h * w <= 40_000
 
 
 def test_the_release_path_makes_the_releases_frames_and_leaves_the_processor_alone(tiny_model, video):  # noqa: F811
@@ -101,6 +128,10 @@ def test_the_release_path_makes_the_releases_frames_and_leaves_the_processor_alo
     crop, clamped = path.crops(str(video), [(0, 7), (10, 30)], agent)
     assert len(crop) == 6  # 7 s at 1 fps, rounded down to even as qwen-vl-utils does, whatever crop.rounding
     assert clamped.window == (10.0, 12.0)  # the window clamped to the video
+    assert len(path.crops(str(video), [(0, 7)], _crop(agent, max_frames=4))[0]) == 4
+    small = agent.model_copy(update={"crop_max_pixels": 9 * 28 * 28})  # 84 x 140 at the default budget
+    h, w = path.crops(str(video), [(0, 7)], small)[0].frames.shape[2:]
+    assert h * w <= 9 * 28 * 28 and h % 28 == 0 == w % 28
     assert path.processor_pixels(agent) is None
     assert make_encoder(None, agent, tiny_model.processor).images_kwargs == {}
 
