@@ -11,7 +11,8 @@ from pydantic import Field, model_validator
 
 from paravt_core.config_base import StrictModel
 
-from . import prompts
+from . import frame_paths, prompts
+from .frame_paths import FramePathName
 
 # SPEC §3 pixel budget per frame (the video package's defaults; not imported so that building the CLI
 # parser does not import torch).
@@ -83,10 +84,7 @@ class AgentConfig(StrictModel):
     crop_max_pixels: int | None = Field(
         default=None, ge=1024, description="Pixel budget per crop frame (None: max_pixels)."
     )
-    frame_path: Literal["decoder", "qwen-vl-utils"] = Field(
-        default="decoder",
-        description="decoder: ours (32-px grid); qwen-vl-utils: the release's frames (28-px grid, bicubic, JPEG 85)",
-    )
+    frame_path: FramePathName = Field(default=frame_paths.DEFAULT_FRAME_PATH, description=frame_paths.HELP)
     overview_labels: bool = Field(
         default=True, description="Put a '<t seconds>' label before each overview frame (off: frames only)."
     )
@@ -149,6 +147,11 @@ class AgentConfig(StrictModel):
         decoder has already sized to their own budgets (the processor then keeps them as they are)."""
         (omin, omax), (cmin, cmax) = self.overview_pixels, self.crop_pixels
         return min(omin, cmin), max(omax, cmax)
+
+    @property
+    def frames(self) -> frame_paths.FramePath:
+        """The frame path that makes this episode's frames (``frame_path``'s strategy)."""
+        return frame_paths.get(self.frame_path)
 
     @property
     def subagent_temperature(self) -> float:

@@ -27,6 +27,9 @@ driver) each call's crop frames go back as their own user message, unlabelled, f
 or requested), what a failed crop shows, whether calls beyond ``max_parallel`` get an error or nothing, and how
 names and times are read (release-v1: the released driver's choices). The records keep the real window, the
 real failure reason and ``dropped`` whatever the model was shown.
+
+The frames (overview and crops) and the processor's pixel settings come from the config's frame path
+(``cfg.frames``, one strategy per ``agent.frame_path``: ``agent.frame_paths``); nothing here names a path.
 """
 
 from __future__ import annotations
@@ -41,7 +44,6 @@ from typing import Any
 
 from paravt_core.engines.base import Completion, Engine, EngineRefused, SamplingParams
 from paravt_core.video import api as video_api
-from paravt_core.video import release_frames
 from paravt_core.video.errors import CropError, VideoNotFoundError
 
 from . import prompts
@@ -332,16 +334,7 @@ class _Episode:
         k = self.row.nframes or cfg.overview_frames
         if overview is None:
             try:
-                if cfg.frame_path == "qwen-vl-utils":
-                    overview = await asyncio.to_thread(release_frames.overview_fail_soft, self.row.video, k)
-                else:
-                    overview = await asyncio.to_thread(
-                        video_api.overview,
-                        self.row.video,
-                        k,
-                        max_pixels=cfg.overview_pixels[1],
-                        min_pixels=cfg.overview_pixels[0],
-                    )
+                overview = await asyncio.to_thread(cfg.frames.overview, self.row.video, k, cfg)
             except Exception as err:  # VideoError for bad files; anything else must not kill a batch either
                 res.finish_reason, res.error = "video_error", f"{type(err).__name__}: {err}"
                 return None
@@ -539,23 +532,7 @@ class _Episode:
         if not windows:
             return
         t0 = time.perf_counter()
-        if cfg.frame_path == "qwen-vl-utils":
-            crops = await asyncio.to_thread(release_frames.run_crops, self.row.video, windows,
-                                            max_frames=cfg.crop.max_frames, min_pixels=cfg.crop_pixels[0],
-                                            max_pixels=cfg.crop_pixels[1])  # fmt: skip
-        else:
-            crops = await asyncio.to_thread(
-                video_api.run_crops,
-                self.row.video,
-                windows,
-                cfg.crop.workers,
-                min_frames=cfg.crop.min_frames,
-                max_frames=cfg.crop.max_frames,
-                fps=cfg.crop.fps,
-                rounding=cfg.crop.rounding,
-                max_pixels=cfg.crop_pixels[1],
-                min_pixels=cfg.crop_pixels[0],
-            )
+        crops = await asyncio.to_thread(cfg.frames.crops, self.row.video, windows, cfg)
         crop_s = time.perf_counter() - t0
         served: list[tuple[int, video_api.Frames]] = []
         asked: dict[int, tuple[float, float]] = {}
@@ -646,9 +623,8 @@ def make_encoder(engine: Engine, cfg: AgentConfig, processor: Any = None) -> Seg
     processor = processor if processor is not None else engine.processor
     if processor is None:
         raise ValueError(f"engine {engine.name!r} has no processor; pass processor= to run an episode")
-    if cfg.frame_path == "qwen-vl-utils":  # the release's server: the checkpoint's own processor settings
-        return SegmentEncoder(processor, max_pixels=None, min_pixels=None)
-    lo, hi = cfg.processor_pixels
+    pixels = cfg.frames.processor_pixels(cfg)  # None: the checkpoint's own processor settings
+    lo, hi = pixels if pixels is not None else (None, None)
     return SegmentEncoder(processor, max_pixels=hi, min_pixels=lo)
 
 

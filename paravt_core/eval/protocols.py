@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from paravt_core.agent.config import AgentConfig
+from paravt_core.agent.frame_paths import RELEASE_FRAME_PATH
 
 from .benchmarks import Benchmark, Sample
 
@@ -82,7 +83,7 @@ RELEASE_AGENT: dict[str, Any] = {
     "min_pixels": 784,
     "tool_mode": "crop_frames",
     # utils.py get_frames/crop_frames/pil_to_b64: qwen-vl-utils 0.0.14 frames, JPEG 85, no processor kwargs
-    "frame_path": "qwen-vl-utils",
+    "frame_path": RELEASE_FRAME_PATH,
     # qwen-vl-utils 0.0.14's smart_nframes rounds a crop's frame count DOWN to even (a 7 s window: 6 frames)
     "crop": {"fps": 1.0, "min_frames": 1, "max_frames": 16, "rounding": "floor"},
     "max_context_tokens": RELEASE_MAX_MODEL_LEN,

@@ -19,6 +19,8 @@ import io
 from collections import Counter
 from typing import Any
 
+from paravt_core.agent import frame_paths
+
 from . import benchmarks as registry
 from .metrics import headline
 from .protocols import RELEASE_MAX_MODEL_LEN, WITH_TOOL
@@ -363,12 +365,6 @@ COMPARABLE = ("comparable: preset, prompts (release-v1), error rule, reader, eng
 # Published models whose release protocol cannot be run: driver.py (cf55249) line 182 ships LongVT-RFT-7B's
 # prompt as the placeholder "FILL_FROM_LONGVT" and _system_message (lines 372-380) refuses to run it.
 NO_RELEASE_PROTOCOL = {"LongVT-RFT-7B": "its release prompt (agentic_longvt) is an unfilled placeholder"}
-# The release's frames (utils.py get_frames/crop_frames/pil_to_b64, lines 44-86): qwen-vl-utils 0.0.14 sizing on
-# the 28-px grid, torchvision bicubic with antialias, JPEG quality 85, no per-request image settings. Ours: one
-# swscale resize to the 32-px grid, PNG, mm_processor_kwargs (agent.frame_path=decoder).
-FRAME_PATH = ("frames: ours (swscale to the 32-px grid, PNG, mm_processor_kwargs), not the release's "
-              "(qwen-vl-utils 0.0.14 28-px grid, bicubic antialias, JPEG 85, server defaults)")  # fmt: skip
-RELEASE_FRAME_PATH = "qwen-vl-utils"  # agent.frame_path of the release's frames (preset=release sets it)
 
 
 def release_checksum() -> str:
@@ -405,8 +401,10 @@ def _config_differences(config: dict[str, Any], bench: str, model: str | None) -
     if model in NO_RELEASE_PROTOCOL:
         why.append(f"published_model={model}: {NO_RELEASE_PROTOCOL[model]}")
     # preset=release sets the frame path itself (protocols.RELEASE_AGENT); config.agent is the base it merges into
-    if config.get("preset") != "release" and agent.get("frame_path") != RELEASE_FRAME_PATH:
-        why.append(FRAME_PATH)
+    if config.get("preset") != "release":
+        note = frame_paths.comparability_note(agent.get("frame_path"))  # the path says how its frames differ
+        if note:
+            why.append(note)
     return why
 
 

@@ -180,10 +180,10 @@ def _video_urls(cfg: EvalConfig) -> bool:
 
 
 def _server_pixels(cfg: EvalConfig) -> tuple[int, int] | None:
-    """The pixel budget a launched server's processor is set to: the episode's, or none on the release's frame
-    path (the release's server keeps the checkpoint's own processor settings, as the requests then do)."""
+    """The pixel budget a launched server's processor is set to: the frame path's, as the episode's encoder
+    gets (none on the release's path: its server keeps the checkpoint's own processor settings)."""
     agent = preset_agent(cfg.preset, cfg.agent)
-    return None if agent.frame_path == "qwen-vl-utils" else agent.processor_pixels
+    return agent.frames.processor_pixels(agent)
 
 
 def build_judge(cfg: EvalConfig) -> Any:
