@@ -9,8 +9,9 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
-# Only the standard library above and in cli_args and cli_errors: until main()'s try is entered, Ctrl-C would
-# end the process with the signal (status -2 in Python, no message) instead of the one line and status 130.
+# Only the standard library above and in cli_args, cli_errors and user_errors: until main()'s try is entered,
+# Ctrl-C would end the process with the signal (status -2 in Python, no message) instead of the one line and
+# status 130.
 from paravt_core.cli_args import (
     MIN_SYNTH_SECONDS,
     MIN_SYNTH_VIDEOS,
