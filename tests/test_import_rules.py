@@ -12,7 +12,7 @@ from collections import deque
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "paravt_core"
-FIRST_PARTY = ("paravt_core", "pipelines", "components")
+FIRST_PARTY = ("paravt_core", "pipelines", "components", "paravt_bench")
 # What paravt_core sits below: the Kubeflow SDK and the packages that build pipelines and components on it.
 ABOVE_CORE = ("kfp", "kfp_server_api", "pipelines", "components")
 # The CLI's `paravt synth` verb is the tool that writes synthetic data (and eval fixtures) for users.
@@ -109,6 +109,25 @@ def test_no_kfp_inside_paravt_core() -> None:
     assert len(core) > 50  # the walk found the package
     chains = {m: path_to(graph, m, ABOVE_CORE) for m in core}
     assert {m: " -> ".join(c) for m, c in chains.items() if c} == {}
+
+
+def test_production_code_never_reaches_the_bench_support() -> None:
+    # paravt_bench is what benchmarks, scripts and tests share; the images do not hold it.
+    graph = import_graph(PACKAGE.parent)
+    production = [m for m in graph if m.partition(".")[0] in ("paravt_core", "pipelines", "components")]
+    chains = {m: path_to(graph, m, ("paravt_bench",)) for m in production}
+    assert {m: " -> ".join(c) for m, c in chains.items() if c} == {}
+
+
+def test_benchmarks_and_scripts_share_code_through_a_package_not_each_other() -> None:
+    # What both need lives in paravt_bench; a runnable file of one folder is never a library of the other.
+    root = PACKAGE.parent
+    crossing = {
+        str(path.relative_to(root)): [n for n in _imports(path, root / folder) if _is(n, other)]
+        for folder, other in (("benchmarks", "scripts"), ("scripts", "benchmarks"))
+        for path in sorted((root / folder).glob("*.py"))
+    }
+    assert {k: v for k, v in crossing.items() if v} == {}
 
 
 def test_the_graph_check_follows_imports_through_the_core(tmp_path: Path) -> None:
