@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 def model_config(name: str):  # noqa: ANN201
     from transformers import Qwen3VLConfig
 
-    from benchmarks.sft_gpu_check import QWEN3VL_2B_TEXT, QWEN3VL_2B_VISION
+    from paravt_bench.qwen3vl_2b import QWEN3VL_2B_TEXT, QWEN3VL_2B_VISION
     from paravt_core.plan.report import load_model_config
 
     if name == "8b":
@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--model", choices=("2b", "8b"), default="2b", help="shapes to count at")
     args = parser.parse_args()
 
+    from paravt_bench.gpu_inputs import prepare
     from paravt_core.config import SftConfig, load_config
     from paravt_core.models import load_processor_only
     from paravt_core.plan.report import param_parts
@@ -51,7 +52,6 @@ def main() -> None:
     from paravt_core.sft.trainer import Feed
     from paravt_core.train.dist import Dist
     from paravt_core.train.flops import model_shapes, pack_facts, six_n_flops, step_flops
-    from scripts.gpu_profile import prepare
 
     tiny_dir, data_dir = prepare(Path(args.work), tiny=True)  # the 2B model's processor is the tiny one's
     cfg = load_config(

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from benchmarks.rollout_server import bench_loopback, print_loopback  # noqa: E402
 from paravt_core.agent.config import AgentConfig  # noqa: E402
 from paravt_core.agent.episode import arun_episode  # noqa: E402
 from paravt_core.config import load_config  # noqa: E402
@@ -43,10 +44,6 @@ from paravt_core.rl.config import RlConfig  # noqa: E402
 from paravt_core.rl.data import load_prompts  # noqa: E402
 from paravt_core.synth import synthesize  # noqa: E402
 from paravt_core.video import api as video_api  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rollout_server import bench_loopback, print_loopback  # noqa: E402
-
 from tests.rl_support import run_data_stage  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

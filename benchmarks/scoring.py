@@ -1,8 +1,8 @@
 """``make bench-scoring``: our answer scoring against lmms-eval 0.7.3's own task scorers and the release's rule.
 
-The fixed corpus of ``scoring_corpus.py`` (seeded: 360 multiple-choice and 360 grounding outputs) is scored per
-benchmark three ways (``scoring_refs.py``): by ``paravt_core.eval.scoring``, by lmms-eval's task code, and by
-the release driver's rule. Printed: per benchmark the share of samples where our per-sample score equals
+The fixed corpus of ``paravt_bench/scoring_corpus.py`` (seeded: 360 multiple-choice and 360 grounding outputs)
+is scored per benchmark three ways (``paravt_bench/scoring_refs.py``): by ``paravt_core.eval.scoring``, by
+lmms-eval's task code, and by the release driver's rule. Printed: per benchmark the share of samples where our per-sample score equals
 lmms-eval's, the release's, and - where the two references agree without guessing - ours; then every sample
 where our score differs from lmms-eval's or from the release's, with the reason.
 
@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from scoring_corpus import corpus  # noqa: E402
-from scoring_refs import (  # noqa: E402
+from paravt_bench.scoring_corpus import corpus
+from paravt_bench.scoring_refs import (
     BENCHMARKS,
     LMMS_EVAL_VERSION,
     Row,

@@ -20,75 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 from pathlib import Path
 
-# Qwen/Qwen3-VL-2B-Instruct's published shapes as we read them from its config.json; pass --config-from on a
-# machine with hub access to use the hub's config instead.
-QWEN3VL_2B_TEXT = {
-    "hidden_size": 2048,
-    "intermediate_size": 6144,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "vocab_size": 151936,
-    "max_position_embeddings": 262144,
-    "rms_norm_eps": 1e-6,
-    "rope_parameters": {
-        "rope_type": "default",
-        "rope_theta": 5_000_000.0,
-        "mrope_section": [24, 20, 20],
-        "mrope_interleaved": True,
-    },
-}
-QWEN3VL_2B_VISION = {
-    "depth": 24,
-    "hidden_size": 1024,
-    "intermediate_size": 4096,
-    "num_heads": 16,
-    "out_hidden_size": 2048,
-    "patch_size": 16,
-    "spatial_merge_size": 2,
-    "temporal_patch_size": 2,
-    "num_position_embeddings": 2304,
-    "deepstack_visual_indexes": [5, 11, 17],
-}
 # H100 / H200 SXM dense bf16 (data sheet): the convention MFU is quoted against. An 8192³ bf16 matmul on a
 # lent H200 measured 769-798 TFLOP/s (2026); pass --gpu-tflops to quote against another peak.
 H100_BF16_DENSE_TFLOPS = 989.0
-
-
-def build(out: str, config_from: str | None) -> None:
-    import torch
-    from transformers import AutoConfig, AutoProcessor, Qwen3VLConfig, Qwen3VLForConditionalGeneration
-
-    from paravt_core.models import build_tiny_model
-
-    with tempfile.TemporaryDirectory() as tmp:
-        build_tiny_model(tmp)
-        processor = AutoProcessor.from_pretrained(tmp)
-    tok = processor.tokenizer
-    ids = {
-        t: tok.convert_tokens_to_ids(t)
-        for t in ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
-    }
-    if config_from:
-        config = AutoConfig.from_pretrained(config_from)
-    else:
-        config = Qwen3VLConfig(
-            text_config=QWEN3VL_2B_TEXT, vision_config=QWEN3VL_2B_VISION, tie_word_embeddings=True
-        )
-    # the tiny tokenizer's ids for the media tokens (all below the 151936-entry vocabulary)
-    config.image_token_id, config.video_token_id = ids["<|image_pad|>"], ids["<|video_pad|>"]
-    config.vision_start_token_id, config.vision_end_token_id = ids["<|vision_start|>"], ids["<|vision_end|>"]
-    torch.manual_seed(0)
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # random init of 2 B: seconds on a GPU
-        model = Qwen3VLForConditionalGeneration(config).to(torch.bfloat16)
-    params = sum(p.numel() for p in model.parameters())
-    model.save_pretrained(out)
-    processor.save_pretrained(out)
-    print(f"{out}: random Qwen3-VL, {params / 1e9:.2f} B parameters (bf16)")
 
 
 def report(output: str, gpu_tflops: float) -> None:
@@ -142,6 +78,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.cmd == "build":
+        from paravt_bench.qwen3vl_2b import build  # report needs only the stage's output
+
         build(args.out, args.config_from)
     else:
         report(args.output, args.gpu_tflops)

@@ -139,10 +139,10 @@ def step_at_40_mfu(model_config, cfg) -> float:  # noqa: ANN001
 def main() -> None:
     from transformers import Qwen3VLConfig
 
-    from benchmarks.sft_gpu_check import QWEN3VL_2B_TEXT, QWEN3VL_2B_VISION
+    from paravt_bench.gpu_inputs import prepare
+    from paravt_bench.qwen3vl_2b import QWEN3VL_2B_TEXT, QWEN3VL_2B_VISION
     from paravt_core.config import SftConfig, load_config
     from paravt_core.plan.report import load_model_config
-    from scripts.gpu_profile import prepare
 
     model_dir, data_dir = prepare(ROOT / "build" / "bench-step-host", tiny=True)
     cfg = load_config(

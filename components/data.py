@@ -1,6 +1,7 @@
 """KFP component: the data stage (download -> extract -> materialize -> validate -> audit).
 
-Thin by design: the body imports paravt_core and calls the same ``run(cfg)`` as the CLI. The config
+A spec: the body is one call into ``components/launchers/data.py`` (in the image), which calls the same
+``run(cfg)`` as the CLI. The config
 travels as YAML text plus dotted overrides; it never holds secrets (S3 credentials come from the
 environment, mounted from a Kubernetes Secret by the pipeline).
 """
@@ -30,48 +31,16 @@ def data_op(
     ``media_root`` and the downloaded archives to ``<media_root>/.downloads``. ``media_mount``: where the
     pipeline mounted the media volume (fixed when compiling); a ``media_root`` outside it is refused, since
     the extraction would stay inside this pod where no later stage sees it."""
-    import json
-    import posixpath
-    import tempfile
+    from components.launchers.data import data_step
 
-    from components.locations import expose, run_root
-    from components.publish import log_numbers
-    from paravt_core import storage
-    from paravt_core.config import DataConfig, load_config
-    from paravt_core.data.stage import run
-
-    def outside(path: str) -> bool:  # normalised first: /mnt/media/../../tmp is /tmp
-        return not (posixpath.normpath(path) + "/").startswith(mount + "/")
-
-    mount = posixpath.normpath(media_mount) if media_mount else ""
-    media_root = posixpath.normpath(media_root) if media_root else ""
-    if media_root and mount and outside(media_root):
-        raise ValueError(
-            f"media_root {media_root!r} is not under the media volume's mount {media_mount!r}: the "
-            "extraction would stay in this pod; use a directory under the mount (the volume cannot move)"
-        )
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(config_yaml)
-    cfg = load_config(DataConfig, f.name, [str(o) for o in overrides])
-    if mount and cfg.extract.root and outside(cfg.extract.root):  # the config's own root: the same rule
-        raise ValueError(
-            f"extract.root {cfg.extract.root!r} is not under the media volume's mount {media_mount!r}: the "
-            "extraction would stay in this pod; leave it empty (media_root is used) or put it under the mount"
-        )
-    if run_id or run_prefix:
-        # Left at their defaults (pod-local paths), these go to shared storage instead.
-        defaults = DataConfig()
-        if cfg.output == defaults.output:
-            cfg.output = storage.join(run_root(run_prefix, run_id, dataset.uri), "data")
-        if media_root and not cfg.extract.root:
-            cfg.extract.root = media_root
-        if media_root and cfg.work_dir == defaults.work_dir:
-            cfg.work_dir = storage.join(media_root, ".downloads")
-    result = run(cfg)
-    expose(dataset, result.outputs["data"], run_id)
-    with open(audit.path, "wb") as out:
-        out.write(storage.read_bytes(result.outputs["audit"]))
-    audit.metadata["uri"] = result.outputs["audit"]
-    log_numbers(metrics, result.metrics)
-    print(json.dumps(result.outputs))
-    return result.outputs["data"]
+    return data_step(
+        config_yaml=config_yaml,
+        overrides=overrides,
+        audit=audit,
+        metrics=metrics,
+        dataset=dataset,
+        run_prefix=run_prefix,
+        run_id=run_id,
+        media_root=media_root,
+        media_mount=media_mount,
+    )

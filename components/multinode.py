@@ -1,6 +1,7 @@
 """KFP components: the SFT and RL stages on several nodes (``launch.nodes > 1``).
 
-The step's own pod is small (no GPU): it resolves the stage config like ``components/sft.py`` and
+Specs: each body is one call into ``components/launchers/multinode.py``. The step's own pod is small (no
+GPU): it resolves the stage config like ``components/sft.py`` and
 ``components/rl.py`` do, then ``paravt_core.launch.trainjob.launch_stage`` creates the run's Kubeflow
 Trainer ``TrainJob`` (or ``PyTorchJob``) whose every node runs ``torchrun -m paravt_core.cli sft|rl`` on
 the stage's image, and follows it to its end (status, rank-0 log, failure reason; a retried step
@@ -39,39 +40,28 @@ def sft_trainjob_op(
 ) -> str:
     """``paravt sft`` on ``nodes`` x ``gpus_per_node`` GPUs as one multi-node job; returns the URI of the
     final checkpoint, also the ``model`` artifact; ``tensorboard``: its logs (``<output>/tensorboard``)."""
-    import tempfile
+    from components.launchers.multinode import sft_trainjob_step
 
-    from components.locations import run_root
-    from components.publish import publish_sft, publish_tensorboard, read_summary
-    from paravt_core import storage
-    from paravt_core.config import SftConfig, load_config
-    from paravt_core.launch.trainjob import NodeSpec, launch_with_retries
-
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(config_yaml)
-    cfg = load_config(SftConfig, f.name, [str(o) for o in overrides])
-    cfg.data.input = data_uri
-    cfg.model.uri = model_uri
-    cfg.output = output or storage.join(run_root(run_prefix, run_id, model.uri), "sft")
-    cfg.launch.nodes, cfg.launch.gpus_per_node, cfg.launch.api = nodes, gpus_per_node, api
-    output = cfg.output
-    from paravt_core.launch.hardware import check_uses_gpus
-
-    check_uses_gpus("sft", gpus=nodes * gpus_per_node, device="cuda", float32=not cfg.model.bf16,
-                    model=cfg.model.uri, parameter="sft_config_yaml",
-                    example="configs/sft/qwen3vl_8b_2node.yaml")  # fmt: skip
-
-    launch_with_retries(
-        "sft",
-        cfg,
-        run_id=run_id,
+    return sft_trainjob_step(
+        config_yaml=config_yaml,
+        overrides=overrides,
+        data_uri=data_uri,
+        model_uri=model_uri,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        api=api,
         runtime=runtime,
         poll_s=poll_s,
-        spec=NodeSpec(**{**node_spec, "pvc": media_pvc}),
+        node_spec=node_spec,
+        media_pvc=media_pvc,
+        curve=curve,
+        metrics=metrics,
+        model=model,
+        tensorboard=tensorboard,
+        output=output,
+        run_prefix=run_prefix,
+        run_id=run_id,
     )
-    summary = read_summary(output)
-    publish_tensorboard(tensorboard, output, run_id)
-    return publish_sft(output, summary, curve=curve, metrics=metrics, model=model, run_id=run_id)
 
 
 @dsl.component(base_image=RL_IMAGE, install_kfp_package=False)
@@ -98,54 +88,25 @@ def rl_trainjob_op(
     """``paravt rl`` on ``nodes`` x ``gpus_per_node`` learner GPUs as one multi-node job, rolling out on
     the server(s) at ``engine.base_url``; returns the URI of the trained model, also ``trained``;
     ``tensorboard``: its logs (``<output>/tensorboard``)."""
-    import tempfile
+    from components.launchers.multinode import rl_trainjob_step
 
-    from components.locations import run_root
-    from components.publish import publish_rl, publish_tensorboard, read_summary
-    from paravt_core import storage
-    from paravt_core.config import load_config
-    from paravt_core.launch.trainjob import (
-        NodeSpec,
-        check_rl_multinode,
-        check_rollout_server,
-        in_cluster_namespace,
-        job_name,
-        launch_with_retries,
-        rank0_address,
-    )
-    from paravt_core.rl.config import RlConfig
-
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(config_yaml)
-    cfg = load_config(RlConfig, f.name, [str(o) for o in overrides])
-    output = output or storage.join(run_root(run_prefix, run_id, trained.uri), "rl")
-    cfg.data, cfg.model, cfg.output = data, model, output
-    cfg.launch.nodes, cfg.launch.gpus_per_node, cfg.launch.api = nodes, gpus_per_node, api
-    from paravt_core.launch.hardware import check_uses_gpus
-
-    check_uses_gpus("rl", gpus=nodes * gpus_per_node, device=cfg.device, float32=cfg.dtype == "float32",
-                    model=cfg.model, parameter="rl_config_yaml",
-                    example="configs/rl/paragrpo_8b_2node.yaml")  # fmt: skip
-    check_rl_multinode(cfg.engine.kind, getattr(cfg.engine, "base_url", ""))  # in-process: none
-    if base_url := getattr(cfg.engine, "base_url", ""):
-        # before the job: 16 GPUs would load the learner and fail at the first push
-        check_rollout_server(base_url, wait_s=cfg.launch.rollout_wait_s)
-    if getattr(cfg.engine, "weight_sync", "") == "distributed" and cfg.engine.nccl_address in (
-        "",
-        "127.0.0.1",
-    ):
-        # where the server joins the push: the job's rank-0 pod, by its fully qualified name
-        cfg.engine.nccl_address = rank0_address(
-            api, job_name(run_id, "rl"), in_cluster_namespace(), cfg.launch.cluster_domain
-        )
-    launch_with_retries(
-        "rl",
-        cfg,
-        run_id=run_id,
+    return rl_trainjob_step(
+        config_yaml=config_yaml,
+        overrides=overrides,
+        data=data,
+        model=model,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        api=api,
         runtime=runtime,
         poll_s=poll_s,
-        spec=NodeSpec(**{**node_spec, "pvc": media_pvc}),
+        node_spec=node_spec,
+        media_pvc=media_pvc,
+        curves=curves,
+        metrics=metrics,
+        trained=trained,
+        tensorboard=tensorboard,
+        output=output,
+        run_prefix=run_prefix,
+        run_id=run_id,
     )
-    summary = read_summary(output)
-    publish_tensorboard(tensorboard, output, run_id)
-    return publish_rl(output, summary, curves=curves, metrics=metrics, trained=trained, run_id=run_id)

@@ -1,7 +1,7 @@
 """KFP components of the report stage: the nightly bookkeeping (start a night, then the exit-handler
 report that records the night's final state and renders the trend) and the train DAG's report.
 
-Thin by design: the bodies call ``paravt_core.report.stage`` (the same code as ``paravt report``).
+Specs: each body is one call into ``components/launchers/report.py``, which calls ``paravt_core.report.stage`` (the same code as ``paravt report``).
 """
 
 from kfp import dsl
@@ -14,12 +14,9 @@ from components.images import EVAL_IMAGE
 def night_start_op(results_prefix: str, night: str, run_id: str, checkpoint: str) -> str:
     """Mark the night (``night`` or today, UTC) RUNNING in the results prefix; return the night's
     output prefix ``<results_prefix>/<YYYY-MM-DD>`` (the benchmarks' eval outputs go under it)."""
-    from paravt_core import storage
-    from paravt_core.report.stage import start_night
+    from components.launchers.report import night_start_step
 
-    date = start_night(results_prefix, night, checkpoint, run_id)
-    print(f"night {date} started")
-    return storage.join(results_prefix, date)
+    return night_start_step(results_prefix=results_prefix, night=night, run_id=run_id, checkpoint=checkpoint)
 
 
 @dsl.component(base_image=EVAL_IMAGE, install_kfp_package=False)
@@ -38,33 +35,21 @@ def nightly_report_op(
 ):
     """Exit handler of the nightly pipeline: runs whether the evals succeeded or not, records the
     night's final state (KFP's), and writes the trend report to ``<results_prefix>/<night>/report``."""
-    import tempfile
+    from components.launchers.report import nightly_report_step
 
-    from paravt_core import storage
-    from paravt_core.config import ReportConfig, load_config
-    from paravt_core.report.stage import find_night, run, today_utc
-
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(config_yaml)
-    cfg = load_config(ReportConfig, f.name, [str(o) for o in overrides])
-    # The night this run started (it may have crossed midnight since).
-    date = night or find_night(results_prefix, run_id) or today_utc()
-    cfg.output = storage.join(results_prefix, date, "report")
-    cfg.trend.results_prefix = results_prefix
-    cfg.trend.night = date
-    cfg.trend.run_id = run_id
-    cfg.trend.checkpoint = checkpoint
-    cfg.trend.benchmarks = [str(b) for b in benchmarks]
-    cfg.trend.state = status.state
-    cfg.trend.error = status.error_message or ""
-    result = run(cfg)
-    with open(report.path, "wb") as out:
-        out.write(storage.read_bytes(result.outputs["html"]))
-    with open(summary.path, "wb") as out:
-        out.write(storage.read_bytes(result.outputs["markdown"]))
-    report.metadata["uri"] = cfg.output
-    for key, value in result.metrics.items():
-        metrics.log_metric(key, value)
+    return nightly_report_step(
+        config_yaml=config_yaml,
+        overrides=overrides,
+        results_prefix=results_prefix,
+        night=night,
+        run_id=run_id,
+        checkpoint=checkpoint,
+        benchmarks=benchmarks,
+        status=status,
+        report=report,
+        summary=summary,
+        metrics=metrics,
+    )
 
 
 @dsl.component(base_image=EVAL_IMAGE, install_kfp_package=False)
@@ -84,29 +69,18 @@ def report_op(
     """The train DAG's report: the eval table over every benchmark (fan-in), the SFT and RL curves
     and metrics. Returns the URI of ``report.html``. Empty ``sft_output`` / ``rl_output`` / ``output``:
     ``<run root>/sft``, ``/rl``, ``/report`` (components/locations.py)."""
-    import tempfile
+    from components.launchers.report import report_step
 
-    from components.locations import run_root
-    from paravt_core import storage
-    from paravt_core.config import ReportConfig, load_config
-    from paravt_core.report.stage import run
-
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(config_yaml)
-    cfg = load_config(ReportConfig, f.name, [str(o) for o in overrides])
-    cfg.eval_outputs = [str(o) for o in eval_outputs]
-    if not (sft_output and rl_output and output):
-        root = run_root(run_prefix, run_id, report.uri)
-        sft_output = sft_output or storage.join(root, "sft")
-        rl_output = rl_output or storage.join(root, "rl")
-        output = output or storage.join(root, "report")
-    cfg.sft_output, cfg.rl_output, cfg.output = sft_output, rl_output, output
-    result = run(cfg)
-    with open(report.path, "wb") as out:
-        out.write(storage.read_bytes(result.outputs["html"]))
-    with open(summary.path, "wb") as out:
-        out.write(storage.read_bytes(result.outputs["markdown"]))
-    report.metadata["uri"] = result.outputs["html"]
-    for key, value in result.metrics.items():
-        metrics.log_metric(key, value)
-    return result.outputs["html"]
+    return report_step(
+        config_yaml=config_yaml,
+        overrides=overrides,
+        eval_outputs=eval_outputs,
+        report=report,
+        summary=summary,
+        metrics=metrics,
+        sft_output=sft_output,
+        rl_output=rl_output,
+        output=output,
+        run_prefix=run_prefix,
+        run_id=run_id,
+    )

@@ -1,7 +1,7 @@
 """KFP component: the RL stage (PARA-GRPO), from the SFT checkpoint on the data stage's RL prompts.
 
-Thin by design, like ``components/data.py``: the body imports paravt_core and runs the stage through
-``paravt_core.rl.launch`` (SGLang server(s) on ``engine.gpus``, the learner under ``torchrun`` on the other
+A spec, like ``components/data.py``: the body is one call into ``components/launchers/rl.py``, which runs
+the stage through ``paravt_core.rl.launch`` (SGLang server(s) on ``engine.gpus``, the learner under ``torchrun`` on the other
 GPUs; one process on a CPU machine with the in-process engine). The data URI (the data step's output), the starting model (the SFT step's final
 checkpoint) and the output URI are set on top of the YAML config and the dotted overrides.
 
@@ -37,40 +37,18 @@ def rl_op(
     ``model`` (the URI of the SFT step's final checkpoint: read from S3 by the stage, not downloaded);
     return the URI of the trained model (``<output>/final``), also the ``trained`` artifact (no copy). ``output`` empty: ``<run root>/rl``
     (components/locations.py); ``tensorboard``: its TensorBoard logs (``<output>/tensorboard``)."""
-    from paravt_core.launch.caches import settle_caches
+    from components.launchers.rl import rl_step
 
-    settle_caches()  # the download caches' volume, or ~/.cache: before anything reads HF_HOME
-    import os
-    import tempfile
-
-    from components.locations import location, run_root
-    from components.publish import publish_rl, publish_tensorboard
-    from paravt_core import storage
-    from paravt_core.config import load_config
-    from paravt_core.rl.config import RlConfig
-    from paravt_core.rl.launch import launch
-
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(config_yaml)
-    cfg = load_config(RlConfig, f.name, [str(o) for o in overrides])
-    if cfg.launch.nodes > 1:  # the DAG was compiled for one node: say how to get the multi-node step
-        raise ValueError(f"launch.nodes={cfg.launch.nodes}: compile with --rl-config <this config>")
-    output = output or storage.join(run_root(run_prefix, run_id, trained.uri), "rl")
-    cfg.data, cfg.model, cfg.output = location(data), model, output  # S3 directories
-    import torch
-
-    from paravt_core.launch.hardware import check_uses_gpus
-    from paravt_core.launch.retry import run_with_retries
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    check_uses_gpus("rl", gpus=gpus, device=cfg.device, float32=cfg.dtype == "float32", model=cfg.model,
-                    parameter="rl_config_yaml", example="configs/rl/paragrpo_8b.yaml")  # fmt: skip
-
-    os.environ["KFP_RUN_ID"] = run_id  # the trackers' run name (paravt_core/tracking), the launched ranks too
-    # python -m torch.distributed.run --nproc-per-node N -m paravt_core.cli rl ...; rerun in the pod after a
-    # crash a rerun can fix (launch.retries), from the newest checkpoint
-    summary = run_with_retries(
-        lambda: launch(cfg), stage="rl", retries=cfg.launch.retries, backoff_s=cfg.launch.retry_backoff_s
+    return rl_step(
+        config_yaml=config_yaml,
+        overrides=overrides,
+        data=data,
+        model=model,
+        curves=curves,
+        metrics=metrics,
+        trained=trained,
+        tensorboard=tensorboard,
+        output=output,
+        run_prefix=run_prefix,
+        run_id=run_id,
     )
-    publish_tensorboard(tensorboard, output, run_id)
-    return publish_rl(output, summary, curves=curves, metrics=metrics, trained=trained, run_id=run_id)

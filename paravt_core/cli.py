@@ -4,22 +4,31 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
-# Only the standard library above and in cli_errors: until main()'s try is entered, Ctrl-C would end the
-# process with the signal (status -2 in Python, no message) instead of the one line and status 130.
+# Only the standard library above and in cli_args, cli_errors and user_errors: until main()'s try is entered,
+# Ctrl-C would end the process with the signal (status -2 in Python, no message) instead of the one line and
+# status 130.
+from paravt_core.cli_args import (
+    MIN_SYNTH_SECONDS,
+    MIN_SYNTH_VIDEOS,
+    SECONDS_HELP,
+    VIDEOS_HELP,
+    int_at_least,
+    seconds_at_least,
+)
 from paravt_core.cli_errors import INTERRUPTED, UsageError, classify, debug_enabled
 
 if TYPE_CHECKING:
     from paravt_core.config_base import StrictModel
 
-# Smallest synthetic dataset: one video per sentinel bucket, two events of >= 1 s with gaps per video.
-MIN_SYNTH_VIDEOS = 4
-MIN_SYNTH_SECONDS = 5.0
+# Verbs of packages above paravt_core, which paravt_core must not import (``paravt demo`` and ``paravt pipeline``
+# import kfp): each module is found by name when its package is importable and adds its verbs itself. A lookup,
+# not a pyproject entry point, so that a source checkout or an editable install needs no reinstall.
+PLUGINS = ("pipelines.cli",)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,32 +43,6 @@ class _Parser(argparse.ArgumentParser):
         if self.epilog_fn is not None:
             self.epilog, self.epilog_fn = self.epilog_fn(), None
         return super().format_help()
-
-
-def _int_at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
-        return value
-
-    return parse
-
-
-def _seconds_at_least(low: float) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-        if not math.isfinite(value) or value < low:
-            raise argparse.ArgumentTypeError(f"must be a finite number >= {low:g}, got {text}")
-        return value
-
-    return parse
 
 
 def _stage_config(stage: str, args: argparse.Namespace) -> StrictModel:
@@ -199,146 +182,6 @@ def _cmd_tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_pipeline_compile(args: argparse.Namespace) -> int:
-    from pipelines.compile import compile_pipeline, pipelines
-
-    name, out = args.pipeline_name or "train", args.out
-    if name not in pipelines():
-        raise UsageError(f"unknown pipeline {name!r}; known: {', '.join(sorted(pipelines()))}")
-    if args.pipeline_name is None and out in pipelines():
-        raise UsageError(f"no output file: expected {out} OUT.yaml")
-    if not out.endswith((".yaml", ".yml")):  # KFP writes platform-specific parts (k8s) only to YAML
-        raise UsageError(
-            f"OUT must end in .yaml (the KFP compiler writes Kubernetes settings only to YAML), got {out}"
-        )
-    print(compile_pipeline(name, out, sft_config=args.sft_config, rl_config=args.rl_config,
-                           eval_config=args.eval_config))  # fmt: skip
-    return 0
-
-
-def _connection(args: argparse.Namespace):
-    from pipelines.cluster import Connection
-
-    if not args.host:
-        raise UsageError("no KFP host: pass --host or set KF_PIPELINES_ENDPOINT")
-    return Connection(
-        host=args.host, namespace=args.namespace, token_env=args.token_env, ui_host=args.ui_host
-    )
-
-
-def _parameters(path: str | None) -> dict:
-    from pipelines.cluster import load_parameters
-
-    if path and not os.path.isfile(path):
-        raise UsageError(f"--params: no such file: {path}")
-    return load_parameters(path)
-
-
-def _cmd_pipeline_submit(args: argparse.Namespace) -> int:
-    from pipelines.cluster import submit
-
-    url = submit(
-        _connection(args),
-        args.pipeline,
-        experiment=args.experiment,
-        run_name=args.run_name or f"{args.pipeline.removesuffix('.yaml')}",
-        params=_parameters(args.params),
-        pipeline_root=args.pipeline_root,
-        service_account=args.service_account,
-        strict=args.strict,
-    )
-    print(url)
-    return 0
-
-
-def _cmd_pipeline_schedule(args: argparse.Namespace) -> int:
-    from pipelines.cluster import schedule, set_schedule_enabled
-
-    conn = _connection(args)
-    if args.schedule_command in ("enable", "disable"):
-        set_schedule_enabled(conn, args.recurring_run_id, args.schedule_command == "enable")
-        print(f"recurring run {args.recurring_run_id}: {args.schedule_command}d")
-        return 0
-    recurring_id = schedule(
-        conn,
-        args.pipeline,
-        experiment=args.experiment,
-        name=args.name,
-        cron=args.cron,
-        params=_parameters(args.params),
-        enabled=not args.disabled,
-        pipeline_root=args.pipeline_root,
-        service_account=args.service_account,
-        exist_ok=args.exist_ok,
-        sync=args.sync,
-        strict=args.strict,
-    )
-    print(conn.recurring_run_url(recurring_id))
-    return 0
-
-
-def _cmd_pipeline_retry(args: argparse.Namespace) -> int:
-    from pipelines.cluster import retry
-
-    print(retry(_connection(args), args.run_id))
-    return 0
-
-
-def _cmd_pipeline_doctor(args: argparse.Namespace) -> int:
-    from pipelines.doctor import doctor
-
-    return doctor(args.namespace, args.kfp_namespace)
-
-
-def _cmd_pipeline_status(args: argparse.Namespace) -> int:
-    from pipelines.cluster import status
-
-    print(status(_connection(args), args.run_id).render())
-    return 0
-
-
-def _add_connection(p: argparse.ArgumentParser) -> None:
-    import os
-
-    g = p.add_argument_group("KFP connection")
-    g.add_argument(
-        "--host",
-        default=os.environ.get("KF_PIPELINES_ENDPOINT", ""),
-        help="KFP API endpoint, e.g. https://kubeflow.example/pipeline (default: $KF_PIPELINES_ENDPOINT)",
-    )
-    g.add_argument("--namespace", default="kubeflow", help="profile namespace (default: kubeflow)")
-    g.add_argument(
-        "--token-env",
-        default="KFP_TOKEN",
-        help="environment variable holding the bearer token (default: KFP_TOKEN; unset = no auth header)",
-    )
-    g.add_argument("--ui-host", default="", help="base URL of the KFP UI for printed links (default: --host)")
-
-
-def _add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "pipeline", help="pipeline name (train, nightly, ablations) compiled on the fly, or a compiled YAML"
-    )
-    p.add_argument("--experiment", default="paravt", help="experiment, created if missing (default: paravt)")
-    p.add_argument("--params", default=None, help="YAML mapping of pipeline parameter -> value")
-    p.add_argument(
-        "--pipeline-root", default=None, help="artifact root, e.g. s3://bucket/kfp (default: server's)"
-    )
-    p.add_argument("--service-account", default=None, help="Kubernetes service account of the run's pods")
-    p.add_argument("--strict", action="store_true", help="refuse images not pinned by digest (@sha256:)")
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from pipelines.local import demo
-
-    out = args.out_dir
-    if os.path.isdir(out) and os.listdir(out) and not os.path.exists(os.path.join(out, "demo.log")):
-        # as synth and tiny-model do: never write into someone's files or a stage's finished output
-        raise UsageError(f"{out} is not empty and not an earlier `paravt demo` output; use a new directory")
-    demo(args.out_dir, videos=args.videos, seconds=args.seconds)
-    return 0
-
-
 def _cmd_agent_run(args: argparse.Namespace) -> int:
     from paravt_core.agent.run_cli import main as agent_main
 
@@ -372,6 +215,18 @@ def _version() -> str:
         return version("paravt")
     except PackageNotFoundError:  # a source tree on PYTHONPATH without the installed metadata
         return "unknown"
+
+
+def _add_plugin_verbs(sub: argparse._SubParsersAction) -> None:
+    """The verbs of every importable module of ``PLUGINS`` (its ``add_verbs(sub)``), in that order."""
+    for name in PLUGINS:
+        try:
+            plugin = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name != name.partition(".")[0]:  # the package is there and broken: say so
+                raise
+            continue  # an install of the core alone: no such verbs
+        plugin.add_verbs(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -430,8 +285,6 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
         sp.set_defaults(fn=_cmd_config_show)
 
-    videos_help = f"number of videos (>= {MIN_SYNTH_VIDEOS}: one per sentinel bucket; default: %(default)s)"
-    seconds_help = f"length of each video in seconds (>= {MIN_SYNTH_SECONDS:g}; default: %(default)s)"
     p = sub.add_parser(
         "synth",
         help="write synthetic ParaVT data (videos, zips, parquets)",
@@ -439,9 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
         "parquets and a ground-truth manifest. Example: paravt synth demo-out/synth --videos 8",
     )
     p.add_argument("out_dir", help="local directory to write (empty, or an earlier `paravt synth` output)")
-    p.add_argument("--videos", type=_int_at_least(MIN_SYNTH_VIDEOS), default=8, help=videos_help)
-    p.add_argument("--seconds", type=_seconds_at_least(MIN_SYNTH_SECONDS), default=12.0, help=seconds_help)
-    p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--videos", type=int_at_least(MIN_SYNTH_VIDEOS), default=8, help=VIDEOS_HELP)
+    p.add_argument("--seconds", type=seconds_at_least(MIN_SYNTH_SECONDS), default=12.0, help=SECONDS_HELP)
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="random seed (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="write into a non-empty directory that is not ours")
     p.add_argument(
         "--eval-fixtures",
@@ -456,15 +309,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="an SFT or RL recipe, e.g. configs/sft/qwen3vl_8b.yaml")
     p.add_argument(
         "--gpus",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=8,
         help="GPUs in all (default: %(default)s, the recipes' own; another count changes SFT's global batch "
         "and is warned about; RL needs 2: one serves, the rest learn)",
     )
     p.add_argument("--gpu", choices=["h100-80g"], default="h100-80g", help="GPU kind (default: %(default)s)")
     p.add_argument("--model", default=None, help="config.json path or hub id (default: shipped Qwen3-VL-8B)")
-    p.add_argument("--pack-length", type=_int_at_least(64), default=None, help="tokens per packed pass")
-    p.add_argument("--group-size", type=_int_at_least(2), default=None, help="RL rollouts per prompt")
+    p.add_argument("--pack-length", type=int_at_least(64), default=None, help="tokens per packed pass")
+    p.add_argument("--group-size", type=int_at_least(2), default=None, help="RL rollouts per prompt")
     p.add_argument(
         "--mem-fraction-static",
         type=float,
@@ -482,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
         "chat template) for tests and the demo, on CPU in seconds. Example: paravt tiny-model demo-out/tiny-model",
     )
     p.add_argument("out_dir", help="directory to write (empty, or an earlier `paravt tiny-model` output)")
-    p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="random seed (default: %(default)s)")
     p.add_argument(
         "--force",
         action="store_true",
@@ -490,100 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=_cmd_tiny_model)
 
-    p = sub.add_parser(
-        "demo",
-        help="synthetic data + tiny model + the pipeline through kfp.local",
-        description="Write synthetic videos, build the tiny model, then run the train pipeline (data, SFT, "
-        "RL, eval, report) with Kubeflow's local runner on CPU. One line per step; the runner's output "
-        "goes to OUT_DIR/demo.log. Example: paravt demo --out-dir demo-out",
-    )
-    p.add_argument("--out-dir", default="demo-out", help="where everything goes (default: %(default)s)")
-    p.add_argument("--videos", type=_int_at_least(MIN_SYNTH_VIDEOS), default=8, help=videos_help)
-    p.add_argument("--seconds", type=_seconds_at_least(MIN_SYNTH_SECONDS), default=12.0, help=seconds_help)
-    p.set_defaults(fn=_cmd_demo)
-
-    p = sub.add_parser("pipeline", help="Kubeflow pipelines")
-    psub = p.add_subparsers(dest="pipeline_command", required=True)
-    pc = psub.add_parser(
-        "compile", help="compile a pipeline to KFP IR YAML: compile [train|nightly|ablations] OUT.yaml"
-    )
-    # Two positionals, the first optional: argparse's usage is then "[NAME] OUT.yaml", one pair (nargs="+"
-    # advertised "[NAME] OUT [[NAME] OUT ...]", which the command refused).
-    pc.add_argument("pipeline_name", nargs="?", metavar="NAME", help="pipeline name (default: train)")
-    pc.add_argument("out", metavar="OUT.yaml", help="the compiled pipeline")
-    for stage in ("sft", "rl"):
-        pc.add_argument(
-            f"--{stage}-config",
-            metavar="YAML",
-            help=f"{stage} config whose launch section shapes the DAG (launch.nodes > 1: a TrainJob step)",
-        )
-    pc.add_argument(
-        "--eval-config",
-        metavar="YAML",
-        help="the default of eval_config_yaml (default: configs/eval/cluster.yaml, a vLLM server in the eval pod)",
-    )
-    pc.set_defaults(fn=_cmd_pipeline_compile)
-
-    ps = psub.add_parser("submit", help="start one run on a KFP server and print its URL")
-    _add_run_options(ps)
-    ps.add_argument("--run-name", default=None, help="run name shown in the UI (default: the pipeline)")
-    _add_connection(ps)
-    ps.set_defaults(fn=_cmd_pipeline_submit)
-
-    pr = psub.add_parser("schedule", help="recurring runs: create, enable, disable")
-    prsub = pr.add_subparsers(dest="schedule_command", required=True)
-    prc = prsub.add_parser("create", help="create a recurring run (one at a time, no catch-up)")
-    _add_run_options(prc)
-    prc.add_argument("--name", required=True, help="recurring run name (unique in the experiment)")
-    prc.add_argument(
-        "--cron", default="0 0 2 * * *", help="6-field cron, seconds first (default: 0 0 2 * * *)"
-    )
-    prc.add_argument("--disabled", action="store_true", help="create it paused")
-    prc.add_argument(
-        "--exist-ok", action="store_true", help="a recurring run of that name already there is success"
-    )
-    prc.add_argument(
-        "--sync",
-        action="store_true",
-        help="keep the one of that name made from this pipeline, images and settings; else replace it",
-    )
-    _add_connection(prc)
-    prc.set_defaults(fn=_cmd_pipeline_schedule)
-    for verb in ("enable", "disable"):
-        pe = prsub.add_parser(verb, help=f"{verb} a recurring run")
-        pe.add_argument("recurring_run_id")
-        _add_connection(pe)
-        pe.set_defaults(fn=_cmd_pipeline_schedule)
-
-    prt = psub.add_parser("retry", help="retry a failed run (its stages resume from their checkpoints)")
-    prt.add_argument("run_id")
-    _add_connection(prt)
-    prt.set_defaults(fn=_cmd_pipeline_retry)
-
-    pst = psub.add_parser("status", help="state of a run and of each of its tasks")
-    pst.add_argument("run_id")
-    _add_connection(pst)
-    pst.set_defaults(fn=_cmd_pipeline_status)
-
-    pdr = psub.add_parser(
-        "doctor",
-        help="read the cluster and say, one line each, what will not work (exit 1 when something blocks)",
-        description=(
-            "Reads the cluster with your kubeconfig (or the pod's account) and writes nothing. Checks: the "
-            "CRDs and their versions (TrainJob with runtimePatches = Trainer v2.2+, or v2.1's "
-            "podTemplateOverrides; PyTorchJob; Kueue; KFP's ScheduledWorkflow), the namespace's kfp-launcher "
-            "ConfigMap, its Pod Security label (pod-security.kubernetes.io/enforce: IPC_LOCK, restricted), and "
-            "Argo's workflow-controller-configmap workflowDefaults (Workflow TTL, retry policy). Each line is "
-            "'blocks:', 'warning:' or 'ok:' with what to do; the exit code is 1 when a line blocks."
-        ),
-    )
-    pdr.add_argument("--namespace", default="", help="where the pipelines run (default: the kube context's)")
-    pdr.add_argument(
-        "--kfp-namespace",
-        default="kubeflow",
-        help="where KFP and Argo's controller run (default: %(default)s)",
-    )
-    pdr.set_defaults(fn=_cmd_pipeline_doctor)
+    _add_plugin_verbs(sub)
 
     p = sub.add_parser("agent", help="run the ParaVT agent")
     asub = p.add_subparsers(dest="agent_command", required=True)
@@ -653,32 +413,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:
         if debug:
             raise
-        if args.command == "pipeline":
-            handled = _pipeline_error(err, getattr(args, "host", ""))
-            if handled is not None:
-                return handled
+        on_error = getattr(args, "on_error", None)  # a plug-in verb's own one-line report of its failures
+        handled = on_error(err, args) if on_error is not None else None
+        if handled is not None:
+            return handled
         code, line = classify(err, args.command)
         print(line, file=sys.stderr)
         return code
-
-
-def _pipeline_error(err: Exception, host: str = "") -> int | None:
-    """KFP API and connection failures as one line; None for anything else."""
-    import urllib3
-    from kfp_server_api.exceptions import ApiException
-
-    from pipelines.cluster import ClusterError, ClusterUsageError, api_error_message
-
-    if isinstance(err, ClusterUsageError):
-        print(f"paravt pipeline: error: {err}", file=sys.stderr)
-        return 2
-    if isinstance(err, ClusterError):
-        print(f"paravt pipeline: {err}", file=sys.stderr)
-    elif isinstance(err, ApiException | urllib3.exceptions.HTTPError):
-        print(f"paravt pipeline: {api_error_message(err, host)}", file=sys.stderr)
-    else:
-        return None
-    return 1
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import os
 import sys
 from typing import Any
 
+from paravt_core.user_errors import ParavtUserError
+
 USAGE, FAILURE, INTERRUPTED = 2, 1, 130
 DEBUG_HINT = "rerun with --debug (or PARAVT_DEBUG=1) for the traceback"
 
@@ -21,7 +23,7 @@ class UsageError(Exception):
     """A bad argument found after parsing (e.g. an unknown pipeline name): one line, exit status 2."""
 
 
-class PreflightError(RuntimeError):
+class PreflightError(ParavtUserError, RuntimeError):
     """A stage cannot start here (no such device, an output it must not write): one line, exit status 1."""
 
 
@@ -80,31 +82,10 @@ def _network_message(err: BaseException) -> str | None:
     return None
 
 
-# Errors of paravt_core whose message is complete for the user (matched by name along the class hierarchy, so
-# that classifying an error never imports a stage): printed as they are.
-_USER_ERRORS = {
-    "DataError",
-    "EngineError",
-    "EvalError",
-    "FormatError",
-    "RecordError",
-    "VideoError",
-    "SftDataError",
-    "SftError",
-    "PreflightError",
-    "ClusterError",
-    "DemoError",
-    "ReportError",
-}
-
-
 def _is_user_error(err: BaseException) -> bool:
-    if isinstance(err, FileNotFoundError | PermissionError | IsADirectoryError):
-        return True
-    return any(
-        c.__name__ in _USER_ERRORS and c.__module__.startswith(("paravt_core", "pipelines"))
-        for c in type(err).__mro__
-    )
+    """An error whose message is complete for the user (``ParavtUserError``, which the project's own error
+    classes derive from, or a missing/unreadable file): printed as it is."""
+    return isinstance(err, ParavtUserError | FileNotFoundError | PermissionError | IsADirectoryError)
 
 
 def classify(err: BaseException, command: str) -> tuple[int, str]:

@@ -19,12 +19,14 @@ from typing import Any
 
 import yaml
 
+from paravt_core.user_errors import ParavtUserError
+
 DEFAULT_TOKEN_ENV = "KFP_TOKEN"
 # Run states in which a retry makes no sense: still going, or nothing failed.
 _NOT_RETRYABLE = {"PENDING", "RUNNING", "CANCELING", "PAUSED", "SUCCEEDED"}
 
 
-class ClusterError(RuntimeError):
+class ClusterError(ParavtUserError, RuntimeError):
     """A request the user has to fix (bad parameters, bad cron, a run that cannot be retried...)."""
 
 

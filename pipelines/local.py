@@ -20,6 +20,7 @@ from typing import Any
 from kfp import local
 
 from paravt_core.config import DataConfig, config_to_yaml
+from paravt_core.user_errors import ParavtUserError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"  # the recipes, tiny ones included
 
@@ -138,7 +139,7 @@ def run_nightly_locally(
         )
 
 
-class DemoError(RuntimeError):
+class DemoError(ParavtUserError, RuntimeError):
     """The demo pipeline failed: one line naming the task and the log to read."""
 
 

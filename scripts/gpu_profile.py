@@ -4,7 +4,7 @@
     python scripts/gpu_profile.py --prepare-only      # CPU machine: build the synthetic data to carry
     python scripts/gpu_profile.py --tiny --docs none  # CPU: the same on the tiny model (the test runs this)
 
-The model has random weights with Qwen3-VL-2B's shapes (``benchmarks/sft_gpu_check.py build``; nothing is
+The model has random weights with Qwen3-VL-2B's shapes (``paravt_bench/qwen3vl_2b.py``; nothing is
 downloaded), the data is the synthetic set through the data stage (both under ``--work``, shared with
 ``make gpu-check``; built when absent). The real ``paravt sft`` loop runs in this process (as one torchrun
 rank with FSDP2 and bf16 on a GPU, as one plain process on a CPU), without checkpoints, for ``--warmup``
@@ -41,6 +41,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from paravt_bench.gpu_inputs import prepare, relocate  # noqa: E402, F401 - relocate: named here by the tests
+
 RANGES = ("sft/data_wait", "sft/h2d", "sft/forward", "sft/backward", "sft/clip", "sft/optimizer", "sft/log")
 # H100 / H200 SXM dense bf16, the data sheet's peak that MFU is quoted against (the convention; the figure
 # sft_gpu_check.py and tracking.peak_tflops default to). A lent H200's 8192³ bf16 matmul measured 769-798.
@@ -48,74 +50,6 @@ H100_BF16_DENSE_TFLOPS = 989.0
 SYNC_WARNING = "called a synchronizing CUDA operation"
 # attention kernels by name: flash (FA2 / FA3 and the CPU op), cuDNN's fused attention, memory-efficient (fmha)
 ATTENTION_KERNEL = re.compile(r"flash|fmha|cudnn|attention|sdpa|mha", re.IGNORECASE)
-
-
-def prepare(work: Path, tiny: bool) -> tuple[str, str]:
-    """(model dir, data dir): built under ``work`` when absent."""
-    model_dir = work / ("tiny-model" if tiny else "qwen3vl-2b-random")
-    data_dir = work / "data"
-    if not (model_dir / "config.json").is_file():
-        if tiny:
-            from paravt_core.models import build_tiny_model
-
-            build_tiny_model(str(model_dir))
-        else:
-            from benchmarks.sft_gpu_check import build
-
-            build(str(model_dir), None)
-    if not data_dir.is_dir():
-        # imported here only: synth needs ffmpeg-python (and its `future`), which a lent GPU's carry lacks
-        from paravt_core.config import DataConfig, load_config
-        from paravt_core.data.stage import run as data_run
-        from paravt_core.synth import synthesize
-
-        synth = synthesize(str(work / "synth"), videos=8, seconds=20, seed=0)
-        overrides = [
-            f"download.media_source={synth.source_dir}",
-            f"download.parquet_source={synth.parquet_dir}",
-            f"work_dir={work / 'data-work'}",
-            f"output={data_dir}",
-        ]
-        data_run(load_config(DataConfig, None, overrides))
-    elif relocate(data_dir, work):
-        print(f"{data_dir}: media paths pointed at {work / 'data-work'} (data built on another machine)")
-    return str(model_dir), str(data_dir)
-
-
-def _replace(value: Any, old: str, new: str) -> Any:
-    if isinstance(value, str):
-        return value.replace(old, new)
-    if isinstance(value, list):
-        return [_replace(v, old, new) for v in value]
-    if isinstance(value, dict):
-        return {k: _replace(v, old, new) for k, v in value.items()}
-    return value
-
-
-def relocate(data_dir: Path, work: Path) -> int:
-    """Data built on another machine (carried): its rows name media under that machine's ``<work>/data-work``;
-    point them at this ``work``'s copy (SFT and RL rows, every column that names a file there). Returns the
-    number of parquet files rewritten. Shared with ``scripts/gpu_check.py``."""
-    import re
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    here = str(work.resolve() / "data-work") + "/"
-    found = re.compile(r"(/[^'\"\s]*?/data-work/)")
-    changed = 0
-    for path in sorted([*data_dir.glob("sft/*.parquet"), *data_dir.glob("rl/*.parquet")]):
-        table = original = pq.read_table(path)
-        for i, name in enumerate(table.column_names):
-            column = table.column(name)
-            values = column.to_pylist()  # a few dozen rows
-            old = next((m.group(1) for v in values if (m := found.search(str(v)))), None)
-            if old is not None and old != here:
-                table = table.set_column(i, name, pa.array(_replace(values, old, here), type=column.type))
-        if table is not original:
-            pq.write_table(table, path)
-            changed += 1
-    return changed
 
 
 def loader_sweep(cfg: Any, workers: list[int], samples: int) -> list[dict]:

@@ -12,6 +12,8 @@ import pytest
 
 from paravt_core import cli_errors as ce
 from paravt_core.config_base import ConfigError
+from paravt_core.eval.stage import EvalError
+from pipelines.cluster import ClusterError
 
 
 def test_one_line_joins_the_non_blank_lines_stripped():
@@ -42,7 +44,13 @@ def test_debug_without_the_variable(monkeypatch):
     assert ce.debug_enabled([]) is False
 
 
-def _user_error(name: str, module: str) -> BaseException:
+def _user_error(base: type[BaseException], module: str) -> BaseException:
+    """A subclass of one of the project's user errors, as a stage's own refinement of it would be."""
+    return type("Sub", (base,), {"__module__": module})("bad row\nline 2")
+
+
+def _look_alike(name: str, module: str) -> BaseException:
+    """A class named like a user error that does not derive from ``ParavtUserError``: not one."""
     cls = type(name, (RuntimeError,), {"__module__": module})
     return type("Sub", (cls,), {"__module__": module})("bad row\nline 2")
 
@@ -60,11 +68,16 @@ HINT = "rerun with --debug (or PARAVT_DEBUG=1) for the traceback"
         (FileNotFoundError("gone"), 1, "paravt sft: gone"),
         (PermissionError("no"), 1, "paravt sft: no"),
         (IsADirectoryError("dir"), 1, "paravt sft: dir"),
-        (_user_error("EvalError", "paravt_core.eval.stage"), 1, "paravt sft: bad row; line 2"),
-        (_user_error("ClusterError", "pipelines.cluster"), 1, "paravt sft: bad row; line 2"),
-        (_user_error("EvalError", "elsewhere"), 1, f"paravt sft: unexpected Sub: bad row; line 2 ({HINT})"),
+        (_user_error(EvalError, "paravt_core.eval.stage"), 1, "paravt sft: bad row; line 2"),
+        (_user_error(ClusterError, "pipelines.cluster"), 1, "paravt sft: bad row; line 2"),
+        (_look_alike("EvalError", "elsewhere"), 1, f"paravt sft: unexpected Sub: bad row; line 2 ({HINT})"),
         (
-            _user_error("OtherError", "paravt_core.x"),
+            _look_alike("EvalError", "paravt_core.eval.stage"),
+            1,
+            f"paravt sft: unexpected Sub: bad row; line 2 ({HINT})",
+        ),
+        (
+            _look_alike("OtherError", "paravt_core.x"),
             1,
             f"paravt sft: unexpected Sub: bad row; line 2 ({HINT})",
         ),

@@ -1,19 +1,22 @@
 """Our answer scoring against lmms-eval 0.7.3's own task scorers (installed --no-deps into
 .venv-bench/lmms-eval-site by scripts/setup.sh) and the release's rule, on the seeded corpus of
-benchmarks/scoring_corpus.py (issue 21 item 2). ``make bench-scoring`` prints the same comparison in full."""
+paravt_bench/scoring_corpus.py. ``make bench-scoring`` prints the same comparison in full."""
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-from scoring_corpus import MCQ_FORMS, TVG_FORMS, corpus  # noqa: E402
-from scoring_refs import GUESS, compare, deliberate, load_lmms_eval, release_interval, release_letter  # noqa: E402
+from paravt_bench.scoring_corpus import MCQ_FORMS, TVG_FORMS, corpus
+from paravt_bench.scoring_refs import (
+    GUESS,
+    compare,
+    deliberate,
+    load_lmms_eval,
+    release_interval,
+    release_letter,
+)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The model-FLOPs rule of MFU (``paravt_core/train/flops.py``), checked three ways:
 
-- at Qwen3-VL-2B's shapes (``benchmarks/sft_gpu_check.py``'s, on the meta device): the linear weights the
+- at Qwen3-VL-2B's shapes (``paravt_bench/qwen3vl_2b.py``'s, on the meta device): the linear weights the
   formula assumes are the model's own, part by part, and one step's count is worked out here by hand from
   the config's integers; against it the older 6 x parameters rule over-counts by 1.14x on this pack;
 - on two samples of known lengths: the causal attention term, query by query;
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.sft_gpu_check import QWEN3VL_2B_TEXT, QWEN3VL_2B_VISION
+from paravt_bench.qwen3vl_2b import QWEN3VL_2B_TEXT, QWEN3VL_2B_VISION
 from paravt_core.plan.report import Utilisation, timed
 from paravt_core.tracking.scalars import mfu, mfu_6n
 from paravt_core.train.flops import PackFacts, Shapes, StepFlops, model_shapes, pack_facts, pack_flops

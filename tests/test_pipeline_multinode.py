@@ -4,11 +4,13 @@ stays the GPU pod of components/sft.py / rl.py."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
 import yaml
 
+from components.launchers import multinode as multinode_launchers
 from paravt_core.config_base import ConfigError
 from paravt_core.launch.trainjob import check_rl_multinode, rank0_address
 from pipelines.compile import compile_pipeline
@@ -34,9 +36,12 @@ def test_multinode_stages_are_trainjob_creating_steps(ir):
     for stage, image in (("sft", "paravt-sft"), ("rl", "paravt-rl")):
         container = spec["deploymentSpec"]["executors"][f"exec-{stage}-trainjob-op"]["container"]
         assert container["image"].startswith(image)  # the step's pod runs the stage's image
-        body = container["command"][-1]
-        assert "from paravt_core.launch.trainjob import" in body and "launch_with_retries(" in body
-        assert f'"{stage}",' in body
+        body = container["command"][-1]  # the spec's body: one call into the image's launcher
+        assert f"from components.launchers.multinode import {stage}_trainjob_step" in body
+        assert f"return {stage}_trainjob_step(" in body
+        launcher = inspect.getsource(getattr(multinode_launchers, f"{stage}_trainjob_step"))
+        assert "from paravt_core.launch.trainjob import" in launcher and "launch_with_retries(" in launcher
+        assert f'"{stage}",' in launcher
         # The launcher pod asks for no GPU: the job's nodes do.
         assert "accelerator" not in container.get("resources", {})
         assert container["resources"]["cpuLimit"] == 1.0

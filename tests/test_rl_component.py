@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+
 import yaml
 from kfp import compiler
 
+from components.launchers.rl import rl_step
 from components.rl import rl_op
 
 
@@ -27,8 +30,10 @@ def test_rl_component_ir(tmp_path, monkeypatch):
     executor = spec["deploymentSpec"]["executors"]["exec-rl-op"]["container"]
     assert executor["image"].startswith("paravt-rl")
     # the step runs the topology launcher (SGLang on engine.gpus, the learner under torchrun), not run(cfg)
-    body = executor["command"][-1]
+    body = executor["command"][-1]  # the spec's body: one call into the image's launcher
+    assert "from components.launchers.rl import rl_step" in body and "return rl_step(" in body
+    launcher = inspect.getsource(rl_step)
     # the launch runs under the in-pod reruns (launch.retries)
-    assert "from paravt_core.rl.launch import launch" in body and "lambda: launch(cfg)" in body
-    assert "rl.stage import run" not in body
+    assert "from paravt_core.rl.launch import launch" in launcher and "lambda: launch(cfg)" in launcher
+    assert "rl.stage import run" not in launcher
     assert "do-not-leak" not in text

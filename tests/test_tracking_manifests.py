@@ -3,6 +3,9 @@ checks them, and the components' ``tensorboard`` outputs in the compiled pipelin
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import re
 from pathlib import Path
 
 import jsonschema
@@ -69,7 +72,12 @@ def test_training_and_eval_steps_output_their_tensorboard_logs(name: str, tmp_pa
     artifact = component["outputDefinitions"]["artifacts"]["tensorboard"]
     assert artifact["artifactType"]["schemaTitle"] == "system.Artifact"
     (executor,) = spec["deploymentSpec"]["executors"].values()
-    assert "publish_tensorboard(tensorboard, " in executor["container"]["command"][-1]
+    body = executor["container"]["command"][-1]  # the spec's body: one call into the image's launcher
+    module, step = re.search(r"from (components\.launchers\.\w+) import (\w+)", body).groups()
+    assert f"return {step}(" in body and "tensorboard=tensorboard," in body
+    assert "publish_tensorboard(tensorboard, " in inspect.getsource(
+        getattr(importlib.import_module(module), step)
+    )
 
 
 def test_demo_prints_the_one_tensorboard_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,9 +33,10 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from paravt_core.data.schema import MEDIA_PART_TYPES, RL_EXTRA_INFO_KEYS
+from paravt_core.user_errors import ParavtUserError
 
 
-class DataError(RuntimeError):
+class DataError(ParavtUserError, RuntimeError):
     """Input data the stage cannot use. The message names the file (and the row or member when known)."""
 
 

@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from paravt_core.user_errors import ParavtUserError
+
 # "stop" (eos or a stop string) and "length" (the token limit) from every engine; chat servers may also
 # answer e.g. "abort", "content_filter" or "tool_calls", which are kept as they are (never mapped to "stop":
 # the episode must not append an <|im_end|> the model never wrote).
@@ -36,7 +38,7 @@ def image_processor_kwargs(*, max_pixels: int, min_pixels: int) -> dict[str, Any
     return {"size": {"shortest_edge": min_pixels, "longest_edge": max_pixels}}
 
 
-class EngineError(RuntimeError):
+class EngineError(ParavtUserError, RuntimeError):
     """The backend could not produce completions (server down, bad response, out of memory, ...)."""
 
 

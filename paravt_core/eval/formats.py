@@ -17,13 +17,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from paravt_core.user_errors import ParavtUserError
+
 SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json")
 # Short names of a split in file names (LongVideoBench's json-only copy: lvb_val.json beside lvb_test_wo_gt.json
 # and subtitles/*.json).
 SPLIT_ALIASES = {"validation": ("val",)}
 
 
-class FormatError(ValueError):
+class FormatError(ParavtUserError, ValueError):
     """A source that holds no readable rows."""
 
 

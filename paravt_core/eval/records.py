@@ -19,10 +19,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from paravt_core.user_errors import ParavtUserError
+
 log = logging.getLogger(__name__)
 
 
-class RecordError(RuntimeError):
+class RecordError(ParavtUserError, RuntimeError):
     """A records file or shard set that cannot be used."""
 
 

@@ -47,6 +47,7 @@ from paravt_core.stage import StageResult, StageRun, console
 from paravt_core.tracking import log_results
 from paravt_core.tracking.progress import EvalProgress, is_terminal
 from paravt_core.tracking.scalars import eval_scalars
+from paravt_core.user_errors import ParavtUserError
 
 from . import benchmarks as registry
 from . import report
@@ -61,7 +62,7 @@ STAGE = "eval"
 ROW_PATTERNS = ["*.parquet", "*.arrow", "*.json", "*.jsonl"]
 
 
-class EvalError(RuntimeError):
+class EvalError(ParavtUserError, RuntimeError):
     """The eval stage cannot run or its result fails the error-share gate (one-line message)."""
 
 

@@ -35,6 +35,7 @@ from paravt_core.report.trend import (
     trend_table,
 )
 from paravt_core.stage import StageResult, StageRun, console
+from paravt_core.user_errors import ParavtUserError
 
 STAGE = "report"
 NIGHTS_DIR = "nights"
@@ -135,7 +136,7 @@ def eval_table(eval_outputs: list[str]) -> list[dict]:
     return rows
 
 
-class ReportError(RuntimeError):
+class ReportError(ParavtUserError, RuntimeError):
     """An input of the report is missing or incomplete; the message is complete for the user."""
 
 

@@ -33,9 +33,10 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from paravt_core import storage
 from paravt_core.sft.inputs import BadRow, MediaSpec, encode_row, media_parts, parse_messages
 from paravt_core.sft.packing import Sample
+from paravt_core.user_errors import ParavtUserError
 
 
-class SftDataError(RuntimeError):
+class SftDataError(ParavtUserError, RuntimeError):
     """The input cannot be used (missing, incomplete, empty); the message is complete for the user."""
 
 

@@ -52,9 +52,10 @@ from paravt_core.train.attention import describe, set_implementation
 from paravt_core.train.dist import Dist, seed_everything, setup_distributed
 from paravt_core.train.flops import PackFacts, model_shapes, pack_facts, step_flops
 from paravt_core.train.fsdp import CoreOptions, build, clip_grads, make_adamw
+from paravt_core.user_errors import ParavtUserError
 
 
-class SftError(RuntimeError):
+class SftError(ParavtUserError, RuntimeError):
     """The run cannot go on (too many bad rows, an incompatible checkpoint); the message says why.
     ``metrics``: what the stage records in ``metrics.json`` for a failed run (the gate's counts)."""
 

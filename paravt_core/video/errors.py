@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import re
 
+from paravt_core.user_errors import ParavtUserError
+
 # An absolute path (or an s3:// / file:// URI) inside a message: reduced to its last component.
 _HOST_PATH = re.compile(r"(?:(?:s3|file)://|(?<![\w.:/])/)(?:[^\s/'\"]+/)+([^\s/'\"]+)")
 
@@ -24,7 +26,7 @@ def for_model(text: str, *locations: str | None) -> str:
     return _HOST_PATH.sub(r"\1", text)
 
 
-class VideoError(Exception):
+class VideoError(ParavtUserError):
     """Base class: the video or the request cannot be served."""
 
 

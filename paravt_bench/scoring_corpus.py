@@ -7,7 +7,7 @@ empty replies; intervals in several separators and time formats, "Start time / E
 intervals, reversed pairs, no interval at all). Each item carries its gold (a letter, or ``[start, end]`` seconds
 with two decimals, e.g. 130.25) and the template it came from, so disagreements can be grouped by form.
 
-    python benchmarks/scoring_corpus.py --out corpus.jsonl    # write it, one JSON object per line
+    python -m paravt_bench.scoring_corpus --out corpus.jsonl    # write it, one JSON object per line
 """
 
 from __future__ import annotations
