@@ -156,7 +156,7 @@ def generate(path: Path, rows: int, pool: list[str], seed: int = 0, chunk: int =
 def _release_path(url: str, root: Path, missing: Counter) -> str:
     """One media reference as the release treats it: sentinel check, then ``resolve()`` and ``exists()``
     of that very path (no cache), counting missing files per top-level directory. The release returns
-    ``file://`` + the resolved path; SPEC §2 drops the scheme, so the plain path is returned (same cost)."""
+    ``file://`` + the resolved path; docs/method.md §2 drops the scheme, so the plain path is returned (same cost)."""
     if not url:
         return url
     rel = url.removeprefix("file://")

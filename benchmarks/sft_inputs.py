@@ -8,7 +8,7 @@
   ``--batch-size`` rows. Both apply the same label masking, so the difference is media handling and
   batching.
 
-Both sample 1 fps, at most 64 frames, 784..50176 px per frame (SPEC §6), in one process with one intra-op
+Both sample 1 fps, at most 64 frames, 784..50176 px per frame (docs/method.md §6), in one process with one intra-op
 thread. Rows: the ParaVT SFT format (agentic system prompt with the tool block, a video, parallel
 ``crop_video`` calls, tool responses, an answer) over 1-10 min videos (640x360, 30 fps, x264 defaults, GOP
 250; made by ffmpeg once and cached in ``~/.cache/paravt-bench``). The tokenizer and processor are the tiny
@@ -148,7 +148,7 @@ def release(rows: list[list[dict]], processor, batch_size: int) -> dict:
     encoded = []
     for row in rows:
         messages = parse_messages(row)
-        for m in messages:  # the release's video element, with SPEC §6's sampling
+        for m in messages:  # the release's video element, with docs/method.md §6's sampling
             for part in m["content"]:
                 if part["type"] == "video":
                     part.update(

@@ -15,7 +15,7 @@
    - LongVideoBench's parser answers a random letter when it finds none; that call is replaced by a marker so
      the comparison can tell a guess from a reading (the random draw is not a reading of the answer).
 
-2. **The release's rule**: SPEC §7 (the final reply is scored whole) and the release's eval driver
+2. **The release's rule**: docs/method.md §7 (the final reply is scored whole) and the release's eval driver
    (``paravt/eval/utils.py``: ``extract_letter``, ``extract_time_from_response``, ``temporal_iou``), written
    here from its documented behaviour, with its last-resort guesses (the reply's first character; "any two
    numbers") marked as guesses.
@@ -335,7 +335,7 @@ def compare(items: list[dict[str, Any]], refs: LmmsEval) -> list[Row]:
 DELIBERATE = {
     "hedged": "two different options named as the answer: refused, not guessed (issue 21)",
     "revised": "the answer names different letters in turn: the last statement / last <answer> decides "
-    "(issue 22 item 2, SPEC §7); both references take the first",
+    "(issue 22 item 2, docs/method.md §7); both references take the first",
 }
 
 
@@ -363,7 +363,7 @@ FORM_NOTES = {
     "is_correct": "'Based on the frames, C is correct': LVB reads the B of 'Based'",
     "revised": "'I thought the answer is D, but the answer is C': ours takes the last statement (issue 22 item 2)",
     "revised_tag": "two statements in one <answer>: ours takes the last; the release and LVB the first",
-    "two_tags": "two <answer> tags: ours reads the last (SPEC §7); the release and LVB the first",
+    "two_tags": "two <answer> tags: ours reads the last (docs/method.md §7); the release and LVB the first",
     "hedge_or": "'C or B': ours refuses a hedge; the references take one of its letters",
     "hedge_slash": "'B/A': ours refuses a hedge; the references take one of its letters",
     "hedge_either": "'either A or D': ours refuses a hedge; the references take one of its letters",

@@ -119,7 +119,7 @@ class DataConfig(StrictModel):
 
 
 # ---------------------------------------------------------------------------------------------
-# RL recipe (the ``paravt:`` block, SPEC §5) and the GRPO algorithm knobs
+# RL recipe (the ``paravt:`` block, docs/method.md §5) and the GRPO algorithm knobs
 # ---------------------------------------------------------------------------------------------
 
 RecipeName = Literal["para_grpo", "vanilla_grpo"]
@@ -201,7 +201,7 @@ class RewardConfig(StrictModel):
         return self
 
 
-# SPEC §5 table: what each preset sets. Keys given explicitly (YAML or dotted overrides) win.
+# docs/method.md §5 table: what each preset sets. Keys given explicitly (YAML or dotted overrides) win.
 RECIPE_PRESETS: dict[str, dict[str, Any]] = {
     "para_grpo": {
         "constrained": {"think_prefix": True, "answer_suffix": True},
@@ -229,7 +229,7 @@ def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 
 class ParavtRecipe(StrictModel):
-    """The ``paravt:`` block: ``preset`` fills SPEC §5's column, every knob stays overridable
+    """The ``paravt:`` block: ``preset`` fills docs/method.md §5's column, every knob stays overridable
     (``paravt.preset=vanilla_grpo paravt.anchoring.weight=0.2``)."""
 
     preset: RecipeName = Field(
@@ -265,7 +265,7 @@ class ParavtRecipe(StrictModel):
 
 
 class AdvantageConfig(StrictModel):
-    """SPEC §5 advantages: R' = clip((R + bias) * scale, +-clip), group-normalized, per-token KL reward,
+    """docs/method.md §5 advantages: R' = clip((R + bias) * scale, +-clip), group-normalized, per-token KL reward,
     reward-to-go (gamma = lambda = 1), token-weighted batch normalization."""
 
     reward_bias: float = Field(default=-0.2, description="added to every reward before scaling")
@@ -285,7 +285,7 @@ class AdvantageConfig(StrictModel):
 
 
 class PolicyLossConfig(StrictModel):
-    """SPEC §5 decoupled PPO loss."""
+    """docs/method.md §5 decoupled PPO loss."""
 
     clip_eps: float = Field(default=0.2, gt=0.0, lt=1.0, description="PPO ratio clipped to 1 +- this")
     behav_weight_cap: float | None = Field(
@@ -497,7 +497,7 @@ class SftCheckpointConfig(StrictModel):
 
 
 class SftConfig(StrictModel):
-    """``paravt sft``: packed SFT of Qwen3-VL on the data stage's SFT rows (SPEC §6)."""
+    """``paravt sft``: packed SFT of Qwen3-VL on the data stage's SFT rows (docs/method.md §6)."""
 
     output: str = Field(
         default="./paravt-work/sft",

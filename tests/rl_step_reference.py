@@ -3,7 +3,7 @@ for the equality test (tests/test_rl_step_equal.py) and the timing (benchmarks/r
 
 One process, no padding passes. Per forward pass the prox and reference log-probs come back to the host one
 sample at a time; per trained pass the loss is read as a Python float and the statistics are computed with
-one ``float()`` each; the norm is a float. The policy loss is the decoupled PPO loss of SPEC §5 written here
+one ``float()`` each; the norm is a float. The policy loss is the decoupled PPO loss of docs/method.md §5 written here
 again (not ``paravt_core.rl.loss``), so a change in the production loss's terms shows too. Only the pure
 advantage math (pinned by tests/test_rl_math.py) and the packing are shared with production.
 """
@@ -33,7 +33,7 @@ def ppo_loss(
     cap: float | None,
     n_tokens: float,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """SPEC §5 per trained token: max(-A r, -A clip(r)) * w, w = exp(prox - behav) kept where w <= cap;
+    """docs/method.md §5 per trained token: max(-A r, -A clip(r)) * w, w = exp(prox - behav) kept where w <= cap;
     summed and divided by the step's trained tokens. Statistics: means over this pass's trained tokens."""
     m = mask.to(torch.bool)
     ratio = torch.where(m, torch.exp(logp - prox), torch.zeros_like(logp))

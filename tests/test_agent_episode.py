@@ -234,9 +234,11 @@ def test_forced_answer_after_the_last_round_has_its_own_token_budget(tiny_model,
     engine = ScriptedEngine(tiny_model.processor, [crop(0, 2), "B " * 100])
     result = run(engine, video, max_turns=1, forced_answer="mcq")
     assert result.finish_reason == "max_tokens"  # the forced reply is capped at 64 tokens
-    assert engine.requests[-1].sampling.max_new_tokens == 64  # SPEC §4.2
+    assert engine.requests[-1].sampling.max_new_tokens == 64  # docs/method.md §4.2
     assert result.turns[-1].tokens == 64 and len(result.turns) == 2
-    forced = "Based on the video and cropped segments above, answer with ONLY the letter."  # SPEC §4.2
+    forced = (
+        "Based on the video and cropped segments above, answer with ONLY the letter."  # docs/method.md §4.2
+    )
     assert "<|im_start|>user\n" + forced + "<|im_end|>\n<|im_start|>assistant\n" in result.main.text
 
 
@@ -391,7 +393,7 @@ def test_shared_overview_and_per_row_frame_count(tiny_model, video):  # noqa: F8
 
 def test_subagent_temperature_follows_the_main_agent_and_seeds_are_distinct(tiny_model, video):  # noqa: F811
     main = [crop(0, 2) + crop(3, 5) + crop(6, 8), "<answer>B</answer>"]
-    # eval protocol: temperature 0 -> greedy sub-agents too (SPEC §4.4.5)
+    # eval protocol: temperature 0 -> greedy sub-agents too (docs/method.md §4.4.5)
     engine = ScriptedEngine(tiny_model.processor, list(main))
     run(engine, video, temperature=0.0, subagent={"temperature": None})
     assert [r.sampling.temperature for r in engine.requests] == [0.0] * 5

@@ -1,4 +1,4 @@
-"""Tool-call, answer and tag parsing (SPEC §4.3): per-block results, legacy form, never raising."""
+"""Tool-call, answer and tag parsing (docs/method.md §4.3): per-block results, legacy form, never raising."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def test_answers_and_open_tags():
     assert open_tag_at_end("<think>a</think><answer>b</answer>") is None
 
 
-# SPEC §4.1, copied from the spec's text: the independent expectation for the tool schema.
+# The released tool schema (docs/method.md §4.1), written out here: the independent expectation for the set's.
 SPEC_SCHEMA = (
     '{"type":"function","function":{"name":"crop_video","description":"Analyze a cropped video segment by '
     'sampling frames from a specific time range.","parameters":{"type":"object","properties":{"video_path":'
@@ -132,7 +132,7 @@ SPEC_SCHEMA = (
     '"Start time in seconds"},"end_time":{"type":"number","description":"End time in seconds"}},"required":'
     '["video_path","start_time","end_time"]}}}'
 )
-# SPEC §4.2, verbatim.
+# The released forced-answer texts (docs/method.md §4.2), written out here.
 SPEC_FORCED = {
     "mcq": "Based on the video and cropped segments above, answer with ONLY the letter.",
     "tvg": "Based on the video and any cropped segments, provide your final answer about when the event "
@@ -142,7 +142,7 @@ SPEC_FORCED = {
 
 def test_protocol_texts():
     ps = load_prompt_set("paravt-v1")
-    # the schema line is SPEC §4.1's JSON, in its key order, with json.dumps' default ", " / ": " separators
+    # the schema line is docs/method.md §4.1's JSON, in its key order, with json.dumps' default ", " / ": " separators
     spec = json.loads(SPEC_SCHEMA)
     assert json.loads(ps.tool_schema) == spec
     assert list(json.loads(ps.tool_schema)["function"]["parameters"]["properties"]) == [
@@ -175,7 +175,7 @@ def test_protocol_texts():
         "segments.\n"
     )
     assert re.findall(r"<tools>\n(.*?)\n</tools>", general, re.DOTALL) == [ps.tool_schema]
-    # SPEC §4.2's example call, inside a call block, then the parallel note, then the strict format
+    # docs/method.md §4.2's example call, inside a call block, then the parallel note, then the strict format
     example = '{"name": "crop_video", "arguments": {"video_path": "...", "start_time": 0, "end_time": 10}}'
     assert f"<tool_call>\n{example}\n</tool_call>" in general
     assert "multiple <tool_call> blocks in one turn" in general

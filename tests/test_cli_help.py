@@ -72,7 +72,9 @@ def test_version_and_benchmark_list(capsys) -> None:
     names = [line.split()[0] for line in lines[1:-1]]
     assert names == list(registry.REGISTRY)
     videomme = next(line for line in lines if line.startswith("videomme "))
-    assert "lmms-lab/Video-MME" in videomme and videomme.rstrip().endswith("62.1")  # SPEC §7, ParaVT-8B
+    assert "lmms-lab/Video-MME" in videomme and videomme.rstrip().endswith(
+        "62.1"
+    )  # docs/method.md §7, ParaVT-8B
 
 
 @pytest.mark.parametrize("stage", STAGES)

@@ -298,7 +298,7 @@ def test_rl_extra_info_json_strings() -> None:
         '{"answer": "12.0, 18.5", "question_type": "tvg", "index": 3}',  # extra key: decided in Python
         '{"answer": ["a", 1], "question_type": "oe"}',  # non-string answer is still an answer
         '{"question_type": "mcq"}',
-        '{"answer": "A", "question_type": ""}',  # empty, null or absent: open-ended (SPEC 2.4), kept
+        '{"answer": "A", "question_type": ""}',  # empty, null or absent: open-ended (docs/method.md §2.4), kept
         '{"answer": "A", "question_type": null}',
         '{"answer": "A"}',
         '{"answer": "A", "question_type": 5}',  # present but not a string: rejected

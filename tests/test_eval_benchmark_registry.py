@@ -1,6 +1,6 @@
 """Benchmarks as plug-ins: every hub (metrics, the report, ``--list-benchmarks``, the nightly default, the demo
 fixtures) reads the registry, so a benchmark declared outside the library and put into ``REGISTRY`` shows up
-in each of them; and what the registry holds for the shipped benchmarks (SPEC §7's published table, the
+in each of them; and what the registry holds for the shipped benchmarks (docs/method.md §7's published table, the
 fixture layout), written out by hand."""
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def test_a_registered_benchmarks_fixture_is_written_into_demo_data(toys, tmp_pat
 
 
 def test_published_numbers_are_spec_tables_rows() -> None:
-    # SPEC §7's table of the with-tool protocol (accuracy %, Charades mIoU), one row per checkpoint
+    # docs/method.md §7's table of the with-tool protocol (accuracy %, Charades mIoU), one row per checkpoint
     table = {
         "Qwen3-VL-8B": [59.9, 68.4, 52.2, 33.1, 58.3, 68.0, 49.3],
         "LongVT-RFT-7B": [59.5, 66.0, 54.7, 37.9, 59.4, 63.4, 23.4],

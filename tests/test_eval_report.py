@@ -72,7 +72,7 @@ def test_published_model_detection():
 def test_html_shows_published_numbers_and_differences():
     results, records = _results("ParaVT-8B", checksum=report.release_checksum(), rule="release")
     html = report.render_html(results, report.plots(results, records))
-    # agentic videomme: 3 of 4 = 75.0; SPEC §7 ParaVT-8B VMME 62.1 -> +12.9, comparable (preset, prompts, rule)
+    # agentic videomme: 3 of 4 = 75.0; docs/method.md §7 ParaVT-8B VMME 62.1 -> +12.9, comparable (preset, prompts, rule)
     assert "<b>75.0</b>" in html and "<td>62.1</td>" in html and "+12.9" in html
     assert html.count(report.COMPARABLE) == 1  # videomme only
     # charades mIoU: 0.4 over the 1 scored sample = 40.0 (a video_error stays out under the release's rule

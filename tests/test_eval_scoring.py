@@ -98,7 +98,7 @@ def test_multiple_choice_never_asks_the_judge():
 
 
 def test_the_final_reply_decides():
-    """SPEC §7 / issue 21 item 6: an earlier turn's <answer>A</answer> never overrides the final reply "C"
+    """docs/method.md §7 / issue 21 item 6: an earlier turn's <answer>A</answer> never overrides the final reply "C"
     (the forced answer of the release scores C)."""
     assert prediction_of("The answer is C") == "The answer is C"
     assert _score(MCQ, prediction_of("C")).parsed == "C"

@@ -61,7 +61,7 @@ def test_results_count_tool_use_of_scored_samples_under_the_tool_protocol_only(t
     assert results["server"] == server
     assert results["code_version"] == "v-test-1"
     assert results["elapsed_s"] == 12.346
-    # SPEC §7's published table, row Qwen3-VL-8B (each Benchmark.published in paravt_core/eval/benchmarks/)
+    # docs/method.md §7's published table, row Qwen3-VL-8B (each Benchmark.published in paravt_core/eval/benchmarks/)
     assert results["published"] == {"videomme": 59.9, "videomme_wsub": 68.4, "longvideobench": 52.2,
                                     "lvbench": 33.1, "mlvu": 58.3, "mmvu": 68.0, "charades": 49.3,
                                     "synthetic": None}  # fmt: skip

@@ -78,7 +78,7 @@ def test_gating_without_choices_says_why() -> None:
 
 
 def test_sequence_advantages_with_the_default_knobs() -> None:
-    """SPEC §5 defaults (bias -0.2, scale 10, clip 20, eps 1e-5). Rewards 1, 0, 3.5 in group 0 and 0.5 alone:
+    """docs/method.md §5 defaults (bias -0.2, scale 10, clip 20, eps 1e-5). Rewards 1, 0, 3.5 in group 0 and 0.5 alone:
     shaped (R - 0.2) x 10 = 8, -2, 33 -> 20 (clipped), 3. Group 0: mean 26/3 = 8.6667, centred -0.6667,
     -10.6667, 11.3333, unbiased std sqrt(242.6667 / 2) = 11.015141 -> -0.060523, -0.968363, 1.028886;
     a group of one -> 0."""
@@ -277,7 +277,7 @@ class _Call:
 
 
 def test_compose_keeps_every_part_in_its_breakdown() -> None:
-    """PARA-GRPO, format_weight 0.5, gold A, one call that ran: R_acc 1 (letter A); R_fmt parts (SPEC §5,
+    """PARA-GRPO, format_weight 0.5, gold A, one call that ran: R_acc 1 (letter A); R_fmt parts (docs/method.md §5,
     answer suffix on, anchor weight 0.5): think .2, answer .3, answer closed .2, anchor close .2 (0.4 x
     0.5), anchor flow .15 (0.3 x 0.5), no open think 0, think before the tool .3, balanced .1 = 1.45 ->
     clipped 1.0; R_tool level .3 + .5 (correct) = 0.8. Total 1 + 0.5 x 1.0 + 0.8 = 2.3."""

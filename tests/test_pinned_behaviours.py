@@ -55,7 +55,7 @@ def test_safe_join_refuses_a_sibling_that_shares_the_roots_name(tmp_path: Path) 
 
 
 def test_a_think_body_of_exactly_ten_characters_earns_the_think_points() -> None:
-    body = "0123456789"  # 10 characters: SPEC §5 says ">= 10"
+    body = "0123456789"  # 10 characters: docs/method.md §5 says ">= 10"
     assert len(body) == 10
     parts = format_reward(f"<think>{body}</think><answer>B</answer>", **PARA).parts
     assert parts["think"] == pytest.approx(0.2)
@@ -81,7 +81,7 @@ def test_the_flow_anchor_needs_the_think_closed_before_the_answer() -> None:
 
 @pytest.mark.parametrize("log_w", [0.0, 1.5])
 def test_a_token_whose_behaviour_weight_is_exactly_the_cap_is_kept(log_w: float) -> None:
-    """SPEC §5: tokens with w > cap are dropped, so w == cap stays. Token 0 has w = exp(log_w) (the cap is
+    """docs/method.md §5: tokens with w > cap are dropped, so w == cap stays. Token 0 has w = exp(log_w) (the cap is
     taken as that very float), token 1 has w = exp(log_w + 1) > cap and is dropped.
     A = 1, logp = prox: ratio 1, pg = -1 per token; loss = -(w0 x 1 + 0) / 2 tokens."""
     prox = torch.tensor([[log_w, log_w + 1.0]])

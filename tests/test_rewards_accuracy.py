@@ -1,4 +1,4 @@
-"""R_acc (SPEC §5): normalization, MCQ letters, temporal IoU, token F1; values worked out by hand."""
+"""R_acc (docs/method.md §5): normalization, MCQ letters, temporal IoU, token F1; values worked out by hand."""
 
 from __future__ import annotations
 

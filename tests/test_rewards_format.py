@@ -1,4 +1,4 @@
-"""R_fmt, R_tool, compose and the degenerate guard (SPEC §5); every expected value worked out by hand.
+"""R_fmt, R_tool, compose and the degenerate guard (docs/method.md §5); every expected value worked out by hand.
 
 PARA-GRPO: answer_suffix on (base 0.2 / 0.3 / 0.2), lambda_anchor 0.5 (anchor terms 0.2 / 0.15 / -0.15).
 Vanilla: answer_suffix off (base 0.3 / 0.2 / 0.1), lambda_anchor 0. Then +0.3 think before the first tool
@@ -29,7 +29,7 @@ FORMAT_CASES = [
     # (id, text, PARA-GRPO score, vanilla score)
     # full flow: .2+.3+.2 + .2+.15 + .1 = 1.15 -> 1.0 | .3+.2+.1 + .1 = 0.7
     ("full_flow", THINK + "</think><answer>B</answer>", 1.0, 0.7),
-    # think never closed, its 21-character body runs until <answer> so it is present (SPEC §5):
+    # think never closed, its 21-character body runs until <answer> so it is present (docs/method.md §5):
     # .2+.3+.2 + 0+0-.15, unbalanced = 0.55 | .3+.2+.1 = 0.6 (closing it pays more: 1.0 | 0.7, full_flow)
     ("think_unclosed", THINK + "<answer>B</answer>", 0.55, 0.6),
     # open think of 2 characters before <answer>: 0+.3+.2 - .15 = 0.35 | 0+.2+.1 = 0.3

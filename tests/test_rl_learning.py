@@ -37,6 +37,6 @@ def test_format_reward_rises(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
     assert all(m["accuracy_mean"] == 0.0 and m["tool_mean"] == 0.0 for m in history)
     first, last = statistics.mean(rewards[:5]), statistics.mean(rewards[-5:])
     # start: the forced "<think>\n" is almost never closed; its body (random text to the end) is present, so
-    # R_fmt = 0.2 - 0.5 x 0.3 = 0.05 for most samples (SPEC §5), against 0.2 + 0.5 x 0.4 + 0.1 = 0.5 closed
+    # R_fmt = 0.2 - 0.5 x 0.3 = 0.05 for most samples (docs/method.md §5), against 0.2 + 0.5 x 0.4 + 0.1 = 0.5 closed
     assert first < 0.15  # 0.05 plus the few samples that close the block by chance (0.092 measured)
     assert last > first + 0.15, rewards  # a clear rise, not a number

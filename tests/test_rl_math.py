@@ -1,4 +1,4 @@
-"""nFrames gating, GRPO advantages and the decoupled PPO loss (SPEC §5), checked against hand-worked values
+"""nFrames gating, GRPO advantages and the decoupled PPO loss (docs/method.md §5), checked against hand-worked values
 and against plain-Python loop references on random inputs."""
 
 from __future__ import annotations

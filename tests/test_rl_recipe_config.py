@@ -1,4 +1,4 @@
-"""The ``paravt:`` recipe block (SPEC §5 table) as typed config: presets, dotted overrides, validation."""
+"""The ``paravt:`` recipe block (docs/method.md §5 table) as typed config: presets, dotted overrides, validation."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "rl"
 def test_published_8b_configs(name, recipe):
     cfg = load_config(RlConfig, CONFIGS / name)
     assert _table(cfg.paravt) == recipe
-    # SPEC §5: 7 prompts x 8 samples, 2048 new tokens, T 0.7, lr 2e-6, wd 0.01, kl_ctl 0.01, ckpt every 5
+    # docs/method.md §5: 7 prompts x 8 samples, 2048 new tokens, T 0.7, lr 2e-6, wd 0.01, kl_ctl 0.01, ckpt every 5
     assert (cfg.prompts_per_step, cfg.group_size, cfg.agent.max_new_tokens, cfg.agent.temperature) == (
         7,
         8,

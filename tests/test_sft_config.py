@@ -14,7 +14,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "sft"
 
 def test_published_recipe() -> None:
     cfg = load_config(SftConfig, CONFIGS / "qwen3vl_8b.yaml")
-    # SPEC §5/§6: lr 2e-5 cosine, warmup 0.05, wd 0.01, 1500 steps, 4 packed buffers of 8192 per GPU,
+    # docs/method.md §5/§6: lr 2e-5 cosine, warmup 0.05, wd 0.01, 1500 steps, 4 packed buffers of 8192 per GPU,
     # bf16, gradient checkpointing, Qwen3-VL-8B-Instruct, 1 fps / 64 frames / 784..50176 px videos.
     assert cfg.model.uri == "Qwen/Qwen3-VL-8B-Instruct"
     assert (cfg.trainer.lr, cfg.trainer.warmup_ratio, cfg.trainer.weight_decay) == (2e-5, 0.05, 0.01)

@@ -183,7 +183,7 @@ def test_full_default_layout_covers_every_archive_kind(tmp_path: Path) -> None:
 
 def test_zip_members_are_sentinel_paths_in_their_bucket(synth_dataset: SynthResult) -> None:
     members = _zip_members(synth_dataset)
-    expected_dir = {  # archive -> directory its members must live in (SPEC §2.1)
+    expected_dir = {  # archive -> directory its members must live in (docs/method.md §2.1)
         "longvt_source/videor1_0.zip": "longvt_source/videor1_0/",
         "longvt_source/videor1_0_images.zip": "longvt_source/videor1_0/",
         "museg/charades_0.zip": "museg/charades/",
@@ -337,7 +337,7 @@ def test_sft_messages_structure_and_tool_traces(synth_dataset: SynthResult) -> N
         if msgs[0]["role"] == "system":
             system = msgs[0]["content"][0]["text"]
             # Charades rows carry the bare Hermes envelope, the others the general agentic prompt;
-            # both hold the schema inside a <tools> block (SPEC §2.3, §4.2).
+            # both hold the schema inside a <tools> block (docs/method.md §2.3, §4.2).
             assert "<tools>" in system, where
             assert ("# Tools" in system) == ("charades" in fname), where
             tool = json.loads(system.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0])

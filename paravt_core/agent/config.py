@@ -1,4 +1,4 @@
-"""Knobs of one episode (SPEC §3, §4.4). Defaults are the published protocol: 64 overview frames at most
+"""Knobs of one episode (docs/method.md §3, §4.4). Defaults are the published protocol: 64 overview frames at most
 224² px, 3 tool rounds x 5 parallel calls, sub-agents on the same engine, 512-token reports.
 
 The RL and eval stage configs embed ``AgentConfig`` (e.g. ``rl.agent.max_turns=2``)."""
@@ -14,7 +14,7 @@ from paravt_core.config_base import StrictModel
 from . import frame_paths, prompts
 from .frame_paths import FramePathName
 
-# SPEC §3 pixel budget per frame (the video package's defaults; not imported so that building the CLI
+# docs/method.md §3 pixel budget per frame (the video package's defaults; not imported so that building the CLI
 # parser does not import torch).
 DEFAULT_MAX_PIXELS = 224 * 224
 DEFAULT_MIN_PIXELS = 28 * 28
@@ -29,7 +29,7 @@ class SubagentConfig(StrictModel):
         default=False,
         description="train on sub-agent tokens (loss mask 1 on their generations); off as released",
     )
-    # SPEC §4.4.5: 0.7 in RL, 0 (greedy) in eval. None follows the main agent's temperature, so the eval
+    # docs/method.md §4.4.5: 0.7 in RL, 0 (greedy) in eval. None follows the main agent's temperature, so the eval
     # protocol's temperature 0 (and ``paravt agent run temperature=0``) makes the sub-agents greedy too.
     temperature: float | None = Field(
         default=None, ge=0.0, description="sub-agent sampling temperature; null: the main agent's"

@@ -1,4 +1,4 @@
-"""The ParaVT episode: overview -> main agent -> parallel sub-agents -> ... -> answer (SPEC §4.4).
+"""The ParaVT episode: overview -> main agent -> parallel sub-agents -> ... -> answer (docs/method.md §4.4).
 
 ``await arun_episode(row, engine, cfg)`` runs one episode and returns an ``EpisodeResult``: the main
 agent's append-only token trace, one trace per sub-agent, a record of every turn and call (parsed /

@@ -1,4 +1,4 @@
-"""Parsing of the main agent's text: tool calls (per block), answers, open tags (SPEC §4.3). Pure functions.
+"""Parsing of the main agent's text: tool calls (per block), answers, open tags (docs/method.md §4.3). Pure functions.
 
 Every function here accepts arbitrary text and never raises: a block that cannot be understood becomes a
 ``ParsedCall`` with an ``error`` that is shown to the model, and its sibling blocks are unaffected.

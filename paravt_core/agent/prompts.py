@@ -1,8 +1,8 @@
-"""Prompt sets: every text the environment shows the model, as versioned data files (SPEC §4.2).
+"""Prompt sets: every text the environment shows the model, as versioned data files (docs/method.md §4.2).
 
 A checkpoint only behaves as trained when it sees the texts it was trained on, so the texts are not code:
 a *prompt set* is one YAML file (``prompt_sets/<name>.yaml`` in this package, or any path / ``s3://`` URI)
-and every run records the set's ``checksum``. ``paravt-v1`` (our own wording of SPEC §4.2) is the default;
+and every run records the set's ``checksum``. ``paravt-v1`` (our own wording of docs/method.md §4.2) is the default;
 a user evaluating or continuing a published checkpoint passes that checkpoint's set with
 ``agent.prompt_set=/path/or/s3/uri.yaml`` and no code changes.
 
@@ -86,7 +86,7 @@ class BenchmarkLayout(StrictModel):
 
 
 class BenchmarkTexts(StrictModel):
-    """Eval only: how a benchmark row becomes the question the model sees (SPEC §7)."""
+    """Eval only: how a benchmark row becomes the question the model sees (docs/method.md §7)."""
 
     mcq_question: str  # {question} {options} {hint}
     mcq_hint: str  # the letter instruction after the options

@@ -1,4 +1,4 @@
-"""Exact, append-only token accounting of an episode (SPEC §4.4).
+"""Exact, append-only token accounting of an episode (docs/method.md §4.4).
 
 A ``Trace`` is the list of ``Segment`` s one model saw and wrote, in order:
 

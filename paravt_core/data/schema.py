@@ -1,4 +1,4 @@
-"""Names shared by the synthetic data generator and the data stage (SPEC §2).
+"""Names shared by the synthetic data generator and the data stage (docs/method.md §2).
 
 Kept deliberately small: sentinel buckets, required columns, question types and the
 parquet file-name conventions of ``ParaVT/ParaVT-Parquet``. No I/O here.
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 
-# The four sentinel buckets (SPEC §2.2). Every media path in a released parquet starts with one of them.
+# The four sentinel buckets (docs/method.md §2.2). Every media path in a released parquet starts with one of them.
 SENTINEL_BUCKETS: tuple[str, ...] = ("longvt_source", "museg/charades", "museg/et_instruct_164k", "selfqa")
 SENTINEL_PREFIXES: tuple[str, ...] = tuple(b + "/" for b in SENTINEL_BUCKETS)
 
-# SFT (SPEC §2.3): `messages` is a JSON string (or a native nested list) of {role, content: [parts]}.
+# SFT (docs/method.md §2.3): `messages` is a JSON string (or a native nested list) of {role, content: [parts]}.
 SFT_REQUIRED_COLUMNS: tuple[str, ...] = ("messages",)
 SFT_ROLES: tuple[str, ...] = ("system", "user", "assistant")
 MEDIA_PART_TYPES: tuple[str, ...] = ("video_url", "image_url")
@@ -26,7 +26,7 @@ SFT_SPLITS: tuple[str, ...] = (
     "videor1",
 )
 
-# RL (SPEC §2.4): `prompt` list<{role, content: str}>, `videos` list<{video}>, `extra_info` {answer, question_type}.
+# RL (docs/method.md §2.4): `prompt` list<{role, content: str}>, `videos` list<{video}>, `extra_info` {answer, question_type}.
 RL_REQUIRED_COLUMNS: tuple[str, ...] = ("prompt", "videos", "extra_info")
 RL_EXTRA_INFO_KEYS: tuple[str, ...] = ("answer", "question_type")
 VIDEO_PLACEHOLDER = "<video>"

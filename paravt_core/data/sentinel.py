@@ -1,4 +1,4 @@
-"""Sentinel-path rules (SPEC §2.2): which media paths are sentinel paths, where they live, where they go.
+"""Sentinel-path rules (docs/method.md §2.2): which media paths are sentinel paths, where they live, where they go.
 
 A sentinel path is a relative path under one of the four buckets (``longvt_source/``, ``museg/charades/``,
 ``museg/et_instruct_164k/``, ``selfqa/``). Materialization prepends a *prefix* (an absolute local directory

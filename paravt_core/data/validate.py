@@ -1,9 +1,9 @@
-"""Row checks for the SFT and RL parquets (SPEC §2.3-2.4), columnar, with per-row reasons.
+"""Row checks for the SFT and RL parquets (docs/method.md §2.3-2.4), columnar, with per-row reasons.
 
 SFT ``messages`` must decode, be a list of ``{role, content: [part, ...]}`` objects, have an assistant
 turn, and media parts must hold ``{"url": str}``. RL rows need a prompt, at least one video and an
 ``extra_info`` with an ``answer``; a ``question_type`` that is absent, null or empty means open-ended
-(SPEC §2.4: anything but ``mcq``/``tvg`` is ``oe``) and is written as ``oe`` (``default_question_type``),
+(docs/method.md §2.4: anything but ``mcq``/``tvg`` is ``oe``) and is written as ``oe`` (``default_question_type``),
 one that is not a string is rejected. Referenced files must exist.
 
 The Python functions ``check_messages_obj`` / ``check_extra_info_obj`` are the definition of valid.

@@ -34,7 +34,7 @@ FinishReason = str
 def image_processor_kwargs(*, max_pixels: int, min_pixels: int) -> dict[str, Any]:
     """The Qwen image-processor settings of a pixel budget: what our encoder passes, what an SGLang server
     is launched with (``--mm-process-config``) and what chat requests send (``mm_processor_kwargs``), so
-    every backend turns a frame into the same pixels and the same number of tokens (SPEC §3)."""
+    every backend turns a frame into the same pixels and the same number of tokens (docs/method.md §3)."""
     return {"size": {"shortest_edge": min_pixels, "longest_edge": max_pixels}}
 
 

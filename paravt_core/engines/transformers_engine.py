@@ -4,7 +4,7 @@ Requests that share sampling parameters run as one left-padded batch; the images
 one ``pixel_values`` tensor in request order (the model finds each request's images through its image pad
 tokens). Behaviour log-probs are ``log_softmax(logits / T)`` of the sampled tokens, read from the raw
 logits ``generate`` returns: the sampling distribution before top-p truncation, at the sampling temperature
-(T = 1 for greedy), which is what the learner recomputes (SPEC §5).
+(T = 1 for greedy), which is what the learner recomputes (docs/method.md §5).
 
 One ``generate`` runs at a time (a lock); ``generate`` is called from a worker thread so the event loop
 stays free while the model runs. A caller that stops waiting (``asyncio.wait_for`` timeout) does not stop

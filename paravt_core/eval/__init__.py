@@ -1,7 +1,7 @@
 """``paravt eval``: the seven long-video benchmarks (and the synthetic one), with and without the tool.
 
 - ``benchmarks``: one module per benchmark and the registry listing them; each ``Benchmark`` reads its
-  benchmark's real row format (``formats``), builds the question (SPEC §7), and owns its metrics beside the
+  benchmark's real row format (``formats``), builds the question (docs/method.md §7), and owns its metrics beside the
   shared ones, its published numbers and comparability rules and its fixture rows;
 - ``protocols``: the agent config of each protocol (``agentic`` with sub-agents or ``crop_frames``,
   ``direct``, ``reasoning``);

@@ -1,4 +1,4 @@
-"""Eval protocols: the agent config of one sample under one protocol (SPEC §7).
+"""Eval protocols: the agent config of one sample under one protocol (docs/method.md §7).
 
 - ``agentic`` (with the tool): the same episode as RL, sub-agents by default (``agent.tool_mode=crop_frames``
   reproduces the released driver); the general agentic prompt, or the bare tool envelope for Charades; after
@@ -13,7 +13,7 @@ sub-agents, 2048 new tokens, 3 tool rounds x 5 parallel calls.
 Presets (``EvalConfig.preset``) set the episode knobs that make a protocol, on top of ``agent``:
 
 - ``paravt`` (default): our protocol - sub-agents, labelled overview frames, the agent's own pixel budgets;
-- ``release``: the release's eval driver (SPEC §7), which produced the published numbers: its prompt texts and
+- ``release``: the release's eval driver (docs/method.md §7), which produced the published numbers: its prompt texts and
   layouts (the ``release-v1`` prompt set, unless ``agent.prompt_set`` names another), 64 overview frames
   of 100,352-602,112 px each (qwen-vl-utils 0.0.14 with ``nframes=64``), the crop frames themselves as the tool's
   answer (``crop_frames``: 1 fps, 1-16 frames of at most 50,176 px, the count rounded down to even as

@@ -4,7 +4,7 @@
   reason, tool use, elapsed time, the resolved config, code version, model URI and prompt-set checksum;
 - ``metrics.json``: ``{"<protocol>.<benchmark>.<metric>": number}`` plus totals - exactly what a KFP
   ``Metrics`` artifact takes (``metrics.log_metric(name, value)`` per entry);
-- ``report.html`` (+ ``plots/*.png``): a table of headline numbers per benchmark and protocol, with SPEC §7's
+- ``report.html`` (+ ``plots/*.png``): a table of headline numbers per benchmark and protocol, with docs/method.md §7's
   published numbers and the difference when the model is a published checkpoint; accuracy per benchmark with
   and without the tool, tool calls per sample, an IoU histogram per time-span benchmark (Charades); errors by
   reason. What differs per benchmark (its metric, own numbers, published numbers, caveat, comparability rules)
@@ -25,7 +25,7 @@ from . import benchmarks as registry
 from .metrics import headline
 from .protocols import RELEASE_MAX_MODEL_LEN, WITH_TOOL
 
-# SPEC §7's published checkpoints; each benchmark holds its own numbers of them (``Benchmark.published``).
+# docs/method.md §7's published checkpoints; each benchmark holds its own numbers of them (``Benchmark.published``).
 PUBLISHED_MODELS = ("Qwen3-VL-8B", "LongVT-RFT-7B", "ParaVT-8B")
 _ALIASES = {"paravt-8b": "ParaVT-8B", "qwen3-vl-8b": "Qwen3-VL-8B", "longvt-rft-7b": "LongVT-RFT-7B"}
 

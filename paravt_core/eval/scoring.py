@@ -1,6 +1,6 @@
 """Scoring one sample: the episode's answer against the gold, with the PARA-GRPO reward functions.
 
-The prediction is the **final reply** (the last generation of the episode, SPEC §7): its last ``<answer>`` body
+The prediction is the **final reply** (the last generation of the episode, docs/method.md §7): its last ``<answer>`` body
 when it has one, else its text (the reward functions read a plain answer whole). An earlier turn's ``<answer>``
 never overrides it: after a forced answer "C", an earlier "<answer>A</answer>" is not scored. Multiple-choice items are scored by the letter the answer
 commits to (``read_mcq_letter``; out-of-range letters score 0), grounding items by the temporal IoU of

@@ -100,7 +100,7 @@ def timed(flops: StepFlops, u: Utilisation) -> tuple[float, float]:
 
 
 ROLLOUT_TOKENS_PER_S = 2500.0  # assumed decode throughput of one SGLang server (8B, bf16, ~56 sequences)
-PUBLISHED_HOURS = {"sft": 36.0, "rl": 50.0}  # SPEC §5, on 8 GPUs
+PUBLISHED_HOURS = {"sft": 36.0, "rl": 50.0}  # docs/method.md §5, on 8 GPUs
 PUBLISHED_GPUS = 8  # the recipes' batch sizes are the published ones, chosen for 8 GPUs
 
 

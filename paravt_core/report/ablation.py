@@ -33,7 +33,7 @@ from paravt_core.report.trend import eval_scores
 from paravt_core.run_metrics import figure_png, pyplot
 
 COLUMN_LABELS = {"f_tau": "f_τ", "kappa": "κ"}
-# The release's eval driver produced the published numbers (SPEC §7): only its preset compares like for like.
+# The release's eval driver produced the published numbers (docs/method.md §7): only its preset compares like for like.
 PAPER_PRESET = "release"
 
 

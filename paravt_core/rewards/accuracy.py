@@ -1,4 +1,4 @@
-"""R_acc: how right the answer is (SPEC §5). Pure functions; none of them raises on any text.
+"""R_acc: how right the answer is (docs/method.md §5). Pure functions; none of them raises on any text.
 
 Order of checks in ``accuracy_reward``:
 
@@ -227,7 +227,7 @@ def interval_iou(pred: tuple[float, float], gold: tuple[float, float]) -> float:
 
 
 def question_kind(question_type: str | None) -> QuestionType:
-    """``mcq`` and ``tvg`` as given; anything else is open-ended (SPEC §2.4)."""
+    """``mcq`` and ``tvg`` as given; anything else is open-ended (docs/method.md §2.4)."""
     kind = (question_type or "").strip().lower()
     return kind if kind in ("mcq", "tvg") else "oe"  # type: ignore[return-value]
 

@@ -1,4 +1,4 @@
-"""The episode reward R = R_acc + format_weight * R_fmt + tool_weight * R_tool, with every part kept (SPEC §5;
+"""The episode reward R = R_acc + format_weight * R_fmt + tool_weight * R_tool, with every part kept (docs/method.md §5;
 ``reward.tool_weight`` is 1 but in the ablation without R_tool): the weighted sum over the terms of
 ``paravt_core.rewards.terms`` (those three, then any registered with ``register_term``).
 

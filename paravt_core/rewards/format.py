@@ -1,7 +1,7 @@
-"""R_fmt: the format reward with PARA-GRPO's anchoring on the structural tags (SPEC §5). Pure.
+"""R_fmt: the format reward with PARA-GRPO's anchoring on the structural tags (docs/method.md §5). Pure.
 
 It reads the main agent's whole text (every turn, the forced ``<think>\\n`` prefix included: the prefix is
-part of the completion for this reward). Line by line against SPEC §5:
+part of the completion for this reward). Line by line against docs/method.md §5:
 
 - base part, ``answer_suffix`` on (PARA-GRPO): +0.2 a think block of >= 10 characters is present,
   +0.3 an ``<answer>`` with a non-empty body, +0.2 that answer closed by ``</answer>``;
@@ -16,7 +16,7 @@ part of the completion for this reward). Line by line against SPEC §5:
 
 A think block is *present* when it is closed, or when it was opened (by the forced prefix or the model) and
 runs until a tool call, an ``<answer>``, ``<|im_end|>`` or the end of the text: its body is the text up to
-that point (SPEC §5). Such an open block earns the +0.2 but also the anchor's penalty, and the closed-only
+that point (docs/method.md §5). Such an open block earns the +0.2 but also the anchor's penalty, and the closed-only
 terms (+0.4 close, the flow, think-before-tool, balanced) go to a closed block, so closing ``</think>``
 still pays strictly more (``tests/test_rewards_format.py`` checks that for both recipes).
 """
@@ -36,7 +36,7 @@ ANCHOR_CLOSE, ANCHOR_FLOW, ANCHOR_UNCLOSED = 0.4, 0.3, -0.3
 THINK_BEFORE_TOOL = 0.3
 BALANCED = 0.1
 CLIP_MAX = 1.0
-# Where the body of a think block that is never closed ends (SPEC §5): a tool call (either form), an answer,
+# Where the body of a think block that is never closed ends (docs/method.md §5): a tool call (either form), an answer,
 # the end of the turn, or the block opened again.
 _OPEN_THINK_END = re.compile(r"<tool_call>|<tool_code>|<answer>|<\|im_end\|>|<think>")
 

@@ -1,4 +1,4 @@
-"""LLM judge for open-ended answers (SPEC §5): an OpenAI-compatible endpoint scores 1.0 / 0.5 / 0.0.
+"""LLM judge for open-ended answers (docs/method.md §5): an OpenAI-compatible endpoint scores 1.0 / 0.5 / 0.0.
 
 The endpoint comes from the environment only: ``LLM_JUDGE_BASE_URL``, ``LLM_JUDGE_API_KEY`` (optional),
 ``LLM_JUDGE_MODEL`` (default ``gpt-4o-mini``). Each verdict is one chat completion at temperature 0 with

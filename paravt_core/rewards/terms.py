@@ -1,4 +1,4 @@
-"""The reward terms, in order: R = sum of weight x score over ``reward_terms()`` (SPEC §5: accuracy, format,
+"""The reward terms, in order: R = sum of weight x score over ``reward_terms()`` (docs/method.md §5: accuracy, format,
 tool). Everything that shows the reward's parts (the breakdown, the step metrics, the TensorBoard tags, the
 curves, the trajectory text, the console lines) iterates over this list, so a new term is one call::
 

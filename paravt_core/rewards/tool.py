@@ -1,4 +1,4 @@
-"""R_tool: did the episode use the tool, and did it work (SPEC §5). Pure; reads call records, never text.
+"""R_tool: did the episode use the tool, and did it work (docs/method.md §5). Pure; reads call records, never text.
 
 Levels: 0 when the main agent wrote no call block; 0.1 when at least one block parsed into a name and
 arguments; 0.3 when at least one call executed and returned a report (or frames). +0.5 when R_acc > 0 on

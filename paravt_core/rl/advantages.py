@@ -1,4 +1,4 @@
-"""GRPO advantages of PARA-GRPO (SPEC §5). Pure tensor functions: no I/O, no engines, no distributed.
+"""GRPO advantages of PARA-GRPO (docs/method.md §5). Pure tensor functions: no I/O, no engines, no distributed.
 
 Shapes: B sequences (episodes), T token positions (padded), G groups. ``mask`` [B, T] is 1 exactly on
 the trained (main-agent generated) tokens; prompt, tool-response and padding positions are 0 and get no

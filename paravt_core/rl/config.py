@@ -26,7 +26,7 @@ from paravt_core.tracking.config import TrackingConfig
 
 
 class OptimConfig(StrictModel):
-    lr: float = Field(default=2e-6, gt=0.0, description="constant learning rate of AdamW (SPEC §5)")
+    lr: float = Field(default=2e-6, gt=0.0, description="constant learning rate of AdamW (docs/method.md §5)")
     weight_decay: float = Field(default=0.01, ge=0.0, description="AdamW weight decay")
     betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas")
     grad_clip: float = Field(default=1.0, gt=0.0, description="gradient norm clipping")
@@ -100,7 +100,9 @@ class RlConfig(StrictModel):
     final_steps: int = Field(
         default=10, ge=1, description="last steps averaged into metrics.json's f_tau_final and kappa_final"
     )
-    paravt: ParavtRecipe = Field(default_factory=ParavtRecipe, description="the PARA-GRPO recipe (SPEC §5)")
+    paravt: ParavtRecipe = Field(
+        default_factory=ParavtRecipe, description="the PARA-GRPO recipe (docs/method.md §5)"
+    )
     # think_prefix comes from paravt.constrained.think_prefix.
     agent: AgentConfig = Field(
         default_factory=AgentConfig,

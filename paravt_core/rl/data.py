@@ -1,4 +1,4 @@
-"""RL prompts from the data stage's output: ``<data>/rl/*.parquet`` (SPEC §2.4 schema, media materialized).
+"""RL prompts from the data stage's output: ``<data>/rl/*.parquet`` (docs/method.md §2.4 schema, media materialized).
 
 A row becomes an ``RlPrompt``: its id, the video, the question (the prompt's text with the ``<video>``
 placeholder removed: the episode puts the overview frames there itself), the gold answer and the question

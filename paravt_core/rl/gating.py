@@ -1,4 +1,4 @@
-"""nFrames gating (SPEC §5): each prompt's overview frame count K, drawn from {4, 8, 16, 32, 64}.
+"""nFrames gating (docs/method.md §5): each prompt's overview frame count K, drawn from {4, 8, 16, 32, 64}.
 
 K depends only on (seed, row id): SHA-256 of ``"<seed>:<row id>"`` picks the choice, so every process,
 machine and Python version draws the same K (Python's ``hash()`` is salted per process). All rollouts of a

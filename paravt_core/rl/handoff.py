@@ -6,7 +6,7 @@ trainable sample, its group, its reward and its traces' tokens / masks / behavio
 :func:`compact` keeps exactly that with the frames as uint8 (4 x smaller than float32 pixels, and the
 processor's patch layout repeats each frame ``temporal_patch_size`` times); :func:`restore` re-runs the same
 image processor with the same pixel budget on every rank, which gives back the very ``pixel_values`` the
-rollout encoded (SPEC §3: identical frames for rollout and learner; checked bit for bit in the tests).
+rollout encoded (docs/method.md §3: identical frames for rollout and learner; checked bit for bit in the tests).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A training sequence is one episode's main-agent ``Trace`` taken as it is: the exact token ids, the loss mask
 (1 only on main-agent generated tokens), the behaviour log-probs recorded at sampling time and the very
-pixels the rollout encoded (SPEC §3: identical frames for rollout and learner). Nothing is re-rendered.
+pixels the rollout encoded (docs/method.md §3: identical frames for rollout and learner). Nothing is re-rendered.
 With ``agent.subagent.train`` each sub-agent trace is a sequence of its own that carries its episode's
 advantage (the group statistics still count each episode once).
 

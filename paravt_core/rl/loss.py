@@ -1,4 +1,4 @@
-"""Decoupled PPO policy loss of PARA-GRPO (SPEC §5). Pure tensor function: no I/O, no distributed.
+"""Decoupled PPO policy loss of PARA-GRPO (docs/method.md §5). Pure tensor function: no I/O, no distributed.
 
 Per trained token t (``mask`` = 1), with logp from the current weights (theta), the proximal policy
 (prox: the weights at the start of this step) and the behaviour policy (behav: what sampled the token):

@@ -1,4 +1,4 @@
-"""``paravt rl``: PARA-GRPO from the SFT checkpoint on the data stage's RL prompts (SPEC §5).
+"""``paravt rl``: PARA-GRPO from the SFT checkpoint on the data stage's RL prompts (docs/method.md §5).
 
 One step: the next ``prompts_per_step`` prompts (a seeded permutation per epoch) -> a group of
 ``group_size`` episodes each through the real episode loop on the rollout engine (concurrent; coalesced

@@ -1,13 +1,13 @@
 """One ParaVT SFT row -> one :class:`~paravt_core.sft.packing.Sample` (token ids, labels, media, M-RoPE ids).
 
-The row's ``messages`` (a JSON string or a native list, SPEC §2.3) are rendered with the checkpoint's chat
+The row's ``messages`` (a JSON string or a native list, docs/method.md §2.3) are rendered with the checkpoint's chat
 template; video parts are decoded by :mod:`paravt_core.video` (``fps`` frames per second, between
 ``min_frames`` and ``max_frames``, uniform over the whole video, each frame fitted to the pixel budget on
 the 32-px grid) and handed to the processor *with their true timestamps*, so the ``<t seconds>`` labels it
 writes are the times of the frames the model sees; image parts are loaded with PIL and sized by the image
 processor. The processor expands the media placeholders and tokenizes.
 
-Labels (SPEC §6): only assistant turns are trained, without their ``<|im_start|>assistant\\n`` header and
+Labels (docs/method.md §6): only assistant turns are trained, without their ``<|im_start|>assistant\\n`` header and
 with their closing ``<|im_end|>``; system and user turns (including ``<tool_response>`` text, which sits in
 user turns) and every image/video token are masked. The trained span of each assistant turn is found on the
 token offsets of the expanded text, so it is exact whatever the tokenizer merges.
@@ -59,7 +59,7 @@ class BadRow(Exception):
 
 @dataclass(frozen=True)
 class MediaSpec:
-    """How media parts are turned into pixels (defaults: SPEC §6)."""
+    """How media parts are turned into pixels (defaults: docs/method.md §6)."""
 
     video_fps: float = 1.0
     video_min_frames: int = 4

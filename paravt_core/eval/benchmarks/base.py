@@ -105,7 +105,7 @@ class Metrics:
 
 @dataclass(frozen=True)
 class Published:
-    """What the report sets our headline against (SPEC §7's table of the with-tool protocol)."""
+    """What the report sets our headline against (docs/method.md §7's table of the with-tool protocol)."""
 
     numbers: Mapping[str, float] = field(default_factory=dict)  # published model -> its number
     caveat: str = ""  # what a reader must know beside the difference
@@ -188,7 +188,7 @@ def stem(ctx: Context, question: Any) -> str:
 
 
 def mcq_question(ctx: Context, stem_text: str, options_block: str, hint: str | None = None) -> str:
-    """SPEC §7's multiple-choice layout ("Question: …\\nOptions:\\nA. …", then the letter instruction), as
+    """docs/method.md §7's multiple-choice layout ("Question: …\\nOptions:\\nA. …", then the letter instruction), as
     the prompt set writes it. ``hint``: another instruction than the set's ``mcq_hint`` (protocol=direct)."""
     t = ctx.texts
     return t.mcq_question.format(question=stem(ctx, stem_text), options=options_block,
