@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paravt_core.agent.parsing import (
+    _short,
     call_window,
     extract_answer,
     format_tool_call,
@@ -19,6 +20,7 @@ from paravt_core.agent.parsing import (
     open_tag_at_end,
     parse_tool_calls,
     parse_tool_calls_as_released,
+    think_spans,
 )
 from paravt_core.agent.prompts import load_prompt_set
 from paravt_core.video.errors import InvalidTimeError
@@ -333,3 +335,141 @@ def test_released_reader_order_names_and_ignored_blocks():
         ("tool_code", None, None, False, True),  # another name in tool_code: ignored
     ]
     assert [c.index for c in calls] == list(range(8))
+
+
+NOT_A_CALL = "the <tool_code> block is not a call like crop_video(start_time=.., end_time=..)"
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("", "the <tool_code> block is empty"),
+        ("   ", "the <tool_code> block is empty"),
+        ("x" * 4001, "the <tool_code> block is too long"),  # the bound is 4000 characters
+        ("crop_video(", NOT_A_CALL),  # a syntax error
+        ("x + 1", NOT_A_CALL),  # an expression, not a call
+    ],
+)
+def test_tool_code_errors_are_the_models_messages(body: str, error: str) -> None:
+    (call,) = parse_tool_calls(f"<tool_code>{body}</tool_code>")
+    assert (call.name, call.arguments, call.error) == (None, None, error)
+
+
+LITERALS_ONLY = "<tool_code> arguments must be literal numbers or strings"
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("crop_video(start_time=open('f'))", LITERALS_ONLY),  # not a literal: nothing is evaluated
+        ("crop_video(start_time={1, 2})", LITERALS_ONLY),  # a literal, but not a number or string
+        ("crop_video(1)", "<tool_code> takes start_time and end_time (and optionally video_path)"),
+        ("crop_video(**a)", "**arguments are not supported in <tool_code>"),
+    ],
+)
+def test_tool_code_errors_after_the_name_keep_the_name(body: str, error: str) -> None:
+    (call,) = parse_tool_calls(f"<tool_code>{body}</tool_code>")
+    assert (call.name, call.arguments, call.error) == ("crop_video", None, error)
+
+
+def test_a_tool_code_body_of_exactly_the_bound_is_parsed() -> None:
+    body = "crop_video(1, 2" + " " * (4000 - 16) + ")"
+    assert len(body) == 4000
+    (call,) = parse_tool_calls(f"<tool_code>{body}</tool_code>")
+    assert (call.name, call.arguments, call.error) == ("crop_video", {"start_time": 1, "end_time": 2}, None)
+
+
+def test_a_fenced_tool_code_loses_only_its_backticks() -> None:
+    """```X(1, 2)```: the fence's backticks go, the call of a function named X stays."""
+    (call,) = parse_tool_calls("<tool_code>```X(1, 2)```</tool_code>")
+    assert (call.name, call.arguments, call.error) == ("X", {"start_time": 1, "end_time": 2}, None)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"start_time": -1, "end_time": 2}, "start_time must not be negative, got -1"),
+        ({"start": 1, "end_time": "x"}, "end_time must be seconds (e.g. 12.5) or MM:SS or HH:MM:SS, got 'x'"),
+        ({}, "start_time is missing"),
+        ({"start_time": 1}, "end_time is missing"),
+    ],
+)
+def test_call_window_errors_name_the_argument(arguments: dict, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        call_window(arguments)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("text", "tag"),
+    [
+        ("<think>a</think><think>b", "think"),  # the LAST opening is the one left open
+        ("</answer><answer>x", "answer"),  # a closing tag before the opening closes nothing
+        ("<think>a</think><answer>B</answer>", None),
+        ("<think>a<tool_call>{", "tool_call"),  # both open: the later one
+    ],
+)
+def test_open_tag_at_end_by_hand(text: str, tag: str | None) -> None:
+    assert open_tag_at_end(text) == tag
+
+
+def test_short_cuts_long_error_details_at_120_characters() -> None:
+    """JSON decoder messages are echoed to the model through ``_short``: up to 120 characters whole,
+    longer ones cut to 120 + "..."."""
+    assert _short("x" * 120) == "x" * 120
+    assert _short("x" * 121) == "x" * 120 + "..."
+    assert _short("abc", limit=2) == "ab..."
+    with pytest.raises(json.JSONDecodeError) as err:  # the detail is the json module's own message
+        json.loads("{")
+    (call,) = parse_tool_calls("<tool_call>{</tool_call>")
+    assert call.error == f"the <tool_call> body is not valid JSON ({err.value})"
+
+
+@pytest.mark.parametrize(
+    ("text", "raw", "error"),
+    [
+        ("<tool_call>  </tool_call>", "  ", "the <tool_call> block is empty"),
+        (
+            "<tool_call>[1]</tool_call>",
+            "[1]",
+            'the <tool_call> body must be a JSON object {"name": ..., "arguments": {...}}',
+        ),
+    ],
+)
+def test_tool_call_errors_are_the_models_messages(text: str, raw: str, error: str) -> None:
+    (call,) = parse_tool_calls(text)
+    assert (call.raw, call.name, call.error) == (raw, None, error)
+
+
+def test_only_whitespace_may_precede_the_json_object_of_a_block() -> None:
+    """``X{...}``: not a JSON object at the block's start, so the block ends at the first closing tag (the
+    one inside the would-be string) and its body is the text before it."""
+    (call,) = parse_tool_calls('<tool_call>X{"a": "</tool_call>"}</tool_call>')
+    assert call.raw == 'X{"a": "' and call.span == (0, 31)
+
+
+def test_think_spans_by_hand() -> None:
+    """ "a" (0), <think> at 1, "x" at 8, </think> at 9-16 -> (1, 17); "b" at 17, <think> at 18, "y" at 25,
+    </think> at 26-33 -> (18, 34); an unclosed third block hides nothing."""
+    assert think_spans("a<think>x</think>b<think>y</think><think>z") == [(1, 17), (18, 34)]
+
+
+@pytest.mark.parametrize(
+    ("body", "name", "error"),
+    [
+        ('{"arguments": {}}', None, 'the tool call has no "name" string'),
+        (
+            '{"name": "crop_video", "arguments": "nope"}',
+            "crop_video",
+            'the "arguments" string is not a JSON object',
+        ),
+        (
+            '{"name": "crop_video", "arguments": [1]}',
+            "crop_video",
+            'the tool call needs an "arguments" JSON object',
+        ),
+    ],
+)
+def test_tool_call_object_errors(body: str, name: str | None, error: str) -> None:
+    (call,) = parse_tool_calls(f"<tool_call>{body}</tool_call>")
+    assert (call.name, call.arguments, call.error) == (name, None, error)

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paravt_core.rewards.accuracy import (
+    AccuracyResult,
+    aaccuracy_reward,
     accuracy_reward,
+    answer_span,
     extract_answer_text,
     interval_iou,
     normalize_answer,
     parse_interval,
     parse_mcq_letter,
+    question_kind,
+    read_mcq_letter,
+    statement_letters,
     token_f1,
 )
+from paravt_core.rewards.judge import Judge, judge_messages
+from tests.judge_test_server import ScriptedChatServer
 
 
 @pytest.mark.parametrize(
@@ -202,3 +212,162 @@ def test_accuracy_stays_in_range_and_never_raises(prediction, gold, qtype):
 @given(a=st.floats(allow_nan=True), b=st.floats(), c=st.floats(), d=st.floats())
 def test_iou_in_unit_range(a, b, c, d):
     assert 0.0 <= interval_iou((a, b), (c, d)) <= 1.0
+
+
+def _judge(server: ScriptedChatServer) -> Judge:
+    return Judge(server.base_url, "judge-model", api_key="k", timeout_s=5.0, max_retries=0, deadline_s=10.0)
+
+
+def test_the_judges_verdict_is_kept_whole() -> None:
+    """A garbage reply: the judge falls back to token F1 of "red circle" vs "a red square" (1 common token
+    of 2 and 2 after normalization: P = R = 1/2, F1 = 0.5) and says why; the reply is kept (first 64 chars).
+    A number: the judge's score, no reason, the reply kept."""
+    for call in ("sync", "async"):
+        for reply, expected in (
+            ("they look alike!", AccuracyResult(0.5, "judge_unparseable", "they look alike!", "f1_fallback")),
+            ("0.25", AccuracyResult(0.25, None, "0.25", "judge")),
+        ):
+            with ScriptedChatServer(reply=reply) as server:
+                args = ("<answer>red circle</answer>", "a red square", "oe", "llm", _judge(server))
+                if call == "sync":
+                    got = accuracy_reward(*args, question="What moves?")
+                else:
+                    got = asyncio.run(aaccuracy_reward(*args, question="What moves?"))
+                prompt = server.bodies[0]["messages"][-1]["content"][0]["text"]
+            assert got == expected, (call, reply)
+            assert prompt == judge_messages("What moves?", "red circle", "a red square")[-1]["content"]
+
+
+def test_without_a_judge_llm_mode_falls_back_to_token_f1() -> None:
+    """No judge given: token F1 (0.5, as above) with reason no_judge, for both entry points."""
+    expected = AccuracyResult(0.5, "no_judge", "red circle", "f1_fallback")
+    assert accuracy_reward("<answer>red circle</answer>", "a red square", "oe", "llm") == expected
+    assert (
+        asyncio.run(aaccuracy_reward("<answer>red circle</answer>", "a red square", "oe", "llm")) == expected
+    )
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_a_prediction_that_cannot_be_read_scores_zero_with_the_error() -> None:
+    expected = AccuracyResult(0.0, "error:RuntimeError")
+    assert accuracy_reward(_Unprintable(), "A", "mcq") == expected  # type: ignore[arg-type]
+    assert asyncio.run(aaccuracy_reward(_Unprintable(), "A", "mcq")) == expected  # type: ignore[arg-type]
+
+
+def test_an_unreadable_first_interval_gives_way_to_the_next() -> None:
+    """700000 s is beyond parse_time's bound (a week, 604800 s): that pair is skipped, 3-6 is read."""
+    assert parse_interval("<answer>700000 to 800000, I mean 3 to 6</answer>") == (3.0, 6.0)
+
+
+@pytest.mark.parametrize(
+    "pred",
+    [("x", 1.0), (0.0,), None, (0.0, float("nan")), (float("-inf"), 1.0), (0.0, float("inf"))],
+)
+def test_interval_iou_of_unusable_intervals_is_zero(pred) -> None:
+    assert interval_iou(pred, (0.0, 1.0)) == 0.0
+    assert interval_iou((0.0, 1.0), pred) == 0.0
+
+
+def test_interval_iou_of_sub_second_intervals() -> None:
+    # [0.2, 0.6] and [0.4, 0.8]: overlap 0.2 s, union 0.6 s -> 1/3; a union under one second is still a union
+    assert interval_iou((0.2, 0.6), (0.4, 0.8)) == pytest.approx(1 / 3)
+    assert interval_iou((0.0, 0.5), (0.0, 0.5)) == 1.0
+    assert interval_iou((0.3, 0.3), (0.3, 0.3)) == 0.0  # two points: union 0, no overlap to speak of
+
+
+def test_statement_letters_in_order_of_appearance() -> None:
+    """Every committing statement, ordered by where its letter stands: "answer is A" (A), "B is correct"
+    (B); markup is dropped first ("**C**") and full-width letters are read after NFKC ("Ｄ" -> "D")."""
+    assert statement_letters("I thought the answer is A, but B is correct.") == ["A", "B"]
+    assert statement_letters("B is the best. Earlier I said the answer is C") == ["B", "C"]
+    assert statement_letters("the answer is **C**") == ["C"]
+    assert statement_letters("the answer is Ｄ") == ["D"]
+    assert statement_letters("no letter here") == []
+
+
+@pytest.mark.parametrize(
+    ("span", "expected"),
+    [
+        # a statement, then an alternative: two different letters -> refused
+        ("the answer is B or C", (None, "hedged_letter")),
+        # the "alternative" is the same letter: one letter, not a hedge (statement and leading-letter paths)
+        ("the answer is B or B", ("B", None)),
+        ("B or B", ("B", None)),
+        # one lower-case letter with trailing dots: the dots go, the lone letter is read
+        ("b..", ("B", None)),
+        ("b.X", (None, "unparseable_letter")),  # only dots are stripped
+        # a trailing letter on its own
+        ("so the person holds the cup. B", ("B", None)),
+        # a trailing hedge
+        ("it is A or B", (None, "hedged_letter")),
+        # "option X" without a statement (the weakest reading), and its hedge
+        ("I'd say option C fits", ("C", None)),
+        ("maybe option C or D fits", (None, "hedged_letter")),
+        ("option C or C fits", ("C", None)),  # the same letter twice is no hedge
+        # the LAST "option X" is the reading, and only an alternative right after it is a hedge
+        ("option A is out, option B or D, option C fits", ("C", None)),
+    ],
+)
+def test_mcq_letter_readings_by_hand(span: str, expected: tuple) -> None:
+    assert read_mcq_letter(f"<answer>{span}</answer>") == expected
+
+
+@pytest.mark.parametrize(
+    ("question_type", "kind"),
+    [(None, "oe"), ("", "oe"), (" MCQ ", "mcq"), ("tvg", "tvg"), ("open_ended", "oe"), ("OE", "oe")],
+)
+def test_question_kind(question_type, kind) -> None:
+    assert question_kind(question_type) == kind
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "qtype", "mode", "expected"),
+    [
+        # a letter gold is compared as a letter; the letter is what was compared
+        ("<answer>B</answer>", "B", "mcq", "f1", AccuracyResult(1.0, None, "B", "mcq")),
+        ("<answer>C</answer>", "B", "mcq", "f1", AccuracyResult(0.0, None, "C", "mcq")),
+        # a gold that is no letter: the normalized text must match ("The red square." -> "red square")
+        (
+            "<answer>The red square.</answer>",
+            "red square",
+            "mcq",
+            "f1",
+            AccuracyResult(1.0, None, "red square", "exact"),
+        ),
+        # ... else a letter answer means the gold is bad, and no letter says why
+        ("<answer>B</answer>", "red square", "mcq", "f1", AccuracyResult(0.0, "bad_gold", "B")),
+        ("<answer>it is red</answer>", "red square", "mcq", "f1", AccuracyResult(0.0, "unparseable_letter")),
+        # grounding: [3, 6] vs [2, 5] overlap 2 of a 4-second union -> IoU 0.5; a gold without a pair is bad
+        ("<answer>3 - 6</answer>", "2, 5", "tvg", "f1", AccuracyResult(0.5, None, (3.0, 6.0), "tvg")),
+        ("<answer>3 - 6</answer>", "soon", "tvg", "f1", AccuracyResult(0.0, "bad_gold", (3.0, 6.0))),
+        # open-ended: exact mode pays only an exact match; f1 mode pays token F1 (1 of 2 tokens each way: 0.5)
+        ("<answer>blue</answer>", "red", "oe", "exact", AccuracyResult(0.0, None, "blue", "exact")),
+        (
+            "<answer>red circle</answer>",
+            "a red square",
+            "oe",
+            "f1",
+            AccuracyResult(0.5, None, "red circle", "f1"),
+        ),
+    ],
+)
+def test_accuracy_results_whole_by_hand(prediction, gold, qtype, mode, expected) -> None:
+    assert accuracy_reward(prediction, gold, qtype, mode) == expected
+
+
+def test_answer_span_of_a_plain_answer_drops_blocks_and_tags() -> None:
+    assert answer_span("<think>hmm</think>red square") == "red square"
+    assert answer_span("<tool_call>{}</tool_call> the cup </answer>") == "the cup"
+
+
+def test_the_judge_gets_an_empty_question_by_default() -> None:
+    with ScriptedChatServer(reply="1.0") as server:
+        judge = _judge(server)
+        accuracy_reward("<answer>red circle</answer>", "a red square", "oe", "llm", judge)
+        asyncio.run(aaccuracy_reward("<answer>red circle</answer>", "a red square", "oe", "llm", judge))
+        prompts = [body["messages"][-1]["content"][0]["text"] for body in server.bodies]
+    assert prompts == [judge_messages("", "red circle", "a red square")[-1]["content"]] * 2

@@ -272,3 +272,189 @@ def test_loss_vectorized_equals_the_loop(seed):
     loss, _ = decoupled_ppo_loss(logp, prox, behav, adv, mask)
     expected = _loss_loop(*(x.tolist() for x in (logp, prox, behav, adv, mask)))
     assert float(loss) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_one_token_loss_and_stats_divide_by_one() -> None:
+    """One trained token, A = 2, logp = prox = behav: ratio 1, pg = -2, w = 1 -> loss = -2 / 1 token;
+    statistics over 1 token: ratio_mean 1, nothing clipped (ratio 1 is inside [0.8, 1.2], both pg terms are
+    equal: equal is not clipped), nothing dropped."""
+    zeros = torch.zeros(1, 1)
+    loss, stats = decoupled_ppo_loss(zeros, zeros, zeros, torch.full((1, 1), 2.0), torch.ones(1, 1))
+    assert loss.item() == pytest.approx(-2.0)
+    assert stats["ratio_mean"] == pytest.approx(1.0)
+    assert stats["clip_fraction"] == 0.0
+    assert stats["dropped_fraction"] == 0.0 and stats["tokens"] == 1.0
+
+
+def test_every_statistic_by_hand() -> None:
+    """Two trained tokens and a masked one (its values must count nowhere), A = 1:
+    token 0: logp 0.1, prox 0.3, behav 0.0 -> ratio e^-0.2 = 0.818731 (inside [0.8, 1.2]), w = e^0.3;
+    token 1: logp -0.1, prox -0.4, behav -0.9 -> ratio e^0.3 = 1.349859 (clipped to 1.2), w = e^0.5;
+    token 2 (mask 0): logp 3, prox -1, behav 2.
+    approx_kl = ((0.1 - 0.3) + (-0.1 + 0.4)) / 2 = 0.05; behav_kl = (0.3 + 0.5) / 2 = 0.4;
+    ratio_mean = (0.818731 + 1.349859) / 2 = 1.084295; clip_fraction 1/2; dropped 0 (both w <= 5);
+    loss = (-e^-0.2 x e^0.3 - 1.2 x e^0.5) / 2 = (-1.105171 - 1.978466) / 2 = -1.541818."""
+    logp = torch.tensor([[0.1, -0.1, 3.0]])
+    prox = torch.tensor([[0.3, -0.4, -1.0]])
+    behav = torch.tensor([[0.0, -0.9, 2.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    loss, stats = decoupled_ppo_loss(logp, prox, behav, torch.ones(1, 3), mask)
+    assert loss.item() == pytest.approx(-1.541818, abs=1e-5)
+    assert stats == pytest.approx(
+        {
+            "clip_fraction": 0.5,
+            "dropped_fraction": 0.0,
+            "approx_kl": 0.05,
+            "behav_kl": 0.4,
+            "ratio_mean": 1.084295,
+            "tokens": 2.0,
+        },
+        abs=1e-5,
+    )
+
+
+def test_gating_without_choices_says_why() -> None:
+    from paravt_core.rl.gating import draw_nframes
+
+    with pytest.raises(ValueError, match=r"^nFrames gating needs at least one frame count$"):
+        draw_nframes("row", 0, ())
+
+
+def test_sequence_advantages_with_the_default_knobs() -> None:
+    """docs/method.md §5 defaults (bias -0.2, scale 10, clip 20, eps 1e-5). Rewards 1, 0, 3.5 in group 0 and 0.5 alone:
+    shaped (R - 0.2) x 10 = 8, -2, 33 -> 20 (clipped), 3. Group 0: mean 26/3 = 8.6667, centred -0.6667,
+    -10.6667, 11.3333, unbiased std sqrt(242.6667 / 2) = 11.015141 -> -0.060523, -0.968363, 1.028886;
+    a group of one -> 0."""
+    from paravt_core.rl.advantages import sequence_advantages
+
+    seq, shaped = sequence_advantages(torch.tensor([1.0, 0.0, 3.5, 0.5]), torch.tensor([0, 0, 0, 1]))
+    assert shaped.tolist() == pytest.approx([8.0, -2.0, 20.0, 3.0])
+    assert seq.tolist() == pytest.approx([-0.060523, -0.968363, 1.028886, 0.0], abs=1e-5)
+
+
+def test_token_advantages_with_the_default_knobs() -> None:
+    """kl_ctl 0.01, clamp 10, batch norm on, eps 1e-5. Sequence advantages 1 and -1; seq 0's first token has
+    logp_behav - logp_ref = 20 -> clamped to 10 -> KL reward -0.1; the masked token (diff 5) counts nowhere.
+    Reward-to-go: seq 0: 1 - 0.1 = 0.9, 1.0; seq 1: -1.0. Batch norm over the 3 tokens: mean 0.3, population
+    std sqrt(2.54 / 3) = 0.920145 -> 0.652064, 0.760741, -1.412806; the masked position stays 0."""
+    from paravt_core.rl.advantages import token_advantages
+
+    behav = torch.tensor([[20.0, 0.0], [0.0, 5.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    adv = token_advantages(torch.tensor([1.0, -1.0]), behav, torch.zeros(2, 2), mask)
+    assert adv.tolist() == [
+        pytest.approx([0.652064, 0.760741], abs=1e-5),
+        pytest.approx([-1.412806, 0.0], abs=1e-5),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("behav", "mask", "kl_mean", "tokens"),
+    [
+        # (0.5 + 0.25 - 0.25) / 3 tokens; the masked 9 counts nowhere
+        ([[0.5, 0.25], [-0.25, 9.0]], [[1.0, 1.0], [1.0, 0.0]], 0.5 / 3, 3.0),
+        # one trained token: 0.5 / 1
+        ([[0.5, 9.0], [9.0, 9.0]], [[1.0, 0.0], [0.0, 0.0]], 0.5, 1.0),
+    ],
+)
+def test_compute_advantages_statistics(behav, mask, kl_mean, tokens) -> None:
+    """Rewards 1, 0 (group 0) and 0.5, 0.5 (group 1: equal -> a zero-advantage group). Shaped with the
+    defaults: 8, -2, 3, 3 -> mean 3."""
+    from paravt_core.rl.advantages import compute_advantages
+
+    _, stats = compute_advantages(
+        torch.tensor([1.0, 0.0, 0.5, 0.5]),
+        torch.tensor([0, 0, 1, 1]),
+        torch.tensor(behav + [[0.0, 0.0], [0.0, 0.0]]),
+        torch.zeros(4, 2),
+        torch.tensor(mask + [[0.0, 0.0], [0.0, 0.0]]),
+    )
+    assert stats == pytest.approx(
+        {
+            "shaped_reward_mean": 3.0,
+            "kl_behav_ref_mean": kl_mean,
+            "zero_advantage_groups": 1.0,
+            "trained_tokens": tokens,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("batch_norm", "expected"),
+    [
+        # no batch norm: seq 0: 0.363961 - 0.1 = 0.263961; seq 1: -0.363961
+        (False, [[0.263961], [-0.363961]]),
+        # batch norm with eps 1: mean -0.05, population std 0.313961 -> +-0.313961 / 1.313961 = +-0.238942
+        (True, [[0.238942], [-0.238942]]),
+    ],
+)
+def test_compute_advantages_forwards_every_knob(batch_norm: bool, expected: list) -> None:
+    """Non-default knobs, each visible in the result: bias 0.5, scale 2, clip 2.5 -> rewards 1, 0 shape to
+    (1.5 x 2 = 3 -> 2.5) and 0.5 x 2 = 1; mean 1.75, unbiased std sqrt(2 x 0.5625) = 1.06066, group eps 1
+    -> +-0.75 / 2.06066 = +-0.363961. KL: behav - ref = 3 on seq 0, clamped to 1, x -kl_ctl 0.1 = -0.1."""
+    from paravt_core.rl.advantages import compute_advantages
+
+    adv, stats = compute_advantages(
+        torch.tensor([1.0, 0.0]),
+        torch.tensor([0, 0]),
+        torch.tensor([[4.0], [1.0]]),
+        torch.tensor([[1.0], [1.0]]),
+        torch.ones(2, 1),
+        bias=0.5,
+        scale=2.0,
+        clip=2.5,
+        group_eps=1.0,
+        kl_ctl=0.1,
+        kl_clamp=1.0,
+        batch_norm=batch_norm,
+        batch_eps=1.0,
+    )
+    assert adv.tolist() == [pytest.approx(row, abs=1e-5) for row in expected]
+    # (3 + 0) / 2 tokens of behav - ref; shaped mean (2.5 + 1) / 2
+    assert stats == pytest.approx(
+        {
+            "shaped_reward_mean": 1.75,
+            "kl_behav_ref_mean": 1.5,
+            "zero_advantage_groups": 0.0,
+            "trained_tokens": 2.0,
+        }
+    )
+
+
+def test_group_normalize_default_eps() -> None:
+    """Values 1, 3: mean 2, unbiased std sqrt(2) = 1.414214, eps 1e-5 -> +-1 / 1.414224 = +-0.707102."""
+    from paravt_core.rl.advantages import group_normalize
+
+    assert group_normalize(torch.tensor([1.0, 3.0]), torch.tensor([0, 0])).tolist() == pytest.approx(
+        [-0.707102, 0.707102], abs=1e-6
+    )
+
+
+def test_batch_normalize_of_one_token_is_zero() -> None:
+    """One masked token: mean = the value, deviation 0 -> 0 (a count clamped above 1 would halve the mean)."""
+    from paravt_core.rl.advantages import batch_normalize
+
+    assert batch_normalize(torch.tensor([[3.0, 7.0]]), torch.tensor([[1.0, 0.0]])).tolist() == [[0.0, 0.0]]
+
+
+def test_compute_advantages_clips_shaped_rewards_at_20_by_default() -> None:
+    """Rewards 2.5 and 0 in one group, defaults (bias -0.2, scale 10, clip 20): shaped (2.5 - 0.2) x 10 =
+    23 -> clipped to 20, and (0 - 0.2) x 10 = -2; their mean is (20 - 2) / 2 = 9."""
+    zeros = torch.zeros(2, 1)
+    _, stats = compute_advantages(
+        torch.tensor([2.5, 0.0]), torch.tensor([0, 0]), zeros, zeros, torch.ones(2, 1)
+    )
+    assert stats["shaped_reward_mean"] == pytest.approx(9.0)
+
+
+def test_compute_advantages_of_an_empty_batch() -> None:
+    """No episode: no advantage, and the statistics are zeros (not nan)."""
+    empty = torch.zeros(0, 3)
+    adv, stats = compute_advantages(torch.zeros(0), torch.zeros(0, dtype=torch.long), empty, empty, empty)
+    assert adv.shape == (0, 3)
+    assert stats == {
+        "shaped_reward_mean": 0.0,
+        "kl_behav_ref_mean": 0.0,
+        "zero_advantage_groups": 0.0,
+        "trained_tokens": 0.0,
+    }
