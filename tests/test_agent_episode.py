@@ -490,3 +490,33 @@ def test_prompt_set_checksum_is_recorded_and_pinned(tiny_model, video, tmp_path)
     globs = pyproject["tool"]["setuptools"]["package-data"]["paravt_core.agent"]
     assert packaged_prompt_sets() == ["paravt-v1", "release-v1"]
     assert any(fnmatch.fnmatch("prompt_sets/paravt-v1.yaml", g) for g in globs)
+
+
+def test_with_no_tool_round_the_forced_answer_budget_is_max_new_tokens(tiny_model, video) -> None:  # noqa: F811
+    """``max_turns = 0``: the first turn is the last, but no tool round preceded it, so no forced-answer
+    instruction was shown and the turn keeps ``max_new_tokens`` (100), not the forced answer's 64."""
+    engine = ScriptedEngine(tiny_model.processor, ["<answer>B</answer>"])
+    cfg = tiny_agent_config(max_turns=0, forced_answer="mcq", max_new_tokens=100)
+    result = asyncio.run(arun_episode({"video": str(video), "question": "q"}, engine, cfg))
+    assert result.finish_reason == "answer"
+    assert [r.sampling.max_new_tokens for r in engine.requests] == [100]
+    assert "ONLY the letter" not in result.main.text
+
+
+@pytest.mark.parametrize(("delta", "truncated"), [(-1, True), (0, False), (1, False)])
+def test_a_report_of_exactly_its_token_limit_is_not_truncated(tiny_model, video, delta, truncated) -> None:  # noqa: F811
+    """The report has n tokens; limit n - 1 cuts it (mark added), limits n and n + 1 keep it whole."""
+    report = "first second third fourth"
+    n = len(tiny_model.tokenizer(report, add_special_tokens=False)["input_ids"])
+    engine = ScriptedEngine(
+        tiny_model.processor, [format_tool_call("crop_video", {"start_time": 0, "end_time": 2}), "<answer>x</answer>"],
+        subagent=report,
+    )  # fmt: skip
+    cfg = tiny_agent_config(subagent={"max_report_tokens": n + delta, "max_new_tokens": 64})
+    result = asyncio.run(arun_episode({"video": str(video), "question": "q"}, engine, cfg))
+    (call,) = result.calls
+    assert call.truncated is truncated
+    assert call.report_tokens == min(n, n + delta)
+    assert call.report.endswith(" [truncated]") is truncated
+    if not truncated:
+        assert call.report == report

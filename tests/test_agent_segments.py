@@ -14,10 +14,12 @@ import asyncio
 import pytest
 import torch
 
+from paravt_core.agent.conversation import Conversation
 from paravt_core.agent.episode import arun_episode
 from paravt_core.agent.parsing import format_tool_call, parse_tool_calls
 from paravt_core.agent.prompts import load_prompt_set
-from paravt_core.agent.segments import SegmentKind
+from paravt_core.agent.segments import SegmentEncoder, SegmentKind
+from paravt_core.engines.base import Completion
 from paravt_core.engines.scripted import ScriptedEngine
 from paravt_core.video import api as video_api
 from tests.agent_support import MAX_PIXELS, MIN_PIXELS, tiny_agent_config, video  # noqa: F401
@@ -315,3 +317,17 @@ def test_subagent_report_is_truncated_to_its_token_budget(tiny_model, video, lim
     assert long_report.startswith(call.report.removesuffix(" [truncated]"))
     # the main agent saw the truncated report
     assert "<tool_response>\n" + expected + "\n</tool_response>" in result.main.text
+
+
+@pytest.mark.parametrize(("reason", "eos"), [("stop", True), ("length", False), ("content_filter", False)])
+def test_only_a_real_stop_puts_an_end_of_turn_token_in_the_trace(tiny_model, reason: str, eos: bool) -> None:
+    """A chat engine returns text; ``<|im_end|>`` goes into the trace only when the server says ``stop``."""
+    encoder = SegmentEncoder(tiny_model.processor, max_pixels=MAX_PIXELS, min_pixels=MIN_PIXELS)
+    conv = Conversation(encoder)
+    text = "<answer>B</answer>"
+    completion = Completion(token_ids=[], text=text, logprobs=None, finish_reason=reason, exact_tokens=False)
+    body = conv.add_generation(completion, turn=0)
+    (seg,) = conv.trace.segments
+    plain = encoder.count(text)
+    assert seg.token_ids == plain + [encoder.eos_token_id] * eos
+    assert body == text

@@ -474,3 +474,25 @@ def test_acompose_past_the_reward_timeout_scores_zero() -> None:
 class _Unprintable:
     def __str__(self) -> str:
         raise RuntimeError("no text")
+
+
+def test_a_think_body_of_exactly_ten_characters_earns_the_think_points() -> None:
+    body = "0123456789"  # 10 characters: docs/method.md §5 says ">= 10"
+    assert len(body) == 10
+    parts = format_reward(f"<think>{body}</think><answer>B</answer>", **PARA).parts
+    assert parts["think"] == pytest.approx(0.2)
+    parts = format_reward(f"<think>{body[:9]}</think><answer>B</answer>", **PARA).parts
+    assert parts["think"] == 0.0  # 9 characters: short
+
+
+def test_the_flow_anchor_needs_the_think_closed_before_the_answer() -> None:
+    """``<think>…<answer>B</answer></think>``: the answer sits inside the think block, so no flow bonus.
+    By hand (PARA-GRPO): think .2 + answer .3 + closed .2 + anchor_close .5 x .4 = .2 + flow 0 + balanced .1
+    = 1.0 (the clip hides the missing flow term, so the parts are checked)."""
+    result = format_reward("<think>\nI look at the frames.<answer>B</answer></think>", **PARA)
+    assert result.parts["anchor_flow"] == 0.0
+    assert not result.compliant
+    assert result.score == pytest.approx(1.0)
+    # the same text with </think> first gets the flow term: .5 x .3 = .15
+    ordered = format_reward("<think>\nI look at the frames.</think><answer>B</answer>", **PARA)
+    assert ordered.parts["anchor_flow"] == pytest.approx(0.15) and ordered.compliant

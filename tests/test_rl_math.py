@@ -458,3 +458,18 @@ def test_compute_advantages_of_an_empty_batch() -> None:
         "zero_advantage_groups": 0.0,
         "trained_tokens": 0.0,
     }
+
+
+@pytest.mark.parametrize("log_w", [0.0, 1.5])
+def test_a_token_whose_behaviour_weight_is_exactly_the_cap_is_kept(log_w: float) -> None:
+    """docs/method.md §5: tokens with w > cap are dropped, so w == cap stays. Token 0 has w = exp(log_w) (the cap is
+    taken as that very float), token 1 has w = exp(log_w + 1) > cap and is dropped.
+    A = 1, logp = prox: ratio 1, pg = -1 per token; loss = -(w0 x 1 + 0) / 2 tokens."""
+    prox = torch.tensor([[log_w, log_w + 1.0]])
+    behav = torch.zeros(1, 2)
+    cap = float(torch.exp(torch.tensor(log_w)))  # the weight of token 0, bit for bit
+    loss, stats = decoupled_ppo_loss(
+        prox.clone(), prox, behav, torch.ones(1, 2), torch.ones(1, 2), behav_weight_cap=cap
+    )
+    assert stats["dropped_fraction"] == pytest.approx(0.5)  # only token 1
+    assert loss.item() == pytest.approx(-cap / 2)

@@ -93,3 +93,21 @@ def test_workers_return_samples_in_stream_order(tiny_model: Loaded, tmp_path: Pa
     # epoch e visits rows in the seeded order of that epoch
     assert [rows.row_of(i) for i in range(4)] == epoch_order(3, 0, 4).tolist()
     assert [rows.row_of(i) for i in range(4, 8)] == epoch_order(3, 1, 4).tolist()
+
+
+@pytest.mark.parametrize(
+    ("world", "expected"),
+    [
+        # next_index 7 (odd), 2 ranks: rank r takes g % 2 == r from 7 on -> rank 0: 8, 10, 12; rank 1: 7, 9, 11
+        (2, [[8, 10, 12], [7, 9, 11]]),
+        # 3 ranks: rank 0: 9, 12, 15; rank 1: 7, 10, 13; rank 2: 8, 11, 14
+        (3, [[9, 12, 15], [7, 10, 13], [8, 11, 14]]),
+    ],
+)
+def test_resume_from_an_odd_position_gives_each_rank_its_own_rows(world: int, expected: list) -> None:
+    pos = StreamPosition()
+    pos.mark(range(7))  # rows 0..6 trained: resume at 7
+    assert pos.next_index == 7
+    got = [list(itertools.islice(RankIndices(pos, r, world), 3)) for r in range(world)]
+    assert got == expected
+    assert got[0] != got[1]  # never the same rows on two ranks

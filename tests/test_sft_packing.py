@@ -434,3 +434,12 @@ def test_packer_defaults_and_argument_checks() -> None:
     ):
         with pytest.raises(ValueError, match=r"^need packing_length >= 1, max_open >= 1, close_slack >= 0$"):
             Packer(**bad)
+
+
+def test_a_bin_landing_exactly_on_the_close_threshold_closes() -> None:
+    """packing_length 10, close_slack 3: a bin closes at >= 10 - 3 = 7 tokens.
+    4 -> A=[4]; 3 -> A=[4,3] = 7 tokens: exactly the threshold, emitted; 6 -> B=[6] (6 < 7, stays open)."""
+    packer = Packer(10, max_open=4, close_slack=3)
+    out = [[len(s) for s in b] for i, n in enumerate([4, 3, 6]) for b in packer.add(_sample(n, i))]
+    assert out == [[4, 3]]
+    assert packer.pending() == [[2]]

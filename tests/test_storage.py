@@ -423,3 +423,16 @@ def test_completion_info_is_json_on_s3(s3_bucket: str) -> None:
     storage.mark_complete(s3_bucket + "/out", {"files": 2})
     raw = storage.read_bytes(s3_bucket + "/out/_COMPLETE")
     assert json.loads(raw)["info"] == {"files": 2}
+
+
+def test_safe_join_refuses_a_sibling_that_shares_the_roots_name(tmp_path: Path) -> None:
+    """``root/link -> root-evil``: ``/x/root-evil/f`` starts with the string ``/x/root`` but is not below
+    ``/x/root/``; a prefix check without the separator would accept it."""
+    root, evil = tmp_path / "root", tmp_path / "root-evil"
+    root.mkdir()
+    evil.mkdir()
+    (root / "link").symlink_to(evil, target_is_directory=True)
+    with pytest.raises(storage.UnsafePathError, match="through an existing symlink"):
+        storage.safe_join(root, "link/x.mp4")
+    # the root itself and a real child stay accepted
+    assert storage.safe_join(root, "a/x.mp4") == str(root / "a" / "x.mp4")

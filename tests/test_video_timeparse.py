@@ -199,3 +199,14 @@ def test_shown_bounds_what_it_echoes() -> None:
     assert len(repr(two)) == 42 and shown(two) == repr(two)
     longer = ["y" * 18, "y" * 17]  # 43 characters
     assert shown(longer) == repr(longer)[:40] + "..."
+
+
+@pytest.mark.parametrize("text", ["1:60", "0:60", "1:60.0", "1:60:00", "0:00:60"])
+def test_sixty_is_not_a_valid_second_or_minute(text: str) -> None:
+    with pytest.raises(InvalidTimeError, match="must be below 60"):
+        parse_time(text)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("1:59", 119.0), ("1:59.5", 119.5), ("1:59:59", 7199.0)])
+def test_just_below_sixty_is_a_time(text: str, seconds: float) -> None:
+    assert parse_time(text) == seconds  # 60 + 59; 60 + 59.5; 3600 + 59 x 60 + 59
