@@ -74,7 +74,6 @@ class Platform:
     only: tuple[str, ...] = ()  # mutant-name globs (after the module's prefix): some functions of a module
 
 
-B = "tests/test_gpu_path_behaviours.py::"
 PLATFORM: list[Platform] = [
     Platform("train/syncs.py", "paravt_core/train/syncs.py", ("tests/test_train_syncs.py",)),
     Platform(
@@ -82,9 +81,9 @@ PLATFORM: list[Platform] = [
         "paravt_core/cli_errors.py",
         (
             "tests/test_cli_errors_units.py",
-            B + "test_tidying_keeps_the_config_beside_a_checkpoint_and_empty_folders",
-            B + "test_the_removed_again_line_names_only_the_output_or_its_parents",
-            B + "test_eval_merge_without_benchmarks_of_its_own_is_accepted",
+            "tests/test_cli_errors_units.py::test_tidying_keeps_the_config_beside_a_checkpoint_and_empty_folders",
+            "tests/test_cli_errors_units.py::test_the_removed_again_line_names_only_the_output_or_its_parents",
+            "tests/test_cli_errors_units.py::test_eval_merge_without_benchmarks_of_its_own_is_accepted",
             "tests/test_cli_bad_inputs.py::test_only_folders_without_results_are_tidied",
             "tests/test_stage_output_owner.py",
         ),
@@ -97,8 +96,8 @@ PLATFORM: list[Platform] = [
             "tests/test_rl_launch.py",
             "tests/test_rl_fleet.py",
             "tests/test_rl_launch_units.py",
-            B + "test_every_server_of_a_fleet_plan_is_told_the_served_dtype",
-            B + "test_the_launched_server_process_gets_its_pinning",
+            "tests/test_rl_launch_units.py::test_every_server_of_a_fleet_plan_is_told_the_served_dtype",
+            "tests/test_rl_launch_units.py::test_the_launched_server_process_gets_its_pinning",
         ),
         sample=120,
     ),
@@ -108,7 +107,7 @@ PLATFORM: list[Platform] = [
         (
             "tests/test_sglang_contract.py",
             "tests/test_served_dtype.py",
-            B + "test_two_group_names_made_in_one_process_differ",
+            "tests/test_weight_sync_units.py::test_two_group_names_made_in_one_process_differ",
             "tests/test_weight_sync_units.py",
         ),
         sample=60,
@@ -120,7 +119,7 @@ PLATFORM: list[Platform] = [
             "tests/test_rl_stage.py",
             "tests/test_rl_pinning.py",
             "tests/test_served_dtype.py",
-            B + "test_the_server_the_rl_stage_starts_itself_gets_its_pinning",
+            "tests/test_rl_stage_units.py::test_the_server_the_rl_stage_starts_itself_gets_its_pinning",
             "tests/test_rl_stage_units.py",
             "tests/test_rl_sglang.py",
             "tests/test_push_on_device.py",
@@ -138,8 +137,8 @@ PLATFORM: list[Platform] = [
             "tests/test_rl_resume.py",
             "tests/test_storage_faults.py",
             "tests/test_checkpoint_units.py",
-            B + "test_save_hf_writes_the_saved_tensors_dtype_when_none_is_given",
-            B + "test_saving_a_bf16_copy_leaves_the_live_models_config_float32",
+            "tests/test_checkpoint_units.py::test_save_hf_writes_the_saved_tensors_dtype_when_none_is_given",
+            "tests/test_checkpoint_units.py::test_saving_a_bf16_copy_leaves_the_live_models_config_float32",
         ),
         sample=60,
     ),
@@ -149,7 +148,7 @@ PLATFORM: list[Platform] = [
         (
             "tests/test_models.py",
             "tests/test_models_units.py",
-            B + "test_bars_off_restores_the_callers_state_in_both_directions",
+            "tests/test_models_units.py::test_bars_off_restores_the_callers_state_in_both_directions",
         ),
         sample=100,
     ),
@@ -194,8 +193,8 @@ PLATFORM: list[Platform] = [
             "tests/test_eval_stage.py",
             "tests/test_eval_shards.py",
             "tests/test_eval_stage_units.py",
-            B + "test_a_shard_run_of_a_complete_output_evaluates_its_shard",
-            B + "test_release_preset_aligns_subtitles_to_its_own_frame_count",
+            "tests/test_eval_stage_units.py::test_a_shard_run_of_a_complete_output_evaluates_its_shard",
+            "tests/test_eval_stage_units.py::test_release_preset_aligns_subtitles_to_its_own_frame_count",
         ),
         sample=60,
     ),
@@ -229,9 +228,9 @@ PLATFORM: list[Platform] = [
         (
             "tests/test_gpu_check.py",
             "tests/test_gpu_check_units.py",
-            B + "test_gpu_check_refuses_a_checksum_unless_every_rank_reported_one",
-            B + "test_gpu_check_served_scores_check_which_tokens_were_scored",
-            B + "test_gpu_check_nccl_push_fails_whenever_the_launch_checksum_does_not_come_back",
+            "tests/test_gpu_check_units.py::test_gpu_check_refuses_a_checksum_unless_every_rank_reported_one",
+            "tests/test_gpu_check_units.py::test_gpu_check_served_scores_check_which_tokens_were_scored",
+            "tests/test_gpu_check_units.py::test_gpu_check_nccl_push_fails_whenever_the_launch_checksum_does_not_come_back",
         ),
         sample=120,
     ),

@@ -342,3 +342,36 @@ def test_save_final_of_a_submodule_to_s3_uploads_its_weights_and_clears_only_its
     expected = {k: v.to(torch.bfloat16) for k, v in loaded.model.state_dict().items()}
     assert sorted(saved) == sorted(expected)  # the names without the wrapper's "inner." prefix
     assert all(torch.equal(saved[k], expected[k]) for k in saved)
+
+
+# 4, 5 -------------------------------------------------------------------------------------------------------
+def _config_dtypes(folder: Path) -> dict[str, str]:
+    config = json.loads((folder / "config.json").read_text())
+    return {key: config[key]["dtype"] for key in ("text_config", "vision_config")} | {"": config["dtype"]}
+
+
+def test_save_hf_writes_the_saved_tensors_dtype_when_none_is_given(tiny_model_dir, tmp_path):
+    """``DiskSync`` and ``save_final`` pass no dtype by default: a bf16 state dict of a float32 module is
+    written as bfloat16 and its config.json must say so (``save_pretrained`` records the module's float32)."""
+    from paravt_core.checkpoint import save_hf
+    from paravt_core.models import load
+
+    model = load(tiny_model_dir).model
+    state = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    save_hf(model, str(tmp_path / "bf16"), state, None)
+    assert _config_dtypes(tmp_path / "bf16") == {"": "bfloat16", "text_config": "bfloat16",
+                                                 "vision_config": "bfloat16"}  # fmt: skip
+    save_hf(model, str(tmp_path / "fp32"), model.state_dict(), None)
+    assert set(_config_dtypes(tmp_path / "fp32").values()) == {"float32"}
+
+
+def test_saving_a_bf16_copy_leaves_the_live_models_config_float32(tiny_model_dir, tmp_path):
+    from paravt_core.checkpoint import save_hf
+    from paravt_core.models import load
+
+    model = load(tiny_model_dir).model
+    save_hf(model, str(tmp_path / "bf16"), model.state_dict(), torch.bfloat16)
+    assert set(_config_dtypes(tmp_path / "bf16").values()) == {"bfloat16"}
+    live = (model.config, model.config.text_config, model.config.vision_config)
+    assert [str(c.dtype).removeprefix("torch.") for c in live] == ["float32"] * 3
+    assert {p.dtype for p in model.parameters()} == {torch.float32}

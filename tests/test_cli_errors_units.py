@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import tempfile
 import types
 from pathlib import Path
@@ -447,3 +449,63 @@ def test_preflight_checks_the_model_fields(tmp_path):
     with pytest.raises(ce.UsageError, match="unknown device"):
         ce.preflight("rl", types.SimpleNamespace(output=str(out), device="tpu"))
     assert Path(out).is_dir()
+
+
+# 8 ----------------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _scandir_sorted(reverse: bool):
+    """``os.scandir`` yielding names in a fixed order (the file system's own order is not ours to choose)."""
+    import paravt_core.cli_errors as cli_errors
+
+    real = os.scandir
+
+    def scandir(path):
+        with real(path) as it:
+            return contextlib.nullcontext(sorted(it, key=lambda e: e.name, reverse=reverse))
+
+    cli_errors.os.scandir = scandir
+    try:
+        yield
+    finally:
+        cli_errors.os.scandir = real
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["a-z", "z-a"])
+def test_tidying_keeps_the_config_beside_a_checkpoint_and_empty_folders(tmp_path, reverse):
+    from paravt_core.cli_errors import prune_unused
+
+    out = tmp_path / "out"
+    for empty in ("a-empty", "z-empty"):  # an empty folder is scanned last in either order
+        (out / empty).mkdir(parents=True)
+    (out / "checkpoint-1").mkdir()
+    (out / "checkpoint-1" / "model.bin").write_bytes(b"weights")
+    (out / "config.yaml").write_text("x: 1\n")
+    with _scandir_sorted(reverse):
+        assert prune_unused([str(out)]) == []
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == [
+        "checkpoint-1", "checkpoint-1/model.bin", "config.yaml"
+    ]  # fmt: skip
+
+
+def test_the_removed_again_line_names_only_the_output_or_its_parents(tmp_path):
+    from paravt_core.cli_errors import tidied_output_line
+
+    root = str(tmp_path / "run-1")
+    line = f"paravt sft: removed {root} again (it held only this failed run's config)"
+    assert tidied_output_line("sft", root, [root]) == line
+    assert tidied_output_line("sft", f"{root}/out", [root]) == line
+    assert tidied_output_line("sft", f"file://{root}/out", [root]) == line
+    assert tidied_output_line("sft", str(tmp_path / "run-10"), [root]) is None  # a sibling sharing the prefix
+    assert tidied_output_line("sft", str(tmp_path / "run-1x" / "out"), [root]) is None
+    assert tidied_output_line("sft", "s3://bucket/run-1", [root]) is None
+    assert tidied_output_line("sft", "", [root]) is None
+
+
+# 9 ----------------------------------------------------------------------------------------------------------
+def test_eval_merge_without_benchmarks_of_its_own_is_accepted(tmp_path):
+    from paravt_core.cli_errors import UsageError, preflight
+    from tests.eval_support import tiny_eval_config
+
+    preflight("eval", tiny_eval_config(tmp_path / "m", "tiny", [], merge=True))
+    with pytest.raises(UsageError, match="no benchmarks configured"):
+        preflight("eval", tiny_eval_config(tmp_path / "n", "tiny", []))

@@ -330,3 +330,56 @@ def test_merge_of_shards_on_s3_reads_them_through_the_work_folder(s3_bucket, tmp
         '{"id": "b"}\n{"id": "a"}\n'  # the shard's copy, as written
     )
     assert storage.read_bytes(f"{output}/samples/direct/mlvu.jsonl") == b'{"id": "a"}\n{"id": "b"}\n'
+
+
+@pytest.mark.parametrize("saved_config", [True, False], ids=["config-saved", "no-config-saved"])
+def test_a_shard_run_of_a_complete_output_evaluates_its_shard(
+    tiny_model, eval_fixtures, tmp_path, saved_config
+):
+    """Without a saved config.yaml (an output made before it was saved, or copied without it) the changed-config
+    rule has nothing to compare, and only the shard itself says the whole output is not what was asked for."""
+    from paravt_core import storage
+    from paravt_core.eval.records import shard_of
+    from paravt_core.eval.stage import run
+    from tests.eval_support import KeyedEngine, tiny_eval_config
+
+    benches = [e for e in eval_fixtures if e["name"] == "mlvu"]
+    engine = KeyedEngine(tiny_model.processor, {}, default="<answer>B</answer>")
+    whole = run(tiny_eval_config(tmp_path, "tiny", benches, protocols=["direct"]), engine=engine,
+                processor=tiny_model.processor)  # fmt: skip
+    assert storage.is_complete(whole.outputs["eval"])
+    ids = [json.loads(x)["id"] for x in (tmp_path / "eval" / "samples" / "direct" / "mlvu.jsonl").open()]
+    mine = [i for i in ids if shard_of(i, 2) == 0]
+    assert 0 < len(mine) < len(ids)  # the shard is a real part of the output
+    if not saved_config:
+        (tmp_path / "eval" / "config.yaml").unlink()
+    shard = run(tiny_eval_config(tmp_path, "tiny", benches, protocols=["direct"], shard="0/2"), engine=engine,
+                processor=tiny_model.processor)  # fmt: skip
+    assert "reused_output" not in shard.metrics
+    assert shard.metrics == {"records": len(mine)}
+    assert shard.outputs == {"shard": str(tmp_path / "eval" / "shards" / "0-of-2")}
+    assert storage.is_complete(shard.outputs["shard"])
+
+
+# 10 ---------------------------------------------------------------------------------------------------------
+def test_release_preset_aligns_subtitles_to_its_own_frame_count(tmp_path):
+    """Video-MME with aligned subtitles under ``preset=release`` keeps the cues covering the preset's 64 frames,
+    whatever ``agent.overview_frames`` (4 here) says. 40 frames at 4 fps: 64 samples cover every frame, so
+    every cue is kept; 4 samples (0, 13, 26, 39) miss the cue of seconds 2-3 (frames 8-11)."""
+    from paravt_core.eval.stage import _samples_by_bench
+    from tests.eval_support import SUBTITLED_ROW, tiny_eval_config, write_subtitled_video
+
+    write_subtitled_video(tmp_path)
+    row = dict(SUBTITLED_ROW)
+    (tmp_path / "rows.json").write_text(json.dumps([row]))
+    bench = {"name": "videomme_wsub", "source": str(tmp_path / "rows.json"), "media_root": str(tmp_path),
+             "subtitle_mode": "aligned"}  # fmt: skip
+
+    def question(preset: str) -> str:
+        cfg = tiny_eval_config(tmp_path / preset, "tiny", [bench], preset=preset)
+        assert cfg.agent.overview_frames == 4
+        ((sample,),) = _samples_by_bench(cfg, str(tmp_path / preset / "work")).values()
+        return sample.question
+
+    assert "skipped" in question("release") and "middle" in question("release")
+    assert "skipped" not in question("paravt") and "middle" in question("paravt")  # 4 frames: the agent's

@@ -441,3 +441,54 @@ def test_the_request_keeps_224_px_frames_whole_under_the_agents_pixel_budget(tin
     image_pad = tiny_model.processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
     assert torch.equal(request.image_grid_thw, torch.tensor([[1, 14, 14]] * 4))
     assert request.input_ids.count(image_pad) == 4 * 49 and len(request.images) == 4
+
+
+# 11 ---------------------------------------------------------------------------------------------------------
+def test_gpu_check_refuses_a_checksum_unless_every_rank_reported_one():
+    two = _answer({"lm_head.weight": "01"}, "cd" * 32)
+    two["ranks"].append({**two["ranks"][0], "checksums": {}})  # rank 1 answered no tensor checksums
+    with pytest.raises(AssertionError, match="no tensor checksums"):
+        gpu_check.checksum_of(two)
+    two["ranks"][1]["checksums"] = {"lm_head.weight": "02"}
+    assert gpu_check.checksum_of(two) == "cd" * 32
+
+
+def test_gpu_check_served_scores_check_which_tokens_were_scored():
+    prompt = [[None, 7, None], [-0.5, 8, None]]
+    answer = {"meta_info": {"input_token_logprobs": [*prompt, [-1.25, 11, None], [-2.5, 12, None]]}}
+    assert gpu_check.served_scores(answer, [11, 12]) == [-1.25, -2.5]
+    with pytest.raises(AssertionError, match=r"scored tokens \[11, 12\], not the continuation \[12, 11\]"):
+        gpu_check.served_scores(answer, [12, 11])  # as many tokens, other ones
+    with pytest.raises(AssertionError, match=r"scored tokens \[\], not the continuation"):
+        gpu_check.served_scores(answer, [1, 2, 3, 4, 5])
+
+
+class _ThirdWeightsSync:
+    """The NCCL push's effect on the stand-in server: it ends up holding weights that are neither the launch
+    weights nor the disk push's (a push that landed wrong)."""
+
+    server = None
+
+    def __init__(self, client, **_):
+        self.pushed_buckets = [1]
+
+    def push(self, weights, version):
+        self.server.model.load_state_dict(
+            {k: v + 0.25 if v.is_floating_point() else v for k, v in weights.items()}
+        )
+
+
+def test_gpu_check_nccl_push_fails_whenever_the_launch_checksum_does_not_come_back(
+    checks_on,  # noqa: F811
+    tiny_model_dir,
+    monkeypatch,
+):
+    import paravt_core.rl.weight_sync as weight_sync
+
+    monkeypatch.setattr(weight_sync, "NcclSync", _ThirdWeightsSync)
+    checks = checks_on(tiny_model_dir)
+    checks.disk_push()
+    _ThirdWeightsSync.server = checks.stand_in
+    with pytest.raises(AssertionError, match="not the launch weights'") as err:
+        checks.nccl_push()
+    assert "still the disk push's" not in str(err.value)

@@ -188,3 +188,23 @@ def test_an_s3_checkpoint_downloads_beside_its_cache_entry_then_takes_its_place(
     assert len(into) == 1 and into[0].parent == local.parent and into[0].name.startswith(".tiny.part-")
     assert not into[0].exists() and (local / "config.json").read_text() == "{}"
     assert sorted(p.name for p in local.parent.iterdir()) == [".tiny.lock", "tiny"]
+
+
+# 6 ----------------------------------------------------------------------------------------------------------
+def test_bars_off_restores_the_callers_state_in_both_directions():
+    from transformers.utils import logging as hf_logging
+
+    from paravt_core.models import hf_bars_off
+
+    was = hf_logging.is_progress_bar_enabled()
+    try:
+        for before in (True, False, True):
+            (hf_logging.enable_progress_bar if before else hf_logging.disable_progress_bar)()
+            with hf_bars_off():
+                assert not hf_logging.is_progress_bar_enabled()
+            assert hf_logging.is_progress_bar_enabled() is before
+            with pytest.raises(KeyError), hf_bars_off():  # a load that fails restores it too
+                raise KeyError("x")
+            assert hf_logging.is_progress_bar_enabled() is before
+    finally:
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()

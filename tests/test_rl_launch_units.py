@@ -15,7 +15,7 @@ from paravt_core.config import ConfigError, load_config
 from paravt_core.rl.config import RlConfig
 from paravt_core.rl.launch import plan
 from tests.rl_support import rl_data  # noqa: F401
-from tests.support.ports import free_port_run
+from tests.support.ports import free_port, free_port_run
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "rl" / "paragrpo_8b.yaml"  # port 30000, metrics 30090, mem 0.85, bfloat16
@@ -393,3 +393,60 @@ def test_the_plan_comes_first_in_a_piped_log(tiny_model_dir, tmp_path):
     assert run.returncode != 0
     assert run.stdout.startswith("rl launch (0 GPU(s)):\n"), run.stdout[:2000]
     assert "CalledProcessError" in run.stdout  # the learner's failure, after the plan
+
+
+# 2 ----------------------------------------------------------------------------------------------------------
+def test_every_server_of_a_fleet_plan_is_told_the_served_dtype():
+    from paravt_core.rl.launch import plan
+
+    recipe = ROOT / "configs" / "rl" / "paragrpo_8b.yaml"  # dtype: bfloat16
+    fleet = load_config(
+        RlConfig, recipe, ["engine.servers=2", "engine.gpus=[6,7]", "engine.weight_sync=disk"]
+    )
+    p = plan(fleet, "/tmp/rl.yaml", gpus=8, model_dir="/m", python="python")
+    assert len(p.fleet) == 2
+    for cmd, _, _ in p.fleet:
+        assert cmd[cmd.index("--dtype") + 1] == "bfloat16"
+    single = load_config(RlConfig, recipe)
+    cmd = plan(single, "/tmp/rl.yaml", gpus=8, model_dir="/m", python="python").server_command
+    assert cmd[cmd.index("--dtype") + 1] == "bfloat16"
+
+
+# 3 ----------------------------------------------------------------------------------------------------------
+_DUMP_ENV = (
+    "import os, sys; open(sys.argv[1], 'w').write(os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')); "
+    "sys.exit(3)"
+)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "gpus", "port_offset"),
+    [
+        (["engine.gpus=[1]"], 2, 0),
+        (["engine.servers=2", "engine.gpus=[1,2]", "engine.weight_sync=disk"], 3, 1),
+    ],
+    ids=["one-server", "fleet"],
+)
+def test_the_launched_server_process_gets_its_pinning(tiny_model_dir, tmp_path, monkeypatch, overrides, gpus,
+                                                       port_offset):  # fmt: skip
+    """``engine.gpus`` reaches the server process's environment, not only the plan: the server command (a
+    stand-in that writes the ``CUDA_VISIBLE_DEVICES`` it sees, then exits 3) is started by ``launch``."""
+    from paravt_core.engines.base import EngineError
+    from paravt_core.rl.launch import launch
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    port = free_port()
+    cfg = load_config(
+        RlConfig,
+        ROOT / "configs" / "rl" / "tiny.yaml",
+        [f"model={tiny_model_dir}", f"output={tmp_path / 'out'}", "engine.kind=sglang", f"engine.port={port}",
+         *overrides],
+    )  # fmt: skip
+
+    def server(model_dir: str, server_port: int) -> list[str]:
+        return [sys.executable, "-c", _DUMP_ENV, str(tmp_path / f"env-{server_port}")]
+
+    with pytest.raises(EngineError, match="exited with code 3"):
+        launch(cfg, gpus=gpus, server_command=server, start_timeout_s=60)
+    # the first (or only) server: the launcher waits for it first, so it has written before it exited
+    assert (tmp_path / f"env-{port + port_offset}").read_text() == "1"

@@ -7,21 +7,25 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 from rich.console import Console
 from rich.text import Text
 
 from paravt_core import checkpoint, storage
-from paravt_core.config import ConfigError
+from paravt_core.config import ConfigError, load_config
 from paravt_core.rl import stage
+from paravt_core.rl.config import RlConfig
 from paravt_core.rl.push import WeightPush
 from paravt_core.rl.stage import _announce_data, _check_engine, _check_resume, _reused, run
 from paravt_core.rl.weight_sync import PushFailed
 from paravt_core.train.dist import Dist
 from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.support.ports import free_port
 from tests.test_tracking import raw_points
 
 
@@ -162,3 +166,38 @@ def test_engine_max_concurrency_bounds_the_requests_at_the_server(
         run(cfg)
     assert cfg.prompts_per_step * cfg.group_size == 8
     assert sum(p == "/generate" for p, _ in server.calls) >= 8 and server.max_in_flight == 1
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# 3 ----------------------------------------------------------------------------------------------------------
+_DUMP_ENV = (
+    "import os, sys; open(sys.argv[1], 'w').write(os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')); "
+    "sys.exit(3)"
+)
+
+
+def test_the_server_the_rl_stage_starts_itself_gets_its_pinning(tiny_model_dir, tmp_path, monkeypatch):
+    """The stage's own launch (no ``engine.base_url``, one learner process): ``engine.gpus`` reaches the
+    process. Only SGLang's command is replaced (by the stand-in above); the process is really started."""
+    from paravt_core.engines import sglang_engine
+    from paravt_core.engines.base import EngineError
+    from paravt_core.models import load
+    from paravt_core.rl.stage import _rollout_engine
+    from paravt_core.train.dist import Dist
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    dump = tmp_path / "env"
+    monkeypatch.setattr(
+        sglang_engine, "launch_command", lambda *a, **k: [sys.executable, "-c", _DUMP_ENV, str(dump)]
+    )
+    cfg = load_config(
+        RlConfig,
+        ROOT / "configs" / "rl" / "tiny.yaml",
+        [f"model={tiny_model_dir}", f"output={tmp_path / 'out'}", "engine.kind=sglang", "engine.gpus=[2,3]",
+         f"engine.port={free_port()}", f"engine.staging_dir={tmp_path / 'staging'}"],
+    )  # fmt: skip
+    with pytest.raises(EngineError, match="exited with code 3"):
+        _rollout_engine(cfg, load(tiny_model_dir), "cpu", torch.float32, Dist())
+    assert dump.read_text() == "2,3"

@@ -6,6 +6,8 @@ the owned server's stop / start (``SGLangServer`` needs a GPU): it records the c
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -308,3 +310,25 @@ def test_recover_pushes_in_full_to_the_restarted_server_and_says_so(receiver, ti
     )
     assert list(received) == list(weights) and all(torch.equal(received[k], weights[k]) for k in weights)
     assert (fresh.version, fresh.failed) == (3, None)
+
+
+# 1 ----------------------------------------------------------------------------------------------------------
+def test_two_group_names_made_in_one_process_differ():
+    """A retried attempt in the same container (PID 1, same pod hostname) must not re-join under a name that
+    SGLang and torch already hold: host and PID alone do not tell two attempts apart."""
+    from paravt_core.engines.sglang_engine import SGLangEngine
+    from paravt_core.rl.weight_sync import NcclSync, unique_group_name
+
+    a, b = unique_group_name(), unique_group_name()
+    assert a != b
+    prefix = f"paravt-{socket.gethostname()}-{os.getpid()}-"
+    assert a.startswith(prefix) and b.startswith(prefix)
+
+    def sync() -> NcclSync:  # nothing is contacted before the first push
+        engine = SGLangEngine("http://127.0.0.1:9")
+        return NcclSync(engine, master_address="127.0.0.1", master_port=9, server_ranks=1, backend="gloo")
+
+    assert sync().group_name != sync().group_name
+    engine = SGLangEngine("http://127.0.0.1:9")
+    given = NcclSync(engine, master_address="h", master_port=1, server_ranks=1, group_name="mine")
+    assert given.group_name == "mine"
