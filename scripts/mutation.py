@@ -235,10 +235,22 @@ PLATFORM: list[Platform] = [
         sample=120,
     ),
 ]
-# The code issues 38 and 40 added (issue 41 item 3): the release's readers, rescore, comparability, the release's
-# frames, the media path. Each with its in-process tests (subprocess probes cannot be attributed by mutmut).
+# The release-reproduction code: the release's readers, rescore, comparability, the release's frames, the media
+# path. Each with its in-process tests (subprocess probes cannot be attributed by mutmut).
 R = "tests/test_eval_readers.py::"
-M = "tests/test_mutation_release_code.py"  # the tests written for the first runs' survivors
+# the tests written for the first runs' survivors of readers, comparability and the media path (run for each)
+M = (
+    R + "test_release_letter_single_letter_rules",
+    R + "test_release_interval_fallback_order",
+    R + "test_release_iou_is_over_the_hull_and_zero_for_an_empty_one",
+    R + "test_release_score_of_no_reply_reads_nothing",
+    "tests/test_eval_report.py::test_comparability_defaults_of_an_old_results_file_name_ours_in_order",
+    "tests/test_eval_report.py::test_comparability_charades_subtitles_and_mmvu_lines_are_whole",
+    "tests/test_eval_report.py::test_config_differences_lines_are_whole_and_read_only_this_benchmarks_rows",
+    "tests/test_eval_report.py::test_config_differences_without_an_engine_kind_name_transformers",
+    "tests/test_media_path.py::test_merge_media_scatters_in_the_embeddings_dtype_and_orders_deepstack_rows_by_position",
+    "tests/test_media_path.py::test_merge_media_refuses_images_and_videos_with_different_deepstack_depths",
+)
 PLATFORM += [
     Platform(
         "eval/readers.py",
@@ -251,7 +263,7 @@ PLATFORM += [
             R + "test_charades_headline_reads_intervals_as_the_release_does",
             R + "test_mmvu_release_headline_is_every_item_with_open_ended_read_as_letters_and_errors_wrong",
             "tests/test_eval_oracle.py::test_the_release_rule",
-            M,
+            *M,
         ),
     ),
     Platform(
@@ -259,7 +271,7 @@ PLATFORM += [
         "paravt_core/eval/rescore.py",
         (
             R + "test_rescore_rereads_saved_records_offline_with_either_reader",
-            "tests/test_mutation_rescore.py",
+            "tests/test_eval_rescore.py",
         ),
     ),
     Platform(
@@ -271,7 +283,7 @@ PLATFORM += [
             R + "test_comparability_names_every_failure_at_once_and_the_reader",
             "tests/test_eval_release.py::test_comparability_requires_preset_prompts_and_error_rule_and_names_each_failure",
             "tests/test_eval_release.py::test_videomme_wsub_aligned_on_a_real_video_and_labelled_in_the_report",
-            M,
+            *M,
         ),
         only=("x_comparability__mutmut_*", "x__config_differences__mutmut_*"),
     ),
@@ -281,7 +293,6 @@ PLATFORM += [
         (
             "tests/test_eval_release_frames.py",
             "tests/test_eval_runner.py::test_release_preset_reproduces_the_released_driver",
-            "tests/test_mutation_release_frames.py",
         ),
         sample=100,
     ),
@@ -291,7 +302,7 @@ PLATFORM += [
         (
             "tests/test_sft_packing.py",
             "tests/test_media_path.py::test_training_refuses_a_language_model_that_would_drop_the_media",
-            M,
+            *M,
         ),
     ),
 ]

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from paravt_core.eval.metrics import benchmark_metrics, headline
-from paravt_core.eval.readers import release_interval, release_letter, release_score
+from paravt_core.eval.readers import release_interval, release_iou, release_letter, release_score
 from paravt_core.rewards.accuracy import parse_interval, read_mcq_letter
 
 # (reply, the release's letter, ours). Each release value follows extract_letter's steps in order:
@@ -309,3 +309,65 @@ def test_release_preset_waits_as_long_as_the_release_client(tiny_model_dir):
     release, _ = build_engine(EvalConfig(model=tiny_model_dir, preset="release", engine=engine))
     ours, _ = build_engine(EvalConfig(model=tiny_model_dir, engine=engine))
     assert (release.timeout_s, ours.timeout_s) == (1800.0, 600.0)
+
+
+# The release's readers, each case followed through the release's paravt/eval/utils.py step by step:
+# extract_letter (lines 110-129), extract_time_from_response (132-169), temporal_iou (172-175), and
+# paravt/eval/driver.py _score (307-317).
+
+LETTER_CASES = [
+    # the <answer> body first (line 113-117): without it the first stand-alone A-J, "I", would win (126)
+    ("I see a dog. <answer>B</answer>", "B"),
+    # a one-character body that is no letter: no stand-alone A-J in it or in the text; the first character (129)
+    ("<answer>x</answer>", "<"),
+    # "AB" is a substring of "ABCDEFGHIJ" but two characters: not returned whole (116); no word boundary
+    # between A and B (118, 126); the first character
+    ("<answer>AB</answer>", "<"),
+    # the same rule for the whole reply (120-121): "CD" is not one letter; first character "C"
+    ("CD", "C"),
+]
+
+
+@pytest.mark.parametrize(("reply", "letter"), LETTER_CASES)
+def test_release_letter_single_letter_rules(reply, letter):
+    assert release_letter(reply) == letter
+
+
+INTERVAL_CASES = [
+    # the <time> body before the whole reply (142-143): the reply's own first range is 0 - 1
+    ("0 - 1 then <time>3 - 4</time>", [3.0, 4.0]),
+    # clock times are minutes x 60 + seconds (147-149): 1:05.5 = 65.5, 2:10 = 130
+    ("<time>1:05.5 - 2:10</time>", [65.5, 130.0]),
+    # a clock range must run forwards (150): 1:00 - 1:00 is refused; the bare-number range then reads "00 - 1"
+    ("1:00 - 1:00", [0.0, 1.0]),
+    # and end under an hour (150): 60:00 = 3600 is refused; the bare-number range reads "00 - 60"
+    ("59:00 - 60:00", [0.0, 60.0]),
+    ("59:00 - 59:59.5", [3540.0, 3599.5]),
+    # the bare-number range's start is its first number (153-155); the reply's first two numbers differ
+    ("Around 7 s: 2 - 5", [2.0, 5.0]),
+    # a bare range that does not run forwards is refused (156); the start/end keywords then (158-165)
+    ("start 1, end 2: 3 - 3", [1.0, 2.0]),
+    # a start without an end: the first two numbers (164-168)
+    ("start: 4, then 9", [4.0, 9.0]),
+]
+
+
+@pytest.mark.parametrize(("reply", "interval"), INTERVAL_CASES)
+def test_release_interval_fallback_order(reply, interval):
+    assert release_interval(reply) == interval
+
+
+def test_release_iou_is_over_the_hull_and_zero_for_an_empty_one():
+    # [4, 8] with [2, 6]: intersection 6 - 4 = 2, hull 8 - 2 = 6
+    assert release_iou([4.0, 8.0], [2.0, 6.0]) == pytest.approx(1 / 3)
+    # a hull under a second still divides: [1, 1.5] with itself is 0.5 / 0.5
+    assert release_iou([1.0, 1.5], [1.0, 1.5]) == 1.0
+    # a hull of length 0 (two equal points) or less: 0 (line 175), no division
+    assert release_iou([3.0, 3.0], [3.0, 3.0]) == 0.0
+    assert release_iou([5.0, 3.0], [4.0, 2.0]) == 0.0  # hull max(3, 2) - min(5, 4) = -1
+
+
+def test_release_score_of_no_reply_reads_nothing():
+    # driver.py _score on an empty final reply: extract_letter("") = "" (129), extract_time_from_response -> None
+    assert release_score(None, "mcq", "B") == (0.0, "")
+    assert release_score(None, "tvg", "", (1.0, 2.0)) == (0.0, None)

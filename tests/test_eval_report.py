@@ -6,6 +6,7 @@ import pytest
 
 from paravt_core.eval import report
 from paravt_core.eval.metrics import benchmark_metrics
+from paravt_core.eval.report import comparability
 
 CHECKSUM = "sha256:" + "ab12" * 16
 
@@ -137,3 +138,90 @@ def test_an_all_zero_accuracy_chart_is_left_out_and_the_page_says_why():
     )
     images = report.plots(results, records)
     assert "accuracy" in images and "left out" not in report.render_html(results, images)
+
+
+PRESET = "preset=paravt, not release (the published numbers come from the release's driver)"
+
+
+RULE = "error_rule=paravt: errors left out of the denominator (the release scores them wrong)"
+
+
+READER = "reader=robust: answers read by ours, not the release's extract_letter"
+
+
+ENGINE = "engine.kind=transformers, not a server (the release queries a vLLM server)"
+
+
+SUFFIX = "agent.question_suffix=false (the release appends the video path to every agentic question)"
+
+
+DEMO = "rows from demo_data fixtures, not the benchmark"
+
+
+MMVU_F1 = "MMVU open-ended items scored by token F1, not the judge or the release's reader"
+
+
+CHARADES = "the release feeds Charades as video_url (vLLM decodes the whole video server-side); ours sends 64 labelled frames"  # fmt: skip
+
+
+ALIGNED = "subtitles aligned to the sampled frames (lmms-eval's), not every cue as the release gave them"
+
+
+def _release(**over):
+    """Results the release's in everything comparability checks (no config: the config checks are skipped)."""
+    return {"preset": "release", "error_rule": "release", "reader": "release",
+            "prompt_checksum": report.release_checksum(), "protocols": {}, **over}  # fmt: skip
+
+
+def test_comparability_defaults_of_an_old_results_file_name_ours_in_order():
+    # a results.json written before these keys existed: preset paravt, no checksum (prompts None, digest ""),
+    # error rule paravt, reader robust; joined by "; " after one "not comparable: "
+    assert comparability({"protocols": {}}, "videomme") == (
+        f"not comparable: {PRESET}; prompts None () are not the release's release-v1; {RULE}; {READER}"
+    )
+
+
+def test_comparability_charades_subtitles_and_mmvu_lines_are_whole():
+    assert comparability(_release(), "videomme") == ""
+    assert comparability(_release(), "charades") == f"not comparable: {CHARADES}"
+    aligned = _release(protocols={"agentic": {"videomme_wsub": {"subtitles": "aligned"}}})
+    assert comparability(aligned, "videomme_wsub") == f"not comparable: {ALIGNED}"
+    f1 = {"oe_scored_by": ["f1"], "oe_comparable": False}
+    # named once even when two protocols scored MMVU's open-ended items by token F1
+    two = _release(protocols={"direct": {"mmvu": f1}, "agentic": {"mmvu": dict(f1)}})
+    assert comparability(two, "mmvu") == f"not comparable: {MMVU_F1}"
+    # the judge (comparable) or no open-ended item scored: nothing to name; the MMVU rule is MMVU's only
+    assert (
+        comparability(_release(protocols={"agentic": {"mmvu": {**f1, "oe_comparable": True}}}), "mmvu") == ""
+    )
+    assert comparability(_release(protocols={"agentic": {"mmvu": {"oe_comparable": False}}}), "mmvu") == ""
+    assert comparability(_release(protocols={"agentic": {"videomme": f1}}), "videomme") == ""
+
+
+def test_config_differences_lines_are_whole_and_read_only_this_benchmarks_rows():
+    config = {
+        # no engine section: transformers, the default engine
+        "benchmarks": [{"name": "mlvu"}, {"name": "videomme", "limit": 5, "split": "dev"}],
+        "demo_data": "/fixtures",
+        "agent": {"question_suffix": False, "frame_path": "qwen-vl-utils"},
+    }
+    rows = "rows overridden (limit=5, split=dev): the release runs the registry's whole split"
+    assert report._config_differences(config, "videomme", "ParaVT-8B") == [ENGINE, rows, DEMO, SUFFIX]
+    assert (
+        comparability(_release(config=config), "videomme")
+        == f"not comparable: {ENGINE}; {rows}; {DEMO}; {SUFFIX}"
+    )
+    # the other benchmark's overrides are not this one's (and mlvu's entry, first, has none)
+    other = {**config, "benchmarks": [{"name": "mlvu", "limit": 3}, {"name": "videomme"}]}
+    assert report._config_differences(other, "videomme", None) == [ENGINE, DEMO, SUFFIX]
+
+
+@pytest.mark.parametrize("engine", [{}, {"kind": None}, None])
+def test_config_differences_without_an_engine_kind_name_transformers(engine):
+    config = {"engine": engine, "agent": {"frame_path": "qwen-vl-utils"}}
+    expected = (
+        [ENGINE]
+        if engine != {"kind": None}
+        else ["engine.kind=None, not a server (the release queries a vLLM server)"]
+    )
+    assert report._config_differences(config, "videomme", None) == expected

@@ -14,9 +14,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+
+from paravt_core.train import media
 
 REPO = Path(__file__).resolve().parents[1]
 TF517_SITE = REPO / ".venv-bench" / "tf517-site"
@@ -102,3 +105,47 @@ def test_training_refuses_a_language_model_that_would_drop_the_media(tiny_model_
             wrapper(dropping)
     model = load(tiny_model_dir).model  # the installed transformers' Qwen3-VL is accepted
     assert PackedLoss(model).inner is model and PolicyLogprobs(model).inner is model
+
+
+# merge_media by hand (a stand-in embedding table; the tower's output as float32, as a bf16 / float32 tower
+# hands it to a model whose embeddings are in another dtype).
+
+
+def _model(rows):
+    table = torch.nn.Embedding.from_pretrained(torch.tensor(rows, dtype=torch.float64))
+    return SimpleNamespace(model=SimpleNamespace(language_model=SimpleNamespace(embed_tokens=table)))
+
+
+def _part(tokens, *layers):
+    """An encode_media output: one item's merged tokens and its deepstack features, float32."""
+    f32 = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
+    return SimpleNamespace(pooler_output=[f32(tokens)], deepstack_features=[[f32(x)] for x in layers])
+
+
+def test_merge_media_scatters_in_the_embeddings_dtype_and_orders_deepstack_rows_by_position():
+    model = _model([[0.0, 0.5], [1.0, 1.5], [2.0, 2.5], [3.0, 3.5]])
+    ids = torch.tensor([[0, 1, 2, 3]])
+    # position 1 a video token, position 2 an image token (mm_token_type_ids 2 and 1)
+    types = torch.tensor([[0, 2, 1, 0]])
+    encoded = {"image": _part([[10, 11]], [[1, 2]], [[3, 4]]), "video": _part([[20, 21]], [[5, 6]], [[7, 8]])}
+    out = media.merge_media(model, ids, types, encoded)
+    assert out["inputs_embeds"].dtype == torch.float64
+    assert out["inputs_embeds"].tolist() == [[[0.0, 0.5], [20.0, 21.0], [10.0, 11.0], [3.0, 3.5]]]
+    assert out["visual_pos_masks"].tolist() == [[False, True, True, False]]
+    # per layer, the visual positions in sequence order: the video row (position 1), then the image row
+    assert [t.tolist() for t in out["deepstack_visual_embeds"]] == [[[5, 6], [1, 2]], [[7, 8], [3, 4]]]
+    # one kind only: its own mask and layers, the embeddings' dtype again
+    only = media.merge_media(model, ids, torch.tensor([[0, 0, 1, 0]]), {"image": encoded["image"]})
+    assert only["inputs_embeds"].dtype == torch.float64
+    assert only["inputs_embeds"][0, 2].tolist() == [10.0, 11.0]
+    assert only["visual_pos_masks"].tolist() == [[False, False, True, False]]
+    assert [t.tolist() for t in only["deepstack_visual_embeds"]] == [[[1, 2]], [[3, 4]]]
+    assert list(media.merge_media(model, ids, torch.zeros(1, 4, dtype=torch.long), {})) == ["inputs_embeds"]
+
+
+def test_merge_media_refuses_images_and_videos_with_different_deepstack_depths():
+    # one tower makes both, so the depths agree; were they to differ, no layer may be dropped silently
+    model = _model([[0.0, 0.5], [1.0, 1.5], [2.0, 2.5]])
+    encoded = {"image": _part([[10, 11]], [[1, 2]], [[3, 4]]), "video": _part([[20, 21]], [[5, 6]])}
+    with pytest.raises(ValueError, match="zip"):
+        media.merge_media(model, torch.tensor([[0, 1, 2]]), torch.tensor([[0, 1, 2]]), encoded)

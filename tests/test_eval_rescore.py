@@ -1,6 +1,6 @@
-"""Issue 41 item 3: ``eval/rescore.py`` (issue 38), pinned down where its first mutation run found behaviours no
-test checked (docs/mutation.md, "Code added by issues 38 and 40"). Values worked out by hand; no model runs:
-the eval output is written by hand and by the stage's own ``write_outputs``."""
+"""``eval/rescore.py``: saved records re-read offline by either reader, whole runs rescored from a folder or
+from S3, and the readers table. Values worked out by hand; no model runs: the eval output is written by hand and
+by the stage's own ``write_outputs``."""
 
 from __future__ import annotations
 
