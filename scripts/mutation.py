@@ -206,7 +206,6 @@ PLATFORM: list[Platform] = [
             "tests/test_eval_release.py",
             "tests/test_eval_runner.py",
             "tests/test_eval_formats_units.py",
-            "tests/test_eval_release_finding5.py",
         ),
     ),
     Platform(  # KFP components (decorated): whole-file mutants by scripts/mutation_decorated.py
