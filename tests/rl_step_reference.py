@@ -1,4 +1,4 @@
-"""The RL learner step as it was before issue 32's host-read change (commit 76a24ce), written out plainly
+"""The RL learner step as it was before its host reads were gathered on the device (commit 76a24ce), written out plainly
 for the equality test (tests/test_rl_step_equal.py) and the timing (benchmarks/rl_step_host.py).
 
 One process, no padding passes. Per forward pass the prox and reference log-probs come back to the host one

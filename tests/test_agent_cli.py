@@ -79,7 +79,7 @@ def test_agent_run_real_model_and_errors(tiny_model_dir, video, tmp_path, capsys
     assert f"answer: None    finish: {data['finish_reason']}" in printed
     assert f"turn 0 · {data['turns'][0]['tokens']} tokens · " in printed
 
-    # a missing local video: named before the model loads (issue 35), not an episode ending in video_error
+    # a missing local video: named before the model loads, not an episode ending in video_error
     assert paravt(base + ["--video", str(tmp_path / "missing.mp4")] + FAST) == 2
     assert capsys.readouterr().err.endswith(f"--video {tmp_path / 'missing.mp4'}: no such file\n")
 

@@ -1,4 +1,4 @@
-"""Issue 40, finding 3: ``packed_sdpa`` is the default attention of SFT and of the RL learner (which never set
+"""``packed_sdpa`` is the default attention of SFT and of the RL learner (which never set
 one before, so it ran the dense masked ``sdpa``); ``sdpa`` stays selectable."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def test_the_rl_learner_runs_the_configured_attention(
 
 
 def test_the_weights_checksum_is_off_in_the_8b_recipes() -> None:
-    # issue 40, finding 5: a sha256 over 16 GB of served weights on the CPU at every 8B checkpoint
+    # a sha256 over 16 GB of served weights on the CPU at every 8B checkpoint
     recipes = sorted((REPO / "configs/rl").glob("*8b*.yaml"))
     assert len(recipes) == 4
     for recipe in recipes:

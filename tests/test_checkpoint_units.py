@@ -1,4 +1,4 @@
-"""paravt_core.checkpoint in this process (issue 41's mutation run): the layout, the step listing, pruning, the
+"""paravt_core.checkpoint in this process: the layout, the step listing, pruning, the
 save / load round trip with its scheduler and RNG, the S3 staging, the rank that uploads each staged file.
 
 Values are written out by hand from the module's documented layout (its docstring)."""

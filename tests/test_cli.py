@@ -68,7 +68,7 @@ def test_synth_into_a_foreign_directory(tmp_path, capsys):
 
 
 def test_the_installed_entry_point(tmp_path):
-    """The issue's exact report, through a real interpreter: no ValueError traceback."""
+    """``paravt synth OUT --videos 3`` through a real interpreter: a usage error (exit 2), no ValueError traceback."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(
         [sys.executable, "-m", "paravt_core.cli", "synth", str(tmp_path / "out"), "--videos", "3"],

@@ -1,4 +1,4 @@
-"""``train.compile_layers`` (issue 32, item 4): each decoder layer compiled in place gives the eager
+"""``train.compile_layers``: each decoder layer compiled in place gives the eager
 loss and gradients (1e-5) and keeps the state-dict keys (checkpoints load either way)."""
 
 from __future__ import annotations

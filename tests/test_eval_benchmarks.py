@@ -204,7 +204,7 @@ def test_unknown_benchmark_lists_the_known_ones():
         B.get("vmme")
 
 
-# ----------------------------------------------------------------------------------- issue 21 (real-schema rows)
+# ----------------------------------------------------------------------------------- real-schema rows
 
 # The grounding question of lmms-eval's charades_sta task and the release's driver, with the caption quoted.
 CHARADES_REFERENCE = (
@@ -285,7 +285,7 @@ def test_longvideobench_json_only_copy_parses(tmp_path):
 
 
 def test_eval_and_rewards_import_structure():
-    """Issue 21 item 7: the eval registry, runner and stage never import the synthetic-data package, and the rule
+    """The eval registry, runner and stage never import the synthetic-data package, and the rule
     scorer and the LLM judge do not import each other (token F1 lives in rewards/f1.py)."""
     import subprocess
     import sys

@@ -82,7 +82,7 @@ def test_deliberate_differences_are_only_hedges_and_revisions(rows):
                      "two_tags"}  # fmt: skip
 
 
-# Issue 34 item 6: replies lmms-eval 0.7.3 reads and ours used to score 0 (unparseable / empty). Each is read
+# Replies lmms-eval 0.7.3 reads and ours used to score 0 (unparseable / empty). Each is read
 # the same way by lmms-eval's Video-MME, LVBench, MLVU and LongVideoBench scorers and by ours.
 GAPS = [
     ("答案是B", "B"),  # Chinese, no separator

@@ -1,4 +1,4 @@
-"""Issue 38 items 1, 2, 5 and 6: the release's readers score the headline under error_rule=release (ours
+"""The release's readers score the headline under error_rule=release (ours
 beside it), MMVU's release headline is over every item, comparability names every condition the release's
 run differs in, and ``paravt eval rescore`` re-reads saved records offline.
 
@@ -113,7 +113,7 @@ def test_charades_headline_reads_intervals_as_the_release_does():
 
 
 def test_mmvu_release_headline_is_every_item_with_open_ended_read_as_letters_and_errors_wrong():
-    """Finding 1 on the issue's own shape: 3 multiple choice (2 right), 2 open-ended -> ours 66.7, the
+    """A mixed MMVU run: 3 multiple choice (2 right), 2 open-ended -> ours 66.7, the
     release 40.0 (open-ended gold is free text: the letter read never equals it)."""
     mc = {"kind": "multiple-choice"}
     oe = {"kind": "open-ended"}
@@ -280,7 +280,7 @@ def test_rescore_rereads_saved_records_offline_with_either_reader(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Finding 5 items followed under preset=release (the others are named in docs/eval-release-protocol.md).
+# Files read as the release read them under preset=release (the others are named in docs/eval-release-protocol.md).
 
 
 def test_release_overview_frames_carry_no_timestamps_without_the_tool_either():

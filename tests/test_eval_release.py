@@ -1,6 +1,6 @@
 """preset=release reproduces the released eval driver (EvolvingLMMs-Lab/ParaVT, commit cf55249,
 ``paravt/eval/driver.py`` and ``paravt/eval/utils.py``): its crop frame counts, prompt texts and layouts, error
-rule and comparability (issue 34). Expected values are worked out by hand from those files and from
+rule and comparability. Expected values are worked out by hand from those files and from
 qwen-vl-utils 0.0.14's ``vision_process.py`` (quoted in each test)."""
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ def test_the_error_limit_is_per_benchmark_not_pooled():
 
 
 # The config of a run that is the release's in everything comparability() checks (engine a server, the whole
-# registry split, the question suffix, the frame path of issue 38 item 3).
+# registry split, the question suffix, the release's frame path).
 RELEASE_RUN_CONFIG = {"engine": {"kind": "openai"}, "benchmarks": [{"name": "videomme"}], "demo_data": "",
                       "agent": {"question_suffix": True, "frame_path": "qwen-vl-utils"}}  # fmt: skip
 
@@ -413,7 +413,7 @@ def test_stage_under_preset_release_is_comparable_only_where_everything_is_the_r
     assert "\nOptions:\nA. A. " in first["question"] and first["question"].endswith(LETTER_ONLY)
     table = html.split("<h2>Headline")[1].split("</table>")[0]
     rows = {r.split("<th>")[1].split(" <small>")[0]: r for r in table.split("<tr>")[2:]}
-    # a tiny in-process run on fixture rows: every condition the release's run differs in is named (issue 38)
+    # a tiny in-process run on fixture rows: every condition the release's run differs in is named
     for name in ("videomme", "lvbench", "charades"):
         assert report.COMPARABLE not in rows[name]
         assert "engine.kind=transformers, not a server" in rows[name]

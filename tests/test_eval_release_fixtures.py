@@ -1,4 +1,4 @@
-"""Issue 38, done-when: for one sample per benchmark, the chat requests ``preset=release`` sends equal those the
+"""For one sample per benchmark, the chat requests ``preset=release`` sends equal those the
 release's own code sent (EvolvingLMMs-Lab/ParaVT, ``paravt/eval/utils.py`` ``load_samples`` and
 ``paravt/eval/driver.py`` ``eval_one``), recorded once by ``scripts/record_release_fixtures.py`` from the release
 snapshot into ``tests/fixtures/release/*.json`` (each names its commit; no release code is in this repository).

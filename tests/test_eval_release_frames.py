@@ -1,4 +1,4 @@
-"""Issue 38 item 3: under preset=release the frames are the release's (``agent.frame_path=qwen-vl-utils``):
+"""Under preset=release the frames are the release's (``agent.frame_path=qwen-vl-utils``):
 ``round(linspace)`` indices, qwen-vl-utils 0.0.14's 28-px sizing and bicubic antialiased resize, JPEG quality 85.
 The comparison runs qwen-vl-utils 0.0.14 itself (its torchcodec reader, the release's, and decord 0.6.0) from the side site ``.venv-bench/site``
 (``scripts/setup.sh`` makes it; ``PARAVT_QWEN_VL_UTILS_SITE`` overrides the path) in a subprocess. Where it is

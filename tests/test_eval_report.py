@@ -85,7 +85,7 @@ def test_html_shows_published_numbers_and_differences():
 
 
 def test_every_number_names_preset_protocol_and_prompt_checksum_and_paravt_is_not_compared():
-    """Issue 21 item 4: our protocol's numbers are not set against the release's published ones; each headline
+    """Our protocol's numbers are not set against the release's published ones; each headline
     cell says which preset / protocol and prompt set (checksum) produced it."""
     results, records = _results("ParaVT-8B", preset="paravt")
     html = report.render_html(results, {})

@@ -66,7 +66,7 @@ def test_forced_answer_after_the_last_round(tiny_model, video):
 
 
 def test_the_final_reply_decides_over_an_earlier_answer_tag(tiny_model, video):
-    """Issue 21 item 6: turn 1 tags A and calls the tool, the forced final reply is a bare "C": C is scored (the
+    """Turn 1 tags A and calls the tool, the forced final reply is a bare "C": C is scored (the
     release scores its final reply); an earlier turn's tag must not override it."""
     engine = KeyedEngine(tiny_model.processor, {"[final]": ["<answer>A</answer>\n" + CALLS, "C"]})
     rec = _run(_mcq("final", video), engine, max_turns=1)
@@ -75,7 +75,7 @@ def test_the_final_reply_decides_over_an_earlier_answer_tag(tiny_model, video):
 
 
 def test_context_overflow_is_an_error_not_a_wrong_answer(tiny_model, video):
-    """Issue 22 item 9: a prompt that does not fit ``max_context_tokens`` (256 < the system prompt alone) is
+    """A prompt that does not fit ``max_context_tokens`` (256 < the system prompt alone) is
     recorded as an error with its reason, never scored 0, and not retried."""
     engine = KeyedEngine(tiny_model.processor, {"[big]": ["<answer>B</answer>"]})
     rec = _run(_mcq("big", video), engine, max_context_tokens=256)
@@ -254,7 +254,7 @@ def test_release_layout_records_the_calls_the_model_got_no_response_for(tiny_mod
         assert engine.prompts["[drop]"][1].count("<tool_response>") == blocks
 
 
-# ------------------------------------------------------------------------------------ presets (issue 21 item 4)
+# ------------------------------------------------------------------------------------ presets
 
 
 def _tokens_per_frame(frames, processor) -> int:

@@ -98,7 +98,7 @@ def test_multiple_choice_never_asks_the_judge():
 
 
 def test_the_final_reply_decides():
-    """docs/method.md §7 / issue 21 item 6: an earlier turn's <answer>A</answer> never overrides the final reply "C"
+    """docs/method.md §7: an earlier turn's <answer>A</answer> never overrides the final reply "C"
     (the forced answer of the release scores C)."""
     assert prediction_of("The answer is C") == "The answer is C"
     assert _score(MCQ, prediction_of("C")).parsed == "C"
@@ -199,7 +199,7 @@ def test_all_errors_gives_no_accuracy_rather_than_zero():
     assert m["accuracy"] is None and m["errors"] == 2
 
 
-# ------------------------------------------------------------------ metrics: mutation survivors (issue 22 item 17)
+# ------------------------------------------------------------------ metrics: mutation survivors
 # Each test pins what a reader of results.json sees, with the numbers worked out by hand in the comments.
 
 

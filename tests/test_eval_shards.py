@@ -1,4 +1,4 @@
-"""Sharded eval (issue 25 item 5): 3 shards merged report exactly what one unsharded run reports on the same
+"""Sharded eval: 3 shards merged report exactly what one unsharded run reports on the same
 inputs; shards are slices by id, not by position; the merge refuses an incomplete set and names what is missing.
 
 Both runs go through the real stage (rows of every fixture benchmark in their real schemas, the agent loop,

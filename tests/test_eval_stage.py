@@ -56,7 +56,7 @@ def test_every_fixture_benchmark_on_the_tiny_model_with_and_without_the_tool(
         and results["model"] == tiny_model_dir
         and results["config"]["demo_data"] == ""
     )
-    # every number names its preset, protocol and prompt set (issue 21 item 4), in results.json and the report
+    # every number names its preset, protocol and prompt set, in results.json and the report
     from paravt_core.agent.prompts import load_prompt_set
 
     checksum = load_prompt_set().checksum

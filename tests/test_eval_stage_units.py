@@ -1,4 +1,4 @@
-"""Unit checks of ``paravt_core/eval/stage.py`` with values worked out by hand (issue 41, the survivors of its
+"""Unit checks of ``paravt_core/eval/stage.py`` with values worked out by hand (the survivors of its
 mutation run): the results' tool use, totals, published column and server report, the error gate, the console
 summary, the outputs map, the code version, the completion markers of a shard and of a whole run, the engines
 ``build_engine`` makes, a records file that cannot be opened, merges of hand-written shards (a foreign

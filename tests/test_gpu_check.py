@@ -262,7 +262,7 @@ def test_logprob_parity_passes_on_the_same_weights_and_fails_on_unrelated_ones(
 
 
 def test_logprob_parity_fails_on_a_server_that_ignores_the_images(checks_on, tiny_model_dir):
-    # issue 40, finding 6: scored always after images A, the server agrees with us on images A (gap 0) and
+    # scored always after images A, the server agrees with us on images A (gap 0) and
     # the 0.25-nat parity alone passes; the control (images B on both sides) does not
     checks = checks_on(tiny_model_dir, sees=False)
     assert "max log-prob gap 0.0000" in checks._parity(checks.local.model)
@@ -398,7 +398,7 @@ def test_rl_verdict_needs_trained_sequences_and_the_learners_weights_on_the_serv
         gpu_check.rl_verdict(outputs(6.0, 0), a, b, b)
     with pytest.raises(AssertionError, match="unchanged after the step: the push did not land"):
         gpu_check.rl_verdict(outputs(6.0, 1), a, a, a)
-    # issue 40, finding 6: a partial or misnamed push changes the checksum too, to what no saved final has
+    # a partial or misnamed push changes the checksum too, to what no saved final has
     with pytest.raises(
         AssertionError, match="not the saved final's cccccccccccc: the push landed other weights"
     ):
@@ -421,7 +421,7 @@ def test_two_gpu_sft_step_is_skipped_with_the_reason_on_fewer_gpus(tmp_path):
 
 
 def test_sft_step_starts_from_an_empty_output(tmp_path, monkeypatch):
-    # issue 40, finding 6: a rerun must not pass on the metrics a finished earlier run left behind. Fault
+    # a rerun must not pass on the metrics a finished earlier run left behind. Fault
     # injected: the training command does nothing, so only a stale output could make the item pass.
     stale = tmp_path / "sft"
     stale.mkdir()

@@ -89,7 +89,7 @@ def test_relocate_points_carried_rows_at_this_machines_media(tmp_path: Path) -> 
 
 
 def test_relocate_points_carried_rl_rows_too(tmp_path: Path) -> None:
-    # issue 40: gpu_check's rl_step reads the RL rows, whose media sit in a list of structs
+    # gpu_check's rl_step reads the RL rows, whose media sit in a list of structs
     import pyarrow as pa
     import pyarrow.parquet as pq
 

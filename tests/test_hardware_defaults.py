@@ -1,4 +1,4 @@
-"""Defaults that use the GPUs a run reserves (issue 42, item 4).
+"""Defaults that use the GPUs a run reserves.
 
 The rule: a run's parameter that is not given takes the root component's default from the IR (KFP 2.17.0
 backend/src/v2/compiler/argocompiler/argo.go: "fill root component default parameters to PipelineJob",

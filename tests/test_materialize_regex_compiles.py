@@ -1,4 +1,4 @@
-"""How often the materialize path hands a regex to Arrow (issue 22, item 15).
+"""How often the materialize path hands a regex to Arrow.
 
 ``pc.match_substring_regex`` compiles its RE2 pattern on every call (Arrow keeps no compiled-pattern cache):
 the first-message patterns are ~4.4 KB and cost ~1.5 ms to compile each, the tail pattern ~9 KB and ~2 ms

@@ -1,4 +1,4 @@
-"""``model.attn_implementation: packed_sdpa`` (issue 32, item 3): each packed sample attends within its own
+"""``model.attn_implementation: packed_sdpa``: each packed sample attends within its own
 causal block only. Equal logits and gradients to the dense masked sdpa path (float64) on a pack of three
 samples with images; the attention FLOPs saved per pack on the synthetic data's real lengths, counted by
 ``torch.utils.flop_counter``."""
@@ -115,7 +115,7 @@ def _backward_ops(fn) -> list[str]:
 
 
 def test_packed_attention_splits_its_inputs_instead_of_slicing_them() -> None:
-    # issue 40, finding 7: a slice's backward writes its gradient into a zero tensor of the whole input (one per
+    # a slice's backward writes its gradient into a zero tensor of the whole input (one per
     # sample); split's backward concatenates the pieces once
     q, k, v = (torch.randn(1, 2, 7, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
     out, _ = packed_attention(torch.nn.Module(), q, k, v, None, packed_lengths=(3, 4))

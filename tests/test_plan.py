@@ -1,5 +1,5 @@
 """``paravt plan``: parameter counts of the shipped Qwen3-VL-8B config, the fake-tensor measurement against a real
-step, and the verdicts (issue 19)."""
+step, and the verdicts."""
 
 from __future__ import annotations
 
@@ -228,7 +228,7 @@ def test_rl_reference_is_counted_once_and_activations_do_not_depend_on_world(tin
 
 
 def test_published_sft_recipe_fits_8_h100():
-    # the dense sdpa path first, then the recipe's own packed_sdpa (issue 40) against it
+    # the dense sdpa path first, then the recipe's own packed_sdpa against it
     cfg = load_config(SftConfig, SFT_8B, ["model.attn_implementation=sdpa"])
     out = report.plan_sft(report.load_model_config(), cfg, 8, report.GPUS["h100-80g"])
     assert out["fits"], out

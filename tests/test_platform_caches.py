@@ -1,4 +1,4 @@
-"""Caches the images' user (uid 10001) can write (issue 42, item 2), checked for real as that uid.
+"""Caches the images' user (uid 10001) can write, checked for real as that uid.
 
 The rules: runc creates a mount destination that does not exist as root, mode 755, with every missing
 parent (runc v1.3.6 libcontainer/rootfs_linux.go, createMountpoint: ``pathrs.MkdirAllInRoot(root, dest,

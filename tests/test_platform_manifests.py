@@ -196,7 +196,7 @@ def test_rbac_is_least_privilege(rendered) -> None:
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
             assert not {"deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"])
-            # delete only on the multi-node jobs the launcher creates and removes once complete (issue 25)
+            # delete only on the multi-node jobs the launcher creates and removes once complete
             # and on the KFP recurring runs the scheduler replaces (`--sync`)
             if "delete" in rule["verbs"]:
                 assert set(rule["resources"]) <= {"trainjobs", "pytorchjobs", "jobs"}, rule

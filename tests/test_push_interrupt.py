@@ -1,4 +1,4 @@
-"""Issue 40, finding 4: a weight push cut short mid-bucket, against SGLang 0.5.23's own weight updater (the
+"""A weight push cut short mid-bucket, against SGLang 0.5.23's own weight updater (the
 loopback receiver of ``tests/sglang_support.py``, gloo in place of NCCL). The sync marks itself failed and
 refuses to push again; ``close()`` returns without destroying either side's group (NCCL would wait on the
 stuck transfer); ``recover`` restarts a server the stage owns and pushes again in full, or, for an external

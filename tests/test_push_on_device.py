@@ -1,4 +1,4 @@
-"""Issue 40, finding 5: the NCCL push stays on the device. The stage's push (``WeightPush.push``) streams
+"""The NCCL push stays on the device. The stage's push (``WeightPush.push``) streams
 ``Learner.weight_buckets`` into SGLang 0.5.23's own weight receiver (the loopback receiver of
 ``tests/sglang_support.py``, gloo in place of NCCL): no parameter goes to the host, the push allocates one
 bucket at a time (measured with torch's profiler, which sees every CPU-allocator allocation and free), never a

@@ -1,4 +1,4 @@
-"""The README as a newcomer reads it (issue 35, item 10): it starts with the two commands, the first hour comes
+"""The README as a newcomer reads it: it starts with the two commands, the first hour comes
 next, reference material lives in docs/, and the first hour's commands run in order after the demo."""
 
 from __future__ import annotations

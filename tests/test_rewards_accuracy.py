@@ -64,7 +64,7 @@ def test_extract_answer_text_is_the_last_complete_answer():
         ("<answer>the answer is a red circle</answer>", None),  # the article "a" is not option A
         ("<answer>K</answer>", None),  # outside A-J
         ("<answer>I think it is red</answer>", None),  # the pronoun I is not option I
-        # forms lmms-eval and the release both read (issue 21)
+        # forms lmms-eval and the release both read
         ("<answer>**B**</answer>", "B"),
         ("**B**", "B"),
         ("<answer>B, because the circle turns red</answer>", "B"),
@@ -75,7 +75,7 @@ def test_extract_answer_text_is_the_last_complete_answer():
         ("I choose B.", "B"),
         ("<answer>D. Both A and B.</answer>", "D"),  # letters inside the option's text are not a hedge
         ("Ｂ", "B"),  # full-width letter (NFKC)
-        # issue 22 item 2: the LAST statement decides
+        # the LAST statement decides
         ("I thought the answer is A, but the answer is B", "B"),
         ("<answer>The answer is C. On reflection the answer is A.</answer>", "A"),
         ("the answer is B or C", None),  # two options named as the answer

@@ -56,7 +56,7 @@ def test_two_rank_learner_step_equals_the_one_process_step(rl_data, tiny_model_d
     for run_ in (one, two):  # the served dtype: each float32 weight converted, nothing else changed
         assert run_["served"].keys() == start.keys()
         assert all(torch.equal(run_["served"][k], run_["weights"][k].bfloat16()) for k in start)
-        # the NCCL push's buckets (issue 40, finding 5): the served tensors, in order, made on the device
+        # the NCCL push's buckets: the served tensors, in order, made on the device
         streamed = [kv for bucket in run_["streamed"] for kv in bucket]
         assert [k for k, _ in streamed] == list(run_["served"])
         assert all(torch.equal(t, run_["served"][k]) for k, t in streamed)

@@ -1,4 +1,4 @@
-"""Where the SGLang server that the RL stage starts itself runs (issue 31, item 7). Without ``engine.gpus`` it
+"""Where the SGLang server that the RL stage starts itself runs. Without ``engine.gpus`` it
 inherits the learner's devices and starts on GPU 0, learner rank 0's GPU: under torchrun that launch is
 refused (before anything is loaded or written); with ``engine.gpus`` it is pinned there, and GPUs a learner
 process of this node uses are refused."""

@@ -1,4 +1,4 @@
-"""One pixel budget (issue 31, item 6): the SGLang server our launcher starts (``--mm-process-config``), the
+"""One pixel budget: the SGLang server our launcher starts (``--mm-process-config``), the
 episode encoder and the followers' ``restore`` of rank 0's samples all use ``AgentConfig.processor_pixels``.
 Otherwise, when a preset sets the overview or crop budget apart from ``max_pixels``, the server makes other
 image tokens than our prompt holds, and the followers rebuild other pixels than rank 0 trained on."""

@@ -1,4 +1,4 @@
-"""A rerun of ``paravt rl`` on a finished output (issue 35, item 1): the README's "First hour" runs
+"""A rerun of ``paravt rl`` on a finished output: the README's "First hour" runs
 ``paravt rl --config configs/rl/tiny.yaml`` (relative paths) on the output ``make demo`` wrote with absolute
 ones. The same folder named both ways is the same reference; a reference that truly differs is refused
 before the finished output is touched (its ``_COMPLETE`` and ``config.yaml`` stay as they were)."""

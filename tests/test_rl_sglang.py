@@ -62,7 +62,7 @@ def test_stage_pushes_each_step_to_the_sglang_server(rl_data, tiny_model_dir, tm
         ("/pause_generation", "/continue_generation")
     ] * 3
     assert [b for p, b in server.calls if p == "/pause_generation"] == [{"mode": "retract"}] * 3
-    # issue 40: the starting weights go first, before any rollout (a long-lived server may hold another run's),
+    # the starting weights go first, before any rollout (a long-lived server may hold another run's),
     # then one push per step, policy version as the weight version
     assert reloads[0] < paths.index("/generate")
     assert server.weight_versions == ["0", "1", "2"]

@@ -1,4 +1,4 @@
-"""``paravt_core/rl/stage.py``'s rules that its stage tests left open (issue 41: the survivors of its mutation
+"""``paravt_core/rl/stage.py``'s rules that its stage tests left open (the survivors of its mutation
 run), each worked out by hand: the data line, the fleet's refusal, the resume's reference check, rank 0's word
 on a failed push, a reused output's plain line, and a run of the tiny model on a terminal, grown by one step
 (its console line, its text points, ``metrics.json`` as written, the checkpoint's state, the resume)."""

@@ -1,4 +1,4 @@
-"""The RL learner's step with its reads gathered on the device (issue 32, item 2; commit 76a24ce) gives the
+"""The RL learner's step with its reads gathered on the device (commit 76a24ce) gives the
 numbers of the step as it was before, which read every micro-batch's loss back to the host: the same logged
 loss and statistics, grad_norm and updated weights, float32 on the tiny model, several forward passes."""
 

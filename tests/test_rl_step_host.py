@@ -1,5 +1,5 @@
 """The RL learner's step reads device values back a fixed number of times, however many forward passes it
-makes (issue 32, item 2, through the training core shared with SFT): log-probs of the prox / reference passes
+makes (through the training core shared with SFT): log-probs of the prox / reference passes
 come back in one copy, losses and statistics of the trained passes and the norm in one read."""
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def test_launch_command_serves_the_recipe_dtype(sglang_checker):
 
 @pytest.mark.parametrize("engine", ["transformers", "disk", "distributed", "launched"])
 def test_rollout_engine_is_built_in_the_served_dtype(rl_data, tiny_model_dir, tmp_path, engine, monkeypatch):  # noqa: F811
-    """issue 35 item 15: the rollout engine and its weight sync get the recipe's dtype, not the stored one."""
+    """The rollout engine and its weight sync get the recipe's dtype, not the stored one."""
     from paravt_core.engines.sglang_engine import SGLangServer
     from paravt_core.rl.stage import _rollout_engine
     from paravt_core.train.dist import Dist

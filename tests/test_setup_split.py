@@ -1,4 +1,4 @@
-"""`make demo` installs only what the demo needs (issue 35, item 3): ffmpeg and the venv, not Ceph (the test
+"""`make demo` installs only what the demo needs: ffmpeg and the venv, not Ceph (the test
 S3 server) nor the SGLang / lmms-eval / router side sites, which `make test` still installs. Read from
 `make -n` (GNU make prints the recipes and runs none) and the script's own ``--plan`` (prints the steps and
 runs nothing): nothing is installed here."""

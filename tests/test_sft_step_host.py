@@ -1,4 +1,4 @@
-"""The SFT step never waits on the host inside its micro-batch loop (issue 32, item 2), with the same numbers.
+"""The SFT step never waits on the host inside its micro-batch loop, with the same numbers.
 
 - Reads of tensor values back into Python made by the project's code (``HostReads``: on a GPU each is a
   device sync) are counted over whole ``train()`` runs of 2 and 3 steps: the difference is what one step of
@@ -67,7 +67,7 @@ def test_one_read_per_step_whatever_the_micro_batches(
 
 
 def _reference_losses(cfg: SftConfig) -> list[tuple[float, float]]:
-    """The step as it was written before issue 32: ``float(loss)`` after every micro-batch, a float norm."""
+    """The step as it was written before the host reads were gathered: ``float(loss)`` after every micro-batch, a float norm."""
     seed_everything(cfg.trainer.seed)
     messages, row_ids = read_rows(sft_files(cfg.data.input, cfg.data.include))
     loaded = load(cfg.model.uri, device="cpu", dtype=torch.float32)

@@ -1,4 +1,4 @@
-"""The SFT loop's own rules, each worked out by hand (issue 41: the survivors of the mutation run of
+"""The SFT loop's own rules, each worked out by hand (the survivors of the mutation run of
 ``paravt_core/sft/trainer.py``): the gates' recorded counts, the step record, the result of a run without
 checkpoints, the profiler ranges ``scripts/gpu_profile.py`` reads, the last step's tracking point, a resume
 (its log line, its MLflow run continued, other data refused), the injected fault, a feed with no usable row,

@@ -1,4 +1,4 @@
-"""``paravt_core/engines/sglang_engine.py``'s rules that the contract tests left open (issue 41: the survivors of
+"""``paravt_core/engines/sglang_engine.py``'s rules that the contract tests left open (the survivors of
 its mutation run), each worked out by hand: the un-batched body a router takes, the default launch line, the
 mismatch message, the retry accounting of a POST, the abort's own timeout, ``flush_cache``, a refused update
 while its broadcast still blocks, the server log, and ``SGLangEngine.launch`` of a real process (a stand-in

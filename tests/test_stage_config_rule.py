@@ -1,4 +1,4 @@
-"""One rule for a complete stage output rerun with another config (issue 35, item 2): the same config
+"""One rule for a complete stage output rerun with another config: the same config
 reuses it, a changed one is continued where that means something (more RL steps) or refused with the
 differing keys named (exit status 2), never silently reused. Data rebuilds on a changed fingerprint and eval
 refuses records of another model/engine (their own tests); these pin SFT and RL."""

@@ -1,6 +1,6 @@
 """``HostReads`` (train/syncs.py), the counter the one-read-per-step tests (``test_sft_step_host.py``,
 ``test_rl_step_host.py``) rely on: each listed read counted once at the line that made it, ``.item()`` included
-(issue 41 item 7: without it a new ``.item()`` sync in the step passed them), nothing else counted."""
+(without it a new ``.item()`` sync in the step passed them), nothing else counted."""
 
 from __future__ import annotations
 

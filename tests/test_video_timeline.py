@@ -1,4 +1,4 @@
-"""Where a video's timeline starts (issue 22, item 14).
+"""Where a video's timeline starts.
 
 Rule: the times we show the model (probe, overview labels, crop windows) are seconds from where a player's
 seek bar starts, i.e. from the container's start time: the earliest first timestamp of its video and audio

@@ -1,4 +1,4 @@
-"""``rl/weight_sync.py`` in-process (issue 41, its mutation run's survivors): every value below is worked out by
+"""``rl/weight_sync.py`` in-process (its mutation run's survivors): every value below is worked out by
 hand. Real parts only: torch gloo process groups (a group of one, rank 0 alone, where no server side is
 needed), the loopback SGLang receiver built from SGLang 0.5.23's own scheduler code (``tests/sglang_side.py``)
 and the loopback contract servers of ``test_engines_sglang.py`` behind a ``FleetEngine``. The one stand-in is
