@@ -6,7 +6,7 @@ import pytest
 
 from paravt_core.eval import report
 from paravt_core.eval.metrics import benchmark_metrics
-from paravt_core.eval.report import comparability
+from paravt_core.eval.report import comparability, plots
 
 CHECKSUM = "sha256:" + "ab12" * 16
 
@@ -225,3 +225,12 @@ def test_config_differences_without_an_engine_kind_name_transformers(engine):
         else ["engine.kind=None, not a server (the release queries a vLLM server)"]
     )
     assert report._config_differences(config, "videomme", None) == expected
+
+
+def test_no_charades_plot_when_charades_was_not_evaluated() -> None:
+    results = {"protocols": {"agentic": {"videomme": {"headline": "accuracy", "accuracy": 0.5}}}}
+    records = {"agentic": {"videomme": [{"status": "ok", "score": 1.0, "tool_calls": 1}]}}
+    assert "charades_iou" not in plots(results, records)
+    records["agentic"]["charades"] = [{"status": "ok", "score": 0.4, "tool_calls": 0}]
+    results["protocols"]["agentic"]["charades"] = {"headline": "miou", "miou": 0.4}
+    assert "charades_iou" in plots(results, records)
