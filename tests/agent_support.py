@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 
 from paravt_core.agent.config import AgentConfig
@@ -28,11 +27,6 @@ MIN_PIXELS = 32 * 32
 def make_video(path: Path) -> Path:
     write_video(path, VIDEO_EVENTS, VIDEO_SECONDS, VIDEO_FPS, VIDEO_SIZE)
     return path
-
-
-@pytest.fixture(scope="module")
-def video(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_video(tmp_path_factory.mktemp("agent_video") / "clip.mp4")
 
 
 def tiny_agent_config(**overrides) -> AgentConfig:

@@ -37,4 +37,7 @@ pytest_plugins = [
     "tests.fixtures.sglang",
     "tests.fixtures.mlflow_server",
     "tests.fixtures.vllm_server",
+    "tests.fixtures.rl",
+    "tests.fixtures.agent",
+    "tests.fixtures.gpu_check",
 ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -32,12 +31,6 @@ def run_data_stage(synth, work: Path) -> str:
     )
     run(cfg)
     return str(work / "data")
-
-
-@pytest.fixture(scope="module")
-def rl_data(synth_dataset, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``paravt data`` run on the session's synthetic dataset."""
-    return run_data_stage(synth_dataset, tmp_path_factory.mktemp("rl_data"))
 
 
 def tiny_rl_config(data: str, model: str, output: str, *overrides: str) -> RlConfig:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from paravt_core.agent import config as agent_config
 from paravt_core.video import sizing
-from tests.agent_support import video  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +21,7 @@ def _load_benchmark():
     return module
 
 
-def test_dispatch_benchmark_runs_and_agrees(tiny_model_dir, video, tmp_path, capsys):  # noqa: F811
+def test_dispatch_benchmark_runs_and_agrees(tiny_model_dir, video, tmp_path, capsys):
     import torch
 
     threads = torch.get_num_threads()

@@ -8,14 +8,14 @@ from paravt_core.agent.parsing import format_tool_call
 from paravt_core.agent.prompts import load_prompt_set
 from paravt_core.cli import main as paravt
 from paravt_core.engines.transformers_engine import TransformersEngine
-from tests.agent_support import MAX_PIXELS, video  # noqa: F401
+from tests.agent_support import MAX_PIXELS
 from tests.openai_test_server import TinyChatServer
 
 FAST = ["--overview-frames", "8", "--max-pixels", str(MAX_PIXELS), "--temperature", "0", "--max-new-tokens", "12",
         "--set", "subagent.max_new_tokens=8", "--set", "subagent.temperature=0", "--set", "crop.max_frames=4"]  # fmt: skip
 
 
-def test_agent_run_prints_the_trajectory(tiny_model_dir, video, tmp_path, capsys):  # noqa: F811
+def test_agent_run_prints_the_trajectory(tiny_model_dir, video, tmp_path, capsys):
     replies = [
         "Two places to check.</think>\n"
         + format_tool_call("crop_video", {"start_time": 1, "end_time": 5})
@@ -67,7 +67,7 @@ def test_agent_run_prints_the_trajectory(tiny_model_dir, video, tmp_path, capsys
     assert all(c["report"] for c in data["turns"][0]["calls"])  # real tiny-model sub-agent reports
 
 
-def test_agent_run_real_model_and_errors(tiny_model_dir, video, tmp_path, capsys):  # noqa: F811
+def test_agent_run_real_model_and_errors(tiny_model_dir, video, tmp_path, capsys):
     base = ["agent", "run", "--model", tiny_model_dir, "--question", "What is shown?"]
     out_json = tmp_path / "real.json"
     assert paravt(base + ["--video", str(video), "--json", str(out_json)] + FAST) == 0
@@ -88,7 +88,7 @@ def test_agent_run_real_model_and_errors(tiny_model_dir, video, tmp_path, capsys
     assert "unknown config key 'max_turnz'" in err and err.count("\n") == 1
 
 
-def test_agent_run_against_an_openai_compatible_server(tiny_model, tiny_model_dir, video, capsys):  # noqa: F811
+def test_agent_run_against_an_openai_compatible_server(tiny_model, tiny_model_dir, video, capsys):
     engine = TransformersEngine(tiny_model.model, tiny_model.processor)
     with TinyChatServer(engine) as server:
         args = ["agent", "run", "--engine", "openai", "--base-url", server.base_url, "--served-model", "tiny"]

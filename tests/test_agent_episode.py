@@ -16,7 +16,7 @@ from paravt_core.agent.parsing import format_tool_call
 from paravt_core.engines.base import EngineError, GenerationRequest
 from paravt_core.engines.scripted import Reply, RoutedEngine, ScriptedEngine
 from paravt_core.engines.transformers_engine import TransformersEngine
-from tests.agent_support import tiny_agent_config, video  # noqa: F401
+from tests.agent_support import tiny_agent_config
 
 QUESTION = "Which shape appears first? A. square B. circle"
 
@@ -34,7 +34,7 @@ def tool_turn_text(result, turn: int) -> str:
     return next(s.text for s in result.main.segments if s.label == "tool_responses" and s.turn == turn)
 
 
-def test_parallel_calls_run_as_one_batch_and_come_back_in_call_order(tiny_model, video):  # noqa: F811
+def test_parallel_calls_run_as_one_batch_and_come_back_in_call_order(tiny_model, video):
     def report(request: GenerationRequest, i: int) -> str:
         # the sub-agent prompt names its window: echo it so the order of responses is checkable
         text = request.messages[0]["content"][-1]["text"]
@@ -67,7 +67,7 @@ def test_parallel_calls_run_as_one_batch_and_come_back_in_call_order(tiny_model,
     assert result.tool_rounds == 1 and all(c.latency_s > 0 for c in result.calls)
 
 
-def test_malformed_json_and_unknown_tool_get_error_responses(tiny_model, video):  # noqa: F811
+def test_malformed_json_and_unknown_tool_get_error_responses(tiny_model, video):
     main = [
         "<tool_call>{not json}</tool_call>"
         + format_tool_call("zoom_in", {"start_time": 1, "end_time": 2})
@@ -86,7 +86,7 @@ def test_malformed_json_and_unknown_tool_get_error_responses(tiny_model, video):
     assert result.counts()["calls_rejected"] == 2 and result.counts()["calls_succeeded"] == 1
 
 
-def test_more_calls_than_allowed(tiny_model, video):  # noqa: F811
+def test_more_calls_than_allowed(tiny_model, video):
     main = [crop(0, 2) + crop(2, 4) + crop(4, 6), "<answer>B</answer>"]
     engine = ScriptedEngine(tiny_model.processor, main)
     result = run(engine, video, max_parallel=2)
@@ -117,7 +117,7 @@ def block(text: str) -> str:
 CROP_FRAMES = {"tool_mode": "crop_frames", "max_turns": 1}
 
 
-def test_crop_frames_release_v1_drops_calls_beyond_max_parallel(tiny_model, video):  # noqa: F811
+def test_crop_frames_release_v1_drops_calls_beyond_max_parallel(tiny_model, video):
     """The released driver keeps tcs[:max_parallel]: two responses, no message for the third call; its record
     says it was dropped (and why), and it is not counted as executed."""
     main = [crop(0, 2) + crop(2, 4) + crop(4, 6), "<answer>B</answer>"]
@@ -144,7 +144,7 @@ def test_crop_frames_release_v1_drops_calls_beyond_max_parallel(tiny_model, vide
     assert "Error: at most 2 tool calls" in tool_turn_text(result, 1)
 
 
-def test_crop_frames_release_v1_reads_names_and_times_as_the_released_driver(tiny_model, video):  # noqa: F811
+def test_crop_frames_release_v1_reads_names_and_times_as_the_released_driver(tiny_model, video):
     """The released loop never checks the name, reads an unreadable time as 0.0 and a missing end as start + 10
     (utils.parse_time_val / eval_one at cf55249)."""
     main = [
@@ -165,7 +165,7 @@ def test_crop_frames_release_v1_reads_names_and_times_as_the_released_driver(tin
     assert result.calls[0].name == "zoom_in" and result.calls[3].error
 
 
-def test_crop_frames_release_v1_ignores_blocks_the_released_reader_cannot_read(tiny_model, video):  # noqa: F811
+def test_crop_frames_release_v1_ignores_blocks_the_released_reader_cannot_read(tiny_model, video):
     """The driver's parse_tool_calls: an undecodable <tool_call> gets no response (and a turn with nothing else
     is final), a call inside a closed think block is still executed. The records count the ignored block."""
     main = [
@@ -186,7 +186,7 @@ def test_crop_frames_release_v1_ignores_blocks_the_released_reader_cannot_read(t
     assert result.to_dict()["calls_total"] == 4 and result.to_dict()["calls_parsed"] == 2
 
 
-def test_crop_frames_paravt_v1_responses_unchanged(tiny_model, video):  # noqa: F811
+def test_crop_frames_paravt_v1_responses_unchanged(tiny_model, video):
     """paravt-v1 in crop_frames mode keeps its own rules: the note names the window served (clamped to the
     video), a failed crop shows "Error: " + the crop's reason, a call beyond max_parallel gets an error block,
     another tool's name and an unreadable time are errors."""
@@ -218,7 +218,7 @@ def test_crop_frames_paravt_v1_responses_unchanged(tiny_model, video):  # noqa: 
                   "quotes: line 1 column 2 (char 1))"))]  # fmt: skip
 
 
-def test_tool_calls_in_the_last_allowed_turn(tiny_model, video):  # noqa: F811
+def test_tool_calls_in_the_last_allowed_turn(tiny_model, video):
     engine = ScriptedEngine(tiny_model.processor, [crop(0, 2), crop(2, 4) + crop(4, 6)])
     result = run(engine, video, max_turns=1)
     assert result.finish_reason == "tool_call_in_last_turn"
@@ -230,7 +230,7 @@ def test_tool_calls_in_the_last_allowed_turn(tiny_model, video):  # noqa: F811
     assert result.finish_reason == "tool_call_in_last_turn" and result.tool_rounds == 0
 
 
-def test_forced_answer_after_the_last_round_has_its_own_token_budget(tiny_model, video):  # noqa: F811
+def test_forced_answer_after_the_last_round_has_its_own_token_budget(tiny_model, video):
     engine = ScriptedEngine(tiny_model.processor, [crop(0, 2), "B " * 100])
     result = run(engine, video, max_turns=1, forced_answer="mcq")
     assert result.finish_reason == "max_tokens"  # the forced reply is capped at 64 tokens
@@ -243,12 +243,12 @@ def test_forced_answer_after_the_last_round_has_its_own_token_budget(tiny_model,
 
 
 @pytest.mark.parametrize("reply", ["", "   \n"])
-def test_empty_generation(tiny_model, video, reply):  # noqa: F811
+def test_empty_generation(tiny_model, video, reply):
     result = run(ScriptedEngine(tiny_model.processor, [reply]), video)
     assert result.finish_reason == "empty_generation" and result.turns[0].text == reply
 
 
-def test_generation_cut_by_the_token_limit(tiny_model, video):  # noqa: F811
+def test_generation_cut_by_the_token_limit(tiny_model, video):
     cut_in_answer = Reply("<think>the circle</think><answer>The circ", finish="length")
     result = run(ScriptedEngine(tiny_model.processor, [cut_in_answer]), video)
     assert result.finish_reason == "max_tokens_in_tag" and result.answer is None
@@ -261,7 +261,7 @@ def test_generation_cut_by_the_token_limit(tiny_model, video):  # noqa: F811
     assert result.finish_reason == "max_tokens" and result.turns[0].tokens == 10
 
 
-def test_engine_error_and_timeout(tiny_model, video):  # noqa: F811
+def test_engine_error_and_timeout(tiny_model, video):
     result = run(ScriptedEngine(tiny_model.processor, [EngineError("server went away")]), video)
     assert (result.finish_reason, result.error, result.turns) == (
         "engine_error",
@@ -283,7 +283,7 @@ def test_engine_error_and_timeout(tiny_model, video):  # noqa: F811
     assert result.counts()["calls_failed"] == 1
 
 
-def test_video_that_fails_to_decode(tiny_model, tmp_path, video):  # noqa: F811
+def test_video_that_fails_to_decode(tiny_model, tmp_path, video):
     broken = tmp_path / "broken.mp4"
     broken.write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 8)
     engine = ScriptedEngine(tiny_model.processor, ["<answer>B</answer>"])
@@ -299,13 +299,13 @@ def test_video_that_fails_to_decode(tiny_model, tmp_path, video):  # noqa: F811
     assert all(c.executed for c in result.calls) and result.counts()["calls_failed"] == 3
 
 
-def test_context_overflow(tiny_model, video):  # noqa: F811
+def test_context_overflow(tiny_model, video):
     result = run(ScriptedEngine(tiny_model.processor, ["<answer>B</answer>"]), video, max_context_tokens=256)
     # the first prompt alone (system prompt + 8 frames x 4 tokens + question) is longer than 256 tokens
     assert result.finish_reason == "context_overflow" and result.turns == [] and len(result.main) > 256
 
 
-def test_real_tiny_model_subagents_and_sequential_dispatch_agree(tiny_model, video):  # noqa: F811
+def test_real_tiny_model_subagents_and_sequential_dispatch_agree(tiny_model, video):
     real = TransformersEngine(tiny_model.model, tiny_model.processor)
     main = [crop(0, 3) + crop(4, 7) + crop(8, 11), "<answer>B</answer>"]
     outs = {}
@@ -322,7 +322,7 @@ def test_real_tiny_model_subagents_and_sequential_dispatch_agree(tiny_model, vid
     assert outs["batched"] == outs["sequential"]  # greedy: batching does not change what sub-agents write
 
 
-def test_real_tiny_model_episode_ends_cleanly(tiny_model, video):  # noqa: F811
+def test_real_tiny_model_episode_ends_cleanly(tiny_model, video):
     """Smoke run of the random tiny model, checked against an independent greedy decode of its prompt."""
     import torch
 
@@ -356,7 +356,7 @@ def test_real_tiny_model_episode_ends_cleanly(tiny_model, video):  # noqa: F811
     assert result.to_dict()["main_trace"]["images"] == 8
 
 
-def test_subagent_knobs_see_question_and_train(tiny_model, video):  # noqa: F811
+def test_subagent_knobs_see_question_and_train(tiny_model, video):
     main = [crop(0, 2), "<answer>B</answer>"]
     engine = ScriptedEngine(tiny_model.processor, list(main))
     result = run(engine, video, subagent={"see_question": True, "train": True})
@@ -372,7 +372,7 @@ def test_subagent_knobs_see_question_and_train(tiny_model, video):  # noqa: F811
     assert sum(result.subagent_traces[0].loss_mask) == 0
 
 
-def test_shared_overview_and_per_row_frame_count(tiny_model, video):  # noqa: F811
+def test_shared_overview_and_per_row_frame_count(tiny_model, video):
     from paravt_core.video import api as video_api
     from tests.agent_support import MAX_PIXELS, MIN_PIXELS
 
@@ -391,7 +391,7 @@ def test_shared_overview_and_per_row_frame_count(tiny_model, video):  # noqa: F8
     assert [im.data_ptr() for im in result.main.images] == [f.data_ptr() for f in shared.frames]
 
 
-def test_subagent_temperature_follows_the_main_agent_and_seeds_are_distinct(tiny_model, video):  # noqa: F811
+def test_subagent_temperature_follows_the_main_agent_and_seeds_are_distinct(tiny_model, video):
     main = [crop(0, 2) + crop(3, 5) + crop(6, 8), "<answer>B</answer>"]
     # eval protocol: temperature 0 -> greedy sub-agents too (docs/method.md §4.4.5)
     engine = ScriptedEngine(tiny_model.processor, list(main))
@@ -414,7 +414,7 @@ def test_subagent_temperature_follows_the_main_agent_and_seeds_are_distinct(tiny
     assert [r.sampling.temperature for r in engine.requests if r.tag == "subagent"] == [0.3] * 3
 
 
-def test_a_user_prompt_set_changes_the_texts_not_the_code(tiny_model, video, tmp_path):  # noqa: F811
+def test_a_user_prompt_set_changes_the_texts_not_the_code(tiny_model, video, tmp_path):
     import yaml
 
     from paravt_core.agent.prompts import load_prompt_set
@@ -441,7 +441,7 @@ def test_a_user_prompt_set_changes_the_texts_not_the_code(tiny_model, video, tmp
     assert sub.messages[0]["content"][-1]["text"] == "Segment 00:02-00:05 (3 s). Describe it."
 
 
-def test_prompt_set_checksum_is_recorded_and_pinned(tiny_model, video, tmp_path):  # noqa: F811
+def test_prompt_set_checksum_is_recorded_and_pinned(tiny_model, video, tmp_path):
     import hashlib
     import json
 
@@ -492,7 +492,7 @@ def test_prompt_set_checksum_is_recorded_and_pinned(tiny_model, video, tmp_path)
     assert any(fnmatch.fnmatch("prompt_sets/paravt-v1.yaml", g) for g in globs)
 
 
-def test_with_no_tool_round_the_forced_answer_budget_is_max_new_tokens(tiny_model, video) -> None:  # noqa: F811
+def test_with_no_tool_round_the_forced_answer_budget_is_max_new_tokens(tiny_model, video) -> None:
     """``max_turns = 0``: the first turn is the last, but no tool round preceded it, so no forced-answer
     instruction was shown and the turn keeps ``max_new_tokens`` (100), not the forced answer's 64."""
     engine = ScriptedEngine(tiny_model.processor, ["<answer>B</answer>"])
@@ -504,7 +504,7 @@ def test_with_no_tool_round_the_forced_answer_budget_is_max_new_tokens(tiny_mode
 
 
 @pytest.mark.parametrize(("delta", "truncated"), [(-1, True), (0, False), (1, False)])
-def test_a_report_of_exactly_its_token_limit_is_not_truncated(tiny_model, video, delta, truncated) -> None:  # noqa: F811
+def test_a_report_of_exactly_its_token_limit_is_not_truncated(tiny_model, video, delta, truncated) -> None:
     """The report has n tokens; limit n - 1 cuts it (mark added), limits n and n + 1 keep it whole."""
     report = "first second third fourth"
     n = len(tiny_model.tokenizer(report, add_special_tokens=False)["input_ids"])

@@ -14,7 +14,7 @@ from paravt_core.agent.episode import FINISH_REASONS, arun_episodes
 from paravt_core.agent.parsing import format_tool_call
 from paravt_core.engines.scripted import ScriptedEngine
 from paravt_core.video import api as video_api
-from tests.agent_support import MAX_PIXELS, MIN_PIXELS, tiny_agent_config, video  # noqa: F401
+from tests.agent_support import MAX_PIXELS, MIN_PIXELS, tiny_agent_config
 
 QUESTION = "Which shape appears first? A. square B. circle"
 ANSWER = "</think><answer>B</answer>"
@@ -34,7 +34,7 @@ def shared_overview(path):
     return video_api.overview(path, 8, max_pixels=MAX_PIXELS, min_pixels=MIN_PIXELS)
 
 
-def test_overflowing_times_are_tool_errors_and_the_group_survives(tiny_model, video):  # noqa: F811
+def test_overflowing_times_are_tool_errors_and_the_group_survives(tiny_model, video):
     # Each episode of the group calls with a 310-digit start (json gives a Python int whose float()
     # overflows: this escaped and lost the whole group before), a 5000-digit end (json refuses to read
     # it: a rejected call) and a normal window. Identical replies keep the script independent of which
@@ -59,7 +59,7 @@ def test_overflowing_times_are_tool_errors_and_the_group_survives(tiny_model, vi
         assert good.ok and good.window == (2.0, 4.0)
 
 
-def test_unexpected_exception_ends_only_its_own_episode(tiny_model, video, tmp_path, monkeypatch):  # noqa: F811
+def test_unexpected_exception_ends_only_its_own_episode(tiny_model, video, tmp_path, monkeypatch):
     faulty = tmp_path / "faulty.mp4"
     shutil.copyfile(video, faulty)
     real = video_api.run_crops

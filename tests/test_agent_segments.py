@@ -22,7 +22,7 @@ from paravt_core.agent.segments import SegmentEncoder, SegmentKind
 from paravt_core.engines.base import Completion
 from paravt_core.engines.scripted import ScriptedEngine
 from paravt_core.video import api as video_api
-from tests.agent_support import MAX_PIXELS, MIN_PIXELS, tiny_agent_config, video  # noqa: F401
+from tests.agent_support import MAX_PIXELS, MIN_PIXELS, tiny_agent_config
 
 SIZE = {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}
 PS = load_prompt_set("paravt-v1")
@@ -71,7 +71,7 @@ def _overview_parts(path, k: int) -> list[dict]:
     return parts
 
 
-def test_subagent_episode_segments_match_template(tiny_model, video):  # noqa: F811
+def test_subagent_episode_segments_match_template(tiny_model, video):
     processor = tiny_model.processor
     calls0 = (
         "Two segments might matter.</think>\n"
@@ -161,7 +161,7 @@ def test_subagent_episode_segments_match_template(tiny_model, video):  # noqa: F
         assert sum(sub.loss_mask) == 0
 
 
-def test_crop_frames_episode_segments_match_template(tiny_model, video):  # noqa: F811
+def test_crop_frames_episode_segments_match_template(tiny_model, video):
     """Eval-parity mode (the released driver's layout): one user message per call with that call's frames,
     unlabelled, then a <tool_response> naming the frame count and window; a failed call gets a message
     with its error block only."""
@@ -229,7 +229,7 @@ def test_crop_frames_episode_segments_match_template(tiny_model, video):  # noqa
     assert "seconds>" not in trace.text[trace.text.index(turn0) :]  # crop frames are not labelled
 
 
-def test_release_v1_crop_frames_responses_are_the_released_drivers(tiny_model, video):  # noqa: F811
+def test_release_v1_crop_frames_responses_are_the_released_drivers(tiny_model, video):
     """prompt set release-v1 under tool_mode=crop_frames: the tool responses the released driver sends
     (paravt/eval/driver.py eval_one at cf55249), written out here as it builds them. The note names the times
     the call asked for, not the window served; a crop with no frames gets "[Error cropping {st:.1f}s-{et:.1f}s]"
@@ -299,7 +299,7 @@ def test_release_v1_crop_frames_responses_are_the_released_drivers(tiny_model, v
 
 
 @pytest.mark.parametrize("limit", [3])
-def test_subagent_report_is_truncated_to_its_token_budget(tiny_model, video, limit):  # noqa: F811
+def test_subagent_report_is_truncated_to_its_token_budget(tiny_model, video, limit):
     processor = tiny_model.processor
     long_report = "first second third fourth fifth sixth seventh"
     engine = ScriptedEngine(

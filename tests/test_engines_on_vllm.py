@@ -12,7 +12,6 @@ from paravt_core.cli import main as paravt
 from paravt_core.engines.openai_engine import OpenAIEngine
 from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.engines.vllm_engine import VllmEngine
-from tests.agent_support import video  # noqa: F401
 from tests.test_agent_cli import FAST
 from tests.test_engines_openai import _direct, _frame, _request
 
@@ -37,7 +36,7 @@ def test_batched_completions_keep_order_and_equal_the_models_greedy_replies(vllm
     assert all(c.exact_tokens and len(c.logprobs) == len(c.token_ids) for c in exact)
 
 
-def _trajectory(tmp_path, name: str, tiny_model_dir: str, video, engine: list[str]) -> dict:  # noqa: F811
+def _trajectory(tmp_path, name: str, tiny_model_dir: str, video, engine: list[str]) -> dict:
     out = tmp_path / f"{name}.json"
     args = ["agent", "run", *engine, "--model", tiny_model_dir, "--video", str(video)]
     args += ["--question", "What is shown?", "--json", str(out)]
@@ -45,7 +44,7 @@ def _trajectory(tmp_path, name: str, tiny_model_dir: str, video, engine: list[st
     return json.loads(out.read_text())
 
 
-def test_agent_run_on_vllm_gives_the_in_process_trajectory(vllm_server, tiny_model_dir, video, tmp_path):  # noqa: F811
+def test_agent_run_on_vllm_gives_the_in_process_trajectory(vllm_server, tiny_model_dir, video, tmp_path):
     local = _trajectory(tmp_path, "local", tiny_model_dir, video, [])
     served = ["--base-url", vllm_server.base_url, "--served-model", vllm_server.model]
     exact = _trajectory(tmp_path, "vllm", tiny_model_dir, video, ["--engine", "vllm", *served])

@@ -14,7 +14,7 @@ from paravt_core.engines.base import EngineError, GenerationRequest, SamplingPar
 from paravt_core.engines.openai_engine import OpenAIEngine, retry_after_seconds, to_openai_messages
 from paravt_core.engines.scripted import Reply, ScriptedEngine
 from paravt_core.engines.transformers_engine import TransformersEngine
-from tests.agent_support import MAX_PIXELS, MIN_PIXELS, tiny_agent_config, video  # noqa: F401
+from tests.agent_support import MAX_PIXELS, MIN_PIXELS, tiny_agent_config
 from tests.openai_test_server import TinyChatServer, _decode_data_url
 
 
@@ -207,7 +207,7 @@ def crop(start, end) -> str:
     return format_tool_call("crop_video", {"start_time": start, "end_time": end})
 
 
-def test_scripted_episode_over_http(tiny_model, video):  # noqa: F811
+def test_scripted_episode_over_http(tiny_model, video):
     main = [crop(1, 3) + crop(6, 8), "The square.</think><answer>A</answer>"]
 
     def report(request, i):  # sub-agents arrive concurrently: answer with the window the prompt names
@@ -237,7 +237,7 @@ def test_scripted_episode_over_http(tiny_model, video):  # noqa: F811
     assert result.prompt_token_mismatches == 0 and client.prompt_token_mismatches == 0
 
 
-def test_a_finish_reason_other_than_stop_adds_no_eos(tiny_model, video):  # noqa: F811
+def test_a_finish_reason_other_than_stop_adds_no_eos(tiny_model, video):
     cut = Reply("<answer>B</answer>", finish="content_filter")
     scripted = ScriptedEngine(tiny_model.processor, [cut])
     with TinyChatServer(scripted, finish_reason="content_filter") as server:
@@ -258,7 +258,7 @@ def test_a_finish_reason_other_than_stop_adds_no_eos(tiny_model, video):  # noqa
     assert (result.finish_reason, result.error) == ("engine_error", "the server aborted the generation")
 
 
-def test_the_context_budget_uses_the_servers_larger_prompt_count(tiny_model, video):  # noqa: F811
+def test_the_context_budget_uses_the_servers_larger_prompt_count(tiny_model, video):
     """A server that ignores mm_processor_kwargs (SGLang's chat endpoint) and upsizes the 8 overview frames
     to 96x96 counts 8 x (9 - 4) = 40 prompt tokens more than we do: each turn is counted as a mismatch and
     the next generation's budget leaves room for the server's count, not ours."""

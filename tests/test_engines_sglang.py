@@ -68,7 +68,7 @@ from paravt_core.engines.sglang_engine import (
 from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.rl.learner import state_checksum
 from paravt_core.video.sizing import fit_to_grid
-from tests.agent_support import MAX_PIXELS, MIN_PIXELS, image_request, random_frames, tiny_agent_config, video  # noqa: F401
+from tests.agent_support import MAX_PIXELS, MIN_PIXELS, image_request, random_frames, tiny_agent_config
 from tests.openai_test_server import _decode_data_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -618,7 +618,7 @@ def test_seeds_need_deterministic_inference(engine, tiny_model):
     assert "--enable-deterministic-inference" not in launch_command("/m")
 
 
-def test_scripted_episode_over_the_sglang_protocol(tiny_model, video):  # noqa: F811
+def test_scripted_episode_over_the_sglang_protocol(tiny_model, video):
     main = [
         format_tool_call("crop_video", {"start_time": 0, "end_time": 2})
         + format_tool_call("crop_video", {"start_time": 3, "end_time": 5}),

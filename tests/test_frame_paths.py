@@ -24,7 +24,7 @@ from paravt_core.engines.base import image_processor_kwargs
 from paravt_core.engines.scripted import ScriptedEngine
 from paravt_core.video.api import Frames
 from paravt_core.video.errors import CropError
-from tests.agent_support import tiny_agent_config, video  # noqa: F401
+from tests.agent_support import tiny_agent_config
 
 PACKAGE = Path(__file__).resolve().parents[1] / "paravt_core"
 DECODER_NOTE = ("frames: ours (swscale to the 32-px grid, PNG, mm_processor_kwargs), not the release's "
@@ -74,7 +74,7 @@ def test_no_hub_module_names_a_path():
 # Each path's frames and processor pixels (the 12 s, 4 fps, 128 x 96 clip: 48 frames)
 
 
-def test_the_decoder_path_sizes_overview_and_crops_to_their_own_budgets_and_rounds_as_configured(video):  # noqa: F811
+def test_the_decoder_path_sizes_overview_and_crops_to_their_own_budgets_and_rounds_as_configured(video):
     agent = AgentConfig(max_pixels=64 * 96, min_pixels=32 * 32, overview_max_pixels=128 * 96,
                         crop={"max_frames": 16})  # fmt: skip
     path = agent.frames
@@ -102,12 +102,12 @@ def _crop(agent: AgentConfig, **crop) -> AgentConfig:
         ((0, 7), {"max_frames": 4}, 4),  # 8 frames, cut to the most
     ],
 )
-def test_the_decoder_path_samples_crops_at_the_configured_rate_and_counts(video, window, crop, count):  # noqa: F811
+def test_the_decoder_path_samples_crops_at_the_configured_rate_and_counts(video, window, crop, count):
     agent = _crop(AgentConfig(max_pixels=64 * 96, min_pixels=32 * 32), **crop)
     assert len(agent.frames.crops(str(video), [window], agent)[0]) == count
 
 
-def test_both_paths_raise_a_small_frame_to_the_smallest_size(video):  # noqa: F811
+def test_both_paths_raise_a_small_frame_to_the_smallest_size(video):
     # 128 x 96 = 12,288 px, under the 20,000 px floor: both paths scale it up to at least that
     for name in FRAME_PATHS:
         agent = AgentConfig(frame_path=name, min_pixels=20_000, max_pixels=40_000)
@@ -118,7 +118,7 @@ def test_both_paths_raise_a_small_frame_to_the_smallest_size(video):  # noqa: F8
     assert 20_000 <= h * w <= 40_000
 
 
-def test_the_release_path_makes_the_releases_frames_and_leaves_the_processor_alone(tiny_model, video):  # noqa: F811
+def test_the_release_path_makes_the_releases_frames_and_leaves_the_processor_alone(tiny_model, video):
     agent = AgentConfig(frame_path="qwen-vl-utils", crop={"max_frames": 16})
     path = agent.frames
     overview = path.overview(str(video), 8, agent)

@@ -4,10 +4,7 @@ rule, and the commands it runs (their configs load, the launcher plan pins the s
 
 from __future__ import annotations
 
-import hashlib
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,7 @@ import pytest
 from paravt_core.config import SftConfig, load_config
 from paravt_core.rl.config import RlConfig
 from scripts import gpu_check  # as scripts.gpu_check: the name mutmut gives its mutants
+from tests.support.gpu_check_standins import LoadingSync, weights_checker_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,22 +83,17 @@ def test_only_the_selected_items_run():
         gpu_check.main(["--only", "sft-step"])  # not an item: argparse refuses it before any work
 
 
-def _answer(checksums: dict[str, str], engine: str) -> dict:
-    """``/weights_checker``'s body as SGLang 0.5.23 builds it (``entrypoints/http_server.py:check_weights``)."""
-    info = {"role": "target", "tp_rank": 0, "tp_size": 1, "dp_rank": 0, "dp_size": 1, "pp_rank": 0}
-    info.update(pp_size=1, rank=0, size=1)
-    rank = {"checksums": checksums, "per_gpu_checksum": "ab" * 32, "parallelism_info": [info]}
-    return {"success": True, "message": "", "ranks": [rank], "per_engine_checksum": engine}
-
-
 def test_checksum_of_reads_the_engine_checksum_and_refuses_empty_answers():
-    assert gpu_check.checksum_of(_answer({"lm_head.weight": "0123456789abcdef"}, "cd" * 32)) == "cd" * 32
+    assert (
+        gpu_check.checksum_of(weights_checker_answer({"lm_head.weight": "0123456789abcdef"}, "cd" * 32))
+        == "cd" * 32
+    )
     with pytest.raises(AssertionError, match="refused: 'Unsupported'"):
         gpu_check.checksum_of({"success": False, "message": "Unsupported"})
     with pytest.raises(AssertionError, match="no tensor checksums"):  # a server holding no weights at all
-        gpu_check.checksum_of(_answer({}, "cd" * 32))
+        gpu_check.checksum_of(weights_checker_answer({}, "cd" * 32))
     with pytest.raises(AssertionError, match="no per_engine_checksum"):
-        gpu_check.checksum_of({**_answer({"w": "00"}, ""), "per_engine_checksum": None})
+        gpu_check.checksum_of({**weights_checker_answer({"w": "00"}, ""), "per_engine_checksum": None})
 
 
 def test_logprob_gap():
@@ -157,93 +150,6 @@ def test_without_a_gpu_every_item_fails_with_the_reason(tmp_path, capsys):
 
 
 # -- each item against a wrong server ------------------------------------------------------------------------
-# A stand-in for the SGLang server (no GPU here): it serves the weights of the model it holds, answering
-# /weights_checker with a checksum over them and scoring requests with that model; ``lands`` False makes every
-# weight push a no-op that still answers success (what SGLang does with names its load_weights skips).
-
-
-def _tensor_hash(t) -> str:
-    return hashlib.sha256(t.detach().float().contiguous().numpy().tobytes()).hexdigest()[:16]
-
-
-def _checksum(model) -> str:
-    h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(t.detach().float().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
-class WrongServer:
-    def __init__(self, model, checks: gpu_check.GpuChecks, processor, *, lands: bool = True, sees=True):
-        self.model, self.lands, self.sees = model, lands, sees
-        request = checks.request(processor)
-        other = checks.request(processor, other_images=True)
-        image_pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
-        self.prompt = gpu_check.score_payload(request, [], image_pad)["input_ids"]
-        other_images = gpu_check.score_payload(other, [], image_pad)["image_data"]
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, payload) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                if self.path == "/weights_checker":
-                    names = {k: _tensor_hash(t) for k, t in server.model.state_dict().items()}
-                    return self._send(_answer(names, _checksum(server.model)))
-                if self.path == "/generate":  # scoring: the prompt, then the continuation
-                    continuation = body["input_ids"][len(server.prompt) :]
-                    # the images sent (sees False: always images A, a server that mis-embeds images)
-                    sent = other if server.sees and body["image_data"] == other_images else request
-                    scores = gpu_check.local_scores(server.model, sent, continuation)
-                    entries = [[None, t, None] for t in server.prompt] + [
-                        [lp, t, None] for lp, t in zip(scores, continuation, strict=True)
-                    ]
-                    return self._send({"meta_info": {"input_token_logprobs": entries}})
-                if self.path == "/update_weights_from_disk" and server.lands:
-                    from safetensors.torch import load_file
-
-                    for f in Path(body["model_path"]).glob("*.safetensors"):
-                        server.model.load_state_dict(load_file(str(f)), strict=False)
-                self._send({"success": True, "message": "ok"})
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-
-
-@pytest.fixture
-def checks_on(tiny_model_dir, tmp_path):
-    """``GpuChecks`` (CPU) connected to a ``WrongServer`` holding ``served`` (a model directory)."""
-    from paravt_core.models import load
-
-    servers = []
-
-    def make(served: str, *, lands: bool = True, sees: bool = True) -> gpu_check.GpuChecks:
-        checks = gpu_check.GpuChecks(tmp_path, 0, device="cpu")
-        checks.model_dir = tiny_model_dir
-        local = load(tiny_model_dir)
-        servers.append(WrongServer(load(served).model, checks, local.processor, lands=lands, sees=sees))
-        checks.connect(servers[-1].url, local)
-        checks.stand_in = servers[-1]
-        checks.launch_checksum = checks.checksum()
-        return checks
-
-    yield make
-    for s in servers:
-        s.close()
 
 
 @pytest.fixture(scope="module")
@@ -292,42 +198,14 @@ def test_disk_push_fails_when_the_push_never_lands(checks_on, tiny_model_dir):
         checks_on(tiny_model_dir, lands=False).disk_push()
 
 
-class _LoadingSync:
-    """The NCCL push's effect on the stand-in server: the pushed tensors become its weights (or, ``lands``
-    False, nothing happens). A bucket stream (the stage's push) is read as ``NcclSync`` reads it: the
-    ``static`` names left out after the first push (``resend_static``, a fault: sent every time)."""
-
-    server: WrongServer | None = None
-    resend_static = False
-
-    def __init__(self, client, **kwargs):
-        self.pushed_buckets = [1]
-        self.static: set[str] = set()
-        self.dtype = kwargs.get("dtype")
-        self._pushed = False
-
-    def push(self, weights, version):
-        if callable(weights):
-            skip = self.static if self._pushed and not self.resend_static else set()
-            parts = list(weights(1 << 20, self.dtype, skip)[1])
-            self.pushed_buckets = [[n for n, _ in b] for b in parts]
-            weights = {n: t for b in parts for n, t in b}
-        if self.server is not None and self.server.lands:
-            self.server.model.load_state_dict(weights, strict=False)
-        self._pushed = True
-
-    def close(self) -> None:
-        pass
-
-
 def test_nccl_push_fails_when_the_launch_weights_do_not_come_back(checks_on, tiny_model_dir, monkeypatch):
     import paravt_core.rl.weight_sync as weight_sync
 
-    monkeypatch.setattr(weight_sync, "NcclSync", _LoadingSync)
+    monkeypatch.setattr(weight_sync, "NcclSync", LoadingSync)
     for lands in (True, False):
         checks = checks_on(tiny_model_dir, lands=True)
         checks.disk_push()  # the server now holds perturbed weights
-        _LoadingSync.server = checks.stand_in
+        LoadingSync.server = checks.stand_in
         checks.stand_in.lands = lands
         if lands:
             assert "launch checksum back; log-probs: " in checks.nccl_push()
@@ -341,22 +219,22 @@ def test_learner_push_fails_when_the_tower_is_sent_again_or_the_push_does_not_la
 ):
     import paravt_core.rl.weight_sync as weight_sync
 
-    monkeypatch.setattr(weight_sync, "NcclSync", _LoadingSync)
+    monkeypatch.setattr(weight_sync, "NcclSync", LoadingSync)
 
     def ready(**kwargs) -> gpu_check.GpuChecks:
         checks = checks_on(tiny_model_dir, **kwargs)
         checks.disk_push()  # the server holds the perturbed weights; their checksum is the disk push's
-        _LoadingSync.server = checks.stand_in
+        LoadingSync.server = checks.stand_in
         return checks
 
     shown = ready().learner_push()
     assert shown.startswith("push 1 = the disk push's checksum; push 2: ") and shown.endswith(
         "(the tower) kept"
     )
-    monkeypatch.setattr(_LoadingSync, "resend_static", True)  # the tower gathered and sent by every push
+    monkeypatch.setattr(LoadingSync, "resend_static", True)  # the tower gathered and sent by every push
     with pytest.raises(AssertionError, match=r"the second push sent 39 frozen tensors of 64"):
         ready().learner_push()
-    monkeypatch.setattr(_LoadingSync, "resend_static", False)
+    monkeypatch.setattr(LoadingSync, "resend_static", False)
     checks = ready()
     checks.stand_in.lands = False  # the pushes answer success and change nothing
     with pytest.raises(AssertionError, match="holds the first push's weights: the second push did not land"):

@@ -11,11 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from scripts import gpu_check  # as scripts.gpu_check: the name mutmut gives its mutants
-from tests import test_gpu_check
-from tests.test_gpu_check import _answer, _LoadingSync
+from tests.support.gpu_check_standins import LoadingSync, weights_checker_answer
 
 ROOT = Path(__file__).resolve().parents[1]
-checks_on = test_gpu_check.checks_on  # the fixture: GpuChecks on a CPU talking to its stand-in server
 
 
 def test_image_control_failure_names_what_it_cannot_tell():
@@ -53,7 +51,7 @@ def test_tensor_checksums_name_each_ranks_tensors_and_pass_the_timeout(monkeypat
 
     def post(url, **kwargs):
         calls.append((url, kwargs))
-        return SimpleNamespace(json=lambda: _answer({"w": "00", "v": "11"}, "cd" * 32))
+        return SimpleNamespace(json=lambda: weights_checker_answer({"w": "00", "v": "11"}, "cd" * 32))
 
     monkeypatch.setattr(httpx, "post", post)
     assert gpu_check.tensor_checksums("http://s:1", timeout_s=12.5) == {"0:w": "00", "0:v": "11"}
@@ -352,7 +350,7 @@ def test_main_on_a_gpu_machine_reports_the_device_and_runs_the_selected_items(tm
     assert md in capsys.readouterr().out
 
 
-# -- disk_push and learner_push on the stand-in server of tests/test_gpu_check.py ----------------------------
+# -- disk_push and learner_push on the stand-in server of tests/support/gpu_check_standins.py ----------------------------
 
 
 @pytest.fixture
@@ -380,7 +378,7 @@ def test_disk_push_stages_under_work_and_loads_the_reference_in_the_served_dtype
     assert loads == [(tiny_model_dir, "cpu", checks.local.model.dtype)]
 
 
-class _Recording(_LoadingSync):
+class _Recording(LoadingSync):
     made: list[_Recording] = []
 
     def __init__(self, client, **kwargs):
@@ -414,7 +412,7 @@ def test_learner_push_builds_its_learner_and_syncs_as_the_rl_stage_does(
     _Recording.made = []
     checks = checks_on(tiny_model_dir)
     checks.disk_push()
-    _LoadingSync.server = checks.stand_in
+    LoadingSync.server = checks.stand_in
     loads.clear()
     assert checks.learner_push().startswith("push 1 = the disk push's checksum; push 2: ")
     served = checks.local.model.dtype
@@ -445,7 +443,7 @@ def test_the_request_keeps_224_px_frames_whole_under_the_agents_pixel_budget(tin
 
 # 11 ---------------------------------------------------------------------------------------------------------
 def test_gpu_check_refuses_a_checksum_unless_every_rank_reported_one():
-    two = _answer({"lm_head.weight": "01"}, "cd" * 32)
+    two = weights_checker_answer({"lm_head.weight": "01"}, "cd" * 32)
     two["ranks"].append({**two["ranks"][0], "checksums": {}})  # rank 1 answered no tensor checksums
     with pytest.raises(AssertionError, match="no tensor checksums"):
         gpu_check.checksum_of(two)
@@ -479,7 +477,7 @@ class _ThirdWeightsSync:
 
 
 def test_gpu_check_nccl_push_fails_whenever_the_launch_checksum_does_not_come_back(
-    checks_on,  # noqa: F811
+    checks_on,
     tiny_model_dir,
     monkeypatch,
 ):

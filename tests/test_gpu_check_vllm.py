@@ -15,7 +15,6 @@ from paravt_core.rl.weight_sync import DiskSync
 from scripts import gpu_check
 from scripts.gpu_check_vllm import ITEMS, NEEDS, VllmChecks
 from tests.fixtures.served import unavailable
-from tests.rl_support import rl_data  # noqa: F401
 from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +23,7 @@ VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
 def test_the_vllm_items_pass_on_the_cpu_build_and_fail_on_wrong_weights(
     tiny_model_dir: str,
-    rl_data: str,  # noqa: F811
+    rl_data: str,
     tmp_path: Path,
 ) -> None:
     if not VLLM_PYTHON.exists():

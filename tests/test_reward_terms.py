@@ -35,7 +35,7 @@ from paravt_core.rewards.terms import (
 from paravt_core.rl.metrics import curve_keys, curves_figure, step_metrics
 from paravt_core.tracking.progress import rl_numbers
 from paravt_core.tracking.scalars import rl_scalars, rl_tags, trajectory_markdown
-from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.rl_support import tiny_rl_config
 from tests.test_tracking import scalars
 
 # The trace of tests/test_rewards_format.py without an <answer>: R_acc 0 (no_answer), R_fmt .2 (think) + .2
@@ -179,7 +179,7 @@ def _bonus(inp: RewardInput) -> float:
 
 
 def test_an_rl_run_shows_an_added_term_everywhere(
-    rl_data: str,  # noqa: F811
+    rl_data: str,
     tiny_model_dir: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -28,7 +28,7 @@ from paravt_core.rl.learner import state_checksum
 from paravt_core.rl.weight_sync import DiskSync
 from tests.agent_support import MAX_PIXELS, MIN_PIXELS, image_request, random_frames
 from tests.fleet_support import LoopbackFleet, parse_router_argv, router_env, router_site
-from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.rl_support import tiny_rl_config
 from tests.support.ports import free_port, free_port_run
 from tests.test_sglang_contract import ROUTE_CLASSES
 
@@ -347,7 +347,7 @@ def test_a_server_killed_mid_step_is_retried_elsewhere_and_counted(
 
 
 def test_rl_stage_through_the_launcher_with_two_servers_behind_the_router(
-    rl_data,  # noqa: F811
+    rl_data,
     tiny_model_dir,
     tmp_path,
     monkeypatch,

@@ -17,7 +17,7 @@ from paravt_core import checkpoint
 from paravt_core.models import load
 from paravt_core.rl.learner import Learner, state_checksum
 from paravt_core.rl.stage import run
-from tests.rl_support import TINY_RL, rl_data, tiny_rl_config  # noqa: F401
+from tests.rl_support import TINY_RL, tiny_rl_config
 
 REPO = Path(__file__).resolve().parents[1]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
@@ -33,7 +33,7 @@ def _history(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_two_rank_learner_step_equals_the_one_process_step(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+def test_two_rank_learner_step_equals_the_one_process_step(rl_data, tiny_model_dir, tmp_path):
     worker = str(REPO / "tests" / "rl_fsdp_worker.py")
     _run([sys.executable, worker, tiny_model_dir, rl_data, str(tmp_path / "one.pt")])
     _run([*TORCHRUN, worker, tiny_model_dir, rl_data, str(tmp_path / "two.pt")])
@@ -66,7 +66,7 @@ def test_two_rank_learner_step_equals_the_one_process_step(rl_data, tiny_model_d
     assert two["whole_copies"] == len(start) and one["whole_copies"] == 0
 
 
-def test_stage_under_torchrun_then_resume_on_one_process(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+def test_stage_under_torchrun_then_resume_on_one_process(rl_data, tiny_model_dir, tmp_path):
     common = ["steps=1", "checkpoint.every=1"]
     one = tmp_path / "one"
     run(tiny_rl_config(rl_data, tiny_model_dir, str(one), *common))

@@ -12,7 +12,7 @@ import pytest
 from paravt_core.config import ConfigError, load_config
 from paravt_core.rl.config import RlConfig
 from paravt_core.rl.launch import launch, plan
-from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.rl_support import tiny_rl_config
 from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def test_disk_sync_may_use_data_parallel_replicas(sglang_checker):
     assert (args["tp_size"], args["dp_size"]) == (2, 2)
 
 
-def test_launcher_on_cpu_two_gloo_ranks_and_a_server_process(rl_data, tiny_model_dir, tmp_path, monkeypatch):  # noqa: F811
+def test_launcher_on_cpu_two_gloo_ranks_and_a_server_process(rl_data, tiny_model_dir, tmp_path, monkeypatch):
     calls = tmp_path / "server-calls.jsonl"
     monkeypatch.setenv("PARAVT_CONTRACT_LOG", str(calls))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

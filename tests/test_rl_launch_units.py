@@ -14,7 +14,6 @@ import pytest
 from paravt_core.config import ConfigError, load_config
 from paravt_core.rl.config import RlConfig
 from paravt_core.rl.launch import plan
-from tests.rl_support import rl_data  # noqa: F401
 from tests.support.ports import free_port, free_port_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,7 +168,7 @@ def test_one_server_without_a_model_dir_is_refused_in_full():
 
 # main and launch in this process: an in-process engine, one learner process (no torchrun, no server) -------
 def test_main_runs_the_stage_here_and_prints_its_summary(
-    rl_data,  # noqa: F811
+    rl_data,
     tiny_model_dir,
     tmp_path,
     capsys,

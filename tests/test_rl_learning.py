@@ -8,12 +8,12 @@ import json
 import statistics
 
 from paravt_core.rl.stage import run
-from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.rl_support import tiny_rl_config
 
 STEPS = 20
 
 
-def test_format_reward_rises(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+def test_format_reward_rises(rl_data, tiny_model_dir, tmp_path):
     out = tmp_path / "rl"
     cfg = tiny_rl_config(
         rl_data,

@@ -16,7 +16,7 @@ import torch
 from paravt_core.config import ConfigError, load_config
 from paravt_core.rl.config import RlConfig
 from paravt_core.train.dist import Dist
-from tests.rl_support import TINY_RL, rl_data  # noqa: F401
+from tests.rl_support import TINY_RL
 
 REPO = Path(__file__).resolve().parents[1]
 ONE = Dist()  # one plain process
@@ -56,7 +56,7 @@ def test_engine_gpus_pin_the_server_off_the_learners_gpus():
     assert server_placement(_cfg("engine.base_url=http://s:30000"), TWO_RANKS, env) is None  # not ours
 
 
-def test_torchrun_refuses_the_unpinned_launch_first(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+def test_torchrun_refuses_the_unpinned_launch_first(rl_data, tiny_model_dir, tmp_path):
     out = tmp_path / "rl"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     cmd += ["-m", "paravt_core.cli", "rl", "--config", str(TINY_RL), f"data={rl_data}"]

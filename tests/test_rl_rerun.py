@@ -15,7 +15,7 @@ from paravt_core import storage
 from paravt_core.cli_errors import UsageError
 from paravt_core.config import ConfigError
 from paravt_core.rl.stage import run
-from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.rl_support import tiny_rl_config
 
 SHORT = ["steps=1", "checkpoint.every=1", "group_size=2", "prompts_per_step=1", "agent.max_new_tokens=16"]
 
@@ -35,7 +35,7 @@ def test_same_location_resolves_local_paths_and_keeps_uris(tmp_path, monkeypatch
     assert same_location("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-8B-Instruct")  # a hub id: as written
 
 
-def test_rerun_with_the_reference_written_relative_resumes(rl_data, tiny_model_dir, tmp_path, monkeypatch):  # noqa: F811
+def test_rerun_with_the_reference_written_relative_resumes(rl_data, tiny_model_dir, tmp_path, monkeypatch):
     model = tmp_path / "run" / "sft" / "final"
     model.parent.mkdir(parents=True)
     model.symlink_to(Path(tiny_model_dir).resolve(), target_is_directory=True)
@@ -49,7 +49,7 @@ def test_rerun_with_the_reference_written_relative_resumes(rl_data, tiny_model_d
     assert storage.is_complete(str(out))
 
 
-def _finished_run_and_another_reference(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+def _finished_run_and_another_reference(rl_data, tiny_model_dir, tmp_path):
     out = tmp_path / "rl"
     run(tiny_rl_config(rl_data, tiny_model_dir, str(out), *SHORT))
     other = tmp_path / "other-reference"  # a real model, in another folder: a different reference
@@ -58,7 +58,7 @@ def _finished_run_and_another_reference(rl_data, tiny_model_dir, tmp_path):  # n
     return out, cfg
 
 
-def test_a_different_reference_is_refused_before_the_output_is_touched(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+def test_a_different_reference_is_refused_before_the_output_is_touched(rl_data, tiny_model_dir, tmp_path):
     """A finished output: the changed-config rule names the key (more steps alone would continue)."""
     out, cfg = _finished_run_and_another_reference(rl_data, tiny_model_dir, tmp_path)
     config_before = (out / "config.yaml").read_bytes()
@@ -70,7 +70,7 @@ def test_a_different_reference_is_refused_before_the_output_is_touched(rl_data, 
 
 
 def test_an_interrupted_run_resumed_against_another_reference_is_refused_untouched(
-    rl_data,  # noqa: F811
+    rl_data,
     tiny_model_dir,
     tmp_path,
 ):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from paravt_core.models import load
 from paravt_core.rl.learner import state_checksum
-from tests.rl_support import TINY_RL, rl_data, straight_then_resumed  # noqa: F401
+from tests.rl_support import TINY_RL, straight_then_resumed
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["steps=4", "checkpoint.every=2", "group_size=3", "agent.max_new_tokens=32"]
@@ -21,7 +21,7 @@ def _history(out: Path) -> list[tuple[float, float, float]]:
     return [(m["step"], m["reward_mean"], m.get("loss")) for m in rows]
 
 
-def test_sigkill_then_rerun_matches_the_uninterrupted_run(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+def test_sigkill_then_rerun_matches_the_uninterrupted_run(rl_data, tiny_model_dir, tmp_path):
     base = [
         sys.executable, "-m", "paravt_core.cli", "rl", "--config", str(TINY_RL),
         f"data={rl_data}", f"model={tiny_model_dir}", *STEPS,
@@ -44,7 +44,7 @@ def test_sigkill_then_rerun_matches_the_uninterrupted_run(rl_data, tiny_model_di
     )
 
 
-def test_s3_output_checkpoints_final_and_resume(rl_data, tiny_model_dir, s3_bucket, tmp_path, capfd):  # noqa: F811
+def test_s3_output_checkpoints_final_and_resume(rl_data, tiny_model_dir, s3_bucket, tmp_path, capfd):
     from paravt_core import checkpoint, storage
     from paravt_core.rl.stage import run
     from tests.rl_support import tiny_rl_config

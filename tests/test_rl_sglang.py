@@ -16,12 +16,12 @@ from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.models import load
 from paravt_core.rl.learner import state_checksum
 from paravt_core.rl.stage import run
-from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.rl_support import tiny_rl_config
 from tests.test_engines_sglang import _ContractServer
 from tests.test_sglang_contract import ROUTE_CLASSES
 
 
-def test_stage_pushes_each_step_to_the_sglang_server(rl_data, tiny_model_dir, tmp_path, sglang_checker):  # noqa: F811
+def test_stage_pushes_each_step_to_the_sglang_server(rl_data, tiny_model_dir, tmp_path, sglang_checker):
     served = load(tiny_model_dir)  # the server's own copy: it gets reloaded
     staging = tmp_path / "weights"
     cfg = tiny_rl_config(rl_data, tiny_model_dir, str(tmp_path / "out"), "steps=2", "checkpoint.every=1")

@@ -34,10 +34,10 @@ from paravt_core.rl.learner import (
 from paravt_core.rl.rollout import arollout_step
 from paravt_core.rl.stage import prompts_for_step, run
 from paravt_core.sft.packing import pack
-from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.rl_support import tiny_rl_config
 
 
-def test_prompts_come_from_the_data_stage_output(rl_data, synth_dataset):  # noqa: F811
+def test_prompts_come_from_the_data_stage_output(rl_data, synth_dataset):
     data = load_prompts(rl_data)
     rows = pq.read_table(next(Path(rl_data, "rl").glob("*.parquet"))).to_pylist()
     assert len(data.prompts) == len(rows) and not data.skipped
@@ -47,7 +47,7 @@ def test_prompts_come_from_the_data_stage_output(rl_data, synth_dataset):  # noq
     assert Path(first.video).is_file()
 
 
-def test_missing_video_and_malformed_rows_are_skipped_and_counted(rl_data, tmp_path):  # noqa: F811
+def test_missing_video_and_malformed_rows_are_skipped_and_counted(rl_data, tmp_path):
     rows = pq.read_table(next(Path(rl_data, "rl").glob("*.parquet"))).to_pylist()
     rows[0]["videos"] = [{"video": str(tmp_path / "gone.mp4")}]
     rows[1]["prompt"] = [{"role": "user", "content": "<video>"}]  # no question left
@@ -58,7 +58,7 @@ def test_missing_video_and_malformed_rows_are_skipped_and_counted(rl_data, tmp_p
     assert len(data.prompts) == len(rows) - 2
 
 
-def test_data_order_is_a_seeded_permutation_per_epoch(rl_data):  # noqa: F811
+def test_data_order_is_a_seeded_permutation_per_epoch(rl_data):
     prompts = load_prompts(rl_data).prompts
     n = len(prompts)
     epoch0 = [p.row_id for s in range(n) for p in prompts_for_step(prompts, s, 1, seed=5)]
@@ -66,7 +66,7 @@ def test_data_order_is_a_seeded_permutation_per_epoch(rl_data):  # noqa: F811
     assert prompts_for_step(prompts, 3, 2, seed=5) == prompts_for_step(prompts, 3, 2, seed=5)
 
 
-def test_one_step_by_hand_weights_synced_and_versions_recorded(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+def test_one_step_by_hand_weights_synced_and_versions_recorded(rl_data, tiny_model_dir, tmp_path):
     cfg = tiny_rl_config(rl_data, tiny_model_dir, str(tmp_path / "out"), "group_size=3", "prompts_per_step=2")
     policy, reference, rollout = (load(tiny_model_dir) for _ in range(3))
     inner = TransformersEngine(rollout.model, rollout.processor)
@@ -107,7 +107,7 @@ def test_one_step_by_hand_weights_synced_and_versions_recorded(rl_data, tiny_mod
     assert {s.policy_version for s in step1.samples} == {1}
 
 
-def test_stage_runs_three_steps_and_writes_its_outputs(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+def test_stage_runs_three_steps_and_writes_its_outputs(rl_data, tiny_model_dir, tmp_path):
     out = tmp_path / "rl"
     result = run(tiny_rl_config(rl_data, tiny_model_dir, str(out), "checkpoint.every=2"))
     history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -148,7 +148,7 @@ def test_stage_runs_three_steps_and_writes_its_outputs(rl_data, tiny_model_dir, 
     assert (out / "_COMPLETE").exists() and result.metrics["steps"] == 3
 
 
-def test_bounded_staleness_trains_on_samples_at_most_one_version_old(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+def test_bounded_staleness_trains_on_samples_at_most_one_version_old(rl_data, tiny_model_dir, tmp_path):
     out = tmp_path / "rl"
     run(tiny_rl_config(rl_data, tiny_model_dir, str(out), "max_staleness=1", "steps=4", "checkpoint.every=4"))
     history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -162,7 +162,7 @@ def test_bounded_staleness_trains_on_samples_at_most_one_version_old(rl_data, ti
     assert history[-1]["policy_version"] == 4
 
 
-def test_overflow_and_engine_failures(rl_data, tiny_model_dir, tmp_path, monkeypatch):  # noqa: F811
+def test_overflow_and_engine_failures(rl_data, tiny_model_dir, tmp_path, monkeypatch):
     # a context too small for the system prompt: every episode ends with context_overflow, none is trained,
     # the stage still completes and counts them
     out = tmp_path / "small"
@@ -206,7 +206,7 @@ def _one_by_one_logprobs(model, seq, temperature):
     return torch.cat([picked.new_zeros(1), picked])
 
 
-def test_packed_logprobs_equal_one_by_one_and_the_behaviour_logprobs(rl_data, tiny_model_dir, tmp_path):  # noqa: F811
+def test_packed_logprobs_equal_one_by_one_and_the_behaviour_logprobs(rl_data, tiny_model_dir, tmp_path):
     cfg = tiny_rl_config(rl_data, tiny_model_dir, str(tmp_path), "agent.max_turns=0")
     loaded = load(tiny_model_dir)
     engine = CoalescingEngine(TransformersEngine(loaded.model, loaded.processor), seed=3)
@@ -237,7 +237,7 @@ def test_pack_groups_respect_the_token_limit():
 
 
 @pytest.mark.parametrize("train_subagents", [False, True])
-def test_subagent_generations_are_trained_only_when_asked(rl_data, tiny_model_dir, tmp_path, train_subagents):  # noqa: F811
+def test_subagent_generations_are_trained_only_when_asked(rl_data, tiny_model_dir, tmp_path, train_subagents):
     cfg = tiny_rl_config(
         rl_data,
         tiny_model_dir,

@@ -24,7 +24,7 @@ from paravt_core.rl.push import WeightPush
 from paravt_core.rl.stage import _announce_data, _check_engine, _check_resume, _reused, run
 from paravt_core.rl.weight_sync import PushFailed
 from paravt_core.train.dist import Dist
-from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.rl_support import tiny_rl_config
 from tests.support.ports import free_port
 from tests.test_tracking import raw_points
 
@@ -106,7 +106,7 @@ def test_a_reused_output_says_so_in_a_plain_line(tmp_path: Path, shown: io.Strin
 
 
 def test_a_run_on_a_terminal_grown_by_a_step(
-    rl_data: str,  # noqa: F811
+    rl_data: str,
     tiny_model_dir: str,
     tmp_path: Path,
     shown: io.StringIO,
@@ -142,7 +142,7 @@ def test_a_run_on_a_terminal_grown_by_a_step(
 
 
 def test_engine_max_concurrency_bounds_the_requests_at_the_server(
-    rl_data: str,  # noqa: F811
+    rl_data: str,
     tiny_model_dir: str,
     tmp_path: Path,
 ) -> None:

@@ -9,11 +9,11 @@ import pytest
 from paravt_core.models import load
 from paravt_core.rl.learner import trace_sequence
 from paravt_core.train.syncs import HostReads
-from tests.rl_support import rl_data, rollout_samples, tiny_learner, tiny_rl_config  # noqa: F401
+from tests.rl_support import rollout_samples, tiny_learner, tiny_rl_config
 
 
 @pytest.fixture(scope="module")
-def setup(rl_data, tiny_model_dir):  # noqa: F811
+def setup(rl_data, tiny_model_dir):
     cfg = tiny_rl_config(rl_data, tiny_model_dir, "unused")
     return cfg, rollout_samples(cfg, tiny_model_dir, rl_data)
 

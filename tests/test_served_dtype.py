@@ -22,7 +22,7 @@ from paravt_core.config import SftConfig, load_config
 from paravt_core.engines.sglang_engine import SGLangEngine, launch_command
 from paravt_core.models import load
 from paravt_core.rl.weight_sync import DiskSync, NcclSync
-from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.rl_support import tiny_rl_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,7 +62,7 @@ def test_sft_final_of_a_bf16_recipe_is_served_in_bf16(
 
 def test_rl_final_of_a_bf16_recipe_is_served_in_bf16(
     sglang_checker,
-    rl_data,  # noqa: F811
+    rl_data,
     tiny_model_dir,
     tmp_path,
     monkeypatch,
@@ -113,7 +113,7 @@ def test_launch_command_serves_the_recipe_dtype(sglang_checker):
 
 
 @pytest.mark.parametrize("engine", ["transformers", "disk", "distributed", "launched"])
-def test_rollout_engine_is_built_in_the_served_dtype(rl_data, tiny_model_dir, tmp_path, engine, monkeypatch):  # noqa: F811
+def test_rollout_engine_is_built_in_the_served_dtype(rl_data, tiny_model_dir, tmp_path, engine, monkeypatch):
     """The rollout engine and its weight sync get the recipe's dtype, not the stored one."""
     from paravt_core.engines.sglang_engine import SGLangServer
     from paravt_core.rl.stage import _rollout_engine

@@ -18,7 +18,7 @@ import pytest
 from paravt_core import checkpoint
 from paravt_core.eval.stage import run as run_eval
 from tests.eval_support import KeyedEngine, fixture_entry, tiny_eval_config
-from tests.rl_support import rl_data, tiny_rl_config  # noqa: F401
+from tests.rl_support import tiny_rl_config
 from tests.test_tracking import raw_points, scalars
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def test_sft_killed_after_logging_past_its_checkpoint_then_resumed_holds_each_st
     assert "\r" not in (tmp_path / "attempt-2.log").read_text()
 
 
-def test_rl_logs_its_groups_and_a_trajectory(rl_data, tiny_model_dir, tmp_path, capfd) -> None:  # noqa: F811
+def test_rl_logs_its_groups_and_a_trajectory(rl_data, tiny_model_dir, tmp_path, capfd) -> None:
     from paravt_core.rl.stage import run
 
     cfg = tiny_rl_config(rl_data, tiny_model_dir, str(tmp_path / "rl"), "steps=2", "group_size=2",

@@ -16,13 +16,13 @@ from paravt_core.models import load
 from paravt_core.rl.learner import PolicyLogprobs, pack_sample, packed_logprobs, trace_sequence
 from paravt_core.sft.packing import pack
 from paravt_core.train.fsdp import CoreOptions, decoder_layers, prepare
-from tests.rl_support import rl_data, rollout_samples, tiny_learner, tiny_rl_config  # noqa: F401
+from tests.rl_support import rollout_samples, tiny_learner, tiny_rl_config
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def samples(rl_data, tiny_model_dir):  # noqa: F811
+def samples(rl_data, tiny_model_dir):
     return rollout_samples(tiny_rl_config(rl_data, tiny_model_dir, "unused"), tiny_model_dir, rl_data)
 
 
@@ -88,7 +88,7 @@ def test_bf16_head_log_probs_are_computed_in_float32_against_a_float64_reference
 
 
 @pytest.mark.parametrize("freeze_vision", [True, False])
-def test_frozen_vision_tower_is_unchanged_and_not_optimized(samples, rl_data, tiny_model_dir, freeze_vision):  # noqa: F811
+def test_frozen_vision_tower_is_unchanged_and_not_optimized(samples, rl_data, tiny_model_dir, freeze_vision):
     cfg = tiny_rl_config(rl_data, tiny_model_dir, "unused", "optim.lr=1e-3")
     learner = tiny_learner(cfg, tiny_model_dir, opts=CoreOptions(freeze_vision=freeze_vision))
     visual = dict(learner.model.model.visual.named_parameters())
@@ -120,7 +120,7 @@ def test_no_weight_decay_on_norms_and_biases(tiny_model_dir):
 
 
 @pytest.mark.parametrize("checkpointing", [True, False])
-def test_activation_checkpointing_recomputes_in_eval_mode(samples, rl_data, tiny_model_dir, checkpointing):  # noqa: F811
+def test_activation_checkpointing_recomputes_in_eval_mode(samples, rl_data, tiny_model_dir, checkpointing):
     cfg = tiny_rl_config(rl_data, tiny_model_dir, "unused")
     learner = tiny_learner(cfg, tiny_model_dir, opts=CoreOptions(activation_checkpointing=checkpointing))
     assert not learner.root.training  # no dropout anywhere
@@ -136,7 +136,7 @@ def test_activation_checkpointing_recomputes_in_eval_mode(samples, rl_data, tiny
     assert passes >= 1 and no_grad == passes and with_grad == passes * (2 if checkpointing else 1), calls
 
 
-def test_an_episode_longer_than_the_pack_is_refused_and_counted(samples, rl_data, tiny_model_dir):  # noqa: F811
+def test_an_episode_longer_than_the_pack_is_refused_and_counted(samples, rl_data, tiny_model_dir):
     cfg = tiny_rl_config(rl_data, tiny_model_dir, "unused")
     lengths = sorted(len(s.episode.main.token_ids) for s in samples)
     limit = lengths[len(lengths) // 2]  # about half the episodes are longer
@@ -179,7 +179,7 @@ def test_two_rank_learner_fp32_masters_move_at_lr_2e6_where_bf16_only_does_not(
 
 def test_handoff_payload_has_no_pixels_and_every_rank_rebuilds_the_same_pixels(
     samples,
-    rl_data,  # noqa: F811
+    rl_data,
     tiny_model_dir,
 ):
     import pickle

@@ -26,7 +26,7 @@ from paravt_core.rl.learner import PolicyLogprobs, TrainSequence, pack_sample
 from paravt_core.rl.weight_sync import DiskSync, NcclSync, PushFailed, recover
 from paravt_core.sft.packing import pack
 from tests.eval_support import TINY_AGENT, tiny_eval_config
-from tests.rl_support import TINY_RL, rl_data, straight_then_resumed, tiny_rl_config  # noqa: F401
+from tests.rl_support import TINY_RL, straight_then_resumed
 from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -280,7 +280,7 @@ def _steps(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_rl_with_vllm_resumes_after_sigkill(rl_data, tiny_model_dir, push_server, tmp_path):  # noqa: F811
+def test_rl_with_vllm_resumes_after_sigkill(rl_data, tiny_model_dir, push_server, tmp_path):
     """``paravt rl`` with vLLM rollouts killed with SIGKILL after step 2's checkpoint (in step 3: rolling out, or
     with a push to the server cut anywhere, leaving it paused or holding step 3's weights) and run again with
     the same command: it resumes from the checkpoint, pushes that checkpoint's weights before any rollout (step
