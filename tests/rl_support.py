@@ -42,9 +42,10 @@ HAND_REWARDS = (1.0, 0.0, 0.5, -1.0)
 
 
 def rollout_samples(
-    cfg: RlConfig, model_dir: str, data: str, rewards: tuple[float, ...] = HAND_REWARDS
+    cfg: RlConfig, model_dir: str, data: str, rewards: tuple[float, ...] = HAND_REWARDS, seed: int = 0
 ) -> list:
-    """One step of real episodes of the tiny model (2 prompts x 4, with video pixels), rewards set by hand."""
+    """One step of real episodes of the tiny model (2 prompts x 4, with video pixels, sampled with ``seed``),
+    rewards set by hand."""
     import asyncio
     import dataclasses
 
@@ -55,7 +56,7 @@ def rollout_samples(
     from paravt_core.rl.rollout import arollout_step
 
     rollout = load(model_dir)
-    engine = CoalescingEngine(TransformersEngine(rollout.model, rollout.processor), seed=0)
+    engine = CoalescingEngine(TransformersEngine(rollout.model, rollout.processor), seed=seed)
     prompts = load_prompts(data).prompts[:2]
     got = asyncio.run(arollout_step(prompts, engine, cfg.agent, cfg.paravt, group_size=4, version=0)).samples
     return [dataclasses.replace(s, reward=dataclasses.replace(s.reward, total=rewards[s.index])) for s in got]
