@@ -25,12 +25,11 @@ def ablation_rl_step(
 ) -> str:
     """``ablation_rl_op``'s body (its docstring says what each parameter means)."""
     import json
-    import tempfile
 
+    from components.launchers import stage_config
     from components.locations import expose, run_root
     from components.publish import publish_rl_curves
     from paravt_core import ablation
-    from paravt_core.config import load_config
     from paravt_core.rl.config import RlConfig
     from paravt_core.rl.launch import launch
 
@@ -45,9 +44,9 @@ def ablation_rl_step(
         expose(trained, model, run_id)
         print(json.dumps({"variant": variant, "final": model, "rl": False}))
         return model
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(config_yaml)
-    cfg = load_config(RlConfig, f.name, ablation.rl_overrides(study, variant, [str(o) for o in overrides]))
+    cfg = stage_config(
+        RlConfig, config_yaml, ablation.rl_overrides(study, variant, [str(o) for o in overrides])
+    )
     output = ablation.rl_output(root, variant)
     cfg.data, cfg.model, cfg.output = ablation.shared_data(root), ablation.sft_final(root), output
     summary = launch(cfg)

@@ -24,12 +24,12 @@ def data_step(
     """``data_op``'s body (its docstring says what each parameter means)."""
     import json
     import posixpath
-    import tempfile
 
+    from components.launchers import stage_config
     from components.locations import expose, run_root
     from components.publish import log_numbers
     from paravt_core import storage
-    from paravt_core.config import DataConfig, load_config
+    from paravt_core.config import DataConfig
     from paravt_core.data.stage import run
 
     def outside(path: str) -> bool:  # normalised first: /mnt/media/../../tmp is /tmp
@@ -42,9 +42,7 @@ def data_step(
             f"media_root {media_root!r} is not under the media volume's mount {media_mount!r}: the "
             "extraction would stay in this pod; use a directory under the mount (the volume cannot move)"
         )
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(config_yaml)
-    cfg = load_config(DataConfig, f.name, [str(o) for o in overrides])
+    cfg = stage_config(DataConfig, config_yaml, overrides)
     if mount and cfg.extract.root and outside(cfg.extract.root):  # the config's own root: the same rule
         raise ValueError(
             f"extract.root {cfg.extract.root!r} is not under the media volume's mount {media_mount!r}: the "

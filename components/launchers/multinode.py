@@ -32,17 +32,15 @@ def sft_trainjob_step(
     run_id: str = "",
 ) -> str:
     """``sft_trainjob_op``'s body (its docstring says what each parameter means)."""
-    import tempfile
 
+    from components.launchers import stage_config
     from components.locations import run_root
     from components.publish import publish_sft, publish_tensorboard, read_summary
     from paravt_core import storage
-    from paravt_core.config import SftConfig, load_config
+    from paravt_core.config import SftConfig
     from paravt_core.launch.trainjob import NodeSpec, launch_with_retries
 
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(config_yaml)
-    cfg = load_config(SftConfig, f.name, [str(o) for o in overrides])
+    cfg = stage_config(SftConfig, config_yaml, overrides)
     cfg.data.input = data_uri
     cfg.model.uri = model_uri
     cfg.output = output or storage.join(run_root(run_prefix, run_id, model.uri), "sft")
@@ -88,12 +86,11 @@ def rl_trainjob_step(
     run_id: str = "",
 ) -> str:
     """``rl_trainjob_op``'s body (its docstring says what each parameter means)."""
-    import tempfile
 
+    from components.launchers import stage_config
     from components.locations import run_root
     from components.publish import publish_rl, publish_tensorboard, read_summary
     from paravt_core import storage
-    from paravt_core.config import load_config
     from paravt_core.launch.trainjob import (
         NodeSpec,
         check_rl_multinode,
@@ -105,9 +102,7 @@ def rl_trainjob_step(
     )
     from paravt_core.rl.config import RlConfig
 
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(config_yaml)
-    cfg = load_config(RlConfig, f.name, [str(o) for o in overrides])
+    cfg = stage_config(RlConfig, config_yaml, overrides)
     output = output or storage.join(run_root(run_prefix, run_id, trained.uri), "rl")
     cfg.data, cfg.model, cfg.output = data, model, output
     cfg.launch.nodes, cfg.launch.gpus_per_node, cfg.launch.api = nodes, gpus_per_node, api

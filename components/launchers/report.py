@@ -36,15 +36,12 @@ def nightly_report_step(
     metrics: Output[Metrics],
 ):
     """``nightly_report_op``'s body (its docstring says what each parameter means)."""
-    import tempfile
-
+    from components.launchers import stage_config
     from paravt_core import storage
-    from paravt_core.config import ReportConfig, load_config
+    from paravt_core.config import ReportConfig
     from paravt_core.report.stage import find_night, run, today_utc
 
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(config_yaml)
-    cfg = load_config(ReportConfig, f.name, [str(o) for o in overrides])
+    cfg = stage_config(ReportConfig, config_yaml, overrides)
     # The night this run started (it may have crossed midnight since).
     date = night or find_night(results_prefix, run_id) or today_utc()
     cfg.output = storage.join(results_prefix, date, "report")
@@ -79,16 +76,14 @@ def report_step(
     run_id: str = "",
 ) -> str:
     """``report_op``'s body (its docstring says what each parameter means)."""
-    import tempfile
 
+    from components.launchers import stage_config
     from components.locations import run_root
     from paravt_core import storage
-    from paravt_core.config import ReportConfig, load_config
+    from paravt_core.config import ReportConfig
     from paravt_core.report.stage import run
 
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(config_yaml)
-    cfg = load_config(ReportConfig, f.name, [str(o) for o in overrides])
+    cfg = stage_config(ReportConfig, config_yaml, overrides)
     cfg.eval_outputs = [str(o) for o in eval_outputs]
     if not (sft_output and rl_output and output):
         root = run_root(run_prefix, run_id, report.uri)

@@ -28,18 +28,15 @@ def rl_step(
 
     settle_caches()  # the download caches' volume, or ~/.cache: before anything reads HF_HOME
     import os
-    import tempfile
 
+    from components.launchers import stage_config
     from components.locations import location, run_root
     from components.publish import publish_rl, publish_tensorboard
     from paravt_core import storage
-    from paravt_core.config import load_config
     from paravt_core.rl.config import RlConfig
     from paravt_core.rl.launch import launch
 
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(config_yaml)
-    cfg = load_config(RlConfig, f.name, [str(o) for o in overrides])
+    cfg = stage_config(RlConfig, config_yaml, overrides)
     if cfg.launch.nodes > 1:  # the DAG was compiled for one node: say how to get the multi-node step
         raise ValueError(f"launch.nodes={cfg.launch.nodes}: compile with --rl-config <this config>")
     output = output or storage.join(run_root(run_prefix, run_id, trained.uri), "rl")

@@ -32,14 +32,13 @@ def sft_step(
     import sys
     import tempfile
 
+    from components.launchers import stage_config
     from components.locations import location, run_root
     from components.publish import publish_sft, publish_tensorboard, read_summary
     from paravt_core import storage
-    from paravt_core.config import SftConfig, config_to_yaml, load_config
+    from paravt_core.config import SftConfig, config_to_yaml
 
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(config_yaml)
-    cfg = load_config(SftConfig, f.name, [str(o) for o in overrides])
+    cfg = stage_config(SftConfig, config_yaml, overrides)
     if cfg.launch.nodes > 1:  # the DAG was compiled for one node: say how to get the multi-node step
         raise ValueError(f"launch.nodes={cfg.launch.nodes}: compile with --sft-config <this config>")
     cfg.data.input = location(data)  # the S3 directory the artifact stands for, read by the stage
