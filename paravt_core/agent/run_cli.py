@@ -169,7 +169,7 @@ def build_engine(args: argparse.Namespace, cfg: AgentConfig | None = None) -> tu
         stage="agent",
         model=args.model,
         purpose="model",
-        pixels=cfg.processor_pixels,  # a launched server makes the encoder's pixels
+        pixels=cfg.frames.processor_pixels(cfg),  # a launched server makes the encoder's pixels
         seeded=cfg.seed is not None,  # SGLang applies seeds only with deterministic inference
     )
     engine = build(section, context)

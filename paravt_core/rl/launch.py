@@ -140,8 +140,8 @@ def plan(
                 dp_size=dp,
                 base_gpu_id=0,  # of the GPUs CUDA_VISIBLE_DEVICES shows it
                 mem_fraction_static=e.mem_fraction_static,
-                max_pixels=cfg.agent.processor_pixels[1],  # the encoder's budget (one for all)
-                min_pixels=cfg.agent.processor_pixels[0],
+                max_pixels=_pixels(cfg)[1],  # the encoder's budget (one for all)
+                min_pixels=_pixels(cfg)[0],
                 deterministic_inference=e.deterministic_inference,
                 dtype=cfg.dtype,
             )
@@ -158,6 +158,12 @@ def plan(
     learner_cmd += ["-m", "paravt_core.cli", "rl", "--config", config_path, *overrides]
     in_process = nproc == 1 and not rollout
     return Plan(learner_cmd, learner_env, server_cmd, server_env, base_url, overrides, in_process)
+
+
+def _pixels(cfg: RlConfig) -> tuple[int | None, int | None]:
+    """(min, max) pixels of a launched server's processor: the frame path's, as the episode encoder's ((None,
+    None): the checkpoint's own settings)."""
+    return cfg.agent.frames.processor_pixels(cfg.agent) or (None, None)
 
 
 def _learner(
@@ -225,8 +231,8 @@ def _fleet_plan(
                     dp_size=per // tp,
                     base_gpu_id=0,
                     mem_fraction_static=e.mem_fraction_static,
-                    max_pixels=cfg.agent.processor_pixels[1],  # the encoder's budget (one for all)
-                    min_pixels=cfg.agent.processor_pixels[0],
+                    max_pixels=_pixels(cfg)[1],  # the encoder's budget (one for all)
+                    min_pixels=_pixels(cfg)[0],
                     deterministic_inference=e.deterministic_inference,
                     dtype=cfg.dtype,
                 )

@@ -23,7 +23,6 @@ from paravt_core.engines.base import Engine
 from paravt_core.engines.coalesce import CoalescingEngine
 from paravt_core.engines.independent import IndependentEngine
 from paravt_core.rewards.compose import RewardBreakdown, acompose, failed
-from paravt_core.video import api as video_api
 
 from .data import RlPrompt
 from .gating import nframes_for
@@ -99,13 +98,7 @@ async def _group(
     )
     row = EpisodeRow(prompt.video, prompt.question, prompt.row_id, prompt.question_type, nframes=k)
     try:  # once per group: the n rollouts see the very same frames
-        overview = await asyncio.to_thread(
-            video_api.overview,
-            prompt.video,
-            k,
-            max_pixels=agent.overview_pixels[1],
-            min_pixels=agent.overview_pixels[0],
-        )
+        overview = await asyncio.to_thread(agent.frames.overview, prompt.video, k, agent)  # the path's frames
     except Exception as err:
         counts["video_error_groups"] += 1
         counts[f"video_error:{type(err).__name__}"] += 1

@@ -113,10 +113,18 @@ def _broadcast(d: Dist, obj: Any) -> Any:
     return box[0]
 
 
+def processor_pixels(cfg: RlConfig) -> tuple[int, int] | None:
+    """The pixel budget of the episode encoder, the followers' restore and a launched server alike: the frame
+    path's (None: the checkpoint's own processor settings)."""
+    return cfg.agent.frames.processor_pixels(cfg.agent)
+
+
 def restore_images_kwargs(cfg: RlConfig) -> dict[str, Any]:
     """The image processor settings the followers rebuild rank 0's frames with: the episode encoder's budget
-    (``agent.processor_pixels``), the one the launched server gets as ``--mm-process-config`` too."""
-    lo, hi = cfg.agent.processor_pixels
+    (:func:`processor_pixels`), the one the launched server gets as ``--mm-process-config`` too."""
+    if (pixels := processor_pixels(cfg)) is None:
+        return {}  # as the encoder: the processor's own settings
+    lo, hi = pixels
     return image_processor_kwargs(max_pixels=hi, min_pixels=lo)
 
 
@@ -219,7 +227,7 @@ def _rollout_engine(cfg: RlConfig, policy: Any, device: str, dtype: Any, d: Dist
         processor=None if KINDS[e.kind].in_process else policy.processor,
         device=device,
         dtype=cfg.dtype,  # the served weights' dtype: the in-process copy and a launched server
-        pixels=cfg.agent.processor_pixels,  # a launched server makes the encoder's pixels
+        pixels=processor_pixels(cfg),  # a launched server makes the encoder's pixels
         env={**os.environ, **pinned} if pinned is not None else None,
         log_path=cfg.output.rstrip("/") + "-server.log" if not storage.is_s3(cfg.output) else None,
     )
