@@ -318,10 +318,10 @@ def schedule(
                 ).recurring_run_id
     # Created first, retired after: a failure in between leaves two (the next sync removes the old one),
     # never none.
-    can_orphan = server_can_orphan(kfp_client)
-    for run in old:
-        if run.recurring_run_id != kept:
-            retire_recurring_run(kfp_client, run, experiment_id, kept, can_orphan)
+    replaced = [run for run in old if run.recurring_run_id != kept]
+    can_orphan = bool(replaced) and server_can_orphan(kfp_client)
+    for run in replaced:
+        retire_recurring_run(kfp_client, run, experiment_id, kept, can_orphan)
     return kept
 
 
@@ -342,12 +342,14 @@ def server_can_orphan(kfp_client: Any) -> bool:
     import json
     import re
 
-    with _quiet_kfp():
-        raw = kfp_client._healthz_api.healthz_service_get_healthz(_preload_content=False).data
+    import kfp_server_api
+
     try:
+        with _quiet_kfp():
+            raw = kfp_client._healthz_api.healthz_service_get_healthz(_preload_content=False).data
         tag = str(json.loads(raw).get("tag_name") or "")
-    except (ValueError, AttributeError):
-        return False
+    except (kfp_server_api.ApiException, ValueError, AttributeError):
+        return False  # unknown: the path that is safe on every release
     found = re.match(r"v?(\d+)\.(\d+)\.", tag)
     return bool(found) and (int(found[1]), int(found[2])) >= _ORPHAN_SINCE
 
