@@ -360,7 +360,8 @@ class LaunchConfig(StrictModel):
         description="add IPC_LOCK to the nodes (RDMA pins memory); needs a privileged namespace",
     )
     node_env: dict[str, str] = Field(
-        default_factory=dict, description="extra env on every node: the fabric's NCCL_* / FI_* settings"
+        default_factory=dict,
+        description="extra env on every node: the fabric's NCCL_* / FI_* settings; fabric_resources needs NCCL_NET (IB, Libfabric)",
     )
     queue_name: str = Field(
         default="", description="Kueue LocalQueue: sets the kueue.x-k8s.io/queue-name label"
@@ -399,6 +400,18 @@ class LaunchConfig(StrictModel):
                 f"launch.cluster_domain {value!r}: the domain alone, e.g. cluster.local (no leading dot, no svc.)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _fabric_names_its_nccl_net(self) -> LaunchConfig:
+        # NCCL initialises the first network plugin that works, its socket transport last, so a missing
+        # plugin or device silently means TCP. With NCCL_NET only the plugin of that name (case-insensitive)
+        # may initialise, and init fails when it does not (NCCL v2.30.7 src/plugin/net.cc, ncclNetInit).
+        if self.fabric_resources and not self.node_env.get("NCCL_NET", "").strip():
+            raise ValueError(
+                f"launch.fabric_resources ({', '.join(self.fabric_resources)}) needs launch.node_env.NCCL_NET, "
+                "else NCCL falls back to TCP silently: IB for InfiniBand, Libfabric for AWS EFA (aws-ofi-nccl)"
+            )
+        return self
 
 
 # The SDPA kernel of packed_sdpa's calls (paravt_core/train/attention.py). flash by default: torch 2.11+ on

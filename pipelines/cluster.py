@@ -256,8 +256,9 @@ def schedule(
 
     A recurring run of the same name in the experiment is an error, or with ``exist_ok`` the answer. With
     ``sync`` (the manifests' CronJob) the answer only while it was made from this very pipeline, images,
-    parameters, cron, account and root; otherwise the new one is created and then the old ones deleted
-    (KFP 2.17 cannot update a recurring run: backend/api/v2beta1/recurring_run.proto has no Update)."""
+    parameters, cron, account and root; otherwise the new one is created and then the old ones retired
+    (``retire_recurring_run``; KFP 2.17 cannot update a recurring run: backend/api/v2beta1/
+    recurring_run.proto has no Update)."""
     import json
 
     cron = check_cron(cron)
@@ -315,18 +316,94 @@ def schedule(
                     pipeline_root=pipeline_root,
                     service_account=service_account,
                 ).recurring_run_id
-    # Created first, deleted after: a failure in between leaves two (the next sync removes the old one),
-    # never none. ORPHAN: the old one's Workflows are owned by its ScheduledWorkflow, so a default delete
-    # would have the garbage collector stop a nightly in progress (KFP 2.17.0, backend/api/v2beta1/
-    # recurring_run.proto, DeleteRecurringRunRequest.propagation_policy; kfp.Client has no such argument).
-    for run in old:
-        if run.recurring_run_id != kept:
-            with _quiet_kfp():
-                kfp_client._recurring_run_api.recurring_run_service_delete_recurring_run(
-                    run.recurring_run_id, propagation_policy="ORPHAN"
-                )
-            print(f"recurring run {run.recurring_run_id}: replaced by {kept}", file=sys.stderr)
+    # Created first, retired after: a failure in between leaves two (the next sync removes the old one),
+    # never none.
+    replaced = [run for run in old if run.recurring_run_id != kept]
+    can_orphan = bool(replaced) and server_can_orphan(kfp_client)
+    for run in replaced:
+        retire_recurring_run(kfp_client, run, experiment_id, kept, can_orphan)
     return kept
+
+
+# The first KFP release whose DeleteRecurringRunRequest has propagation_policy (backend/api/v2beta1/
+# recurring_run.proto: 2.15.0 has only recurring_run_id, 2.16.0 adds the field).
+_ORPHAN_SINCE = (2, 16)
+# Run states whose Workflow still exists and may still be working (backend/api/v2beta1/run.proto,
+# RuntimeState); SUCCEEDED, SKIPPED, FAILED and CANCELED are final.
+ACTIVE_RUN_STATES = ("PENDING", "RUNNING", "CANCELING", "PAUSED")
+
+
+def server_can_orphan(kfp_client: Any) -> bool:
+    """Whether the KFP API server honours ``propagation_policy=ORPHAN`` on a recurring run's delete, from
+    its healthz ``tag_name``. The API itself cannot tell: KFP 2.15.0's gateway handler for the delete reads
+    only the path (no query parameter is parsed), so ORPHAN is dropped and the delete succeeds anyway.
+    kfp.Client's own healthz model keeps only ``multi_user``, hence the raw body. A tag that is not a
+    version (2.15.0's release images say "unknown": no TAG_NAME build arg before 2.16.0) counts as no."""
+    import json
+    import re
+
+    import kfp_server_api
+
+    try:
+        with _quiet_kfp():
+            raw = kfp_client._healthz_api.healthz_service_get_healthz(_preload_content=False).data
+        tag = str(json.loads(raw).get("tag_name") or "")
+    except (kfp_server_api.ApiException, ValueError, AttributeError):
+        return False  # unknown: the path that is safe on every release
+    found = re.match(r"v?(\d+)\.(\d+)\.", tag)
+    return bool(found) and (int(found[1]), int(found[2])) >= _ORPHAN_SINCE
+
+
+def active_runs(kfp_client: Any, experiment_id: str, recurring_run_id: str) -> list[Any]:
+    """The runs of ``recurring_run_id`` whose state is not final (every page)."""
+    import json
+
+    only_this = json.dumps(
+        {"predicates": [{"operation": "EQUALS", "key": "recurring_run_id", "stringValue": recurring_run_id}]}
+    )
+    found: list[Any] = []
+    token = ""
+    while True:
+        with _quiet_kfp():
+            page = kfp_client.list_runs(
+                page_token=token, page_size=100, experiment_id=experiment_id, filter=only_this
+            )
+        found += [r for r in page.runs or [] if str(r.state or "") in ACTIVE_RUN_STATES]
+        token = page.next_page_token or ""
+        if not token:
+            return found
+
+
+def retire_recurring_run(kfp_client: Any, run: Any, experiment_id: str, kept: str, can_orphan: bool) -> None:
+    """Delete a replaced recurring run without stopping a nightly in progress. Its Workflows are owned by its
+    ScheduledWorkflow (controller ref), so a plain delete has the garbage collector remove a running one.
+    Where the server takes ORPHAN (KFP >= 2.16), delete with it. Elsewhere disable it first (no new run
+    starts), delete it only while none of its runs is active, and otherwise leave it disabled for the next
+    sync (the manifests' CronJob, daily at 01:30 UTC) to delete."""
+    old_id = run.recurring_run_id
+    if can_orphan:
+        with _quiet_kfp():
+            kfp_client._recurring_run_api.recurring_run_service_delete_recurring_run(
+                old_id, propagation_policy="ORPHAN"
+            )
+        print(f"recurring run {old_id}: replaced by {kept}", file=sys.stderr)
+        return
+    if str(run.status or "") != "DISABLED":
+        with _quiet_kfp():
+            kfp_client.disable_recurring_run(old_id)
+    busy = active_runs(kfp_client, experiment_id, old_id)
+    if busy:
+        names = ", ".join(f"{r.run_id} ({r.state})" for r in busy)
+        print(
+            f"recurring run {old_id}: replaced by {kept}, disabled but not deleted: its run {names} is still "
+            "active and this KFP server cannot delete a recurring run without stopping its runs (no "
+            "propagation_policy before KFP 2.16); the next --sync deletes it once none is active",
+            file=sys.stderr,
+        )
+        return
+    with _quiet_kfp():
+        kfp_client.delete_recurring_run(old_id)
+    print(f"recurring run {old_id}: replaced by {kept}", file=sys.stderr)
 
 
 def set_schedule_enabled(conn: Connection, recurring_run_id: str, enabled: bool) -> None:

@@ -1,10 +1,11 @@
 """A real HTTP server on loopback speaking the KFP v2beta1 REST endpoints that ``paravt pipeline`` calls.
 
 Paths and bodies follow kfp_server_api 2.17 (the generated client kfp.Client uses): healthz,
-experiments (list with a display_name filter, create), runs (create, get, ``:retry``), recurring runs
-(create, list, delete, ``:enable``, ``:disable``). It keeps state like the real server (ids, run states,
-schedule modes), answers errors in the server's JSON shape, and records every request so tests can
-assert on methods, paths, query strings, headers and bodies.
+experiments (list with a display_name filter, create), runs (create, list by recurring_run_id, get,
+``:retry``), recurring runs (create, list, delete, ``:enable``, ``:disable``). It keeps state like the real
+server (ids, run states, schedule modes), answers errors in the server's JSON shape, and records every
+request so tests can assert on methods, paths, query strings, headers and bodies. ``tag_name`` picks the
+release it answers as where releases differ (the delete's propagation policy, from KFP 2.16.0 on).
 """
 
 from __future__ import annotations
@@ -39,18 +40,48 @@ class KfpState:
     # Multi-user mode: the (resource, verb) pairs of pipelines.kubeflow.org the caller is granted;
     # None = no authorization (single-user). See ``required_permission``.
     grants: set[tuple[str, str]] | None = None
+    # What healthz reports as tag_name (backend/src/apiserver/main.go, the /apis/v2beta1/healthz handler).
+    # KFP 2.15.0's release images say "unknown" (built without the TAG_NAME build arg until 2.16.0).
+    tag_name: str = "2.17.0"
+    # Runs whose Workflow the garbage collector removed with their recurring run: a delete without
+    # ORPHAN deletes the ScheduledWorkflow, which owns its Workflows by controller reference.
+    deleted_workflows: list[str] = field(default_factory=list)
 
     def calls(self, method: str, path_suffix: str = "") -> list[Request]:
         return [r for r in self.requests if r.method == method and r.path.endswith(path_suffix)]
 
+    def orphans(self) -> bool:
+        """KFP 2.16.0 added DeleteRecurringRunRequest.propagation_policy; 2.15.0's gateway handler for the
+        delete parses no query parameter, so the policy is dropped and the delete goes ahead."""
+        major, minor = (
+            (int(x) for x in self.tag_name.split(".")[:2]) if self.tag_name[:1].isdigit() else (0, 0)
+        )
+        return (major, minor) >= (2, 16)
 
-def _display_name_filter(query: dict[str, list[str]]) -> str | None:
-    """The one filter kfp.Client sends here: display_name EQUALS (operation 1 or "EQUALS")."""
+    def scheduled_run(self, recurring_run_id: str, state: str = "RUNNING") -> str:
+        """A run the ScheduledWorkflow controller started for an enabled recurring run, as the persistence
+        agent reports it (``recurring_run_id`` set: the run's JobUUID); returns its id."""
+        job = self.recurring_runs[recurring_run_id]
+        assert job["status"] == "ENABLED", "a disabled recurring run starts no run"
+        run_id = str(uuid.uuid4())
+        self.runs[run_id] = {
+            "run_id": run_id,
+            "display_name": job["display_name"],
+            "experiment_id": job["experiment_id"],
+            "recurring_run_id": recurring_run_id,
+            "state": state,
+        }
+        return run_id
+
+
+def _display_name_filter(query: dict[str, list[str]], key: str = "display_name") -> str | None:
+    """The one filter kfp.Client sends here: ``key`` EQUALS (operation 1 or "EQUALS"); display_name, or
+    recurring_run_id for runs (backend/src/apiserver/model/run.go, runAPIToModelFieldMap)."""
     if "filter" not in query:
         return None
     predicates = json.loads(query["filter"][0])["predicates"]
     (predicate,) = predicates
-    assert predicate["key"] == "display_name" and predicate["operation"] in (1, "EQUALS"), predicate
+    assert predicate["key"] == key and predicate["operation"] in (1, "EQUALS"), predicate
     return predicate["stringValue"]
 
 
@@ -118,7 +149,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, method: str, route: str, query: dict, body: Any) -> None:
         state = self.server.state
         if (method, route) == ("GET", "/healthz"):
-            return self._reply(200, {"multi_user": False})
+            # The handler's JSON (backend/src/apiserver/main.go), not the proto's GetHealthzResponse.
+            health = {"commit_sha": "unknown", "tag_name": state.tag_name, "multi_user": False}
+            return self._reply(200, {**health, "pipeline_store": "database"})
         if (method, route) == ("GET", "/experiments"):
             name = _display_name_filter(query)
             found = [e for e in state.experiments.values() if name is None or e["display_name"] == name]
@@ -133,6 +166,21 @@ class _Handler(BaseHTTPRequestHandler):
             run = dict(body, run_id=str(uuid.uuid4()), state="PENDING")
             state.runs[run["run_id"]] = run
             return self._reply(200, run)
+        if (method, route) == ("GET", "/runs"):
+            job_id = _display_name_filter(query, "recurring_run_id")
+            experiment = query.get("experiment_id", [None])[0]
+            found = [
+                r
+                for r in state.runs.values()
+                if (job_id is None or r.get("recurring_run_id") == job_id)
+                and (experiment is None or r["experiment_id"] == experiment)
+            ]
+            start = int(query.get("page_token", ["0"])[0] or 0)
+            size = int(query.get("page_size", ["10"])[0])
+            page: dict[str, Any] = {"runs": found[start : start + size], "total_size": len(found)}
+            if start + size < len(found):
+                page["next_page_token"] = str(start + size)
+            return self._reply(200, page if found else {})
         if route.startswith("/runs/"):
             run_id, _, action = route[len("/runs/") :].partition(":")
             run = state.runs.get(run_id)
@@ -148,7 +196,9 @@ class _Handler(BaseHTTPRequestHandler):
         if (method, route) == ("POST", "/recurringruns"):
             if body.get("experiment_id") not in state.experiments:
                 return self._error(404, 5, f"experiment {body.get('experiment_id')} not found")
-            job = dict(body, recurring_run_id=str(uuid.uuid4()), status="ENABLED")
+            enabled = body.get("mode") != "DISABLE"  # api_converter.go, toApiRecurringRun: both from Enabled
+            job = dict(body, recurring_run_id=str(uuid.uuid4()), status="ENABLED" if enabled else "DISABLED")
+            job["mode"] = "ENABLE" if enabled else "DISABLE"
             state.recurring_runs[job["recurring_run_id"]] = job
             return self._reply(200, job)
         if (method, route) == ("GET", "/recurringruns"):
@@ -168,11 +218,16 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(404, 5, f"recurring run {job_id} not found")
             if action in ("enable", "disable"):
                 job["mode"] = action.upper()
+                job["status"] = job["mode"] + "D"
                 return self._reply(200, {})
         if route.startswith("/recurringruns/") and method == "DELETE":
             job_id = route[len("/recurringruns/") :]
             if state.recurring_runs.pop(job_id, None) is None:
                 return self._error(404, 5, f"recurring run {job_id} not found")
+            if not (state.orphans() and query.get("propagation_policy") == ["ORPHAN"]):
+                state.deleted_workflows += [
+                    i for i, r in state.runs.items() if r.get("recurring_run_id") == job_id
+                ]
             return self._reply(200, {})
         return self._error(404, 5, f"no route {method} {route}")
 

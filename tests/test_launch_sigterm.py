@@ -105,6 +105,11 @@ POLICIES = {
     "OnError": TASK | {"retryPolicy": "OnError"},  # KFP 2.17.0 as shipped (workflowDefaults)
     "KFP 2.15.0": TASK,  # no workflowDefaults: no policy, Argo's RetryPolicyActual says OnFailure
 }
+# The option as shipped: its templateDefaults retryStrategy (Always, and an expression that keeps KFP's DAG
+# templates from being rerun) under the task's own limit and backoff (mergedTemplateDefaultsInto).
+OPTION = ROOT / "manifests/options/argo-retry-always/workflow-controller-configmap-patch.yaml"
+_DEFAULTS = yaml.safe_load(yaml.safe_load(OPTION.read_text())["data"]["workflowDefaults"])
+POLICIES["Always option"] = _DEFAULTS["spec"]["templateDefaults"]["retryStrategy"] | TASK
 
 
 def marked(how: str, pod: dict) -> dict:
@@ -124,6 +129,9 @@ KEEP = {
     ("Always", "drain"): True,
     ("Always", "kubelet"): True,
     ("Always", "terminate"): False,
+    ("Always option", "drain"): True,  # its expression holds for every failed or errored pod node
+    ("Always option", "kubelet"): True,
+    ("Always option", "terminate"): False,
     ("OnError", "drain"): False,  # Argo may read the deleted pod as Failed, which OnError does not rerun
     ("OnError", "kubelet"): False,  # Failed: not rerun under KFP 2.17's default
     ("OnError", "terminate"): False,
@@ -447,6 +455,11 @@ def test_the_retry_rule_read_off_the_pod_by_hand():
     assert argo_retry(_client_pod(step_pod({"retryPolicy": "Always"}))).left > 10**6  # no limit
     assert argo_retry(_client_pod(step_pod(None))) == ArgoRetry()  # no retryStrategy: never rerun
     assert argo_retry(_client_pod(step_pod(TASK | {"expression": "lastRetry.exitCode == 1"}))) == ArgoRetry()
+    # The option's expression asks nothing of a step (true for every pod node Argo fails or errors); with
+    # no retryPolicy it is Always, as Argo's RetryPolicyActual says for a retryStrategy with an expression.
+    assert argo_retry(_client_pod(step_pod(POLICIES["Always option"]))) == ArgoRetry("Always", 3)
+    only = {k: v for k, v in POLICIES["Always option"].items() if k != "retryPolicy"}
+    assert argo_retry(_client_pod(step_pod(only, attempt=1))) == ArgoRetry("Always", 2)
     offloaded = step_pod(POLICIES["Always"])
     offloaded["spec"]["initContainers"][0]["env"][0]["value"] = "offloaded"  # over 128 KiB: in a ConfigMap
     assert argo_retry(_client_pod(offloaded)) == ArgoRetry() and argo_retry(None) == ArgoRetry()

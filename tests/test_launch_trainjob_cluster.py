@@ -28,7 +28,12 @@ from tests.test_launch_trainjob import CONFIG, NS, PYTORCHJOB_CRD, RUN, crd, spe
 EFA = LaunchConfig(
     fabric_resources={"vpc.amazonaws.com/efa": 32},
     ipc_lock=True,
-    node_env={"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "NCCL_SOCKET_IFNAME": "eth0"},
+    node_env={
+        "NCCL_NET": "Libfabric",
+        "FI_PROVIDER": "efa",
+        "FI_EFA_USE_DEVICE_RDMA": "1",
+        "NCCL_SOCKET_IFNAME": "eth0",
+    },
     queue_name="h100-team-a",
 )
 
@@ -322,6 +327,44 @@ def test_every_fabric_example_forces_its_nccl_network():
     assert "aws-ofi-nccl" not in images and "libfabric" not in images.lower()
     efa = fabric[fabric.index("- AWS EFA") : fabric.index("- InfiniBand")]
     assert "Needs an image with aws-ofi-nccl and libfabric" in efa and "shipped images have neither" in efa
+
+
+def test_a_fabric_without_nccl_net_is_refused_at_config_load(tmp_path):
+    """The docs' rule, enforced: ``fabric_resources`` without ``node_env.NCCL_NET`` would let NCCL fall back
+    to TCP sockets in silence (NCCL v2.30.7 src/plugin/net.cc, ``ncclNetInit``: every initialised plugin is
+    tried, the internal "Socket" last, unless ``comm->config.netName``, set from ``NCCL_NET`` in
+    src/init.cc, names one; then only that name, matched with strcasecmp, may initialise, and otherwise
+    "Failed to initialize any NET plugin" / ncclInvalidUsage). The names: "IB" (src/transport/net_ib/
+    common.cc) and, for EFA on NVIDIA GPUs, "Libfabric" (aws-ofi-nccl v1.21.1 src/nccl_ofi_interface_nvidia
+    .cpp; "AWS Libfabric" is its Neuron interface). Both manifests/README.md examples still load."""
+    from pathlib import Path
+
+    import yaml
+
+    from paravt_core.config import ConfigError, SftConfig, load_config
+
+    def load(launch: dict):
+        path = tmp_path / "sft.yaml"
+        path.write_text(yaml.safe_dump({"launch": {"nodes": 2, **launch}}))
+        return load_config(SftConfig, path).launch
+
+    fabric = {"fabric_resources": {"rdma/ib": 4}, "ipc_lock": True}
+    for env in ({}, {"NCCL_IB_HCA": "mlx5"}, {"NCCL_NET": " "}):
+        with pytest.raises(ConfigError) as refused:
+            load({**fabric, "node_env": env})
+        (line,) = str(refused.value).splitlines()
+        assert "launch.fabric_resources (rdma/ib) needs launch.node_env.NCCL_NET" in line
+        assert "IB for InfiniBand" in line and "Libfabric for AWS EFA" in line
+    assert load({**fabric, "node_env": {"NCCL_NET": "IB"}}).node_env == {"NCCL_NET": "IB"}
+    assert load({"node_env": {}}).fabric_resources == {}  # no fabric: TCP is what was asked for
+
+    readme = (Path(__file__).resolve().parents[1] / "manifests/README.md").read_text()
+    section = readme[readme.index("- **Fabric.**") : readme.index("- **Gang scheduling.**")]
+    examples = re.findall(r"`fabric_resources: (\{[^`]*\})`[\s\S]*?`node_env: (\{[^`]*\})`", section)
+    assert len(examples) == 2
+    for resources, env in examples:
+        launch = load({"fabric_resources": yaml.safe_load(resources), "node_env": yaml.safe_load(env)})
+        assert launch.node_env["NCCL_NET"] in ("IB", "Libfabric")
 
 
 @pytest.mark.parametrize(

@@ -74,7 +74,7 @@ def full_spec() -> NodeSpec:
     launch = LaunchConfig(
         fabric_resources={"rdma/ib": 4},
         ipc_lock=True,
-        node_env={"NCCL_IB_HCA": "mlx5"},
+        node_env={"NCCL_IB_HCA": "mlx5", "NCCL_NET": "IB"},
         queue_name="team-a",
         gang=True,
     )
@@ -93,6 +93,7 @@ def _owner_pod() -> k8s.V1Pod:
 ENV = [
     {"name": "HF_HUB_OFFLINE", "value": "1"},
     {"name": "NCCL_IB_HCA", "value": "mlx5"},
+    {"name": "NCCL_NET", "value": "IB"},
     {"name": "PARAVT_STAGE_CONFIG", "value": CONFIG},
     {
         "name": "AWS_SECRET_ACCESS_KEY",

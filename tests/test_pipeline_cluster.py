@@ -327,19 +327,30 @@ def test_scheduler_role_is_enough_for_the_scheduler_job_and_the_old_one_was_not(
     changed = tmp_path / "changed.yaml"
     changed.write_text(yaml.safe_dump({"checkpoint_uri": "s3://m/y", "results_prefix": "s3://r/n"}))
     granted = _role_grants("paravt-scheduler")
-    with KfpTestServer(token=TOKEN, grants=granted) as server:
-        assert main(argv + _conn(server)) == 0
-        assert len(server.state.recurring_runs) == 1
-        assert main(argv + _conn(server)) == 0  # the CronJob's next night: found by name, nothing created
-        assert len(server.state.recurring_runs) == 1
-        swapped = [a if a != params else str(changed) for a in argv]
-        assert main(swapped + _conn(server)) == 0  # new parameters deployed: replaced
-        assert len(server.state.recurring_runs) == 1 and len(server.state.calls("DELETE")) == 1
-        used = {required_permission(r.method, r.path.removeprefix(API)) for r in server.state.requests}
+    used: dict[str, set] = {}
+    # KFP 2.17 (ORPHAN delete) and KFP 2.15.0 as Kubeflow 1.11 ships it (healthz tag_name "unknown": the
+    # old recurring run is disabled, its runs listed, then deleted; job_server.go's Verb "disable",
+    # run_server.go ListRuns' Verb "list" on runs).
+    for tag in ("2.17.0", "unknown"):
+        with KfpTestServer(token=TOKEN, grants=granted) as server:
+            server.state.tag_name = tag
+            assert main(argv + _conn(server)) == 0
+            assert len(server.state.recurring_runs) == 1
+            assert main(argv + _conn(server)) == 0  # the CronJob's next night: found by name, nothing created
+            assert len(server.state.recurring_runs) == 1
+            swapped = [a if a != params else str(changed) for a in argv]
+            assert main(swapped + _conn(server)) == 0  # new parameters deployed: replaced
+            assert len(server.state.recurring_runs) == 1 and len(server.state.calls("DELETE")) == 1
+            used[tag] = {
+                required_permission(r.method, r.path.removeprefix(API)) for r in server.state.requests
+            }
     _no_token_printed(capsys)
+    assert used["2.17.0"] - {None} == {("experiments", "list"), ("experiments", "create"),
+                                       ("jobs", "list"), ("jobs", "create"), ("jobs", "delete")}  # fmt: skip
     # And nothing more: the Role grants exactly what the syncs were authorized for.
-    assert used - {None} == granted == {("experiments", "list"), ("experiments", "create"),
-                                        ("jobs", "list"), ("jobs", "create"), ("jobs", "delete")}  # fmt: skip
+    assert (used["2.17.0"] | used["unknown"]) - {None} == granted == {
+        ("experiments", "list"), ("experiments", "create"), ("jobs", "list"), ("jobs", "create"),
+        ("jobs", "disable"), ("jobs", "delete"), ("runs", "list")}  # fmt: skip
     # The Role as it was (recurring runs as `recurringruns`): KFP refuses the list of recurring runs.
     old = {("experiments", v) for v in ("get", "list", "create")} | {
         ("recurringruns", v) for v in ("get", "list", "create")
@@ -448,3 +459,96 @@ def test_schedule_sync_deletes_the_old_recurring_run_without_its_running_workflo
     (delete,) = kfp_server.state.calls("DELETE")
     assert delete.query == {"propagation_policy": ["ORPHAN"]}
     assert len(kfp_server.state.recurring_runs) == 1
+
+
+def _sync_nightly(kfp_server, tmp_path, package: str, checkpoint: str) -> None:
+    params = {"checkpoint_uri": checkpoint, "results_prefix": "s3://r/nightly"}
+    argv = ["pipeline", "schedule", "create", package, "--name", "nightly", "--experiment", "e", "--sync"]
+    assert main([*argv, "--params", _params_file(tmp_path, params), *_conn(kfp_server)]) == 0
+
+
+def test_schedule_sync_on_kfp_2_15_disables_the_old_recurring_run_while_its_nightly_runs(
+    kfp_server, capsys, tmp_path
+) -> None:
+    """KFP 2.15.0 has no orphaning delete: backend/api/v2beta1/recurring_run.proto's
+    DeleteRecurringRunRequest has only ``recurring_run_id`` (``propagation_policy`` came in 2.16.0), and
+    its gateway handler (go_client/recurring_run.pb.gw.go, request_RecurringRunService_DeleteRecurringRun_0)
+    reads only the path, so ``?propagation_policy=ORPHAN`` is dropped and the ScheduledWorkflow goes with
+    ``DeleteOptions{}`` (resource_manager.go, DeleteJob): the garbage collector removes its Workflows. Its
+    release images report healthz ``tag_name`` "unknown" (no TAG_NAME build arg before 2.16.0). So the old
+    recurring run is disabled (no new run starts) and kept while a run of it is PENDING/RUNNING/CANCELING/
+    PAUSED (run.proto, RuntimeState), then deleted by the next sync."""
+    from pipelines.compile import compile_pipeline
+
+    state = kfp_server.state
+    state.tag_name = "unknown"
+    package = compile_pipeline("nightly", str(tmp_path / "nightly.yaml"), warn=False)
+    _sync_nightly(kfp_server, tmp_path, package, "s3://m/a")
+    (one,) = state.recurring_runs
+    nightly = state.scheduled_run(one, "RUNNING")
+    capsys.readouterr()
+
+    _sync_nightly(kfp_server, tmp_path, package, "s3://m/b")  # new parameters: a new recurring run
+    two = next(j for j in state.recurring_runs if j != one)
+    _, err = _no_token_printed(capsys)
+    assert (
+        state.recurring_runs[one]["status"] == "DISABLED" and state.recurring_runs[two]["status"] == "ENABLED"
+    )
+    assert not state.calls("DELETE") and state.deleted_workflows == []  # the nightly keeps its Workflow
+    assert f"recurring run {one}: replaced by {two}, disabled but not deleted" in err
+    assert f"{nightly} (RUNNING)" in err and "the next --sync deletes it" in err
+    (listed,) = state.calls("GET", "/runs")
+    assert listed.query["experiment_id"] == [state.recurring_runs[two]["experiment_id"]]
+    assert '"stringValue": "' + one + '"' in listed.query["filter"][0]
+
+    state.runs[nightly]["state"] = "SUCCEEDED"  # the nightly is over: the next sync deletes the old one
+    _sync_nightly(kfp_server, tmp_path, package, "s3://m/b")
+    assert list(state.recurring_runs) == [two]
+    (delete,) = state.calls("DELETE")
+    assert delete.path == f"{API}/recurringruns/{one}" and delete.query == {}  # 2.15 takes no policy
+    assert len(state.calls("POST", f"/recurringruns/{one}:disable")) == 1  # not disabled twice
+    assert f"recurring run {one}: replaced by {two}\n" in _no_token_printed(capsys)[1]
+
+
+def test_schedule_sync_on_kfp_2_15_deletes_an_idle_old_recurring_run_after_disabling_it(
+    kfp_server, capsys, tmp_path
+) -> None:
+    """No run of the old recurring run active (its last one FAILED, a final RuntimeState): disabled
+    first, so no run can start between the check and the delete, then deleted in the same sync. Any tag
+    below 2.16.0 is such a server."""
+    from pipelines.compile import compile_pipeline
+
+    state = kfp_server.state
+    state.tag_name = "2.15.0"
+    package = compile_pipeline("nightly", str(tmp_path / "nightly.yaml"), warn=False)
+    _sync_nightly(kfp_server, tmp_path, package, "s3://m/a")
+    (one,) = state.recurring_runs
+    state.scheduled_run(one, "FAILED")
+    _sync_nightly(kfp_server, tmp_path, package, "s3://m/b")
+    (two,) = state.recurring_runs
+    assert two != one
+    order = [(r.method, r.path) for r in state.requests if r.path.startswith(f"{API}/recurringruns/{one}")]
+    assert order == [("POST", f"{API}/recurringruns/{one}:disable"), ("DELETE", f"{API}/recurringruns/{one}")]
+    assert state.calls("DELETE")[0].query == {}
+    _no_token_printed(capsys)
+
+
+def test_schedule_sync_on_kfp_2_16_orphans_without_disabling(kfp_server, capsys, tmp_path) -> None:
+    """KFP 2.16.0 is the first release with DeleteRecurringRunRequest.propagation_policy and a real healthz
+    ``tag_name`` (its images get the TAG_NAME build arg): one ORPHAN delete, no disable, no run listing,
+    and the running nightly keeps its Workflow."""
+    from pipelines.compile import compile_pipeline
+
+    state = kfp_server.state
+    state.tag_name = "2.16.0"
+    package = compile_pipeline("nightly", str(tmp_path / "nightly.yaml"), warn=False)
+    _sync_nightly(kfp_server, tmp_path, package, "s3://m/a")
+    (one,) = state.recurring_runs
+    state.scheduled_run(one, "RUNNING")
+    _sync_nightly(kfp_server, tmp_path, package, "s3://m/b")
+    assert one not in state.recurring_runs and len(state.recurring_runs) == 1
+    (delete,) = state.calls("DELETE")
+    assert delete.query == {"propagation_policy": ["ORPHAN"]}
+    assert not state.calls("POST", ":disable") and not state.calls("GET", "/runs")
+    assert state.deleted_workflows == []
+    _no_token_printed(capsys)

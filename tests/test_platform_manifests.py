@@ -417,6 +417,11 @@ NEEDED = {
         ("jobs", "list"),  # recurring runs of that name already there?
         ("jobs", "create"),
         ("jobs", "delete"),  # the ones that differ from the deployed spec (job_server.go, DeleteRecurringRun)
+        (
+            "jobs",
+            "disable",
+        ),  # KFP 2.15: the old one first stops starting runs (job_server.go, Verb "disable")
+        ("runs", "list"),  # KFP 2.15: ... and is deleted only once none of its runs is active (run_server.go)
     },
     "paravt-operator": {
         ("experiments", "list"),

@@ -71,6 +71,53 @@ def test_the_effective_policy_of_each_install(policy):
         assert kustomization["patches"] == [{"path": CONFIGMAPS[policy].name}]
 
 
+# The node messages Argo gives a failed or errored attempt, read from its source (v3.7.3 and v4.0.5,
+# workflow/controller): a pod whose object is gone (operator.go, podReconciliation: "pod deleted"), a pod
+# the kubelet ended (inferFailedReason returns the pod's status message first), a container that exited
+# non-zero (inferFailedReason: "<container>: <reason> (exit code N)"), a pod that could not be created
+# (markNodeError: the error's text); and a DAG attempt whose task failed (dag.go, executeDAG: markNodePhase
+# with the DAG's phase and no message, on a node initialised without one).
+ATTEMPTS = {
+    "pod deleted": ("Error", "pod deleted", True),
+    "kubelet eviction": ("Failed", "The node was low on resource: memory. ", True),
+    "past activeDeadlineSeconds": (
+        "Failed",
+        "Pod was active on the node longer than the specified deadline",
+        True,
+    ),
+    "process exited 1": ("Failed", "main: Error (exit code 1)", True),
+    "pod not created": ("Error", 'pods "x" is forbidden: exceeded quota', True),
+    "KFP DAG whose task failed": ("Failed", "", False),
+}
+
+
+def test_the_always_option_reruns_steps_and_not_kfp_dag_templates():
+    """Argo applies templateDefaults to every template, KFP's DAG templates too (a rerun DAG runs all its
+    tasks again: dag.go names them under the attempt, taskNodeName). Since v3.5 it retries only where both
+    the policy and ``retryStrategy.expression`` hold (docs/retries.md: "Both must be true to retry";
+    operator.go processNodeRetries: "retryStrategy.expression evaluated to false"), with
+    ``lastRetry.message`` the last attempt's node message (buildRetryStrategyLocalScope). The option's
+    expression is a plain string comparison, which means the same in expr-lang and in Python, so it is
+    evaluated here as Python against each attempt; the multi-node step reads the same expression off its
+    pod (trainjob.STEP_ONLY_EXPRESSION) and counts it as asking nothing of a step."""
+    from types import SimpleNamespace
+
+    from paravt_core.launch.trainjob import STEP_ONLY_EXPRESSION
+
+    configmap = yaml.safe_load(CONFIGMAPS["Always"].read_text())
+    strategy = yaml.safe_load(configmap["data"]["workflowDefaults"])["spec"]["templateDefaults"][
+        "retryStrategy"
+    ]
+    assert strategy["retryPolicy"] == "Always" and strategy["limit"] == "2"
+    expression = strategy["expression"]
+    assert expression == STEP_ONLY_EXPRESSION
+    assert re.fullmatch(r'lastRetry\.message != ""', expression)  # nothing but what Python reads alike
+    for what, (phase, message, rerun) in ATTEMPTS.items():
+        scope = {"lastRetry": SimpleNamespace(message=message, status=phase, exitCode="-1")}
+        holds = eval(expression, {"__builtins__": {}}, scope)  # noqa: S307 (a fixed comparison)
+        assert (argo_retries("Always", phase) and holds) is rerun, what
+
+
 def _phases(cell: str) -> set[str]:
     return {p for p in ("Failed", "Error") if p in cell}
 

@@ -806,6 +806,13 @@ BY_KUBELET = "TerminationByKubelet"
 ARGO_TEMPLATE_ENV = "ARGO_TEMPLATE"
 NODE_NAME_ANNOTATION = "workflows.argoproj.io/node-name"
 UNLIMITED = 1 << 30  # retries left under a retryStrategy without a limit
+# The retry expression of manifests/options/argo-retry-always. Argo v3.7.3 and v4.0.5 (operator.go,
+# processNodeRetries; buildRetryStrategyLocalScope: lastRetry.message is the last attempt's node message)
+# retry only where it is true. A failed or errored pod node always has a message ("pod deleted";
+# inferFailedReason: the pod's message or its container's reason and exit code; markNodeError: the
+# error), and a failed DAG attempt none (dag.go, executeDAG: markNodePhase without one), so it keeps KFP's
+# DAG templates from being rerun and asks nothing more of a step: its policy alone decides.
+STEP_ONLY_EXPRESSION = 'lastRetry.message != ""'
 # The node phases each retry policy reruns (Argo v4.0.5 operator.go, processNodeRetries). OnTransientError
 # reruns only messages Argo deems transient, which "pod deleted" and a kubelet's message are not.
 RERUN = {
@@ -880,7 +887,8 @@ class ArgoRetry:
 def argo_retry(pod: Any | None) -> ArgoRetry:
     """The retry rule Argo applies to this step, read off its pod (``ARGO_TEMPLATE``, the node name); none
     where it cannot be read: no pod, a template offloaded to a ConfigMap (over 128 KiB), no retryStrategy,
-    a retry ``expression`` (only the controller evaluates it), no attempt number, a limit not a number."""
+    a retry ``expression`` other than ``STEP_ONLY_EXPRESSION`` (only the controller evaluates it), no
+    attempt number, a limit not a number."""
     import json
 
     spec = pod.spec if pod is not None else None
@@ -890,9 +898,13 @@ def argo_retry(pod: Any | None) -> ArgoRetry:
         strategy = json.loads(template or "").get("retryStrategy")
     except (ValueError, AttributeError):
         return ArgoRetry()
-    if not isinstance(strategy, dict) or strategy.get("expression"):
+    if not isinstance(strategy, dict):
         return ArgoRetry()
-    policy = strategy.get("retryPolicy") or "OnFailure"  # Argo's RetryPolicyActual without an expression
+    expression = " ".join(str(strategy.get("expression") or "").split())
+    if expression and expression != STEP_ONLY_EXPRESSION:
+        return ArgoRetry()
+    # Argo's RetryPolicyActual: the policy given, else Always with an expression and OnFailure without.
+    policy = strategy.get("retryPolicy") or ("Always" if expression else "OnFailure")
     annotations = (pod.metadata.annotations if pod.metadata is not None else None) or {}
     node = annotations.get(NODE_NAME_ANNOTATION, "")
     attempt = re.search(r"\((\d+)\)$", node)
