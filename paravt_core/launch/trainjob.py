@@ -26,7 +26,10 @@ What the pipeline's multi-node step does (``components/multinode.py``):
 5. The job is owned by the run's Argo Workflow (the step pod's controller), so the garbage collector
    deletes it with the Workflow (KFP 2.17 deletes a finished one after 1 h) even when the step's pod
    died before its DELETE; the Workflow outlives the step's retries, which must re-attach. Where the
-   install sets no Workflow TTL (KFP 2.15), the job's deadline is what is left of the step pod's own.
+   install sets no Workflow TTL (KFP 2.15), nothing deletes the Workflow: the reaper
+   (``paravt_core/launch/reaper.py``, a CronJob in manifests/base) deletes a job whose Workflow has
+   finished or whose step Argo will not start again, which it finds through the Workflow node the job
+   names (``ARGO_NODE_ANNOTATION``); until then the job's deadline is what is left of the step pod's own.
 6. The installed Trainer decides the job's shape (``trainjob_spec_fields``): ``runtimePatches`` from
    v2.2.0 on, ``podTemplateOverrides`` on v2.1.0 (Kubeflow 1.11.0), see ``trainjob_manifest``.
 
@@ -921,6 +924,18 @@ def keep_job(pod: Any | None, retry: ArgoRetry) -> tuple[bool, str]:
     return retry.reruns(NODE_PHASES[cause]), f"{what}; {retry}"
 
 
+# The Workflow node whose attempts this step's pods are, on the job: the reaper reads its phase there.
+ARGO_NODE_ANNOTATION = "paravt.io/argo-node"
+
+
+def argo_node(pod: Any | None) -> str:
+    """The name of the Workflow node that holds this step's attempts: the pod's node name without its
+    "(n)" (the retry node, Argo v4.0.5 and v3.7.3 operator.go executeTemplate), or the pod's own node
+    where the template has no retryStrategy; "" outside a KFP pod."""
+    annotations = (pod.metadata.annotations if pod is not None and pod.metadata is not None else None) or {}
+    return re.sub(r"\(\d+\)$", "", annotations.get(NODE_NAME_ANNOTATION, ""))
+
+
 def workflow_owner(pod: Any | None) -> list[dict[str, Any]]:
     """An owner reference to the Argo Workflow that runs this step (Argo v4.0.5 makes it every pod's
     controller: workflow/controller/workflowpod.go, NewControllerRef); [] outside a KFP pod. Not blocking
@@ -1224,6 +1239,8 @@ def launch_stage(
         manifest = pytorchjob_manifest(name, namespace, stage, spec, **common)
     if owner := workflow_owner(step_pod):
         manifest["metadata"]["ownerReferences"] = owner  # garbage-collected with the run's Workflow
+        if node := argo_node(step_pod):  # the reaper's way to the step's fate (KFP 2.15: no Workflow TTL)
+            manifest["metadata"]["annotations"] = {ARGO_NODE_ANNOTATION: node}
     with delete_on_sigterm(launcher, name, pod):
         return launcher.run(
             manifest, timeout_s=timeout_s, nodes=nodes, pending_timeout_s=pending_timeout_s,
