@@ -1,8 +1,8 @@
 """A Kubernetes API emulator on loopback, for the few endpoints the multi-node launcher calls.
 
 No cluster can run here, so the launcher's real ``kubernetes`` client talks HTTP to this server instead:
-custom objects (create / get / list / delete, namespaced; a list filtered by ``labelSelector``, a delete
-checked against its ``preconditions.uid``), pods listed by an equality label selector,
+custom objects (create / get / list / patch / delete, namespaced; a list filtered by ``labelSelector``, a
+delete checked against its ``preconditions.uid``; apps/v1 Deployments take the same route), pods listed by an equality label selector,
 read by name or watched (``watch_pods``), and a pod's log; ``latency_s`` delays every request. Like the API server, a create is validated against the CRD's ``openAPIV3Schema`` when one is
 registered (HTTP 422 with the validator's message), a second create of a name answers 409, and unknown
 objects 404.
@@ -177,6 +177,11 @@ class Emulator:
                 time.sleep(emulator.latency_s)
                 self._send(*emulator.handle("POST", self.path, self._body()))
 
+            def do_PATCH(self) -> None:
+                time.sleep(emulator.latency_s)
+                kind = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+                self._send(*emulator.handle("PATCH", self.path, self._body(), kind))
+
             def do_DELETE(self) -> None:
                 body = self._body()  # read first: the request counts even if its client dies meanwhile
                 time.sleep(emulator.latency_s)
@@ -220,10 +225,14 @@ class Emulator:
         self.crds[crd["metadata"]["name"]] = copy.deepcopy(crd)
 
     # --- HTTP -----------------------------------------------------------------------------------
-    def handle(self, method: str, path: str, body: Any) -> tuple[int, Any] | tuple[int, Any, str]:
+    def handle(
+        self, method: str, path: str, body: Any, content_type: str = ""
+    ) -> tuple[int, Any] | tuple[int, Any, str]:
         url = urlparse(path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         if m := _CUSTOM.match(url.path):
+            if method == "PATCH":
+                return self._patch(m["plural"], m["ns"], m["name"], body, content_type)
             return self._custom(method, m["plural"], m["ns"], m["name"], body, query)
         if m := _PODS.match(url.path):
             return self._pods(method, m["ns"], m["name"], bool(m["log"]), query)
@@ -273,6 +282,31 @@ class Emulator:
             if obj is None:
                 return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
             return 200, obj
+
+    def _patch(self, plural: str, ns: str, name: str | None, body: Any, content_type: str) -> tuple[int, Any]:
+        """A merge patch (``application/merge-patch+json``, RFC 7386) or a strategic merge patch of maps and
+        scalars only, where both merge alike (what the official client sends for a dict body); a JSON patch
+        (a list) is not emulated (415). A ``metadata.resourceVersion`` in the patch must be the object's (409)."""
+        with self.lock:
+            self.requests.append(("patch", plural))
+            if plural in self.absent:
+                return 404, _status(404, "NotFound", "the server could not find the requested resource")
+            if content_type not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+                return 415, _status(415, "UnsupportedMediaType", f"{content_type}: not emulated")
+            obj = self.objects.get((plural, ns, name or ""))
+            if obj is None:
+                return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
+            version = ((body or {}).get("metadata") or {}).get("resourceVersion")
+            if version is not None and version != obj["metadata"].get("resourceVersion"):
+                # a resourceVersion in the patch is a precondition (k8s.io/apiserver pkg/registry/generic/registry/
+                # store.go, Update: a version unlike the stored one is a Conflict, OptimisticLockErrorMsg)
+                return 409, _status(409, "Conflict", (
+                    f'Operation cannot be fulfilled on {plural} "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again"
+                ))  # fmt: skip
+            _merge(obj, body)
+            obj["metadata"]["resourceVersion"] = str(int(obj["metadata"].get("resourceVersion") or 0) + 1)
+            return 200, copy.deepcopy(obj)
 
     def _write(
         self, method: str, plural: str, ns: str, name: str | None, body: Any, query: dict[str, str]
@@ -456,6 +490,17 @@ class Emulator:
     def count(self, verb: str, resource: str) -> int:
         with self.lock:
             return sum(1 for r in self.requests if r == (verb, resource))
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386 in place: maps merge, null removes, anything else replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
 
 
 def label_selector(text: str) -> Any:

@@ -551,6 +551,37 @@ def test_rollout_server_component_serves_the_multinode_rl_recipe(tmp_path) -> No
     }
 
 
+def test_rollout_server_idles_and_the_reaper_scales_it(tmp_path) -> None:
+    """With the component the rollout server starts at 0 replicas (it held a GPU between runs), the recipe's
+    step names it to wake it (launch.rollout_deployment), the reaper CronJob gets --rollout-servers, and the
+    waker/scaler bindings land in the overlay's namespace (tests/test_rollout_scaling.py: the calls)."""
+    shutil.copytree(ROOT / "manifests", tmp_path / "manifests")
+    overlay = tmp_path / "manifests" / "overlays" / "dev"
+    kust = yaml.safe_load((overlay / "kustomization.yaml").read_text())  # the component joins the overlay itself
+    kust["components"] = ["../../components/rollout-server"]
+    overlay.joinpath("kustomization.yaml").write_text(yaml.safe_dump(kust))
+    docs = render_dir(overlay)
+    out = tmp_path / "rendered.yaml"
+    out.write_text(yaml.safe_dump_all(docs))
+    validate(out)
+    (deploy,) = by_kind(docs, "Deployment")
+    assert (
+        deploy["spec"]["replicas"] == 0 and deploy["metadata"]["labels"]["paravt.io/scale-to-zero"] == "true"
+    )
+    recipe = yaml.safe_load((ROOT / "configs/rl/paragrpo_8b_2node.yaml").read_text())
+    assert recipe["launch"]["rollout_deployment"] == deploy["metadata"]["name"]
+    (container,) = cron_job_named(docs, "paravt-job-reaper")["spec"]["jobTemplate"]["spec"]["template"]["spec"][
+        "containers"]  # fmt: skip
+    assert container["command"] == ["python3", "-m", "paravt_core.launch.reaper", "--rollout-servers"]
+    bindings = {b["metadata"]["name"]: b["subjects"] for b in by_kind(docs, "RoleBinding")}
+    assert bindings["paravt-rollout-waker"] == [
+        {"kind": "ServiceAccount", "name": "paravt-pipeline-runner", "namespace": "paravt-dev"}
+    ]
+    assert bindings["paravt-rollout-scaler"] == [
+        {"kind": "ServiceAccount", "name": "paravt-job-reaper", "namespace": "paravt-dev"}
+    ]
+
+
 def test_the_documented_kfp_cli_example_passes_gpu_counts_as_strings() -> None:
     """kfp 2.17's ``kfp run create`` parses every ``key=value`` as JSON first (kfp/cli/utils/parsing.py,
     ``parse_parameter_value``): ``sft_gpus=4`` arrives as the number 4, and KFP 2.17's driver reads a GPU

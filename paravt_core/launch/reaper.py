@@ -29,6 +29,14 @@ The rule, per job carrying our labels (``trainjob.labels``: never another tool's
 
 One log line per job; ``--dry-run`` decides and deletes nothing. A delete carries the job's uid as a
 precondition, so a job of the same name created since the listing (a rerun) is never the one deleted.
+
+``--rollout-servers`` (manifests/components/rollout-server adds it): the rollout server idles at 0 replicas
+and the multi-node RL step scales it up (``trainjob.wake_rollout_server``, stamping
+``ROLLOUT_WANTED_ANNOTATION``). Each pass stamps it again while an RL job of ours lives, and scales a
+Deployment labelled ``paravt.io/scale-to-zero=true`` back to 0 once no RL job has lived for
+``--rollout-grace-s`` (retries and the next attempt's start fall inside it). Only a Deployment a step
+stamped is scaled down; the patch carries the resourceVersion read, so a step's wake-up in between wins
+(409, kept).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from paravt_core.launch.trainjob import (
     ARGO_NODE_ANNOTATION,
     KINDS,
     NODE_NAME_ANNOTATION,
+    ROLLOUT_WANTED_ANNOTATION,
     api_client,
     in_cluster_namespace,
     say,
@@ -56,6 +65,8 @@ NODE_FULFILLED = frozenset({"Succeeded", "Failed", "Error", "Skipped", "Omitted"
 # Argo labels every pod of a Workflow with its name (workflow/common/common.go, LabelKeyWorkflow).
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
 POD_DONE = frozenset({"Succeeded", "Failed"})
+ROLLOUT_SELECTOR = "paravt.io/scale-to-zero=true"  # the rollout server's Deployment (its component)
+ROLLOUT_GRACE_S = 3600.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,16 +137,36 @@ def decide(
     )  # fmt: skip
 
 
+def rollout_decision(
+    replicas: int, wanted_at: str | None, rl_jobs: list[str], now: float, grace_s: float
+) -> tuple[str, str]:
+    """(action, why) for a rollout server's Deployment: "stamp" (an RL job lives), "scale" (to 0) or "keep"."""
+    if rl_jobs:
+        return "stamp", f"RL job {rl_jobs[0]} lives"
+    if replicas == 0:
+        return "keep", "at 0 replicas"
+    try:
+        idle = now - float(wanted_at or "")
+    except ValueError:
+        return "keep", f"not scaled up by a pipeline step (no {ROLLOUT_WANTED_ANNOTATION})"
+    if idle < grace_s:
+        return "keep", f"last wanted {idle:.0f}s ago, within the {grace_s:.0f}s grace"
+    return "scale", f"no RL job of ours for {idle:.0f}s (grace {grace_s:.0f}s)"
+
+
 class Reaper:
     """One pass over this namespace's jobs, through the ``kubernetes`` client."""
 
     def __init__(
-        self, client: Any, namespace: str, *, dry_run: bool = False, log: Callable[[str], None] = say
-    ):
+        self, client: Any, namespace: str, *, dry_run: bool = False, log: Callable[[str], None] = say,
+        rollout_servers: bool = False, rollout_grace_s: float = ROLLOUT_GRACE_S,
+    ) -> None:  # fmt: skip
         from kubernetes import client as k8s
 
         self.custom, self.core = k8s.CustomObjectsApi(client), k8s.CoreV1Api(client)
+        self.apps = k8s.AppsV1Api(client)
         self.namespace, self.dry_run, self.log = namespace, dry_run, log
+        self.rollout_servers, self.rollout_grace_s = rollout_servers, rollout_grace_s
         self._workflows: dict[str, dict[str, Any] | None] = {}
         self._pods: dict[str, list[Any]] = {}
 
@@ -166,6 +197,7 @@ class Reaper:
         from kubernetes.client.exceptions import ApiException
 
         done: list[tuple[str, str, Decision]] = []
+        rl_jobs: list[str] = []  # RL jobs of ours that still live after this pass
         for group, version, plural, kind in KINDS.values():
             try:
                 jobs = self.custom.list_namespaced_custom_object(
@@ -185,10 +217,47 @@ class Reaper:
                     ref = workflow_ref(job)
                     decision = decide(job, self.workflow(ref["name"]) if ref else None, self.pods)
                 done.append((kind, name, decision))
-                self.log(
-                    f"{kind} {self.namespace}/{name}: {self._act(group, version, plural, meta, decision)}"
-                )
+                said = self._act(group, version, plural, meta, decision)
+                self.log(f"{kind} {self.namespace}/{name}: {said}")
+                rl = (meta.get("labels") or {}).get("paravt.io/stage") == "rl"
+                if rl and not said.startswith(("deleted", "gone")):
+                    rl_jobs.append(name)
+        if self.rollout_servers:
+            self.scale_rollout_servers(rl_jobs)
         return done
+
+    def scale_rollout_servers(self, rl_jobs: list[str], now: float | None = None) -> None:
+        """Stamp or scale to 0 each labelled rollout server (``rollout_decision``), one line each."""
+        import time
+
+        from kubernetes.client.exceptions import ApiException
+
+        now = time.time() if now is None else now
+        for dep in self.apps.list_namespaced_deployment(
+            self.namespace, label_selector=ROLLOUT_SELECTOR
+        ).items:
+            meta = dep.metadata
+            replicas = (dep.spec.replicas if dep.spec else None) or 0
+            wanted = (meta.annotations or {}).get(ROLLOUT_WANTED_ANNOTATION)
+            action, why = rollout_decision(replicas, wanted, rl_jobs, now, self.rollout_grace_s)
+            said = f"kept at {replicas} replicas: {why}"
+            if action != "keep" and self.dry_run:
+                said = f"would {'stamp it' if action == 'stamp' else 'scale it to 0'} (dry run): {why}"
+            elif action != "keep":
+                # The resourceVersion read makes the patch conditional: a step's wake-up since wins (409).
+                patch: dict[str, Any] = {"metadata": {"resourceVersion": meta.resource_version}}
+                if action == "stamp":
+                    patch["metadata"]["annotations"] = {ROLLOUT_WANTED_ANNOTATION: str(int(now))}
+                else:
+                    patch["spec"] = {"replicas": 0}
+                try:
+                    self.apps.patch_namespaced_deployment(meta.name, self.namespace, patch)
+                    said = f"{'stamped as wanted' if action == 'stamp' else 'scaled to 0'}: {why}"
+                except ApiException as err:
+                    if err.status != 409:
+                        raise
+                    said = f"kept: changed since it was read (a step woke it; {why})"
+            self.log(f"Deployment {self.namespace}/{meta.name}: {said}")
 
     def _act(self, group: str, version: str, plural: str, meta: dict[str, Any], decision: Decision) -> str:
         from kubernetes import client as k8s
@@ -224,9 +293,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--namespace", default="", help="namespace to clean (default: this pod's own)")
     parser.add_argument("--dry-run", action="store_true", help="decide and log each job, delete nothing")
+    parser.add_argument(
+        "--rollout-servers", action="store_true",
+        help=f"also scale Deployments labelled {ROLLOUT_SELECTOR} to 0 when no RL job of ours lives",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rollout-grace-s", type=float, default=ROLLOUT_GRACE_S,
+        help="seconds a rollout server stays up after an RL job was last seen (default: %(default)s)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     namespace = args.namespace or in_cluster_namespace()
-    Reaper(api_client(), namespace, dry_run=args.dry_run).run()
+    Reaper(
+        api_client(), namespace, dry_run=args.dry_run, rollout_servers=args.rollout_servers,
+        rollout_grace_s=args.rollout_grace_s,
+    ).run()  # fmt: skip
     return 0
 
 

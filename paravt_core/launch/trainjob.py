@@ -1084,6 +1084,40 @@ def check_rl_multinode(engine_kind: str, base_url: str) -> None:
         )
 
 
+# The rollout server (manifests/components/rollout-server) idles at 0 replicas: the RL step scales it up, and
+# stamps when it was last wanted; the reaper scales it back to 0 a grace period after no RL job of ours lives.
+ROLLOUT_WANTED_ANNOTATION = "paravt.io/rollout-wanted-at"  # Unix seconds
+
+
+def wake_rollout_server(client: Any, namespace: str, name: str, log: Callable[[str], None] = say) -> int:
+    """Scale Deployment ``name`` to 1 replica when it has none (a fleet's count is left alone) and stamp it
+    as wanted now; returns the replicas it has after. Missing or not ours to change: ``ConfigError``."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    from paravt_core.config_base import ConfigError
+
+    apps = k8s.AppsV1Api(client)
+    try:
+        replicas = apps.read_namespaced_deployment(name, namespace, _request_timeout=10).spec.replicas or 0
+        patch: dict[str, Any] = {
+            "metadata": {"annotations": {ROLLOUT_WANTED_ANNOTATION: str(int(time.time()))}}
+        }
+        if replicas == 0:
+            patch["spec"] = {"replicas": 1}
+        apps.patch_namespaced_deployment(name, namespace, patch, _request_timeout=10)
+    except ApiException as err:
+        if err.status not in (403, 404):
+            raise
+        raise ConfigError(
+            f"launch.rollout_deployment {name}: {'no such Deployment' if err.status == 404 else 'not allowed'} "
+            f'in {namespace} (HTTP {err.status}); add manifests/components/rollout-server or set it to ""'
+        ) from None
+    if replicas == 0:
+        log(f"Deployment {namespace}/{name}: scaled from 0 to 1 replica for the rollouts")
+    return max(replicas, 1)
+
+
 def check_rollout_server(base_url: str, *, wait_s: float = 120.0, poll_s: float = 5.0) -> None:
     """From this (the step's) pod, before 16 GPUs load the learner: the rollout server at ``engine.base_url``
     answers ``GET /health`` with 200 (SGLang's and vLLM's liveness route), within ``wait_s`` (a server that
