@@ -557,7 +557,9 @@ def test_rollout_server_idles_and_the_reaper_scales_it(tmp_path) -> None:
     waker/scaler bindings land in the overlay's namespace (tests/test_rollout_scaling.py: the calls)."""
     shutil.copytree(ROOT / "manifests", tmp_path / "manifests")
     overlay = tmp_path / "manifests" / "overlays" / "dev"
-    kust = yaml.safe_load((overlay / "kustomization.yaml").read_text())  # the component joins the overlay itself
+    kust = yaml.safe_load(
+        (overlay / "kustomization.yaml").read_text()
+    )  # the component joins the overlay itself
     kust["components"] = ["../../components/rollout-server"]
     overlay.joinpath("kustomization.yaml").write_text(yaml.safe_dump(kust))
     docs = render_dir(overlay)
