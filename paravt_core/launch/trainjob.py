@@ -1258,8 +1258,9 @@ def launch_stage(
     step_pod = pod.pod
     # The garbage collector deletes a dependent only once its owner is gone, and without a Workflow TTL
     # (KFP 2.15's Argo config has no workflowDefaults) nothing deletes the Workflow or the step's pods
-    # (no podGC either): no owner ends a job whose step died before its DELETE. Its own deadline does,
-    # so the job never outlives the attempt that made it (the step pod's deadline, not a fresh one).
+    # (no podGC either): no owner ends a job whose step died before its DELETE. The reaper does
+    # (paravt_core/launch/reaper.py), and its own deadline at the latest, so the job never outlives the
+    # attempt that made it (the step pod's deadline, not a fresh one).
     if (left := step_time_left(step_pod)) is not None:
         spec = dataclasses.replace(spec, active_deadline_s=min(spec.active_deadline_s or left, left))
     if api == "trainjob":
