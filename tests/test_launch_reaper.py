@@ -162,6 +162,85 @@ def test_a_running_workflow_in_backoff_keeps_the_job_for_the_attempt_that_reatta
         assert emu.count("create", "trainjobs") == 1
 
 
+def nested(wf: dict, outer_phase: str) -> dict:
+    """``wf`` where the DAG ``sub-dag1`` has a retryStrategy too (what workflowDefaults' templateDefaults do
+    to every template: KFP 2.17, manifests/options/argo-retry-always): its retry node ``sub-dag1`` (phase
+    ``outer_phase``) runs attempt ``sub-dag1(0)``, so every node under it is named "sub-dag1(0)....",
+    the step's pods "retry-with-dags.sub-dag1(0).fail(n)"."""
+    wf = copy.deepcopy(wf)
+    nodes = wf["status"]["nodes"]
+    for node in nodes.values():
+        node["name"] = node["name"].replace(".sub-dag1.", ".sub-dag1(0).")
+    (dag_id,) = [i for i, n in nodes.items() if n["name"] == "retry-with-dags.sub-dag1"]
+    nodes[dag_id]["name"] = "retry-with-dags.sub-dag1(0)"
+    retry = {"id": "retry-with-dags-42", "name": "retry-with-dags.sub-dag1", "displayName": "sub-dag1",
+             "type": "Retry", "phase": outer_phase, "children": [dag_id], "boundaryID": "retry-with-dags"}  # fmt: skip
+    if outer_phase == "Running":
+        retry["message"] = "Backoff for 1 minute"
+    else:
+        retry["message"] = "No more retries left"
+    nodes[retry["id"]] = retry
+    for node in nodes.values():
+        node["children"] = [
+            retry["id"] if c == dag_id and node is not retry else c for c in node.get("children", [])
+        ]
+    return wf
+
+
+@pytest.mark.parametrize(
+    ("outer", "pod_phase", "deleted"),
+    [("Running", "Failed", False), ("Failed", "Failed", True), ("Failed", "Running", False)],
+)
+def test_an_enclosing_retry_keeps_the_job_until_it_ends(outer, pod_phase, deleted, monkeypatch):
+    """The step's own retries are over ("sub-dag1(0).fail" Failed, "No more retries left") but the enclosing
+    DAG's retry node may still run the DAG again, whose step re-attaches: the job names that outermost node
+    and is kept while it is Running; once it has ended too, deleted, unless a pod under it still runs."""
+    with Emulator() as emu:
+        emu.register_crd(_crd())
+        emu.put("workflows", NS, nested(workflow(), outer))
+        first = pod(1, "Running")
+        first["metadata"]["annotations"]["workflows.argoproj.io/node-name"] = (
+            "retry-with-dags.sub-dag1(0).fail(1)"
+        )
+        emu.pods.clear()
+        emu.put_pod(first)
+        monkeypatch.setenv("KFP_POD_NAME", first["metadata"]["name"])
+        with pytest.raises(TimeoutError):
+            launch_stage("sft", "output: s3://b/x\n", run_id="run-n", nodes=2, gpus_per_node=8, api="trainjob",
+                         spec=NodeSpec(image="registry/paravt-sft:1"), namespace=NS, poll_s=0.05,
+                         client=emu.client(), log=lambda line: None, timeout_s=0.2)  # fmt: skip
+        name = job_name("run-n", "sft")
+        assert emu.get("trainjobs", NS, name)["metadata"]["annotations"] == {
+            ARGO_NODE_ANNOTATION: "retry-with-dags.sub-dag1"
+        }
+        first["status"]["phase"] = pod_phase
+        emu.put_pod(first)
+        done, log = reap(emu)
+        assert (emu.get("trainjobs", NS, name) is None) == deleted, log
+
+
+@pytest.mark.parametrize(
+    ("node_name", "outermost"),
+    [
+        ("wf.root.sft.executor(1)", "wf.root.sft.executor"),  # KFP 2.15: only the executor retries
+        ("wf.root.sft(0).executor(2)", "wf.root.sft"),  # the task's DAG retries too
+        ("wf(0).root(1).sft(0).executor(0)", "wf"),  # every template, the entrypoint too
+        ("wf.root.sft.executor", "wf.root.sft.executor"),  # no retryStrategy anywhere: the pod's node
+        ("wf.root.for-loop-2(0:0).sft.executor(3)", "wf.root.for-loop-2(0:0).sft.executor"),  # a loop item
+    ],
+)
+def test_the_outermost_node_that_may_rerun_the_step(node_name, outermost):
+    """Argo names attempt n "<node>(n)" (operator.go, executeTemplate), a DAG task "<dag node>.<task>"
+    (dag.go, taskNodeName) and a loop's item "<node>(i:value)" (operator.go, expansion): hand-worked."""
+    from kubernetes import client as k8s
+
+    from paravt_core.launch.trainjob import argo_node
+
+    step = k8s.V1Pod(metadata=k8s.V1ObjectMeta(annotations={"workflows.argoproj.io/node-name": node_name}))
+    assert argo_node(step) == outermost
+    assert argo_node(None) == ""
+
+
 def test_a_gone_or_replaced_workflow_deletes_the_job(monkeypatch):
     """The run's Workflow deleted (no Workflow of that name, or one with another uid): the job is deleted
     (the garbage collector would too, where it gets to it)."""

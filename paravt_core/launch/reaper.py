@@ -18,9 +18,11 @@ The rule, per job carrying our labels (``trainjob.labels``: never another tool's
   checkpoints);
 - the Workflow still runs (a failed step ends the Workflow only when its DAG ends: Argo's DAG stops
   scheduling new tasks and waits for the running ones, ``DAGTemplate.FailFast``): the job names the
-  Workflow node that holds its step's attempts (``trainjob.ARGO_NODE_ANNOTATION``). Deleted only when that
-  node is fulfilled, ``Succeeded``, ``Failed``, ``Error``, ``Skipped`` or ``Omitted`` (workflow_types.go,
-  ``NodePhase.Fulfilled``), and no pod of it is still running. Argo's ``processNodeRetries``
+  outermost Workflow node that may start its step again (``trainjob.argo_node``: the retry node of KFP's
+  executor, or of an enclosing DAG where workflowDefaults give every template a retryStrategy, as KFP 2.17
+  and manifests/options/argo-retry-always do). Deleted only when that node is fulfilled, ``Succeeded``,
+  ``Failed``, ``Error``, ``Skipped`` or ``Omitted`` (workflow_types.go, ``NodePhase.Fulfilled``), and no pod
+  under it is still running. Argo's ``processNodeRetries``
   (workflow/controller/operator.go) gives a retry node its last attempt's phase only once it starts no
   further attempt; while an attempt runs, or a retry waits out its backoff, the node stays ``Running`` and
   the job is kept for the attempt that re-attaches to it. This reads Argo's own decision instead of
@@ -84,8 +86,9 @@ def workflow_ref(job: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def node_pods(pods: Iterable[Any], node: str) -> list[Any]:
-    """The pods of ``node``'s attempts: Argo's node-name annotation is the node, or the node and "(n)"."""
-    attempt = re.compile(re.escape(node) + r"(\(\d+\))?")
+    """The pods under ``node``: Argo's node-name annotation is the node itself, or an attempt "(n)" of it
+    and what that attempt runs ("<node>(n).<task>...")."""
+    attempt = re.compile(re.escape(node) + r"(\(\d+\)(\..*)?)?")
     return [
         p
         for p in pods

@@ -924,16 +924,18 @@ def keep_job(pod: Any | None, retry: ArgoRetry) -> tuple[bool, str]:
     return retry.reruns(NODE_PHASES[cause]), f"{what}; {retry}"
 
 
-# The Workflow node whose attempts this step's pods are, on the job: the reaper reads its phase there.
+# The outermost Workflow node that may rerun this step, on the job: the reaper reads its phase there.
 ARGO_NODE_ANNOTATION = "paravt.io/argo-node"
 
 
 def argo_node(pod: Any | None) -> str:
-    """The name of the Workflow node that holds this step's attempts: the pod's node name without its
-    "(n)" (the retry node, Argo v4.0.5 and v3.7.3 operator.go executeTemplate), or the pod's own node
-    where the template has no retryStrategy; "" outside a KFP pod."""
+    """The outermost Workflow node that may start this step again: Argo names attempt n of a retry node
+    "<node>(n)" and a DAG task "<dag node>.<task>" (Argo v4.0.5 and v3.7.3 operator.go executeTemplate,
+    dag.go), so each "(n)" in the pod's node name follows a retry node; the first one is the outermost
+    (KFP's executor template when only it has a retryStrategy; its DAG, or the whole run's, where
+    workflowDefaults give every template one). No "(n)": no retries, the pod's own node. "" outside a KFP pod."""
     annotations = (pod.metadata.annotations if pod is not None and pod.metadata is not None else None) or {}
-    return re.sub(r"\(\d+\)$", "", annotations.get(NODE_NAME_ANNOTATION, ""))
+    return re.split(r"\(\d+\)", annotations.get(NODE_NAME_ANNOTATION, ""), maxsplit=1)[0]
 
 
 def workflow_owner(pod: Any | None) -> list[dict[str, Any]]:
