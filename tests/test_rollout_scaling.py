@@ -195,6 +195,30 @@ def test_a_wake_up_between_the_read_and_the_scale_down_wins():
         )
 
 
+def test_a_scale_down_between_the_steps_read_and_its_patch_is_read_again(monkeypatch):
+    """The step read the server up (1 replica); the reaper's scale-down lands before the step's stamp: the
+    stamp carries the version read, is refused (409), and the step reads again and scales it back to 1."""
+    from kubernetes import client as k8s
+
+    with Emulator() as emu:
+        emu.put("deployments", NS, deployment(1, NOW - 7200))
+        read = k8s.AppsV1Api.read_namespaced_deployment
+        reads: list[int] = []
+
+        def read_then_scale_down(self, *args, **kwargs):
+            dep = read(self, *args, **kwargs)
+            if not reads:  # the reaper's patch, after this read
+                down = emu.get("deployments", NS, NAME)
+                down["spec"]["replicas"], down["metadata"]["resourceVersion"] = 0, "8"
+                emu.put("deployments", NS, down)
+            reads.append(dep.spec.replicas)
+            return dep
+
+        monkeypatch.setattr(k8s.AppsV1Api, "read_namespaced_deployment", read_then_scale_down)
+        assert wake_rollout_server(emu.client(), NS, NAME, log=lambda line: None) == 1
+        assert reads == [1, 0] and replicas(emu) == 1 and emu.count("patch", "deployments") == 2
+
+
 def test_dry_run_scales_nothing():
     with Emulator() as emu:
         emu.put("deployments", NS, deployment(1, NOW - 7200))

@@ -1101,13 +1101,22 @@ def wake_rollout_server(client: Any, namespace: str, name: str, log: Callable[[s
 
     apps = k8s.AppsV1Api(client)
     try:
-        replicas = apps.read_namespaced_deployment(name, namespace, _request_timeout=10).spec.replicas or 0
-        patch: dict[str, Any] = {
-            "metadata": {"annotations": {ROLLOUT_WANTED_ANNOTATION: str(int(time.time()))}}
-        }
-        if replicas == 0:
-            patch["spec"] = {"replicas": 1}
-        apps.patch_namespaced_deployment(name, namespace, patch, _request_timeout=10)
+        for attempt in range(5):
+            dep = apps.read_namespaced_deployment(name, namespace, _request_timeout=10)
+            replicas = (dep.spec.replicas if dep.spec else None) or 0
+            # The version read makes the patch conditional: a scale-down by the reaper since is read again.
+            stamp = {ROLLOUT_WANTED_ANNOTATION: str(int(time.time()))}
+            patch: dict[str, Any] = {
+                "metadata": {"resourceVersion": dep.metadata.resource_version, "annotations": stamp}
+            }
+            if replicas == 0:
+                patch["spec"] = {"replicas": 1}
+            try:
+                apps.patch_namespaced_deployment(name, namespace, patch, _request_timeout=10)
+                break
+            except ApiException as err:
+                if err.status != 409 or attempt == 4:
+                    raise
     except ApiException as err:
         if err.status not in (403, 404):
             raise
