@@ -379,6 +379,10 @@ class LaunchConfig(StrictModel):
         ge=0,
         description="multi-node RL: how long the step waits for engine.base_url's /health before it creates the job",
     )
+    rollout_deployment: str = Field(
+        default="",
+        description='multi-node RL: Deployment of the rollout server scaled to 1 before the /health wait; "": none',
+    )
     queue_timeout_s: float = Field(
         default=0.0,
         ge=0,

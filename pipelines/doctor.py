@@ -175,8 +175,9 @@ def check_argo(read: _Reader, kfp_namespace: str) -> list[Line]:
     if not ttl:
         lines.append(Line("warning", (
             "Argo sets no Workflow TTL (workflowDefaults.spec.ttlStrategy): finished runs are never deleted, so "
-            "a multi-node job whose step died is not garbage-collected with its run; it stops at its step's "
-            "deadline; add a ttlStrategy (as KFP 2.17's manifests do)"
+            "a multi-node job whose step died is not garbage-collected with its run; the CronJob "
+            "paravt-job-reaper (manifests/base) deletes it within 10 minutes of its run's end or its step's last "
+            "attempt; add a ttlStrategy (as KFP 2.17's manifests do) to delete the finished runs too"
         )))  # fmt: skip
     else:
         lines.append(Line("ok", f"Workflow TTL {ttl}"))

@@ -1,7 +1,8 @@
 """A Kubernetes API emulator on loopback, for the few endpoints the multi-node launcher calls.
 
 No cluster can run here, so the launcher's real ``kubernetes`` client talks HTTP to this server instead:
-custom objects (create / get / list / delete, namespaced), pods listed by an equality label selector,
+custom objects (create / get / list / patch / delete, namespaced; a list filtered by ``labelSelector``, a
+delete checked against its ``preconditions.uid``; apps/v1 Deployments take the same route), pods listed by an equality label selector,
 read by name or watched (``watch_pods``), and a pod's log; ``latency_s`` delays every request. Like the API server, a create is validated against the CRD's ``openAPIV3Schema`` when one is
 registered (HTTP 422 with the validator's message), a second create of a name answers 409, and unknown
 objects 404.
@@ -20,6 +21,14 @@ BadRequest error if any unknown fields would be dropped from the object". Read a
 commit 1aa2717a (2026-07-22) and apimachinery commit eed236ce (2026-07-23); the field validation is GA
 since Kubernetes 1.27. The paths are written as the pruner writes them: ``spec.a.b``, ``items[0].c``. The test plays the controller: it sets statuses, adds pods and appends to their logs.
 Every request is recorded as (verb, resource) so tests can check RBAC against what was really called.
+
+A custom-object list applies its ``labelSelector`` as the API server does (k8s.io/apimachinery
+pkg/labels/selector.go, ``Parse``: ``k=v``/``k==v``, ``k!=v``, ``k`` exists, ``!k`` absent, comma = and;
+the set forms are refused here, HTTP 400). A delete whose ``DeleteOptions.preconditions.uid`` differs from
+the object's is refused with 409 Conflict and the object kept (k8s.io/apiserver pkg/storage/etcd3/store.go,
+``checkPreconditions``: "Precondition failed: UID in precondition: ..., UID in object meta: ...", a
+``StorageError`` of code ``ErrCodeInvalidObj``, which the registry turns into a Conflict). A plural in
+``absent`` answers 404 to every request, as for a resource whose CRD is not installed.
 
 Written by hand (rather than ``kmock``) to keep the emulator synchronous and tiny: the launcher's
 client is the official synchronous one, and the endpoints are five.
@@ -134,6 +143,8 @@ class Emulator:
         self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}  # (ns, name) -> ConfigMap
         self.namespaces: dict[str, dict[str, Any]] = {}  # name -> Namespace
         self.forbidden: set[str] = set()  # resources answered 403 (no RBAC grant)
+        self.absent: set[str] = set()  # custom-object plurals answered 404 (their CRD is not installed)
+        self.selectors: list[tuple[str, str]] = []  # (plural, labelSelector) of each custom-object list
         self.latency_s = 0.0  # added to every request before it is handled (a slow API server or network)
         self.changed = threading.Condition(self.lock)  # a pod changed: open watches send it
         self.closing = False
@@ -166,10 +177,15 @@ class Emulator:
                 time.sleep(emulator.latency_s)
                 self._send(*emulator.handle("POST", self.path, self._body()))
 
-            def do_DELETE(self) -> None:
-                self._body()  # read first: the request counts even if its client dies meanwhile
+            def do_PATCH(self) -> None:
                 time.sleep(emulator.latency_s)
-                self._send(*emulator.handle("DELETE", self.path, None))
+                kind = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+                self._send(*emulator.handle("PATCH", self.path, self._body(), kind))
+
+            def do_DELETE(self) -> None:
+                body = self._body()  # read first: the request counts even if its client dies meanwhile
+                time.sleep(emulator.latency_s)
+                self._send(*emulator.handle("DELETE", self.path, body))
 
         class Server(ThreadingHTTPServer):
             def handle_error(self, request: Any, client_address: Any) -> None:
@@ -209,10 +225,14 @@ class Emulator:
         self.crds[crd["metadata"]["name"]] = copy.deepcopy(crd)
 
     # --- HTTP -----------------------------------------------------------------------------------
-    def handle(self, method: str, path: str, body: Any) -> tuple[int, Any] | tuple[int, Any, str]:
+    def handle(
+        self, method: str, path: str, body: Any, content_type: str = ""
+    ) -> tuple[int, Any] | tuple[int, Any, str]:
         url = urlparse(path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         if m := _CUSTOM.match(url.path):
+            if method == "PATCH":
+                return self._patch(m["plural"], m["ns"], m["name"], body, content_type)
             return self._custom(method, m["plural"], m["ns"], m["name"], body, query)
         if m := _PODS.match(url.path):
             return self._pods(method, m["ns"], m["name"], bool(m["log"]), query)
@@ -230,6 +250,8 @@ class Emulator:
         verb = {"GET": "get" if name else "list", "POST": "create", "DELETE": "delete"}[method]
         with self.lock:
             self.requests.append((verb, plural))
+            if plural in self.absent:
+                return 404, _status(404, "NotFound", "the server could not find the requested resource")
             planned = next((f for f in self.write_failures if f[0] == verb), None)
             if planned is not None:
                 self.write_failures.remove(planned)
@@ -244,12 +266,47 @@ class Emulator:
                 code = self.failures.pop(0)
                 return code, _status(code, "InternalError", "etcdserver: request timed out")
             if name is None:
-                items = [o for (p, n, _), o in self.objects.items() if p == plural and n == ns]
+                selector = query.get("labelSelector", "")
+                self.selectors.append((plural, selector))
+                try:
+                    wanted = label_selector(selector)
+                except ValueError as err:
+                    return 400, _status(400, "BadRequest", f"unable to parse requirement: {err}")
+                items = [
+                    o
+                    for (p, n, _), o in self.objects.items()
+                    if p == plural and n == ns and wanted((o.get("metadata") or {}).get("labels") or {})
+                ]
                 return 200, {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}
             obj = self.objects.get((plural, ns, name))
             if obj is None:
                 return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
             return 200, obj
+
+    def _patch(self, plural: str, ns: str, name: str | None, body: Any, content_type: str) -> tuple[int, Any]:
+        """A merge patch (``application/merge-patch+json``, RFC 7386) or a strategic merge patch of maps and
+        scalars only, where both merge alike (what the official client sends for a dict body); a JSON patch
+        (a list) is not emulated (415). A ``metadata.resourceVersion`` in the patch must be the object's (409)."""
+        with self.lock:
+            self.requests.append(("patch", plural))
+            if plural in self.absent:
+                return 404, _status(404, "NotFound", "the server could not find the requested resource")
+            if content_type not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+                return 415, _status(415, "UnsupportedMediaType", f"{content_type}: not emulated")
+            obj = self.objects.get((plural, ns, name or ""))
+            if obj is None:
+                return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
+            version = ((body or {}).get("metadata") or {}).get("resourceVersion")
+            if version is not None and version != obj["metadata"].get("resourceVersion"):
+                # a resourceVersion in the patch is a precondition (k8s.io/apiserver pkg/registry/generic/registry/
+                # store.go, Update: a version unlike the stored one is a Conflict, OptimisticLockErrorMsg)
+                return 409, _status(409, "Conflict", (
+                    f'Operation cannot be fulfilled on {plural} "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again"
+                ))  # fmt: skip
+            _merge(obj, body)
+            obj["metadata"]["resourceVersion"] = str(int(obj["metadata"].get("resourceVersion") or 0) + 1)
+            return 200, copy.deepcopy(obj)
 
     def _write(
         self, method: str, plural: str, ns: str, name: str | None, body: Any, query: dict[str, str]
@@ -279,8 +336,17 @@ class Emulator:
             self.objects[(plural, ns, name)] = obj
             self.created.set()
             return 201, obj
-        if self.objects.pop((plural, ns, name), None) is None:
+        obj = self.objects.get((plural, ns, name))
+        if obj is None:
             return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
+        uid = ((body or {}).get("preconditions") or {}).get("uid")
+        if uid is not None and uid != obj["metadata"].get("uid"):
+            message = (
+                f'Operation cannot be fulfilled on {plural} "{name}": Precondition failed: UID in precondition: '
+                f"{uid}, UID in object meta: {obj['metadata'].get('uid')}"
+            )
+            return 409, _status(409, "Conflict", message)
+        del self.objects[(plural, ns, name)]
         return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
 
     def _read(self, resource: str, store: dict[Any, dict[str, Any]], key: Any) -> tuple[int, Any]:
@@ -424,6 +490,46 @@ class Emulator:
     def count(self, verb: str, resource: str) -> int:
         with self.lock:
             return sum(1 for r in self.requests if r == (verb, resource))
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386 in place: maps merge, null removes, anything else replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def label_selector(text: str) -> Any:
+    """A predicate on a labels dict for a selector of equality and existence requirements."""
+    reqs: list[tuple[str, str, str]] = []  # (operator, key, value)
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        if " in " in part or " notin " in part or "(" in part:
+            raise ValueError(f"{part!r}: set-based requirements are not emulated")
+        if "!=" in part:
+            key, value = part.split("!=", 1)
+            reqs.append(("!=", key.strip(), value.strip()))
+        elif "=" in part:
+            key, value = part.replace("==", "=", 1).split("=", 1)
+            reqs.append(("=", key.strip(), value.strip()))
+        elif part.startswith("!"):
+            reqs.append(("!", part[1:].strip(), ""))
+        else:
+            reqs.append(("exists", part, ""))
+
+    def matches(labels: dict[str, str]) -> bool:
+        held = {
+            "=": lambda k, v: labels.get(k) == v,
+            "!=": lambda k, v: labels.get(k) != v,
+            "!": lambda k, v: k not in labels,
+            "exists": lambda k, v: k in labels,
+        }
+        return all(held[op](key, value) for op, key, value in reqs)
+
+    return matches
 
 
 def _selector(text: str) -> dict[str, str]:

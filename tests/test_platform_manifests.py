@@ -71,12 +71,13 @@ def test_overlay_validates_strictly(rendered) -> None:
     overlay, docs, report = rendered
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
-        ["ServiceAccount"] * 3
-        + ["Role"] * 4
-        + ["RoleBinding"] * 3
+        ["ServiceAccount"] * 4
+        + ["Role"] * 5
+        + ["RoleBinding"] * 4
         + ["ConfigMap"] * 3
         + ["PersistentVolumeClaim"] * 2
-        + ["CronJob", "Job", "Job"]  # nightly schedule; media and kernel-cache owners (volumes/)
+        + ["CronJob"] * 2  # nightly schedule, job reaper
+        + ["Job", "Job"]  # media and kernel-cache owners (volumes/)
     )
     # kubernetes-validate reports one "passed" line per resource.
     assert report.count("passed for resource") == len(docs)
@@ -337,6 +338,29 @@ def test_nightly_schedule_job(rendered) -> None:
     assert "KFP_TOKEN=" in script and "cat /var/run/secrets/kubeflow/pipelines/token" in script
 
 
+def test_job_reaper_runs_in_every_overlay(rendered) -> None:
+    """KFP 2.15.0's Argo config has no workflowDefaults (no Workflow TTL: tests/fixtures/k8s/
+    argo-workflow-controller-configmap.kfp-2.15.0.yaml), so the base ships the reaper of orphaned multi-node
+    jobs (paravt_core/launch/reaper.py) to every overlay: a CronJob running the module in the overlay's eval
+    image, as its own account with the Role tests/test_launch_reaper.py checks against its calls."""
+    overlay, docs, _ = rendered
+    cron = cron_job_named(docs, "paravt-job-reaper")
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["python3", "-m", "paravt_core.launch.reaper"]
+    assert container["image"] == cron_job_named(docs, "paravt-nightly-schedule")["spec"]["jobTemplate"]["spec"][
+        "template"]["spec"]["containers"][0]["image"]  # fmt: skip
+    assert pod["serviceAccountName"] == "paravt-job-reaper" and pod["securityContext"]["runAsNonRoot"] is True
+    (account,) = [d for d in by_kind(docs, "ServiceAccount") if d["metadata"]["name"] == "paravt-job-reaper"]
+    assert account["automountServiceAccountToken"] is True  # it calls the API
+    (binding,) = [d for d in by_kind(docs, "RoleBinding") if d["metadata"]["name"] == "paravt-job-reaper"]
+    assert binding["roleRef"]["name"] == "paravt-job-reaper"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "paravt-job-reaper", "namespace": OVERLAYS[overlay]}
+    ]
+
+
 def _images_uid() -> str:
     users = {re.search(r"^USER (\d+):(\d+)$", (ROOT / f).read_text(), re.M).groups() for f in DOCKERFILES}
     ((uid, gid),) = users  # one user for every image
@@ -532,6 +556,39 @@ def test_rollout_server_component_serves_the_multinode_rl_recipe(tmp_path) -> No
     }
 
 
+def test_rollout_server_idles_and_the_reaper_scales_it(tmp_path) -> None:
+    """With the component the rollout server starts at 0 replicas (it held a GPU between runs), the recipe's
+    step names it to wake it (launch.rollout_deployment), the reaper CronJob gets --rollout-servers, and the
+    waker/scaler bindings land in the overlay's namespace (tests/test_rollout_scaling.py: the calls)."""
+    shutil.copytree(ROOT / "manifests", tmp_path / "manifests")
+    overlay = tmp_path / "manifests" / "overlays" / "dev"
+    kust = yaml.safe_load(
+        (overlay / "kustomization.yaml").read_text()
+    )  # the component joins the overlay itself
+    kust["components"] = ["../../components/rollout-server"]
+    overlay.joinpath("kustomization.yaml").write_text(yaml.safe_dump(kust))
+    docs = render_dir(overlay)
+    out = tmp_path / "rendered.yaml"
+    out.write_text(yaml.safe_dump_all(docs))
+    validate(out)
+    (deploy,) = by_kind(docs, "Deployment")
+    assert (
+        deploy["spec"]["replicas"] == 0 and deploy["metadata"]["labels"]["paravt.io/scale-to-zero"] == "true"
+    )
+    recipe = yaml.safe_load((ROOT / "configs/rl/paragrpo_8b_2node.yaml").read_text())
+    assert recipe["launch"]["rollout_deployment"] == deploy["metadata"]["name"]
+    (container,) = cron_job_named(docs, "paravt-job-reaper")["spec"]["jobTemplate"]["spec"]["template"]["spec"][
+        "containers"]  # fmt: skip
+    assert container["command"] == ["python3", "-m", "paravt_core.launch.reaper", "--rollout-servers"]
+    bindings = {b["metadata"]["name"]: b["subjects"] for b in by_kind(docs, "RoleBinding")}
+    assert bindings["paravt-rollout-waker"] == [
+        {"kind": "ServiceAccount", "name": "paravt-pipeline-runner", "namespace": "paravt-dev"}
+    ]
+    assert bindings["paravt-rollout-scaler"] == [
+        {"kind": "ServiceAccount", "name": "paravt-job-reaper", "namespace": "paravt-dev"}
+    ]
+
+
 def test_the_documented_kfp_cli_example_passes_gpu_counts_as_strings() -> None:
     """kfp 2.17's ``kfp run create`` parses every ``key=value`` as JSON first (kfp/cli/utils/parsing.py,
     ``parse_parameter_value``): ``sft_gpus=4`` arrives as the number 4, and KFP 2.17's driver reads a GPU
@@ -651,7 +708,7 @@ def test_rollout_server_image_and_gpu_model_are_the_overlays(tmp_path, overlay) 
                                                   "patch": patch}]  # fmt: skip
     out.joinpath("kustomization.yaml").write_text(yaml.safe_dump(kust))
     docs = render_dir(out)
-    ((deploy,), (cron,)) = by_kind(docs, "Deployment"), by_kind(docs, "CronJob")
+    (deploy,), cron = by_kind(docs, "Deployment"), cron_job_named(docs, "paravt-nightly-schedule")
     (server,) = deploy["spec"]["template"]["spec"]["containers"]
     eval_image = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"]
     # the same registry, tag or digest as the overlay's eval image

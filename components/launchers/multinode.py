@@ -93,12 +93,14 @@ def rl_trainjob_step(
     from paravt_core import storage
     from paravt_core.launch.trainjob import (
         NodeSpec,
+        api_client,
         check_rl_multinode,
         check_rollout_server,
         in_cluster_namespace,
         job_name,
         launch_with_retries,
         rank0_address,
+        wake_rollout_server,
     )
     from paravt_core.rl.config import RlConfig
 
@@ -113,6 +115,10 @@ def rl_trainjob_step(
                     example="configs/rl/paragrpo_8b_2node.yaml")  # fmt: skip
     check_rl_multinode(cfg.engine.kind, getattr(cfg.engine, "base_url", ""))  # in-process: none
     if base_url := getattr(cfg.engine, "base_url", ""):
+        if (
+            cfg.launch.rollout_deployment
+        ):  # the server idles at 0 replicas (manifests/components/rollout-server)
+            wake_rollout_server(api_client(), in_cluster_namespace(), cfg.launch.rollout_deployment)
         # before the job: 16 GPUs would load the learner and fail at the first push
         check_rollout_server(base_url, wait_s=cfg.launch.rollout_wait_s)
     if getattr(cfg.engine, "weight_sync", "") == "distributed" and cfg.engine.nccl_address in (

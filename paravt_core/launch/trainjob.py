@@ -26,7 +26,10 @@ What the pipeline's multi-node step does (``components/multinode.py``):
 5. The job is owned by the run's Argo Workflow (the step pod's controller), so the garbage collector
    deletes it with the Workflow (KFP 2.17 deletes a finished one after 1 h) even when the step's pod
    died before its DELETE; the Workflow outlives the step's retries, which must re-attach. Where the
-   install sets no Workflow TTL (KFP 2.15), the job's deadline is what is left of the step pod's own.
+   install sets no Workflow TTL (KFP 2.15), nothing deletes the Workflow: the reaper
+   (``paravt_core/launch/reaper.py``, a CronJob in manifests/base) deletes a job whose Workflow has
+   finished or whose step Argo will not start again, which it finds through the Workflow node the job
+   names (``ARGO_NODE_ANNOTATION``); until then the job's deadline is what is left of the step pod's own.
 6. The installed Trainer decides the job's shape (``trainjob_spec_fields``): ``runtimePatches`` from
    v2.2.0 on, ``podTemplateOverrides`` on v2.1.0 (Kubeflow 1.11.0), see ``trainjob_manifest``.
 
@@ -933,6 +936,20 @@ def keep_job(pod: Any | None, retry: ArgoRetry) -> tuple[bool, str]:
     return retry.reruns(NODE_PHASES[cause]), f"{what}; {retry}"
 
 
+# The outermost Workflow node that may rerun this step, on the job: the reaper reads its phase there.
+ARGO_NODE_ANNOTATION = "paravt.io/argo-node"
+
+
+def argo_node(pod: Any | None) -> str:
+    """The outermost Workflow node that may start this step again: Argo names attempt n of a retry node
+    "<node>(n)" and a DAG task "<dag node>.<task>" (Argo v4.0.5 and v3.7.3 operator.go executeTemplate,
+    dag.go), so each "(n)" in the pod's node name follows a retry node; the first one is the outermost
+    (KFP's executor template when only it has a retryStrategy; its DAG, or the whole run's, where
+    workflowDefaults give every template one). No "(n)": no retries, the pod's own node. "" outside a KFP pod."""
+    annotations = (pod.metadata.annotations if pod is not None and pod.metadata is not None else None) or {}
+    return re.split(r"\(\d+\)", annotations.get(NODE_NAME_ANNOTATION, ""), maxsplit=1)[0]
+
+
 def workflow_owner(pod: Any | None) -> list[dict[str, Any]]:
     """An owner reference to the Argo Workflow that runs this step (Argo v4.0.5 makes it every pod's
     controller: workflow/controller/workflowpod.go, NewControllerRef); [] outside a KFP pod. Not blocking
@@ -1081,6 +1098,49 @@ def check_rl_multinode(engine_kind: str, base_url: str) -> None:
         )
 
 
+# The rollout server (manifests/components/rollout-server) idles at 0 replicas: the RL step scales it up, and
+# stamps when it was last wanted; the reaper scales it back to 0 a grace period after no RL job of ours lives.
+ROLLOUT_WANTED_ANNOTATION = "paravt.io/rollout-wanted-at"  # Unix seconds
+
+
+def wake_rollout_server(client: Any, namespace: str, name: str, log: Callable[[str], None] = say) -> int:
+    """Scale Deployment ``name`` to 1 replica when it has none (a fleet's count is left alone) and stamp it
+    as wanted now; returns the replicas it has after. Missing or not ours to change: ``ConfigError``."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    from paravt_core.config_base import ConfigError
+
+    apps = k8s.AppsV1Api(client)
+    try:
+        for attempt in range(5):
+            dep = apps.read_namespaced_deployment(name, namespace, _request_timeout=10)
+            replicas = (dep.spec.replicas if dep.spec else None) or 0
+            # The version read makes the patch conditional: a scale-down by the reaper since is read again.
+            stamp = {ROLLOUT_WANTED_ANNOTATION: str(int(time.time()))}
+            patch: dict[str, Any] = {
+                "metadata": {"resourceVersion": dep.metadata.resource_version, "annotations": stamp}
+            }
+            if replicas == 0:
+                patch["spec"] = {"replicas": 1}
+            try:
+                apps.patch_namespaced_deployment(name, namespace, patch, _request_timeout=10)
+                break
+            except ApiException as err:
+                if err.status != 409 or attempt == 4:
+                    raise
+    except ApiException as err:
+        if err.status not in (403, 404):
+            raise
+        raise ConfigError(
+            f"launch.rollout_deployment {name}: {'no such Deployment' if err.status == 404 else 'not allowed'} "
+            f'in {namespace} (HTTP {err.status}); add manifests/components/rollout-server or set it to ""'
+        ) from None
+    if replicas == 0:
+        log(f"Deployment {namespace}/{name}: scaled from 0 to 1 replica for the rollouts")
+    return max(replicas, 1)
+
+
 def check_rollout_server(base_url: str, *, wait_s: float = 120.0, poll_s: float = 5.0) -> None:
     """From this (the step's) pod, before 16 GPUs load the learner: the rollout server at ``engine.base_url``
     answers ``GET /health`` with 200 (SGLang's and vLLM's liveness route), within ``wait_s`` (a server that
@@ -1221,8 +1281,9 @@ def launch_stage(
     step_pod = pod.pod
     # The garbage collector deletes a dependent only once its owner is gone, and without a Workflow TTL
     # (KFP 2.15's Argo config has no workflowDefaults) nothing deletes the Workflow or the step's pods
-    # (no podGC either): no owner ends a job whose step died before its DELETE. Its own deadline does,
-    # so the job never outlives the attempt that made it (the step pod's deadline, not a fresh one).
+    # (no podGC either): no owner ends a job whose step died before its DELETE. The reaper does
+    # (paravt_core/launch/reaper.py), and its own deadline at the latest, so the job never outlives the
+    # attempt that made it (the step pod's deadline, not a fresh one).
     if (left := step_time_left(step_pod)) is not None:
         spec = dataclasses.replace(spec, active_deadline_s=min(spec.active_deadline_s or left, left))
     if api == "trainjob":
@@ -1236,6 +1297,8 @@ def launch_stage(
         manifest = pytorchjob_manifest(name, namespace, stage, spec, **common)
     if owner := workflow_owner(step_pod):
         manifest["metadata"]["ownerReferences"] = owner  # garbage-collected with the run's Workflow
+        if node := argo_node(step_pod):  # the reaper's way to the step's fate (KFP 2.15: no Workflow TTL)
+            manifest["metadata"]["annotations"] = {ARGO_NODE_ANNOTATION: node}
     with delete_on_sigterm(launcher, name, pod):
         return launcher.run(
             manifest, timeout_s=timeout_s, nodes=nodes, pending_timeout_s=pending_timeout_s,
