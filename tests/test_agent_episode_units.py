@@ -9,7 +9,9 @@ import dataclasses
 
 import pytest
 
+from paravt_core.agent import frame_paths
 from paravt_core.agent.episode import CallRecord, EpisodeResult, EpisodeRow, TurnRecord, arun_episode
+from paravt_core.agent.frame_paths.decoder import DecoderPath
 from paravt_core.agent.parsing import format_tool_call
 from paravt_core.engines.scripted import ScriptedEngine
 from tests.agent_support import tiny_agent_config
@@ -45,7 +47,7 @@ def test_a_row_is_read_from_any_of_its_video_keys_and_its_id_from_row_id_or_id()
     with pytest.raises(ValueError) as err:
         EpisodeRow.coerce({"video": "v.mp4", "answer": "B"})
     assert str(err.value) == "row needs 'video' and 'question' keys, got ['answer', 'video']"
-    with pytest.raises(ValueError, match=r"got \['question'\]$"):
+    with pytest.raises(ValueError, match=r"^row needs 'video' and 'question' keys, got \['question'\]$"):
         EpisodeRow.coerce({"question": "Q"})
 
 
@@ -148,3 +150,84 @@ def test_an_engine_answering_fewer_subagents_than_asked_ends_the_episode(tiny_mo
     result = run(engine, video)
     assert result.finish_reason == "internal_error"
     assert result.error == "ValueError: zip() argument 3 is shorter than arguments 1-2"
+
+
+class _OneCropShort(DecoderPath):
+    """The decoder path, answering a turn's windows with one crop too few."""
+
+    def crops(self, video, windows, agent):
+        return super().crops(video, windows, agent)[:-1]
+
+
+def test_a_frame_path_answering_fewer_crops_than_windows_ends_the_episode(tiny_model, video, monkeypatch):
+    monkeypatch.setitem(frame_paths.FRAME_PATHS, "decoder", _OneCropShort())
+    result = run(ScriptedEngine(tiny_model.processor, [crop(0, 2) + crop(3, 5), "<answer>B</answer>"]), video)
+    assert result.finish_reason == "internal_error"
+    assert result.error == "ValueError: zip() argument 2 is shorter than argument 1"
+
+
+class _ServerCounts(ScriptedEngine):
+    """Reports 5 prompt tokens more than it was sent, as a chat server whose template adds some."""
+
+    def complete(self, request, item):
+        done = super().complete(request, item)
+        return dataclasses.replace(done, prompt_tokens=len(request.input_ids) + 5)
+
+
+def test_turns_are_numbered_and_the_traces_named_by_role(tiny_model, video):
+    result = run(ScriptedEngine(tiny_model.processor, [crop(0, 2), "<answer>B</answer>"]), video)
+    assert [t.turn for t in result.turns] == [0, 1] and result.prompt_token_mismatches == 0
+    assert result.main.role == "main" and result.to_dict()["main_trace"]["role"] == "main"
+    assert [t.role for t in result.subagent_traces] == ["subagent"]
+
+
+def test_a_server_counting_more_prompt_tokens_is_recorded_and_shrinks_the_room(tiny_model, video):
+    script = [crop(0, 2), "<answer>B</answer>"]
+    probe = ScriptedEngine(tiny_model.processor, list(script))
+    run(probe, video)
+    second = len(probe.requests[-1].input_ids)  # the second main-agent prompt (a sub-agent's came before it)
+    engine = _ServerCounts(tiny_model.processor, list(script))
+    result = run(engine, video, max_context_tokens=second + 100)
+    assert result.finish_reason == "answer" and result.prompt_token_mismatches == 2  # both main turns
+    # the room of the second turn: the context less its prompt and the 5 tokens the server adds
+    assert engine.requests[-1].sampling.max_new_tokens == 100 - 5
+    # the first turn's room: the context less its prompt only (the server had not answered yet)
+    assert engine.requests[0].sampling.max_new_tokens == second + 100 - len(engine.requests[0].input_ids)
+
+
+def test_a_video_url_overview_is_the_whole_file_and_a_missing_one_is_a_video_error(
+    tiny_model, video, tmp_path
+):
+    engine = ScriptedEngine(tiny_model.processor, ["<answer>B</answer>"])
+    result = run(engine, video, overview_channel="video_url")
+    assert result.finish_reason == "answer" and result.nframes == 0 and result.overview_timestamps == []
+    first = result.conversation.messages[1]["content"][0]
+    assert first == {"type": "video_url", "video_url": {"url": f"file://{video}"}}
+    result = run(
+        ScriptedEngine(tiny_model.processor, []), tmp_path / "missing.mp4", overview_channel="video_url"
+    )
+    assert (result.finish_reason, result.error) == (
+        "video_error", f"VideoNotFoundError: video not found: {tmp_path / 'missing.mp4'}")  # fmt: skip
+
+
+def test_an_overview_whose_labels_and_frames_differ_in_number_is_refused(tiny_model, video):
+    from paravt_core.video import api
+
+    shared = api.overview(video, 4, max_pixels=64 * 96, min_pixels=32 * 32)
+    short = api.Frames(shared.frames, shared.timestamps[:3], shared.indices)  # 4 frames, 3 times
+    row = {"video": str(video), "question": "Q", "id": "r"}
+    engine = ScriptedEngine(tiny_model.processor, ["<answer>B</answer>"])
+    result = asyncio.run(arun_episode(row, engine, tiny_agent_config(), overview=short))
+    assert (result.finish_reason, result.error) == (
+        "internal_error", "ValueError: zip() argument 2 is longer than argument 1")  # fmt: skip
+
+
+def test_crop_frames_mode_asks_for_the_forced_answer_after_the_last_round(tiny_model, video):
+    engine = ScriptedEngine(tiny_model.processor, [crop(0, 2), "B"])
+    result = run(engine, video, tool_mode="crop_frames", max_turns=1, forced_answer="mcq")
+    forced = (
+        "Based on the video and cropped segments above, answer with ONLY the letter."  # docs/method.md §4.2
+    )
+    messages = result.conversation.messages
+    assert messages[-2]["role"] == "user" and messages[-2]["content"] == forced
+    assert engine.requests[-1].sampling.max_new_tokens == 64
