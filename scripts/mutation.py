@@ -335,7 +335,9 @@ PLATFORM += [
         sample=40,
     ),
     Platform("rewards/terms.py", "paravt_core/rewards/terms.py", ("tests/test_reward_terms.py",), sample=40),
-    Platform("agent/frame_paths/*", "paravt_core/agent/frame_paths/*", ("tests/test_frame_paths.py",)),
+    Platform(
+        "agent/frame_paths/*", "paravt_core/agent/frame_paths/*", ("tests/test_frame_paths.py",), sample=30
+    ),
     Platform(
         "components/launchers/*",
         "components/launchers/*",
@@ -344,11 +346,14 @@ PLATFORM += [
             "tests/test_multinode_steps.py",
             "tests/test_pipeline_multinode.py",
             "tests/test_rl_component.py",
-            "tests/test_hardware_defaults.py",
+            # not its compile test (about 90 s): the steps' own refusals
+            "tests/test_hardware_defaults.py::test_a_multinode_rl_step_refuses_the_cpu_demo_on_16_gpus",
+            "tests/test_hardware_defaults.py::test_a_one_node_rl_step_refuses_the_cpu_demo_in_a_gpu_pod",
+            "tests/test_hardware_defaults.py::test_float32_is_refused_at_8b_and_allowed_for_the_tiny_model",
             "tests/test_eval_reserved_gpus.py",
             "tests/test_tracking_manifests.py",
         ),
-        sample=40,
+        sample=20,
     ),
 ]
 SCRATCH = ROOT / "build" / "mutation"

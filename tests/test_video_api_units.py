@@ -11,8 +11,15 @@ import pytest
 import torch
 
 from paravt_core import storage
-from paravt_core.video import api
-from paravt_core.video.errors import CropError, InvalidWindowError, VideoNotFoundError
+from paravt_core.synth import write_video
+from paravt_core.video import DecoderCache, api
+from paravt_core.video.errors import (
+    CropError,
+    InvalidTimeError,
+    InvalidWindowError,
+    VideoDecodeError,
+    VideoNotFoundError,
+)
 
 
 def test_probe_of_the_clip_by_hand(video):
@@ -169,3 +176,59 @@ def test_the_overview_cache_keeps_the_newest_overviews_within_its_bytes():
     cache.clear()
     assert (dict(cache._items), cache._bytes) == ({}, 0)
     assert api._OverviewCache().max_bytes == 512 * 2**20
+
+
+def test_floor_rounding_counts_the_windows_source_frames(video, tmp_path):
+    # the clip (4 fps): 0-3 s holds floor(3 x 4) - ceil(0) + 1 = 13 frames, 3.25 s at 1 fps -> 2 (down to even);
+    # ours rounds 3 s x 1 fps to the nearest even count: 4
+    assert len(api.crop(video, 0, 3, rounding="floor")) == 2 and len(api.crop(video, 0, 3)) == 4
+    # a video under one second (6 frames at 8 fps): its rate is still known, 8 fps -> 7 frames = 0.875 s,
+    # x 16 fps = 14; without the rate it would be 0.75 s x 16 = 12
+    short = tmp_path / "short.mp4"
+    write_video(short, [], 0.75, 8, (64, 48))
+    assert len(api.crop(short, 0, 0.75, fps=16, rounding="floor")) == 14
+    assert len(api.crop(short, 0, 0.75, fps=16)) == 12
+
+
+def test_a_bad_end_time_is_named_as_the_end(video):
+    with pytest.raises(InvalidTimeError) as err:
+        api.crop(video, 1, "soon")
+    assert str(err.value) == "end_time must be seconds (e.g. 12.5) or MM:SS or HH:MM:SS, got 'soon'"
+
+
+class _Recording(DecoderCache):
+    """The real decoder cache, recording the worker count it is asked for; with ``damaged``, frame 0 does
+    not decode (a damaged stretch at the start of the file)."""
+
+    def __init__(self, damaged: bool = False):
+        super().__init__()
+        self.damaged, self.workers, self.calls = damaged, [], []
+
+    def decode(self, table, runs, size, *, max_workers=None, keyframes_only=False):
+        self.workers.append(max_workers)
+        self.calls.append(sorted(i for r in runs for i in r.targets))
+        if self.damaged and 0 in self.calls[-1]:
+            raise VideoDecodeError(f"{table.path}: frame 0 does not decode")
+        return super().decode(table, runs, size, max_workers=max_workers, keyframes_only=keyframes_only)
+
+
+def test_the_worker_count_reaches_the_decoder(video):
+    cache = _Recording()
+    api.overview(video, 3, cache=cache, max_workers=2, reuse=False)
+    api.overview(video, 3, cache=cache, max_workers=3, reuse=False, snap_to_keyframes=True)
+    api.run_crops(video, [(1, 2)], 5, cache=cache)
+    assert cache.workers == [2, 3, 5]
+
+
+def test_a_damaged_stretch_fails_only_the_windows_that_need_it(video):
+    cache = _Recording(damaged=True)
+    out = api.run_crops(video, [(0, 1), (5, 6)], cache=cache)
+    # together first (frames 0, 4 and 20, 24), then, after the failure, each window alone
+    assert cache.calls[0] == [0, 4, 20, 24] and cache.calls[-2:] == [[0, 4], [20, 24]]
+    bad, good = out
+    assert isinstance(bad, CropError) and (str(bad), bad.start, bad.end) == (
+        "clip.mp4: frame 0 does not decode",
+        0,
+        1,
+    )
+    assert good.indices == [20, 24] and good.window == (5.0, 6.0)
