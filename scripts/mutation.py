@@ -301,6 +301,7 @@ PLATFORM += [
             "tests/test_agent_episode.py",
             "tests/test_agent_episode_safety.py",
             "tests/test_agent_segments.py",
+            "tests/test_agent_episode_units.py",
         ),
         sample=60,
     ),
@@ -321,6 +322,7 @@ PLATFORM += [
             "tests/test_release_driver_crop_clamp.py",
             "tests/test_release_wire_jpeg.py",
             "tests/test_video_display.py",
+            "tests/test_video_api_units.py",
         ),
         sample=40,
     ),
@@ -331,10 +333,16 @@ PLATFORM += [
             "tests/test_stage_lifecycle.py",
             "tests/test_stage_config_rule.py",
             "tests/test_stage_output_owner.py",
+            "tests/test_stage_units.py",
         ),
         sample=40,
     ),
-    Platform("rewards/terms.py", "paravt_core/rewards/terms.py", ("tests/test_reward_terms.py",), sample=40),
+    Platform(
+        "rewards/terms.py",
+        "paravt_core/rewards/terms.py",
+        ("tests/test_reward_terms.py", "tests/test_reward_terms_units.py"),
+        sample=40,
+    ),
     Platform(
         "agent/frame_paths/*", "paravt_core/agent/frame_paths/*", ("tests/test_frame_paths.py",), sample=30
     ),
