@@ -246,6 +246,9 @@ def test_save_to_s3_uploads_from_staging_and_clears_it(tmp_path: Path, s3_bucket
     part = tmp_path / "r" / "resume" / "step_00000004.part"  # a download cut short by a kill
     part.mkdir(parents=True)
     (part / "trainer.json").write_text('{"step": 99}')
+    stale = tmp_path / "r" / "resume" / "step_00000004"  # and an earlier copy without its marker
+    stale.mkdir()
+    (stale / "stray.pt").write_text("not of this checkpoint")
     assert checkpoint.load(uri, fresh, fresh_opt, staging_root=str(tmp_path / "r")) == {"step": 4}
     assert _files(tmp_path / "r") == [
         f"resume/step_00000004/{n}"
