@@ -106,7 +106,7 @@ bench-eval: setup
 # every survivor (docs/mutation.md). MODULES="rl/loss.py rl/gating.py" limits it. PLATFORM=1: the GPU-path and
 # platform modules instead, each in its own scratch root (MODULES="train/syncs.py cli_errors.py").
 mutation: setup
-	$(VENV)/bin/python scripts/mutation.py $(if $(PLATFORM),--platform) $(foreach m,$(MODULES),--only $(m))
+	$(VENV)/bin/python scripts/mutation.py $(if $(PLATFORM),--platform) $(foreach m,$(MODULES),--only '$(m)')
 
 # Answer scoring vs lmms-eval 0.7.3's task scorers (side site from setup) and the release's rule: agreement per
 # benchmark and every disagreement with its reason.

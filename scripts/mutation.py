@@ -35,9 +35,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import mutation_decorated  # noqa: E402
-
 ROOT = Path(__file__).resolve().parent.parent
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))
 
@@ -68,7 +65,7 @@ class Platform:
     """A GPU-path or platform module run in its own scratch root (see the module docstring)."""
 
     label: str  # as in docs/mutation.md
-    path: str  # the file mutated, relative to the repository
+    path: str  # the file mutated, relative to the repository (``pkg/*``: every file of that folder)
     tests: tuple[str, ...]  # pytest node ids / files: its own tests (the stats pass runs each once)
     sample: int = 0  # 0: every mutant; N: about N of them, every k-th by name
     only: tuple[str, ...] = ()  # mutant-name globs (after the module's prefix): some functions of a module
@@ -208,19 +205,6 @@ PLATFORM: list[Platform] = [
             "tests/test_eval_formats_units.py",
         ),
     ),
-    Platform(  # KFP components (decorated): whole-file mutants by scripts/mutation_decorated.py
-        "components/multinode.py",
-        "components/multinode.py",
-        (
-            "tests/test_pipeline_multinode.py",
-            "tests/test_hardware_defaults.py",
-            "tests/test_tracking_manifests.py",
-            "tests/test_multinode_steps.py",
-            "tests/test_stage_retry.py",
-            "tests/test_launch_trainjob_e2e.py",
-        ),
-        sample=30,
-    ),
     Platform(
         "scripts/gpu_check.py",
         "scripts/gpu_check.py",
@@ -305,6 +289,81 @@ PLATFORM += [
         ),
     ),
 ]
+# The agent's episode, the video tool, the stage lifecycle, the reward terms, the frame paths and the KFP
+# launchers (a folder's files as one entry: ``path`` ``pkg/*``). The components' bodies are one call each into
+# components/launchers (tests/test_component_specs.py pins that), so mutmut mutates the logic there itself.
+V = "tests/test_video_bad_input.py::"
+PLATFORM += [
+    Platform(
+        "agent/episode.py",
+        "paravt_core/agent/episode.py",
+        (
+            "tests/test_agent_episode.py",
+            "tests/test_agent_episode_safety.py",
+            "tests/test_agent_segments.py",
+            "tests/test_agent_episode_units.py",
+        ),
+        sample=60,
+    ),
+    Platform(
+        "video/api.py",
+        "paravt_core/video/api.py",
+        (
+            "tests/test_video_exact.py",
+            *(V + t for t in ("test_missing_file", "test_directory_is_not_a_video", "test_zero_byte_file")),
+            *(V + t for t in ("test_text_file_named_mp4", "test_one_frame_video", "test_invalid_windows")),
+            *(
+                V + t
+                for t in (
+                    "test_tool_returns_errors_as_text",
+                    "test_run_crops_keeps_good_windows_next_to_bad_ones",
+                )
+            ),
+            "tests/test_release_driver_crop_clamp.py",
+            "tests/test_release_wire_jpeg.py",
+            "tests/test_video_display.py",
+            "tests/test_video_api_units.py",
+        ),
+        sample=40,
+    ),
+    Platform(
+        "stage.py",
+        "paravt_core/stage.py",
+        (
+            "tests/test_stage_lifecycle.py",
+            "tests/test_stage_config_rule.py",
+            "tests/test_stage_output_owner.py",
+            "tests/test_stage_units.py",
+        ),
+        sample=40,
+    ),
+    Platform(
+        "rewards/terms.py",
+        "paravt_core/rewards/terms.py",
+        ("tests/test_reward_terms.py", "tests/test_reward_terms_units.py"),
+        sample=40,
+    ),
+    Platform(
+        "agent/frame_paths/*", "paravt_core/agent/frame_paths/*", ("tests/test_frame_paths.py",), sample=30
+    ),
+    Platform(
+        "components/launchers/*",
+        "components/launchers/*",
+        (
+            "tests/test_component_specs.py",
+            "tests/test_multinode_steps.py",
+            "tests/test_pipeline_multinode.py",
+            "tests/test_rl_component.py",
+            # not its compile test (about 90 s): the steps' own refusals
+            "tests/test_hardware_defaults.py::test_a_multinode_rl_step_refuses_the_cpu_demo_on_16_gpus",
+            "tests/test_hardware_defaults.py::test_a_one_node_rl_step_refuses_the_cpu_demo_in_a_gpu_pod",
+            "tests/test_hardware_defaults.py::test_float32_is_refused_at_8b_and_allowed_for_the_tiny_model",
+            "tests/test_eval_reserved_gpus.py",
+            "tests/test_tracking_manifests.py",
+        ),
+        sample=20,
+    ),
+]
 SCRATCH = ROOT / "build" / "mutation"
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 NOT_RUN = {"not checked", "skipped"}
@@ -349,13 +408,21 @@ def statuses(root: Path = ROOT, prefix: str = "paravt_core.") -> dict[str, str]:
 # ----------------------------------------------------------------------------- GPU-path / platform modules
 
 
+def sampling_note(step: int, total: int) -> str:
+    """How a run sampled its mutants, for the table: "every 3rd of 220" or "all 220"."""
+    if step <= 1:
+        return f"all {total}"
+    suffix = "th" if 10 <= step % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(step % 10, "th")
+    return f"every {step}{suffix} of {total}"
+
+
 def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-")
 
 
 def _prefix(m: Platform) -> str:
-    """mutmut's name prefix of the module's mutants (its dotted path)."""
-    return m.path.removesuffix(".py").replace("/", ".") + "."
+    """mutmut's name prefix of the module's mutants (its dotted path; a folder's ``pkg/*``: the package's)."""
+    return m.path.removesuffix("/*").removesuffix(".py").replace("/", ".") + "."
 
 
 def _toml_list(items: list[str] | tuple[str, ...]) -> str:
@@ -406,9 +473,6 @@ def _in_scope(m: Platform, table: dict[str, str]) -> dict[str, str]:
 
 
 def run_platform(m: Platform) -> None:
-    if m.label in mutation_decorated.DECORATED:  # mutmut skips decorated functions: whole-file mutants
-        mutation_decorated.run(m.label, m.path, m.tests, m.sample, 600.0)
-        return
     root = scratch_root(m)
     shutil.rmtree(
         root / "mutants", ignore_errors=True
@@ -433,7 +497,7 @@ def run_platform(m: Platform) -> None:
     step = max(1, math.ceil(len(names) / m.sample)) if m.sample else 1
     chosen = names[::step]
     scope = f" ({', '.join(m.only)})" if m.only else ""
-    note = mutation_decorated.sampling_note(step, len(names))
+    note = sampling_note(step, len(names))
     (root / "sample.txt").write_text(f"{note}{scope}\n" + "\n".join(chosen) + "\n")
     subprocess.run([MUTMUT, "run", *chosen], cwd=root, env=env, check=False, stdout=subprocess.DEVNULL)
 
@@ -442,16 +506,6 @@ def report_platform(selected: list[Platform]) -> int:
     print(f"{'module':<26}{'mutants':>8}{'run':>6}{'killed':>8}{'survived':>10}{'kill rate':>11}  sampling")
     survivors: list[tuple[str, str]] = []
     for m in selected:
-        if m.label in mutation_decorated.DECORATED:
-            got = mutation_decorated.row(m.label)
-            if got is None:
-                print(f"{m.label:<26}{'-':>8}{0:>6}{'-':>8}{'-':>10}{'not run':>11}")
-                continue
-            total, ran, killed_n, alive_d, note = got
-            rate = f"{100 * killed_n / ran:.1f} %" if ran else "not run"
-            print(f"{m.label:<26}{total:>8}{ran:>6}{killed_n:>8}{len(alive_d):>10}{rate:>11}  {note}")
-            survivors += [(f"{m.label}: {d}", "survived") for d in alive_d]
-            continue
         root = SCRATCH / _slug(m.label)
         table = _in_scope(m, statuses(root, _prefix(m)))
         run = [n for n in table if table[n] not in NOT_RUN]

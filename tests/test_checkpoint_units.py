@@ -246,6 +246,9 @@ def test_save_to_s3_uploads_from_staging_and_clears_it(tmp_path: Path, s3_bucket
     part = tmp_path / "r" / "resume" / "step_00000004.part"  # a download cut short by a kill
     part.mkdir(parents=True)
     (part / "trainer.json").write_text('{"step": 99}')
+    stale = tmp_path / "r" / "resume" / "step_00000004"  # and an earlier copy without its marker
+    stale.mkdir()
+    (stale / "stray.pt").write_text("not of this checkpoint")
     assert checkpoint.load(uri, fresh, fresh_opt, staging_root=str(tmp_path / "r")) == {"step": 4}
     assert _files(tmp_path / "r") == [
         f"resume/step_00000004/{n}"
@@ -300,6 +303,23 @@ def test_save_hf_casts_floating_tensors_only_and_leaves_a_mixed_state_as_saved(
     assert saved["lm_head.weight"].dtype == torch.float32
     config = json.loads((tmp_path / "mixed" / "config.json").read_text())
     assert (config["dtype"], config["text_config"]["dtype"]) == ("float32", "float32")
+
+
+def test_a_first_save_final_to_s3_makes_its_staging_folder_and_removes_it(
+    tiny_model_dir: str, tmp_path: Path, s3_bucket: str
+) -> None:
+    """The usual case: no staging copy of ``final/`` is left from before (a rank's staging root may not even
+    exist yet); the checkpoint is staged, uploaded and its staging copy removed."""
+    from paravt_core.models import load
+
+    loaded = load(tiny_model_dir)
+    staging = tmp_path / "fresh"
+    uri = checkpoint.save_final(
+        f"{s3_bucket}/first", loaded.model, loaded.processor, staging_root=str(staging)
+    )
+    assert uri == f"{s3_bucket}/first/final" and storage.is_complete(uri)
+    assert storage.exists(f"{uri}/model.safetensors") and storage.exists(f"{uri}/config.json")
+    assert not (staging / "final").exists()
 
 
 def test_save_final_of_a_submodule_to_s3_uploads_its_weights_and_clears_only_its_staging(

@@ -18,7 +18,7 @@ import mutation  # noqa: E402
 GPU_PATH = {  # the GPU-path and platform modules
     "rl/weight_sync.py", "rl/launch.py", "rl/stage.py", "checkpoint.py", "models.py", "engines/sglang_engine.py",
     "launch/trainjob.py", "cli_errors.py", "sft/trainer.py", "train/syncs.py", "eval/stage.py", "eval/formats.py",
-    "components/multinode.py", "scripts/gpu_check.py",
+    "components/launchers/*", "scripts/gpu_check.py",
 }  # fmt: skip
 # the release-reproduction code (readers, rescore, comparability, release frames, media path)
 RELEASE_CODE = {
@@ -28,11 +28,13 @@ RELEASE_CODE = {
     "video/release_frames.py",
     "train/media.py",
 }
+# the agent's episode, the video tool, the stage lifecycle, the reward terms and the frame paths
+AGENT_AND_STAGE = {"agent/episode.py", "video/api.py", "stage.py", "rewards/terms.py", "agent/frame_paths/*"}
 
 
 def test_every_gpu_path_and_release_module_is_listed_once():
     labels = [m.label for m in mutation.PLATFORM]
-    assert sorted(labels) == sorted(GPU_PATH | RELEASE_CODE)
+    assert sorted(labels) == sorted(GPU_PATH | RELEASE_CODE | AGENT_AND_STAGE)
 
 
 def test_a_scope_keeps_only_the_mutants_of_the_named_functions():
@@ -48,7 +50,10 @@ def test_a_scope_keeps_only_the_mutants_of_the_named_functions():
 
 @pytest.mark.parametrize("module", mutation.PLATFORM, ids=lambda m: m.label)
 def test_module_and_its_tests_exist(module):
-    assert (ROOT / module.path).is_file()
+    if module.path.endswith("/*"):  # a folder's files: a package with modules of its own
+        assert (ROOT / module.path[:-2] / "__init__.py").is_file() and len(list(ROOT.glob(module.path))) > 2
+    else:
+        assert (ROOT / module.path).is_file()
     assert module.path.endswith(module.label)
     for node in module.tests:
         file, _, name = node.partition("::")
@@ -82,9 +87,18 @@ def test_scratch_root_holds_one_mutmut_table_for_its_module(tmp_path, monkeypatc
     assert mutation._slug(module.label) == "scripts-gpu-check-py"
 
 
+def test_a_folder_entry_mutates_every_file_of_its_package(tmp_path, monkeypatch):
+    monkeypatch.setattr(mutation, "SCRATCH", tmp_path)
+    module = next(m for m in mutation.PLATFORM if m.label == "components/launchers/*")
+    mut = tomllib.loads((mutation.scratch_root(module) / "pyproject.toml").read_text())["tool"]["mutmut"]
+    assert mut["source_paths"] == ["components"] and mut["only_mutate"] == ["components/launchers/*"]
+    assert mutation._prefix(module) == "components.launchers."  # the mutants' names of every launcher
+    assert mutation._slug(module.label) == "components-launchers"
+
+
 def test_the_sampling_note_spells_its_ordinal():
     """The table's sampling column: "every 3rd", "every 12th", "every 21st"; a step of 1 ran them all."""
-    note = mutation.mutation_decorated.sampling_note
+    note = mutation.sampling_note
     assert [note(k, 220) for k in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 111)] == [
         "all 220", "every 2nd of 220", "every 3rd of 220", "every 4th of 220", "every 11th of 220",
         "every 12th of 220", "every 13th of 220", "every 21st of 220", "every 22nd of 220",
