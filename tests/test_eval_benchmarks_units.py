@@ -1,0 +1,140 @@
+"""The converters' shared helpers (``benchmarks/base.py``) and the registry's lookups and row accounting
+(``benchmarks/registry.py``), on hand-made rows and files; expected values by hand beside each case."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from paravt_core.eval import benchmarks as B
+from paravt_core.eval.benchmarks import base, registry
+
+OPTIONS = ["A. Blue square", "B. Red circle", "C. Green triangle"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "options", "gold"),
+    [
+        (1, OPTIONS, "B"),  # an index
+        (0, OPTIONS, "A"),
+        ("C", OPTIONS, "C"),
+        ("(C)", OPTIONS, "C"),
+        ("C.", OPTIONS, "C"),
+        (" b ", ["b", "a"], "A"),  # not an upper-case letter: the text of an option (case-insensitive)
+        ("red circle", OPTIONS, "B"),  # an option's text without its letter
+        ("Green Triangle", OPTIONS, "C"),
+        ("A", [], "A"),  # no options known: A is still a letter
+    ],
+)
+def test_letter_of_reads_a_letter_an_index_or_an_option(answer, options, gold):
+    assert base.letter_of(answer, options) == gold
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (3, "answer index 3 outside 3 options"),
+        (-1, "answer index -1 outside 3 options"),
+        ("D", "answer 'D' is neither an option letter nor an option"),  # D beyond three options
+        (True, "answer 'True' is neither an option letter nor an option"),  # a bool is not an index
+        ("  ", "answer '' is neither an option letter nor an option"),
+    ],
+)
+def test_letter_of_refuses_what_names_no_option(answer, message):
+    with pytest.raises(B.RowError) as err:
+        base.letter_of(answer, OPTIONS)
+    assert str(err.value) == message
+
+
+def test_need_refuses_missing_and_blank_fields_only():
+    assert (
+        base.need({"a": 0}, "a") == 0
+        and base.need({"a": []}, "a") == []
+        and base.need({"a": " x"}, "a") == " x"
+    )
+    for row in ({}, {"a": None}, {"a": ""}, {"a": " \n"}):
+        with pytest.raises(B.RowError, match=r"^missing field 'a'$"):
+            base.need(row, "a")
+
+
+def test_media_joins_under_the_root_and_passes_absolute_paths_and_uris():
+    local, s3 = B.Context("/data/vm"), B.Context("s3://bucket/vm/")
+    assert base.media(local, "data/x.mp4") == "/data/vm/data/x.mp4"
+    assert base.media(local, 12) == "/data/vm/12"
+    assert base.media(local, "/abs/x.mp4") == "/abs/x.mp4"
+    assert base.media(local, "https://h/x.mp4") == "https://h/x.mp4"
+    assert base.media(s3, "data/x.mp4") == "s3://bucket/vm/data/x.mp4"
+    assert base.media(B.Context(""), "data/x.mp4") == "data/x.mp4"
+
+
+def test_lettered_and_the_sample_question_per_protocol():
+    assert base.lettered(["x", "y", "z"]) == "A. x\nB. y\nC. z"
+    s = B.Sample("b", "1", question="Q", direct_question="Q direct")
+    assert (s.question_for("agentic"), s.question_for("direct"), s.question_for("reasoning")) == (
+        "Q",
+        "Q direct",
+        "Q",
+    )
+    assert B.Sample("b", "1", question="Q").question_for("direct") == "Q"
+
+
+def test_video_file_finds_the_container_and_release_names_only_mp4(tmp_path: Path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.mkv").write_bytes(b"x")
+    (tmp_path / "data" / "b.mp4").write_bytes(b"x")
+    (tmp_path / "data" / "b.webm").write_bytes(b"x")
+    ctx = B.Context(str(tmp_path))
+    release = B.Context(str(tmp_path), preset="release")
+    assert base.video_file(ctx, "data/a") == f"{tmp_path}/data/a.mkv"
+    assert base.video_file(ctx, "data/b") == f"{tmp_path}/data/b.mp4"  # .mp4 first
+    assert base.video_file(ctx, "data/none") == f"{tmp_path}/data/none.mp4"  # none: .mp4, reported later
+    assert base.video_file(B.Context("s3://bkt/vm"), "data/a") == "s3://bkt/vm/data/a.mp4"
+    assert base.release_missing_mp4(ctx, "data/a") is None  # ours runs the .mkv
+    assert base.release_missing_mp4(release, "data/b") is None
+    assert base.release_missing_mp4(release, "data/none") is None  # no copy at all: the episode says so
+    assert base.release_missing_mp4(B.Context("s3://bkt/vm", preset="release"), "data/a") is None
+    assert base.release_missing_mp4(release, "data/a") == (
+        f"video not found: {tmp_path}/data/a.mp4 (preset=release looks only for <videoID>.mp4, as the release's "
+        "loader; this copy is a.mkv, which preset=paravt runs)"
+    )
+
+
+def test_registry_lookups_of_a_name_outside_it():
+    with pytest.raises(ValueError) as err:
+        registry.get("nope")
+    assert str(err.value) == (
+        "unknown benchmark 'nope'; known: videomme, videomme_wsub, longvideobench, lvbench, mlvu, mmvu, charades, "
+        "synthetic"
+    )
+    assert registry.metrics_of("nope") == B.Metrics() and registry.published_of("nope") == B.Published()
+    assert registry.metrics_of("charades") is registry.REGISTRY["charades"].metrics
+    assert registry.published_of("videomme").numbers["ParaVT-8B"] == 62.1  # docs/method.md §7's table
+    # every benchmark but synth's own dataset, in the registry's order
+    assert registry.nightly() == [
+        "videomme",
+        "videomme_wsub",
+        "longvideobench",
+        "lvbench",
+        "mlvu",
+        "mmvu",
+        "charades",
+    ]
+
+
+def test_to_samples_names_row_errors_by_their_id_or_position_and_numbers_repeats():
+    good = {"question_id": "q", "videoID": "v", "duration": "short", "question": "Q?", "options": ["A. x", "B. y"],
+            "answer": "A"}  # fmt: skip
+    rows = [
+        good,
+        dict(good),
+        dict(good),
+        {"question_id": "", "videoID": "v"},  # an empty id field: the row's position names it
+        {"videoID": "v", "question": "Q?"},  # no id field at all
+        {"question_id": 7, "videoID": "v"},  # the id as a string
+    ]
+    samples = registry.to_samples("videomme", rows, B.Context("/m"))
+    assert [s.id for s in samples] == ["q", "q#2", "q#3", "row-3", "row-4", "7"]
+    assert [s.benchmark for s in samples] == ["videomme"] * 6
+    assert [s.error is None for s in samples] == [True, True, True, False, False, False]
+    assert samples[4].error == "row_error: missing field 'options'"
