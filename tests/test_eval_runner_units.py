@@ -240,3 +240,31 @@ def test_run_samples_honours_its_concurrency_or_a_shared_gate_and_reports_each_r
             )
             assert sorted(r["id"] for r in log.records) == ["c0", "c1", "c2", "c3"]
         assert (ran, sorted(r["id"] for r in seen), engine.most) == (4, ["c0", "c1", "c2", "c3"], most)
+
+
+class Unprocessed(KeyedEngine):
+    """An engine without a processor of its own (as the openai kind's): the stage passes the model's."""
+
+    def __init__(self, processor, script) -> None:
+        super().__init__(processor, script)
+        self.tokenizer, self.processor = processor.tokenizer, None
+
+    def _key(self, request):
+        text = self.tokenizer.decode(request.input_ids, skip_special_tokens=False)
+        return next((k for k in self.script if k in text), None)
+
+
+def test_the_processor_given_to_run_one_encodes_the_episode(tiny_model, video):
+    engine = Unprocessed(tiny_model.processor, {"[p]": ["<answer>B</answer>"]})
+    rec = asyncio.run(
+        run_one(
+            _mcq("p", video),
+            "agentic",
+            B.get("videomme"),
+            engine,
+            BASE,
+            RunOptions(retries=0),
+            processor=tiny_model.processor,
+        )  # fmt: skip
+    )
+    assert (rec["status"], rec["score"], rec["frames"]) == ("ok", 1.0, 4)
