@@ -112,3 +112,10 @@ def test_prediction_of_is_the_final_reply_or_empty() -> None:
     assert prediction_of(None) == ""
     assert prediction_of("") == ""
     assert prediction_of("<answer>A</answer> then B") == "<answer>A</answer> then B"
+
+
+def test_the_reward_functions_reason_is_kept_when_they_score_zero_unread() -> None:
+    # open-ended: an empty answer is not compared; a grounding sample without gold seconds: no interval read
+    assert _score(OE, "<answer></answer>") == Score(0.0, None, "empty_answer", "rule")
+    plain = Sample("charades", "q", gold="1.0, 4.0", qtype="tvg")
+    assert _score(plain, "<answer>soon</answer>") == Score(0.0, None, "unparseable_interval", "rule")
