@@ -138,3 +138,29 @@ def test_to_samples_names_row_errors_by_their_id_or_position_and_numbers_repeats
     assert [s.benchmark for s in samples] == ["videomme"] * 6
     assert [s.error is None for s in samples] == [True, True, True, False, False, False]
     assert samples[4].error == "row_error: missing field 'options'"
+
+
+def test_videomme_wsub_aligned_keeps_the_cues_of_the_sampled_frames_and_names_a_video_it_cannot_probe(
+    tmp_path,
+):
+    from tests.eval_support import SUBTITLED_ROW, write_subtitled_video
+
+    write_subtitled_video(tmp_path)
+    srt = tmp_path / "subtitle" / "fxA.srt"
+    srt.write_bytes(srt.read_bytes().replace(b"middle", b"mid\xffdle"))  # one undecodable byte: replaced
+    # 40 frames at 4 fps; 4 sampled frames are 0, 13, 26, 39 (seconds 0, 3.25, 6.5, 9.75): the cue of 2-3 s
+    # covers none of them; 64 sampled frames cover every cue
+    (four,) = registry.to_samples(
+        "videomme_wsub", [SUBTITLED_ROW], B.Context(str(tmp_path), subtitle_frames=4)
+    )
+    (every,) = registry.to_samples(
+        "videomme_wsub", [SUBTITLED_ROW], B.Context(str(tmp_path), subtitle_frames=64)
+    )
+    assert four.error is None and every.error is None
+    assert "Hi" in four.question and "mid\ufffddle" in four.question and "end" in four.question
+    assert "skipped" not in four.question and "skipped" in every.question
+    (tmp_path / "data" / "fxA.mp4").unlink()
+    (gone,) = registry.to_samples(
+        "videomme_wsub", [SUBTITLED_ROW], B.Context(str(tmp_path), subtitle_frames=4)
+    )
+    assert gone.error.startswith("row_error: subtitle_mode=aligned needs the video's frame count (")
