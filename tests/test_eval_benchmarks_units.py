@@ -164,3 +164,54 @@ def test_videomme_wsub_aligned_keeps_the_cues_of_the_sampled_frames_and_names_a_
         "videomme_wsub", [SUBTITLED_ROW], B.Context(str(tmp_path), subtitle_frames=4)
     )
     assert gone.error.startswith("row_error: subtitle_mode=aligned needs the video's frame count (")
+
+
+MMVU_MC = {"id": "m1", "video": "https://hub.example/ds/videos/Physics/1.mp4", "question": " Which? ",
+           "choices": {"A": "up", "B": "down", "C": ""}, "answer": "B", "question_type": "multiple-choice",
+           "metadata": {"subject": "Physics"}}  # fmt: skip
+
+
+def test_mmvu_rows_lettered_from_their_choices_and_a_metadata_that_is_not_a_mapping():
+    odd = {**MMVU_MC, "id": "m2", "metadata": "Physics"}  # a row whose metadata is a plain string: no subject
+    mc, plain = registry.to_samples("mmvu", [MMVU_MC, odd], B.Context("/m"))
+    assert (mc.video, mc.gold, mc.letters, mc.meta) == (
+        "/m/videos/Physics/1.mp4", "B", "AB", {"subject": "Physics", "kind": "multiple-choice"})  # fmt: skip
+    assert "A. up\nB. down" in mc.question and "C." not in mc.question  # an empty choice is no option
+    assert (plain.error, plain.meta) == (None, {"subject": None, "kind": "multiple-choice"})
+
+
+def test_mmvu_breakdown_by_hand():
+    from paravt_core.eval.benchmarks.mmvu import mmvu_breakdown
+
+    def rec(kind, score, status="ok", source="mcq"):
+        qtype = "mcq" if kind == "multiple-choice" else "oe"
+        return {
+            "status": status,
+            "score": score,
+            "meta": {"kind": kind},
+            "qtype": qtype,
+            "score_source": source,
+        }
+
+    records = [
+        rec("multiple-choice", 1.0),
+        rec("multiple-choice", 0.0),
+        rec("multiple-choice", None, status="error"),
+        rec("open-ended", 1.0, source="f1"),
+    ]
+    got = mmvu_breakdown(records, {"accuracy": 200.0 / 3}, "paravt")
+    # multiple choice: 1 of 2 scored (50 %), 1 of 3 with the error as wrong (33.3 %); open-ended 1 of 1
+    assert got.values == {
+        "mc_accuracy": 50.0,
+        "oe_accuracy": 100.0,
+        "mc_accuracy_errors_as_wrong": 100.0 / 3,
+        "oe_scored_by": ["f1"],
+        "oe_comparable": False,
+        "all_items_accuracy": 200.0 / 3,
+        "headline": "mc_accuracy",
+        "denominator": 2,
+    }
+    assert got.notes == (
+        "headline: multiple-choice accuracy; open-ended items apart (scored by token F1, not by the LLM judge: "
+        "not comparable)",
+    )
