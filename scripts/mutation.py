@@ -82,6 +82,7 @@ BENCH_TESTS = (
     "tests/test_eval_benchmark_registry.py",
     "tests/test_eval_scoring.py",
     "tests/test_eval_demo_data.py",
+    "tests/test_eval_benchmarks_units.py",
     *(
         REL + t
         for t in (
@@ -141,7 +142,11 @@ PLATFORM: list[Platform] = [
     Platform(
         "eval/tally.py",
         "paravt_core/eval/tally.py",
-        ("tests/test_eval_benchmark_registry.py", "tests/test_eval_scoring.py"),
+        (
+            "tests/test_eval_benchmark_registry.py",
+            "tests/test_eval_scoring.py",
+            "tests/test_eval_tally_units.py",
+        ),
     ),
     Platform("train/syncs.py", "paravt_core/train/syncs.py", ("tests/test_train_syncs.py",)),
     Platform(
