@@ -215,3 +215,29 @@ def test_mmvu_breakdown_by_hand():
         "headline: multiple-choice accuracy; open-ended items apart (scored by token F1, not by the LLM judge: "
         "not comparable)",
     )
+
+
+def test_synthetic_rows_become_samples_whole():
+    rows = [
+        {"id": "s1", "video": "v/a.mp4", "question": "Q1", "answer": "B", "question_type": "mcq",
+         "options": ["x", "y", "z"]},
+        {"id": "s2", "video": "v/b.mp4", "question": "Q2", "answer": "1.0, 2.0", "question_type": "tvg"},
+        {"id": "s3", "video": "v/c.mp4", "question": "Q3", "answer": "red", "question_type": "caption"},
+    ]  # fmt: skip
+    mc, span, free = registry.to_samples("synthetic", rows, B.Context("/m"))
+    assert (mc.video, mc.question, mc.gold, mc.qtype, mc.letters, mc.meta) == (
+        "/m/v/a.mp4", "Q1", "B", "mcq", "ABC", {"question_type": "mcq"})  # fmt: skip
+    assert (span.gold, span.qtype, span.letters) == ("1.0, 2.0", "tvg", "")
+    assert (free.gold, free.qtype, free.meta) == (
+        "red",
+        "oe",
+        {"question_type": "caption"},
+    )  # not mcq/tvg: open
+
+
+def test_fixture_srt_stamps_hours_minutes_seconds_and_milliseconds():
+    from paravt_core.eval.benchmarks import fixture_files
+
+    text = fixture_files.srt([(3599.9995, 3661.25, "hi")]).decode()
+    # 3599.9995 s rounds to 3,600,000 ms: exactly one hour; 3661.25 s = 1 h 1 min 1 s 250 ms
+    assert "1\n01:00:00,000 --> 01:01:01,250\n" in text
