@@ -71,7 +71,80 @@ class Platform:
     only: tuple[str, ...] = ()  # mutant-name globs (after the module's prefix): some functions of a module
 
 
+# the benchmark package's in-process tests (converters, registry, metrics, demo fixtures), shared by its modules
+# (with test_eval_release.py's benchmark-layout tests; not the two that only start subprocesses)
+REL = "tests/test_eval_release.py::test_"
+BENCH_TESTS = (
+    "tests/test_eval_benchmarks.py",
+    "tests/test_eval_benchmark_registry.py",
+    "tests/test_eval_scoring.py",
+    "tests/test_eval_demo_data.py",
+    "tests/test_eval_benchmarks_units.py",
+    *(
+        REL + t
+        for t in (
+            "release_v1_videomme_letters_options_twice_and_direct_asks_differently",
+            "release_v1_videomme_subtitles_line_by_line_and_left_out_when_missing",
+            "release_v1_lvbench_mlvu_longvideobench_mmvu_layouts",
+            "release_v1_mmvu_open_ended_gets_the_letter_forced_answer",
+            "mmvu_shows_lmms_evals_all_items_number_beside_ours_labelled",
+            "lvbench_rows_with_an_options_list_are_lettered_as_lmms_eval_does",
+            "charades_gold_is_scored_as_numbers_not_reparsed_text",
+            "longvideobench_note_says_what_the_release_does_with_an_unreadable_answer",
+            "videomme_copy_not_named_mp4_is_the_release_error_and_scored_wrong",
+            "videomme_wsub_copy_not_named_mp4_is_the_error_before_its_subtitles_are_read",
+            "videomme_wsub_question_carries_the_release_subtitle_lines_under_release_only",
+            "lvbench_options_list_is_not_shown_under_release",
+            "aligned_subtitles_keep_the_cues_covering_the_sampled_frames",
+        )
+    ),
+    "-k",
+    "not import_structure and not demo_data_without_fixtures",
+)
+# (module of eval/benchmarks/, sample: 0 = every mutant)
+BENCH_SAMPLES = (
+    ("base", 20),
+    ("registry", 20),
+    ("videomme", 12),
+    ("mmvu", 12),
+    ("longvideobench", 8),
+    ("lvbench", 8),
+    ("mlvu", 8),
+    ("charades", 8),
+    ("demo", 8),
+    ("fixture_files", 8),
+    ("synthetic", 8),
+)
 PLATFORM: list[Platform] = [
+    # the eval modules: each with its in-process tests (the benchmarks one per module, the large ones sampled)
+    Platform(
+        "eval/scoring.py",
+        "paravt_core/eval/scoring.py",
+        ("tests/test_eval_scoring.py", "tests/test_eval_runner.py", "tests/test_eval_scoring_units.py"),
+    ),
+    Platform(
+        "eval/runner.py",
+        "paravt_core/eval/runner.py",
+        ("tests/test_eval_runner.py", "tests/test_eval_runner_units.py"),
+        sample=30,
+    ),
+    # eval/config.py has no entry: its code is class bodies (fields) and decorated methods (validators,
+    # properties), which mutmut 3 leaves alone; its one-line mutants are applied by hand (docs/mutation.md)
+    *(
+        Platform(
+            f"eval/benchmarks/{name}.py", f"paravt_core/eval/benchmarks/{name}.py", BENCH_TESTS, sample=k
+        )
+        for name, k in BENCH_SAMPLES
+    ),
+    Platform(
+        "eval/tally.py",
+        "paravt_core/eval/tally.py",
+        (
+            "tests/test_eval_benchmark_registry.py",
+            "tests/test_eval_scoring.py",
+            "tests/test_eval_tally_units.py",
+        ),
+    ),
     Platform("train/syncs.py", "paravt_core/train/syncs.py", ("tests/test_train_syncs.py",)),
     Platform(
         "cli_errors.py",
