@@ -6,10 +6,13 @@
    advantage says (tenths of a nat per token, tens of nats per answer) and the advantage-weighted log-prob
    (the surrogate PARA-GRPO ascends) rises at every step. Sampling happens once, before any update, so
    nothing feeds back into what is sampled.
-2. Through the real RL loop: a few dozen CPU steps raise a reward that is easy to climb (PARA-GRPO's format
-   reward: closing the forced ``<think>``; nothing is answered correctly by a random model, so accuracy and
-   tool rewards stay 0 and the format reward is all there is to learn). This one is a long chaotic
-   trajectory: a 1e-6 relative change of the initial weights, or another CPU's float path, can flip it.
+2. Through the real RL loop: 16 CPU steps raise a reward that is easy to climb (PARA-GRPO's format reward:
+   closing the forced ``<think>``; nothing is answered correctly by a random model, so accuracy and tool
+   rewards stay 0 and the format reward is all there is to learn). A closed loop, conditioned so that it
+   rises on every seed, weight perturbation and CPU float path measured (the margins are in its docstring):
+   answers long enough that chance closers give a signal from the first steps, and no KL reward: in a step
+   where no group has a closer, the batch normalization scales the small KL reward up to unit advantages,
+   and AdamW then steps the weights back toward the reference by a full learning rate.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from paravt_core.rl.stage import run
 from paravt_core.sft.packing import pack
 from tests.rl_support import rollout_samples, tiny_learner, tiny_rl_config
 
-STEPS = 20
+STEPS = 16
+MIN_RISE = 0.15  # mean reward of the last 5 steps over that of the first 5
 
 FIXED_LR = 1e-3  # large enough that 5 steps move a 48-token sequence by tens of nats
 FIXED_STEPS = 5
@@ -147,6 +151,12 @@ def test_fixed_batch_moves_each_sample_by_its_advantage(rl_data, tiny_model_dir)
 
 
 def test_format_reward_rises(rl_data, tiny_model_dir, tmp_path):
+    """Measured over sampling seeds 0-9 on four float paths (AVX-512, 1 thread, weights as built; portable
+    no-SIMD kernels, 1 thread, weights perturbed by 1e-6; AVX2, 2 threads, 1e-3; portable, 2 threads, 3e-2;
+    relative, Gaussian): the last 5 steps' mean reward rose over the first 5's by >= 0.178 (median 0.47;
+    threshold 0.15, seed 9 is the low one: 0.18-0.31), the first step's reward was <= 0.103 (threshold
+    0.15). The same run with the advantage's sign flipped (advantage.reward_scale=-10) falls to 0.05 by
+    step 11, and with optim.lr=1e-12 it stays flat (rise -0.014): both fail."""
     out = tmp_path / "rl"
     cfg = tiny_rl_config(
         rl_data,
@@ -156,10 +166,11 @@ def test_format_reward_rises(rl_data, tiny_model_dir, tmp_path):
         "prompts_per_step=2",
         "group_size=8",
         "agent.max_turns=0",  # answer-only episodes: cheap, and the format reward needs no tool
-        "agent.max_new_tokens=48",
+        "agent.max_new_tokens=80",  # a random model closes <think> by chance about once per 1000 tokens
         "agent.temperature=1.0",
         "paravt.gating.choices=[4]",
-        "optim.lr=1e-2",  # a random 321K-parameter model: large steps to move within 20 steps
+        "optim.lr=1e-2",  # a random 321K-parameter model: large steps to move within 16 steps
+        "advantage.kl_ctl=0",  # no KL reward to pull the weights back in steps without a closer
         f"checkpoint.every={STEPS}",
         "trajectories_per_step=0",
     )
@@ -167,9 +178,12 @@ def test_format_reward_rises(rl_data, tiny_model_dir, tmp_path):
     history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rewards = [m["reward_mean"] for m in history]
     print("reward per step:", [round(r, 3) for r in rewards])
+    assert len(rewards) == STEPS
     assert all(m["accuracy_mean"] == 0.0 and m["tool_mean"] == 0.0 for m in history)
-    first, last = statistics.mean(rewards[:5]), statistics.mean(rewards[-5:])
     # start: the forced "<think>\n" is almost never closed; its body (random text to the end) is present, so
     # R_fmt = 0.2 - 0.5 x 0.3 = 0.05 for most samples (docs/method.md §5), against 0.2 + 0.5 x 0.4 + 0.1 = 0.5 closed
-    assert first < 0.15  # 0.05 plus the few samples that close the block by chance (0.092 measured)
-    assert last > first + 0.15, rewards  # a clear rise, not a number
+    assert (
+        rewards[0] < 0.15
+    )  # the initial weights' episodes: 0.05 plus the few chance closers (0.103 measured)
+    first, last = statistics.mean(rewards[:5]), statistics.mean(rewards[-5:])
+    assert last > first + MIN_RISE, rewards  # a clear rise, not a number
