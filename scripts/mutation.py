@@ -10,7 +10,7 @@ Survivors are either killed by a new test or listed as equivalent in docs/mutati
     .venv/bin/python scripts/mutation.py                      # everything (hours on 2 cores)
     .venv/bin/python scripts/mutation.py --only rl/gating.py  # one module
     .venv/bin/python scripts/mutation.py --report             # print the table from the last runs
-    .venv/bin/python scripts/mutation.py --verify tests/test_x.py paravt_core.mod.x_f__mutmut_3 ...
+    .venv/bin/python scripts/mutation.py --verify tests/unit/test_x.py paravt_core.mod.x_f__mutmut_3 ...
                                                # does this test file kill these mutants? (after a run)
     .venv/bin/python scripts/mutation.py --platform --only train/syncs.py   # a GPU-path / platform module
 

@@ -1,4 +1,4 @@
-"""The runner on the real episode loop: scripted main agents per question (tests/eval_support.KeyedEngine) for
+"""The runner on the real episode loop: scripted main agents per question (tests/support/eval_support.KeyedEngine) for
 each scenario, the real tiny Qwen3-VL for cross-sample batching. Every scenario ends in exactly one record:
 scored, or an error with its reason - never a wrong answer standing in for an error, never a lost sample."""
 
