@@ -12,8 +12,8 @@ from paravt_core.cli import main as paravt
 from paravt_core.engines.openai_engine import OpenAIEngine
 from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.engines.vllm_engine import VllmEngine
-from tests.unit.test_agent_cli import FAST
-from tests.unit.test_engines_openai import _direct, _frame, _request
+from tests.support.agent_cli_support import FAST
+from tests.support.openai_support import _direct, _frame, _request
 
 
 def test_batched_completions_keep_order_and_equal_the_models_greedy_replies(vllm_server, tiny_model):

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,16 +19,7 @@ from paravt_core.synth import Event, write_video
 from paravt_core.video import release_frames as R
 from paravt_core.video.sizing import fit_to_grid
 from tests.support.paths import ROOT
-
-
-def qwen_site() -> Path:
-    site = Path(os.environ.get("PARAVT_QWEN_VL_UTILS_SITE", ROOT / ".venv-bench" / "site"))
-    if not (site / "qwen_vl_utils-0.0.14.dist-info").is_dir() or not (site / "decord").is_dir():
-        message = f"qwen-vl-utils 0.0.14 and decord are not set up in {site} (scripts/setup.sh makes them)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return site
+from tests.support.qwen_site_support import qwen_site
 
 
 def test_release_sizes_and_indices_by_hand():

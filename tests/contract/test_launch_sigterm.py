@@ -59,9 +59,9 @@ from paravt_core.launch.trainjob import (
     sigterm_cause,
     workflow_owner,
 )
-from tests.contract.test_launch_trainjob import _complete, _controller, _kubeconfig, crd
 from tests.support.k8s_emulator import Emulator
 from tests.support.paths import ROOT
+from tests.support.trainjob_support import _complete, _controller, _kubeconfig, crd
 
 NS = "team-a"
 RUN = "9d3e7c1a-5b2f-4e0a-8c6d-2a1b3c4d5e6f"

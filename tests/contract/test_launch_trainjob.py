@@ -5,13 +5,11 @@ with the job's reason, re-attach on retry, a deleted job, and the RBAC those cal
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import signal
 import threading
 import time
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -33,33 +31,17 @@ from paravt_core.launch.trainjob import (
 )
 from tests.support.k8s_emulator import Emulator
 from tests.support.paths import ROOT
-
-CRD = ROOT / "tests/fixtures/k8s/trainer.kubeflow.org_trainjobs.v2.3.0.yaml"
-PYTORCHJOB_CRD = ROOT / "tests/fixtures/k8s/kubeflow.org_pytorchjobs.v1.9.0.yaml"
-NS = "paravt"
-RUN = "4b1c7e2a-0f0e-4d6e-9a55-1f3d2b8c9e01"
-CONFIG = "output: s3://bucket/runs/x/sft\nlaunch:\n  nodes: 2\n"
-
-
-@functools.cache
-def crd(path: Path = CRD) -> dict:
-    return next(d for d in yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader) if d)
-
-
-def spec() -> NodeSpec:
-    return NodeSpec(
-        image="registry/paravt-sft@sha256:" + "a" * 64,
-        node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        secret_env={
-            "AWS_ACCESS_KEY_ID": ("paravt-s3", "AWS_ACCESS_KEY_ID"),
-            "AWS_SECRET_ACCESS_KEY": ("paravt-s3", "AWS_SECRET_ACCESS_KEY"),
-        },
-        config_map_env={"AWS_ENDPOINT_URL": ("paravt-s3-config", "AWS_ENDPOINT_URL")},
-        pvc="paravt-media",
-        shm="64Gi",
-        active_deadline_s=48 * 3600,
-    )
+from tests.support.trainjob_support import (
+    CONFIG,
+    NS,
+    PYTORCHJOB_CRD,
+    RUN,
+    _complete,
+    _controller,
+    _kubeconfig,
+    crd,
+    spec,
+)
 
 
 def manifest(stage: str = "sft") -> dict:
@@ -212,20 +194,6 @@ def test_job_state_reads_trainjob_and_pytorchjob_statuses():
         == "Running"
     )
     assert job_state("pytorchjob", {"status": {"conditions": [cond("Succeeded")]}})[0] == "Complete"
-
-
-def _controller(emu: Emulator, name: str, steps: list, plural: str = "trainjobs") -> threading.Thread:
-    """Play the Trainer controller: once the job exists, apply ``steps`` (callables) ~50 ms apart."""
-
-    def go() -> None:
-        assert emu.created.wait(10)
-        for step in steps:
-            time.sleep(0.05)
-            step()
-
-    t = threading.Thread(target=go, daemon=True)
-    t.start()
-    return t
 
 
 def _rank0_pod(emu: Emulator, name: str) -> str:
@@ -698,29 +666,6 @@ def test_a_create_or_delete_the_api_server_answers_with_5xx_is_retried(committed
         with pytest.raises(ApiException) as err:
             Launcher(emu.client(), NS, poll_s=0.01, log=log.append).start(manifest())
         assert err.value.status == 403 and emu.count("create", "trainjobs") == 3
-
-
-def _kubeconfig(emu: Emulator, path: Path) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "emu", "cluster": {"server": emu.host}}],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "u"}}],
-                "current-context": "emu",
-            }
-        )
-    )
-    return path
-
-
-def _complete(emu: Emulator, ns: str, name: str) -> None:
-    cond = {"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "done"}
-    emu.set_status(
-        "trainjobs", ns, name, {"conditions": [cond | {"lastTransitionTime": "2026-11-25T09:00:00Z"}]}
-    )
 
 
 def test_sigterm_to_the_step_deletes_its_job_and_a_rerun_creates_it_again(tmp_path, monkeypatch, capsys):

@@ -22,9 +22,9 @@ from paravt_core.launch.trainjob import (
     trainjob_manifest,
     with_launch,
 )
-from tests.contract.test_launch_trainjob import CONFIG, NS, PYTORCHJOB_CRD, RUN, crd, spec
 from tests.support.k8s_emulator import Emulator
 from tests.support.paths import ROOT
+from tests.support.trainjob_support import CONFIG, NS, PYTORCHJOB_CRD, RUN, crd, spec
 
 EFA = LaunchConfig(
     fabric_resources={"vpc.amazonaws.com/efa": 32},

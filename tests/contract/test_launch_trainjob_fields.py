@@ -43,9 +43,9 @@ from paravt_core.launch.trainjob import (
     with_launch,
     workflow_owner,
 )
-from tests.contract.test_launch_trainjob import CONFIG, NS, PYTORCHJOB_CRD, RUN, crd
 from tests.support.k8s_emulator import Emulator, unknown_fields
 from tests.support.ports import free_port
+from tests.support.trainjob_support import CONFIG, NS, PYTORCHJOB_CRD, RUN, crd
 
 NAME = "paravt-sft-40851abdfdb2"  # "paravt-sft-" + the first 12 hex digits of sha256(RUN)
 UID = "6a1c2f0e-5d4b-4e8a-9c7f-0b1d2e3f4a5b"

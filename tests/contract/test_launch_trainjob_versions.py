@@ -36,9 +36,9 @@ from paravt_core.launch.trainjob import (
     trainjob_manifest,
     trainjob_spec_fields,
 )
-from tests.contract.test_launch_trainjob import CONFIG, NS, RUN, spec
 from tests.support.k8s_emulator import Emulator, unknown_fields
 from tests.support.paths import ROOT
+from tests.support.trainjob_support import CONFIG, NS, RUN, spec
 
 K8S = ROOT / "tests/fixtures/k8s"
 VERSIONS = {

@@ -18,10 +18,10 @@ import yaml
 from kfp.dsl import HTML, Artifact, Metrics, Model
 
 from paravt_core.launch.trainjob import CONFIG_ENV, job_name
-from tests.contract.test_launch_trainjob import _kubeconfig, crd
 from tests.support.k8s_emulator import Emulator
 from tests.support.paths import ROOT
 from tests.support.ports import free_port
+from tests.support.trainjob_support import _kubeconfig, crd
 
 RUN = "run-wiring-7"
 NS = "default"  # no in-cluster namespace file here

@@ -300,7 +300,7 @@ def test_strict_schedule_refuses_unpinned_images(kfp_server, tmp_path, capsys) -
 
 
 def _role_grants(name: str, overlay: str = "prod") -> set[tuple[str, str]]:
-    from tests.unit.test_platform_manifests import _grants, by_kind, render
+    from tests.support.manifests_support import _grants, by_kind, render
 
     (role,) = [r for r in by_kind(render(overlay), "Role") if r["metadata"]["name"] == name]
     return _grants(role["rules"])

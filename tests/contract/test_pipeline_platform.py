@@ -4,26 +4,10 @@ Expected values are written out by hand from the settings applied (and the Kuber
 kfp-kubernetes 2.17 uses); the compiled YAML must contain no secret value from the environment.
 """
 
-import yaml
-from kfp import compiler, dsl
+from kfp import dsl
 
 from pipelines import platform
-
-
-@dsl.component(base_image="registry.example/paravt-sft@sha256:" + "b" * 64, install_kfp_package=False)
-def probe_op(x: str) -> str:
-    return x
-
-
-def _compile(pipeline_func, tmp_path, monkeypatch) -> tuple[str, dict, dict]:
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "leak-canary-secret-91")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "leak-canary-id-91")
-    out = tmp_path / "p.yaml"
-    compiler.Compiler().compile(pipeline_func, str(out))
-    text = out.read_text()
-    spec, platform_spec = yaml.safe_load_all(text)
-    assert "leak-canary" not in text
-    return text, spec, platform_spec["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+from tests.support.platform_support import _compile, probe_op
 
 
 def test_training_stage_settings(tmp_path, monkeypatch) -> None:

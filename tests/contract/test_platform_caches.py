@@ -161,7 +161,7 @@ def test_the_cache_volume_is_one_uid_10001_can_write_without_an_fsgroup(tmp_path
     ``perm``, setupDir), which is the default now; a class of one's own stays possible."""
     from kfp import dsl
 
-    from tests.contract.test_pipeline_platform import _compile, probe_op
+    from tests.support.platform_support import _compile, probe_op
 
     if not (shutil.which("mkfs.ext4") and shutil.which("debugfs")):
         unavailable("e2fsprogs (mkfs.ext4, debugfs) is not installed (scripts/setup.sh installs it)")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.kfp_test_server import KfpTestServer
+from tests.support.manifests_support import cron_job_named, render
 from tests.support.paths import ROOT
-from tests.unit.test_platform_manifests import cron_job_named, render
 
 # The Job's command, with what it reports about itself: torch imported? peak RSS (VmHWM).
 PROBE = """

@@ -17,6 +17,7 @@ from paravt_core.engines.sglang_engine import SGLangEngine
 from paravt_core.models import load
 from paravt_core.rl.weight_sync import NcclSync, PushFailed, recover
 from tests.support.ports import free_port
+from tests.support.push_support import _OwnedServer
 from tests.support.sglang_support import SGLangReceiver, kill_mid_bucket, sglang_site
 
 STOP_AT = 40  # the tensor the push is cut before (a later bucket: session open, generation paused)
@@ -38,23 +39,6 @@ def _cut(sync: NcclSync) -> None:
         send(tensor)
 
     sync._broadcast = broadcast
-
-
-class _OwnedServer:
-    """What ``SGLangEngine.launch`` leaves on ``engine.server`` (stop / start), over the receiver: a restart
-    is a new receiver process (a new port, which the engine is pointed at)."""
-
-    def __init__(self, engine: SGLangEngine, receiver: SGLangReceiver, workdir: Path):
-        self.engine, self.receiver, self.workdir, self.starts = engine, receiver, workdir, 0
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        self.receiver.kill()
-
-    def start(self) -> None:
-        self.starts += 1
-        self.workdir.mkdir()
-        self.receiver = SGLangReceiver(sglang_site(), self.workdir)
-        self.engine.base_url = self.receiver.url
 
 
 def test_an_interrupted_push_fails_the_sync_and_close_does_not_wait(receiver, tiny_model_dir: str) -> None:

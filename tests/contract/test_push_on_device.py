@@ -104,7 +104,7 @@ def test_the_push_streams_device_buckets_and_gathers_the_tower_once(receiver, ti
 def test_a_cut_streamed_push_restarts_the_owned_server_and_streams_again_in_full(
     receiver, tiny_model_dir: str, tmp_path
 ) -> None:
-    from tests.contract.test_push_interrupt import _OwnedServer
+    from tests.support.push_support import _OwnedServer
 
     cfg = RlConfig(engine={"kind": "sglang", "weight_sync": "distributed", "base_url": receiver.url})
     learner = Learner(

@@ -24,9 +24,9 @@ from paravt_core.synth import read_code, write_coded_video
 from paravt_core.video import DecoderCache, probe
 from paravt_core.video import api as video_api
 from paravt_core.video import release_frames as R
-from tests.contract.test_eval_release_frames import qwen_site
 from tests.support.paths import ROOT
-from tests.unit.test_video_display import write_with_orientation
+from tests.support.qwen_site_support import qwen_site
+from tests.support.video_support import write_with_orientation
 
 
 @pytest.fixture(scope="module")

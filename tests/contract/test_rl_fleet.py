@@ -25,12 +25,12 @@ from paravt_core.rl.config import RlConfig
 from paravt_core.rl.launch import launch, plan, wait_for_workers
 from paravt_core.rl.learner import state_checksum
 from paravt_core.rl.weight_sync import DiskSync
-from tests.contract.test_sglang_contract import ROUTE_CLASSES
 from tests.support.agent_support import MAX_PIXELS, MIN_PIXELS, image_request, random_frames
 from tests.support.fleet_support import LoopbackFleet, parse_router_argv, router_env, router_site
 from tests.support.paths import ROOT
 from tests.support.ports import free_port, free_port_run
 from tests.support.rl_support import tiny_rl_config
+from tests.support.sglang_routes import ROUTE_CLASSES
 
 N = 3  # servers
 DELAY_S = 2.0  # every /generate waits this long on its server: requests are in flight when one is killed

@@ -16,9 +16,9 @@ from paravt_core.engines.transformers_engine import TransformersEngine
 from paravt_core.models import load
 from paravt_core.rl.learner import state_checksum
 from paravt_core.rl.stage import run
-from tests.contract.test_engines_sglang import _ContractServer
-from tests.contract.test_sglang_contract import ROUTE_CLASSES
 from tests.support.rl_support import tiny_rl_config
+from tests.support.sglang_contract_server import _ContractServer
+from tests.support.sglang_routes import ROUTE_CLASSES
 
 
 def test_stage_pushes_each_step_to_the_sglang_server(rl_data, tiny_model_dir, tmp_path, sglang_checker):

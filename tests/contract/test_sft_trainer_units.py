@@ -20,9 +20,9 @@ from paravt_core.config import SftConfig, load_config
 from paravt_core.faults import InjectedFault
 from paravt_core.sft.trainer import SftError, _Bar, _check_bad_rows, preflight_gate, train
 from scripts.gpu_profile import RANGES
-from tests.contract.test_tracking import raw_points
 from tests.support.paths import ROOT
 from tests.support.sft_support import text
+from tests.support.tracking_support import raw_points
 
 REPO = ROOT
 TINY = REPO / "configs" / "sft" / "tiny.yaml"

@@ -29,25 +29,13 @@ from paravt_core.engines.base import EngineError
 from paravt_core.engines.sglang_engine import SGLangEngine, launch_command
 from paravt_core.models import load
 from paravt_core.rl.weight_sync import NcclSync, buckets
-from tests.contract.test_engines_sglang import _ContractServer
 from tests.support.paths import ROOT
 from tests.support.ports import free_port
+from tests.support.sglang_contract_server import _ContractServer
+from tests.support.sglang_routes import ROUTE_CLASSES
 from tests.support.sglang_support import kill_mid_bucket, sglang_load_targets, sglang_site
 
 REPO = ROOT
-
-# HTTP route -> the io_struct class FastAPI parses its body into (sglang/srt/entrypoints/http_server.py)
-ROUTE_CLASSES = {
-    "/init_weights_update_group": "InitWeightsUpdateGroupReqInput",
-    "/destroy_weights_update_group": "DestroyWeightsUpdateGroupReqInput",
-    "/update_weights_from_distributed": "UpdateWeightsFromDistributedReqInput",
-    "/update_weights_from_disk": "UpdateWeightFromDiskReqInput",
-    "/begin_weight_update": "BeginWeightUpdateReqInput",
-    "/end_weight_update": "EndWeightUpdateReqInput",
-    "/pause_generation": "PauseGenerationReqInput",
-    "/continue_generation": "ContinueGenerationReqInput",
-    "/abort_request": "AbortReq",
-}
 
 
 def test_control_bodies_parse_with_sglangs_io_struct(sglang_checker, tiny_model, tmp_path):

@@ -24,9 +24,9 @@ import yaml
 from paravt_core.faults import InjectedFault
 from paravt_core.launch.retry import retry_reason, run_with_retries
 from paravt_core.launch.trainjob import JobFailed, JobPending, job_name
-from tests.contract.test_launch_trainjob import _kubeconfig, crd
 from tests.support.k8s_emulator import Emulator
 from tests.support.paths import ROOT
+from tests.support.trainjob_support import _kubeconfig, crd
 
 RUN = "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0"
 

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
-from tensorboard.compat.proto.event_pb2 import Event
 from torch.utils.tensorboard import SummaryWriter
 
 from paravt_core.config import stage_config
@@ -27,6 +25,7 @@ from paravt_core.tracking.scalars import (
     sft_scalars,
 )
 from paravt_core.tracking.tensorboard import compact, event_files
+from tests.support.tracking_support import raw_points, scalars
 
 
 class Clock:
@@ -35,23 +34,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-def scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar series as TensorBoard's reader sees it (its restart purges applied)."""
-    acc = EventAccumulator(str(logdir))
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-
-
-def raw_points(logdir: Path) -> list[tuple[str, int]]:
-    """Every (tag, step) written in the files, duplicates included (no reader's purge)."""
-    out = []
-    for path in event_files(logdir):
-        for event in map(Event.FromString, RawEventFileLoader(str(path)).Load()):
-            if event.HasField("summary"):
-                out += [(v.tag, event.step) for v in event.summary.value]
-    return out
 
 
 def test_eta_text_by_hand() -> None:
@@ -253,7 +235,7 @@ def test_s3_output_uploads_at_each_checkpoint_and_a_fresh_pod_resumes_from_it(
 
 def test_nightly_trend_holds_one_point_per_night_even_when_a_night_is_reported_twice(tmp_path: Path) -> None:
     from paravt_core.report.stage import run
-    from tests.e2e.test_report_stage import _config, _seed
+    from tests.support.report_support import _config, _seed
 
     prefix, output = str(tmp_path / "nightly"), str(tmp_path / "report")
     _seed(prefix)  # 11-21: videomme agentic 60.0; 11-22: failed; 11-23: agentic 62.5, direct 58.0

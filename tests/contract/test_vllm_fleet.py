@@ -17,10 +17,10 @@ from paravt_core.engines.registry import build, engine_config
 from paravt_core.engines.vllm_fleet import VllmFleet
 from paravt_core.models import load
 from paravt_core.rl.weight_sync import DiskSync
-from tests.contract.test_vllm_engine import _gap, _learner_logprobs, _moved, _sample, _weights
 from tests.fixtures.served import unavailable
 from tests.support.paths import ROOT
 from tests.support.ports import free_port_run
+from tests.support.vllm_support import _gap, _learner_logprobs, _moved, _sample, _weights
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 

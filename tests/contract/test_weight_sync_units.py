@@ -34,8 +34,8 @@ from paravt_core.rl.weight_sync import (
     recover,
     restart,
 )
-from tests.contract.test_engines_sglang import _ContractServer
 from tests.support.ports import free_port
+from tests.support.sglang_contract_server import _ContractServer
 
 _CLOSED_PORT = free_port()
 CLOSED = f"http://127.0.0.1:{_CLOSED_PORT}"  # nothing listens there: every call is refused at once

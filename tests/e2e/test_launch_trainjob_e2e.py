@@ -22,10 +22,10 @@ from kfp.dsl import HTML, Artifact, Metrics, Model
 
 from components.multinode import sft_trainjob_op
 from paravt_core.launch.trainjob import job_name
-from tests.contract.test_tracking import raw_points, scalars
 from tests.support.k8s_emulator import Emulator
 from tests.support.paths import ROOT
 from tests.support.ports import free_port
+from tests.support.tracking_support import raw_points, scalars
 
 REPO = ROOT
 TINY = REPO / "configs" / "sft" / "tiny.yaml"

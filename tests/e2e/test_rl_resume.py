@@ -30,7 +30,7 @@ def test_sigkill_then_rerun_matches_the_uninterrupted_run(rl_data, tiny_model_di
     straight, killed = straight_then_resumed(base, tmp_path, env, after_step=2)  # killed in step 3
     assert _history(killed) == _history(straight)  # every step's reward and loss, bit for bit
     # TensorBoard holds each step once, in the files themselves, with the uninterrupted run's values
-    from tests.contract.test_tracking import raw_points, scalars
+    from tests.support.tracking_support import raw_points, scalars
 
     assert sorted(step for tag, step in raw_points(killed / "tensorboard") if tag == "reward/mean") == [
         1,
@@ -71,7 +71,7 @@ def test_s3_output_checkpoints_final_and_resume(rl_data, tiny_model_dir, s3_buck
     trainer = json.loads(storage.read_bytes(f"{step3}/trainer.json"))
     assert state_checksum(load(result.outputs["final"]).model.state_dict()) == trainer["weights_sha256"]
     # the TensorBoard logs reached S3 (at each checkpoint and at the end, the continued run's too), each step once
-    from tests.contract.test_tracking import raw_points
+    from tests.support.tracking_support import raw_points
 
     storage.download_dir(f"{out}/tensorboard", tmp_path / "tb")
     assert sorted(step for tag, step in raw_points(tmp_path / "tb") if tag == "reward/mean") == [1, 2, 3]

@@ -17,10 +17,10 @@ import pytest
 
 from paravt_core import checkpoint
 from paravt_core.eval.stage import run as run_eval
-from tests.contract.test_tracking import raw_points, scalars
 from tests.support.eval_support import KeyedEngine, fixture_entry, tiny_eval_config
 from tests.support.paths import ROOT
 from tests.support.rl_support import tiny_rl_config
+from tests.support.tracking_support import raw_points, scalars
 
 TINY_SFT = ROOT / "configs" / "sft" / "tiny.yaml"
 SFT_TAGS = {

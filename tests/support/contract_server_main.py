@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from paravt_core.engines.sglang_engine import mm_process_config  # noqa: E402
 from paravt_core.engines.transformers_engine import TransformersEngine  # noqa: E402
 from paravt_core.models import load  # noqa: E402
-from tests.contract.test_engines_sglang import _ContractServer  # noqa: E402
+from tests.support.sglang_contract_server import _ContractServer
 
 
 def main() -> None:

@@ -8,11 +8,9 @@ from paravt_core.agent.parsing import format_tool_call
 from paravt_core.agent.prompts import load_prompt_set
 from paravt_core.cli import main as paravt
 from paravt_core.engines.transformers_engine import TransformersEngine
+from tests.support.agent_cli_support import FAST
 from tests.support.agent_support import MAX_PIXELS
 from tests.support.openai_test_server import TinyChatServer
-
-FAST = ["--overview-frames", "8", "--max-pixels", str(MAX_PIXELS), "--temperature", "0", "--max-new-tokens", "12",
-        "--set", "subagent.max_new_tokens=8", "--set", "subagent.temperature=0", "--set", "crop.max_frames=4"]  # fmt: skip
 
 
 def test_agent_run_prints_the_trajectory(tiny_model_dir, video, tmp_path, capsys):

@@ -26,7 +26,7 @@ from paravt_core.data.materialize import (
 )
 from paravt_core.data.validate import DataError, FileChecker, check_messages
 from tests.support.data_support import RL_SCHEMA, media_urls, messages, rl_table, sft_table
-from tests.unit.test_data_validate import MESSAGE_TYPE
+from tests.support.validate_support import MESSAGE_TYPE
 
 
 def test_json_rewrite_exact_output() -> None:

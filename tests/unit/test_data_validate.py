@@ -22,6 +22,7 @@ from paravt_core.data.validate import (
     check_rl,
 )
 from tests.support.data_support import messages, rl_table
+from tests.support.validate_support import MESSAGE_TYPE
 
 OK = Reason.OK
 
@@ -219,28 +220,6 @@ def test_shared_first_message_is_checked_once_and_rows_from_its_end() -> None:
     answer = {"role": "assistant", "content": [{"type": "text", "text": "A"}]}
     rows = [json.dumps([answer]), json.dumps([answer, {"role": "user", "content": []}])]
     assert check_messages(pa.array(rows))[1].tolist() == [True, True]
-
-
-MESSAGE_TYPE = pa.list_(
-    pa.struct(
-        [
-            ("role", pa.string()),
-            (
-                "content",
-                pa.list_(
-                    pa.struct(
-                        [
-                            ("type", pa.string()),
-                            ("text", pa.string()),
-                            ("video_url", pa.struct([("url", pa.string())])),
-                            ("image_url", pa.struct([("url", pa.string())])),
-                        ]
-                    )
-                ),
-            ),
-        ]
-    )
-)
 
 
 def test_nested_messages_match_reference() -> None:

@@ -51,7 +51,7 @@ def test_gpu_model_selector_is_configurable(tmp_path, monkeypatch, env, want):
     device plugin's chart with gfd enabled); without it a pod selecting on it stays Pending forever."""
     from kfp import dsl
 
-    from tests.contract.test_pipeline_platform import _compile, probe_op
+    from tests.support.platform_support import _compile, probe_op
 
     if env is None:
         monkeypatch.delenv(platform.GPU_NODE_SELECTOR_ENV, raising=False)

@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -17,30 +16,13 @@ import yaml
 
 from pipelines import platform
 from pipelines.cluster import check_cron
+from tests.support.manifests_support import BIN, _grants, by_kind, cron_job_named, render, render_dir
 from tests.support.paths import ROOT
 
-BIN = Path(sys.executable).parent
 KUBERNETES_VERSION = "1.33.0"  # the schema version the manifests are validated against
 # Overlay -> namespace: two Kubeflow profile namespaces and single-user KFP's own namespace.
 OVERLAYS = {"dev": "paravt-dev", "prod": "paravt", "single-user": "kubeflow"}
 STORAGE_CLASS = {"dev": "nfs-csi", "prod": "efs-sc", "single-user": "nfs-csi"}
-
-
-def render(overlay: str, *, volumes: bool = True) -> list[dict]:
-    """The overlay's objects and (``volumes``) those of its separate volumes kustomization."""
-    docs = render_dir(ROOT / "manifests" / "overlays" / overlay)
-    return docs + (render_dir(ROOT / "manifests" / "overlays" / overlay / "volumes") if volumes else [])
-
-
-def render_dir(path: Path) -> list[dict]:
-    proc = subprocess.run(
-        [str(BIN / "kubectl"), "kustomize", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
 def validate(path: Path) -> str:
@@ -52,10 +34,6 @@ def validate(path: Path) -> str:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
-
-
-def by_kind(docs: list[dict], kind: str) -> list[dict]:
-    return [d for d in docs if d["kind"] == kind]
 
 
 @pytest.fixture(scope="module", params=sorted(OVERLAYS))
@@ -212,11 +190,6 @@ def test_rbac_is_least_privilege(rendered) -> None:
 
 def job_named(docs: list[dict], name: str) -> dict:
     (job,) = [d for d in by_kind(docs, "Job") if d["metadata"]["name"] == name]
-    return job
-
-
-def cron_job_named(docs: list[dict], name: str) -> dict:
-    (job,) = [d for d in by_kind(docs, "CronJob") if d["metadata"]["name"] == name]
     return job
 
 
@@ -429,16 +402,6 @@ NEEDED = {
         ("jobs", "disable"),
     },
 }
-
-
-def _grants(rules: list[dict], group: str = "pipelines.kubeflow.org") -> set[tuple[str, str]]:
-    return {
-        (res, verb)
-        for r in rules
-        if group in r.get("apiGroups", [])
-        for res in r["resources"]
-        for verb in r["verbs"]
-    }
 
 
 def test_kfp_api_roles_use_only_what_kfp_authorizes(rendered) -> None:

@@ -35,8 +35,8 @@ from paravt_core.rewards.terms import (
 from paravt_core.rl.metrics import curve_keys, curves_figure, step_metrics
 from paravt_core.tracking.progress import rl_numbers
 from paravt_core.tracking.scalars import rl_scalars, rl_tags, trajectory_markdown
-from tests.contract.test_tracking import scalars
 from tests.support.rl_support import tiny_rl_config
+from tests.support.tracking_support import scalars
 
 # The trace of tests/unit/test_rewards_format.py without an <answer>: R_acc 0 (no_answer), R_fmt .2 (think) + .2
 # (anchor close) + .1 (balanced) = 0.5 under PARA-GRPO, no call -> R_tool 0; 39 characters.

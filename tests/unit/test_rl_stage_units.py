@@ -24,10 +24,10 @@ from paravt_core.rl.push import WeightPush
 from paravt_core.rl.stage import _announce_data, _check_engine, _check_resume, _reused, run
 from paravt_core.rl.weight_sync import PushFailed
 from paravt_core.train.dist import Dist
-from tests.contract.test_tracking import raw_points
 from tests.support.paths import ROOT
 from tests.support.ports import free_port
 from tests.support.rl_support import tiny_rl_config
+from tests.support.tracking_support import raw_points
 
 
 @pytest.fixture
@@ -152,7 +152,7 @@ def test_engine_max_concurrency_bounds_the_requests_at_the_server(
     from paravt_core.engines.sglang_engine import mm_process_config
     from paravt_core.engines.transformers_engine import TransformersEngine
     from paravt_core.models import load
-    from tests.contract.test_engines_sglang import _ContractServer
+    from tests.support.sglang_contract_server import _ContractServer
 
     served = load(tiny_model_dir)
     engine = TransformersEngine(served.model, served.processor)

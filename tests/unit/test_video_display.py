@@ -11,29 +11,16 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import av
 import numpy as np
 import pytest
 
 from paravt_core.synth import code_image, read_code
 from paravt_core.video import DecoderCache, crop, probe
 from paravt_core.video.display import Display, display_from_matrix
+from tests.support.video_support import write_with_orientation
 
 ONE = 65536  # 1.0 in the matrix's 16.16 fixed point
 W = 1 << 30  # the matrix's last entry (2.30 fixed point)
-
-
-def write_with_orientation(path, degrees: int, hflip: bool, frames: int = 20) -> None:
-    with av.open(str(path), "w") as out:
-        stream = out.add_stream("libx264", rate=10)
-        stream.width, stream.height, stream.pix_fmt = 128, 96, "yuv420p"
-        stream.set_display_rotation(degrees, hflip=hflip)
-        for i in range(frames):
-            rgb = np.repeat(code_image(i, 128, 96)[:, :, None], 3, axis=2)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
-                out.mux(packet)
-        for packet in stream.encode(None):
-            out.mux(packet)
 
 
 @pytest.mark.parametrize("hflip", [False, True])
