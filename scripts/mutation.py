@@ -212,8 +212,8 @@ PLATFORM: list[Platform] = [
         "components/multinode.py",
         "components/multinode.py",
         (
-            "tests/unit/test_pipeline_multinode.py",
-            "tests/unit/test_hardware_defaults.py",
+            "tests/contract/test_pipeline_multinode.py",
+            "tests/contract/test_hardware_defaults.py",
             "tests/unit/test_tracking_manifests.py",
             "tests/contract/test_multinode_steps.py",
             "tests/contract/test_stage_retry.py",

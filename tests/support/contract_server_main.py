@@ -1,4 +1,4 @@
-"""The loopback SGLang contract server (``tests/contract/test_engines_sglang._ContractServer``) as a process, the way
+"""The loopback SGLang contract server (``tests/support/sglang_contract_server._ContractServer``) as a process, the way
 ``rl.launch`` starts a server: ``python tests/support/contract_server_main.py MODEL_DIR PORT [AGENT_MAX_PIXELS
 AGENT_MIN_PIXELS]``; serves the tiny model until SIGTERM, then writes its calls to
 ``$PARAVT_CONTRACT_LOG`` (one JSON line per call) when set. ``$PARAVT_CONTRACT_DELAY_S``: every ``/generate``

@@ -21,7 +21,7 @@ def test_rl_component_ir(tmp_path, monkeypatch):
     params = component["inputDefinitions"]["parameters"]
     assert set(params) == {"config_yaml", "overrides", "model", "output", "run_prefix", "run_id"}
     # The data arrives as a typed artifact (KFP records it as the step's input); the starting model as its
-    # URI, so that KFP's launcher does not copy the checkpoint into the pod (tests/unit/test_pipeline_compile.py).
+    # URI, so that KFP's launcher does not copy the checkpoint into the pod (tests/contract/test_pipeline_compile.py).
     assert params["model"]["parameterType"] == "STRING"
     artifacts = component["inputDefinitions"]["artifacts"]
     assert {k: v["artifactType"]["schemaTitle"] for k, v in artifacts.items()} == {"data": "system.Dataset"}
