@@ -3,7 +3,7 @@
 VENV := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-demo demo test lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-step-host bench-rl-step-host bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check gpu-profile gpu-carry gpu-lending gpu-rehearsal mutation clean ablations-demo
+.PHONY: setup setup-demo demo test test-unit lint format bench bench-materialize bench-video bench-dispatch bench-sft bench-step-host bench-rl-step-host bench-rollout bench-eval bench-scoring compile images-smoke images-dag-smoke gpu-check gpu-profile gpu-carry gpu-lending gpu-rehearsal mutation clean ablations-demo
 
 setup:
 	@scripts/setup.sh all
@@ -16,6 +16,10 @@ demo: setup-demo
 
 test: setup lint
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+# The fast tier alone (tests/unit: in-process, no server or side site): only what `make demo` sets up.
+test-unit: setup-demo
+	$(VENV)/bin/python -m pytest -q tests/unit $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,6 +1,6 @@
 """One RL learner step, before and after issue 32's host-read change (commit 76a24ce), side by side.
 
-- before: ``tests/rl_step_reference.py``: the step as it was, log-probs back one sample at a time, a Python
+- before: ``tests/support/rl_step_reference.py``: the step as it was, log-probs back one sample at a time, a Python
   float per micro-batch's loss and statistic, a float norm (the equality test pins that both give the same
   numbers);
 - after: ``paravt_core.rl.learner.Learner.step``: log-probs back in one copy, losses and statistics summed on
@@ -31,8 +31,8 @@ from paravt_core.models import build_tiny_model, load  # noqa: E402
 from paravt_core.rl.learner import Learner, trace_sequence  # noqa: E402
 from paravt_core.synth import synthesize  # noqa: E402
 from paravt_core.train.syncs import HostReads  # noqa: E402
-from tests.rl_step_reference import reference_step  # noqa: E402
-from tests.rl_support import rollout_samples, run_data_stage, tiny_learner, tiny_rl_config  # noqa: E402
+from tests.support.rl_step_reference import reference_step  # noqa: E402
+from tests.support.rl_support import rollout_samples, run_data_stage, tiny_learner, tiny_rl_config  # noqa: E402
 
 
 def _samples(tmp: Path) -> tuple:

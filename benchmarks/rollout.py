@@ -44,7 +44,7 @@ from paravt_core.rl.config import RlConfig  # noqa: E402
 from paravt_core.rl.data import load_prompts  # noqa: E402
 from paravt_core.synth import synthesize  # noqa: E402
 from paravt_core.video import api as video_api  # noqa: E402
-from tests.rl_support import run_data_stage  # noqa: E402
+from tests.support.rl_support import run_data_stage  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

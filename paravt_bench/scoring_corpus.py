@@ -1,4 +1,4 @@
-"""A fixed corpus of model outputs for the scoring oracle (``make bench-scoring``, tests/test_eval_oracle.py).
+"""A fixed corpus of model outputs for the scoring oracle (``make bench-scoring``, tests/unit/test_eval_oracle.py).
 
 Seeded, so every run sees the same corpus: ``corpus(seed=0, per_type=360)`` returns ``per_type`` multiple-choice
 outputs and ``per_type`` grounding outputs, drawn from templates that cover what models actually write (answer

@@ -3,7 +3,7 @@ each verb's own example; the benchmark list (each ``Benchmark`` says what it ask
 ``paravt config show STAGE``.
 
 A field's description is its pydantic ``Field(description=...)``; every config field has one
-(``tests/test_config_descriptions.py``). Nothing here imports torch.
+(``tests/unit/test_config_descriptions.py``). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ EXAMPLES: dict[str, str] = {
 
 
 def field_description(model: type[BaseModel], name: str) -> str:
-    """The field's one-line ``Field(description=...)`` (tests/test_config_descriptions.py keeps every field
+    """The field's one-line ``Field(description=...)`` (tests/unit/test_config_descriptions.py keeps every field
     carrying one)."""
     return model.model_fields[name].description or ""
 

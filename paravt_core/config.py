@@ -422,7 +422,7 @@ class LaunchConfig(StrictModel):
 # sm90/sm100 with cuDNN > 9.15 puts cuDNN first, which builds an execution plan per new sample length.
 SdpaBackend = Literal["flash", "auto", "cudnn", "efficient", "math"]
 DEFAULT_SDPA_BACKEND: SdpaBackend = "flash"
-# one line of --help (tests/test_config_descriptions.py): the default is not yet measured on a GPU
+# one line of --help (tests/unit/test_config_descriptions.py): the default is not yet measured on a GPU
 SDPA_BACKEND_HELP = (
     "packed_sdpa's SDPA kernels: flash = flash, then efficient, math, never cuDNN; auto = torch's; "
     "a GPU run may change it"

@@ -3,7 +3,7 @@
 Needs 2 GPUs (the NCCL push cannot put two ranks of one group on one GPU; the others need one) and the RL
 image's Python (``sglang==0.5.23``). On a random-initialized Qwen3-VL-shaped model (Qwen3-VL-2B's shapes,
 ``benchmarks/sft_gpu_check.py build``; nothing downloaded) and synthetic data through the data stage. Every
-item is built so that a wrong server makes it FAIL (``tests/test_gpu_check.py`` feeds each one such a
+item is built so that a wrong server makes it FAIL (``tests/contract/test_gpu_check.py`` feeds each one such a
 server): the server's weights are read back as SGLang's own checksums (``POST /weights_checker``
 ``{"action": "checksum"}``, answered with ``per_engine_checksum``), and parity is a bounded difference of the
 log-probs both sides give one fixed continuation, never "the greedy outputs happen to agree".
@@ -42,7 +42,7 @@ exits 1 if any selected item did not pass (a skipped one included).
 
 Carried data (built on another machine) has its media paths re-pointed here (``gpu_profile.relocate``);
 ``sft_step`` starts from an empty output; ``--tiny`` runs it on the tiny model, on a CPU too (the lending
-command's test, ``tests/test_gpu_lending.py``).
+command's test, ``tests/e2e/test_gpu_lending.py``).
 
 ``--only`` runs the named items alone (the others read "skipped: not selected"): on a machine with one GPU and
 no SGLang, ``--only sft_step`` is the item that can run.

@@ -1,7 +1,7 @@
 """``gpu_check``'s engine items on vLLM (``python scripts/gpu_check.py --engine vllm``): the same questions as
 the SGLang items, asked of the vLLM server the stages launch (``engines/kinds/vllm.py``). On a GPU machine the
 server runs on GPU 1 in bf16 beside the transformers side on GPU 0; on a CPU (``--tiny`` with vLLM's CPU
-build, what ``make test`` runs: ``tests/test_gpu_check_vllm.py``) both in float32. vLLM has no weight checksum
+build, what ``make test`` runs: ``tests/contract/test_gpu_check_vllm.py``) both in float32. vLLM has no weight checksum
 that sees every layer (``/weight_checker`` misses CPU linear layers), so every item reads the served weights
 back as log-probs: a sample drawn by vLLM, scored by the RL learner's own forward (``PolicyLogprobs``) on the
 same token ids and pixels, within ``tolerance`` (bf16: ``gpu_check.TOLERANCE``; float32: ``FLOAT32_TOLERANCE``).
@@ -51,7 +51,7 @@ ITEMS = [
     "rl_step",
 ]
 NEEDS = {name: ["vllm_launch"] for name in ITEMS[1:-1]}
-FLOAT32_TOLERANCE = 1e-4  # measured 4.8e-7 on the tiny model (tests/test_vllm_engine.py)
+FLOAT32_TOLERANCE = 1e-4  # measured 4.8e-7 on the tiny model (tests/contract/test_vllm_engine.py)
 TEMPERATURE = 0.7
 REPLY_TOKENS = 8
 

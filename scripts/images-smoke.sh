@@ -103,8 +103,8 @@ done
 say "synthetic data + test S3 server"
 rm -rf "$WORK/synth" "$WORK/s3"
 $PY -m paravt_core.cli synth "$WORK/synth" --videos 4 --seconds 6 >/dev/null
-eval "$($PY -m tests.s3server start --dir "$WORK/s3")"
-trap '$PY -m tests.s3server stop --dir "$WORK/s3" >/dev/null 2>&1 || true' EXIT
+eval "$($PY -m tests.support.s3server start --dir "$WORK/s3")"
+trap '$PY -m tests.support.s3server stop --dir "$WORK/s3" >/dev/null 2>&1 || true' EXIT
 BUCKET=s3://images-smoke
 $PY - <<EOF
 from paravt_core import storage

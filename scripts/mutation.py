@@ -73,13 +73,13 @@ class Platform:
 
 # the benchmark package's in-process tests (converters, registry, metrics, demo fixtures), shared by its modules
 # (with test_eval_release.py's benchmark-layout tests; not the two that only start subprocesses)
-REL = "tests/test_eval_release.py::test_"
+REL = "tests/unit/test_eval_release.py::test_"
 BENCH_TESTS = (
-    "tests/test_eval_benchmarks.py",
-    "tests/test_eval_benchmark_registry.py",
-    "tests/test_eval_scoring.py",
-    "tests/test_eval_demo_data.py",
-    "tests/test_eval_benchmarks_units.py",
+    "tests/unit/test_eval_benchmarks.py",
+    "tests/unit/test_eval_benchmark_registry.py",
+    "tests/unit/test_eval_scoring.py",
+    "tests/contract/test_eval_demo_data.py",
+    "tests/unit/test_eval_benchmarks_units.py",
     *(
         REL + t
         for t in (
@@ -120,12 +120,16 @@ PLATFORM: list[Platform] = [
     Platform(
         "eval/scoring.py",
         "paravt_core/eval/scoring.py",
-        ("tests/test_eval_scoring.py", "tests/test_eval_runner.py", "tests/test_eval_scoring_units.py"),
+        (
+            "tests/unit/test_eval_scoring.py",
+            "tests/unit/test_eval_runner.py",
+            "tests/unit/test_eval_scoring_units.py",
+        ),
     ),
     Platform(
         "eval/runner.py",
         "paravt_core/eval/runner.py",
-        ("tests/test_eval_runner.py", "tests/test_eval_runner_units.py"),
+        ("tests/unit/test_eval_runner.py", "tests/unit/test_eval_runner_units.py"),
         sample=30,
     ),
     # eval/config.py has no entry: its code is class bodies (fields) and decorated methods (validators,
@@ -140,22 +144,22 @@ PLATFORM: list[Platform] = [
         "eval/tally.py",
         "paravt_core/eval/tally.py",
         (
-            "tests/test_eval_benchmark_registry.py",
-            "tests/test_eval_scoring.py",
-            "tests/test_eval_tally_units.py",
+            "tests/unit/test_eval_benchmark_registry.py",
+            "tests/unit/test_eval_scoring.py",
+            "tests/unit/test_eval_tally_units.py",
         ),
     ),
-    Platform("train/syncs.py", "paravt_core/train/syncs.py", ("tests/test_train_syncs.py",)),
+    Platform("train/syncs.py", "paravt_core/train/syncs.py", ("tests/unit/test_train_syncs.py",)),
     Platform(
         "cli_errors.py",
         "paravt_core/cli_errors.py",
         (
-            "tests/test_cli_errors_units.py",
-            "tests/test_cli_errors_units.py::test_tidying_keeps_the_config_beside_a_checkpoint_and_empty_folders",
-            "tests/test_cli_errors_units.py::test_the_removed_again_line_names_only_the_output_or_its_parents",
-            "tests/test_cli_errors_units.py::test_eval_merge_without_benchmarks_of_its_own_is_accepted",
-            "tests/test_cli_bad_inputs.py::test_only_folders_without_results_are_tidied",
-            "tests/test_stage_output_owner.py",
+            "tests/contract/test_cli_errors_units.py",
+            "tests/contract/test_cli_errors_units.py::test_tidying_keeps_the_config_beside_a_checkpoint_and_empty_folders",
+            "tests/contract/test_cli_errors_units.py::test_the_removed_again_line_names_only_the_output_or_its_parents",
+            "tests/contract/test_cli_errors_units.py::test_eval_merge_without_benchmarks_of_its_own_is_accepted",
+            "tests/contract/test_cli_bad_inputs.py::test_only_folders_without_results_are_tidied",
+            "tests/unit/test_stage_output_owner.py",
         ),
         sample=150,
     ),
@@ -163,11 +167,11 @@ PLATFORM: list[Platform] = [
         "rl/launch.py",
         "paravt_core/rl/launch.py",
         (
-            "tests/test_rl_launch.py",
-            "tests/test_rl_fleet.py",
-            "tests/test_rl_launch_units.py",
-            "tests/test_rl_launch_units.py::test_every_server_of_a_fleet_plan_is_told_the_served_dtype",
-            "tests/test_rl_launch_units.py::test_the_launched_server_process_gets_its_pinning",
+            "tests/contract/test_rl_launch.py",
+            "tests/contract/test_rl_fleet.py",
+            "tests/contract/test_rl_launch_units.py",
+            "tests/contract/test_rl_launch_units.py::test_every_server_of_a_fleet_plan_is_told_the_served_dtype",
+            "tests/contract/test_rl_launch_units.py::test_the_launched_server_process_gets_its_pinning",
         ),
         sample=120,
     ),
@@ -175,10 +179,10 @@ PLATFORM: list[Platform] = [
         "rl/weight_sync.py",
         "paravt_core/rl/weight_sync.py",
         (
-            "tests/test_sglang_contract.py",
-            "tests/test_served_dtype.py",
-            "tests/test_weight_sync_units.py::test_two_group_names_made_in_one_process_differ",
-            "tests/test_weight_sync_units.py",
+            "tests/contract/test_sglang_contract.py",
+            "tests/contract/test_served_dtype.py",
+            "tests/contract/test_weight_sync_units.py::test_two_group_names_made_in_one_process_differ",
+            "tests/contract/test_weight_sync_units.py",
         ),
         sample=60,
     ),
@@ -186,16 +190,16 @@ PLATFORM: list[Platform] = [
         "rl/stage.py",
         "paravt_core/rl/stage.py",
         (
-            "tests/test_rl_stage.py",
-            "tests/test_rl_pinning.py",
-            "tests/test_served_dtype.py",
-            "tests/test_rl_stage_units.py::test_the_server_the_rl_stage_starts_itself_gets_its_pinning",
-            "tests/test_rl_stage_units.py",
-            "tests/test_rl_sglang.py",
-            "tests/test_push_on_device.py",
-            "tests/test_push_interrupt.py",
-            "tests/test_rl_fleet.py",
-            "tests/test_rl_fsdp.py",
+            "tests/e2e/test_rl_stage.py",
+            "tests/contract/test_rl_pinning.py",
+            "tests/contract/test_served_dtype.py",
+            "tests/unit/test_rl_stage_units.py::test_the_server_the_rl_stage_starts_itself_gets_its_pinning",
+            "tests/unit/test_rl_stage_units.py",
+            "tests/contract/test_rl_sglang.py",
+            "tests/contract/test_push_on_device.py",
+            "tests/contract/test_push_interrupt.py",
+            "tests/contract/test_rl_fleet.py",
+            "tests/e2e/test_rl_fsdp.py",
         ),
         sample=40,
     ),
@@ -203,12 +207,12 @@ PLATFORM: list[Platform] = [
         "checkpoint.py",
         "paravt_core/checkpoint.py",
         (
-            "tests/test_sft_train.py",
-            "tests/test_rl_resume.py",
-            "tests/test_storage_faults.py",
-            "tests/test_checkpoint_units.py",
-            "tests/test_checkpoint_units.py::test_save_hf_writes_the_saved_tensors_dtype_when_none_is_given",
-            "tests/test_checkpoint_units.py::test_saving_a_bf16_copy_leaves_the_live_models_config_float32",
+            "tests/e2e/test_sft_train.py",
+            "tests/e2e/test_rl_resume.py",
+            "tests/contract/test_storage_faults.py",
+            "tests/contract/test_checkpoint_units.py",
+            "tests/contract/test_checkpoint_units.py::test_save_hf_writes_the_saved_tensors_dtype_when_none_is_given",
+            "tests/contract/test_checkpoint_units.py::test_saving_a_bf16_copy_leaves_the_live_models_config_float32",
         ),
         sample=60,
     ),
@@ -216,9 +220,9 @@ PLATFORM: list[Platform] = [
         "models.py",
         "paravt_core/models.py",
         (
-            "tests/test_models.py",
-            "tests/test_models_units.py",
-            "tests/test_models_units.py::test_bars_off_restores_the_callers_state_in_both_directions",
+            "tests/contract/test_models.py",
+            "tests/contract/test_models_units.py",
+            "tests/contract/test_models_units.py::test_bars_off_restores_the_callers_state_in_both_directions",
         ),
         sample=100,
     ),
@@ -226,10 +230,10 @@ PLATFORM: list[Platform] = [
         "engines/sglang_engine.py",
         "paravt_core/engines/sglang_engine.py",
         (
-            "tests/test_engines_sglang.py",
-            "tests/test_sglang_contract.py",
-            "tests/test_rl_sglang.py",
-            "tests/test_sglang_engine_units.py",
+            "tests/contract/test_engines_sglang.py",
+            "tests/contract/test_sglang_contract.py",
+            "tests/contract/test_rl_sglang.py",
+            "tests/unit/test_sglang_engine_units.py",
         ),
         sample=60,
     ),
@@ -237,11 +241,11 @@ PLATFORM: list[Platform] = [
         "launch/trainjob.py",
         "paravt_core/launch/trainjob.py",
         (
-            "tests/test_launch_trainjob.py",
-            "tests/test_launch_trainjob_fields.py",
-            "tests/test_launch_trainjob_cluster.py",
-            "tests/test_launch_sigterm.py",
-            "tests/test_stage_retry.py::test_a_multinode_step_recreates_its_failed_job_and_follows_it_to_completion",
+            "tests/contract/test_launch_trainjob.py",
+            "tests/contract/test_launch_trainjob_fields.py",
+            "tests/contract/test_launch_trainjob_cluster.py",
+            "tests/contract/test_launch_sigterm.py",
+            "tests/contract/test_stage_retry.py::test_a_multinode_step_recreates_its_failed_job_and_follows_it_to_completion",
         ),
         sample=150,
     ),
@@ -249,10 +253,10 @@ PLATFORM: list[Platform] = [
         "sft/trainer.py",
         "paravt_core/sft/trainer.py",
         (
-            "tests/test_sft_train.py",
-            "tests/test_sft_step_host.py",
-            "tests/test_sft_config.py",
-            "tests/test_sft_trainer_units.py",
+            "tests/e2e/test_sft_train.py",
+            "tests/unit/test_sft_step_host.py",
+            "tests/unit/test_sft_config.py",
+            "tests/contract/test_sft_trainer_units.py",
         ),
         sample=40,
     ),
@@ -260,11 +264,11 @@ PLATFORM: list[Platform] = [
         "eval/stage.py",
         "paravt_core/eval/stage.py",
         (
-            "tests/test_eval_stage.py",
-            "tests/test_eval_shards.py",
-            "tests/test_eval_stage_units.py",
-            "tests/test_eval_stage_units.py::test_a_shard_run_of_a_complete_output_evaluates_its_shard",
-            "tests/test_eval_stage_units.py::test_release_preset_aligns_subtitles_to_its_own_frame_count",
+            "tests/e2e/test_eval_stage.py",
+            "tests/unit/test_eval_shards.py",
+            "tests/contract/test_eval_stage_units.py",
+            "tests/contract/test_eval_stage_units.py::test_a_shard_run_of_a_complete_output_evaluates_its_shard",
+            "tests/contract/test_eval_stage_units.py::test_release_preset_aligns_subtitles_to_its_own_frame_count",
         ),
         sample=60,
     ),
@@ -272,40 +276,40 @@ PLATFORM: list[Platform] = [
         "eval/formats.py",
         "paravt_core/eval/formats.py",
         (
-            "tests/test_eval_benchmarks.py",
-            "tests/test_eval_release.py",
-            "tests/test_eval_runner.py",
-            "tests/test_eval_formats_units.py",
+            "tests/unit/test_eval_benchmarks.py",
+            "tests/unit/test_eval_release.py",
+            "tests/unit/test_eval_runner.py",
+            "tests/unit/test_eval_formats_units.py",
         ),
     ),
     Platform(
         "scripts/gpu_check.py",
         "scripts/gpu_check.py",
         (
-            "tests/test_gpu_check.py",
-            "tests/test_gpu_check_units.py",
-            "tests/test_gpu_check_units.py::test_gpu_check_refuses_a_checksum_unless_every_rank_reported_one",
-            "tests/test_gpu_check_units.py::test_gpu_check_served_scores_check_which_tokens_were_scored",
-            "tests/test_gpu_check_units.py::test_gpu_check_nccl_push_fails_whenever_the_launch_checksum_does_not_come_back",
+            "tests/contract/test_gpu_check.py",
+            "tests/unit/test_gpu_check_units.py",
+            "tests/unit/test_gpu_check_units.py::test_gpu_check_refuses_a_checksum_unless_every_rank_reported_one",
+            "tests/unit/test_gpu_check_units.py::test_gpu_check_served_scores_check_which_tokens_were_scored",
+            "tests/unit/test_gpu_check_units.py::test_gpu_check_nccl_push_fails_whenever_the_launch_checksum_does_not_come_back",
         ),
         sample=120,
     ),
 ]
 # The release-reproduction code: the release's readers, rescore, comparability, the release's frames, the media
 # path. Each with its in-process tests (subprocess probes cannot be attributed by mutmut).
-R = "tests/test_eval_readers.py::"
+R = "tests/unit/test_eval_readers.py::"
 # the tests written for the first runs' survivors of readers, comparability and the media path (run for each)
 M = (
     R + "test_release_letter_single_letter_rules",
     R + "test_release_interval_fallback_order",
     R + "test_release_iou_is_over_the_hull_and_zero_for_an_empty_one",
     R + "test_release_score_of_no_reply_reads_nothing",
-    "tests/test_eval_report.py::test_comparability_defaults_of_an_old_results_file_name_ours_in_order",
-    "tests/test_eval_report.py::test_comparability_charades_subtitles_and_mmvu_lines_are_whole",
-    "tests/test_eval_report.py::test_config_differences_lines_are_whole_and_read_only_this_benchmarks_rows",
-    "tests/test_eval_report.py::test_config_differences_without_an_engine_kind_name_transformers",
-    "tests/test_media_path.py::test_merge_media_scatters_in_the_embeddings_dtype_and_orders_deepstack_rows_by_position",
-    "tests/test_media_path.py::test_merge_media_refuses_images_and_videos_with_different_deepstack_depths",
+    "tests/unit/test_eval_report.py::test_comparability_defaults_of_an_old_results_file_name_ours_in_order",
+    "tests/unit/test_eval_report.py::test_comparability_charades_subtitles_and_mmvu_lines_are_whole",
+    "tests/unit/test_eval_report.py::test_config_differences_lines_are_whole_and_read_only_this_benchmarks_rows",
+    "tests/unit/test_eval_report.py::test_config_differences_without_an_engine_kind_name_transformers",
+    "tests/contract/test_media_path.py::test_merge_media_scatters_in_the_embeddings_dtype_and_orders_deepstack_rows_by_position",
+    "tests/contract/test_media_path.py::test_merge_media_refuses_images_and_videos_with_different_deepstack_depths",
 )
 PLATFORM += [
     Platform(
@@ -318,7 +322,7 @@ PLATFORM += [
             R + "test_the_headline_uses_the_release_reader_under_its_error_rule_and_keeps_ours_beside_it",
             R + "test_charades_headline_reads_intervals_as_the_release_does",
             R + "test_mmvu_release_headline_is_every_item_with_open_ended_read_as_letters_and_errors_wrong",
-            "tests/test_eval_oracle.py::test_the_release_rule",
+            "tests/unit/test_eval_oracle.py::test_the_release_rule",
             *M,
         ),
     ),
@@ -327,7 +331,7 @@ PLATFORM += [
         "paravt_core/eval/rescore.py",
         (
             R + "test_rescore_rereads_saved_records_offline_with_either_reader",
-            "tests/test_eval_rescore.py",
+            "tests/contract/test_eval_rescore.py",
         ),
     ),
     Platform(
@@ -337,8 +341,8 @@ PLATFORM += [
             R + "test_comparability_names_each_failed_condition",
             R + "test_preset_release_brings_the_release_frame_path_whatever_the_base_agent_says",
             R + "test_comparability_names_every_failure_at_once_and_the_reader",
-            "tests/test_eval_release.py::test_comparability_requires_preset_prompts_and_error_rule_and_names_each_failure",
-            "tests/test_eval_release.py::test_videomme_wsub_aligned_on_a_real_video_and_labelled_in_the_report",
+            "tests/unit/test_eval_release.py::test_comparability_requires_preset_prompts_and_error_rule_and_names_each_failure",
+            "tests/unit/test_eval_release.py::test_videomme_wsub_aligned_on_a_real_video_and_labelled_in_the_report",
             *M,
         ),
         only=("x_comparability__mutmut_*", "x__config_differences__mutmut_*"),
@@ -347,8 +351,8 @@ PLATFORM += [
         "video/release_frames.py",
         "paravt_core/video/release_frames.py",
         (
-            "tests/test_eval_release_frames.py",
-            "tests/test_eval_runner.py::test_release_preset_reproduces_the_released_driver",
+            "tests/contract/test_eval_release_frames.py",
+            "tests/unit/test_eval_runner.py::test_release_preset_reproduces_the_released_driver",
         ),
         sample=100,
     ),
@@ -356,25 +360,25 @@ PLATFORM += [
         "train/media.py",
         "paravt_core/train/media.py",
         (
-            "tests/test_sft_packing.py",
-            "tests/test_media_path.py::test_training_refuses_a_language_model_that_would_drop_the_media",
+            "tests/unit/test_sft_packing.py",
+            "tests/contract/test_media_path.py::test_training_refuses_a_language_model_that_would_drop_the_media",
             *M,
         ),
     ),
 ]
 # The agent's episode, the video tool, the stage lifecycle, the reward terms, the frame paths and the KFP
 # launchers (a folder's files as one entry: ``path`` ``pkg/*``). The components' bodies are one call each into
-# components/launchers (tests/test_component_specs.py pins that), so mutmut mutates the logic there itself.
-V = "tests/test_video_bad_input.py::"
+# components/launchers (tests/unit/test_component_specs.py pins that), so mutmut mutates the logic there itself.
+V = "tests/contract/test_video_bad_input.py::"
 PLATFORM += [
     Platform(
         "agent/episode.py",
         "paravt_core/agent/episode.py",
         (
-            "tests/test_agent_episode.py",
-            "tests/test_agent_episode_safety.py",
-            "tests/test_agent_segments.py",
-            "tests/test_agent_episode_units.py",
+            "tests/unit/test_agent_episode.py",
+            "tests/unit/test_agent_episode_safety.py",
+            "tests/unit/test_agent_segments.py",
+            "tests/unit/test_agent_episode_units.py",
         ),
         sample=60,
     ),
@@ -382,7 +386,7 @@ PLATFORM += [
         "video/api.py",
         "paravt_core/video/api.py",
         (
-            "tests/test_video_exact.py",
+            "tests/unit/test_video_exact.py",
             *(V + t for t in ("test_missing_file", "test_directory_is_not_a_video", "test_zero_byte_file")),
             *(V + t for t in ("test_text_file_named_mp4", "test_one_frame_video", "test_invalid_windows")),
             *(
@@ -392,10 +396,10 @@ PLATFORM += [
                     "test_run_crops_keeps_good_windows_next_to_bad_ones",
                 )
             ),
-            "tests/test_release_driver_crop_clamp.py",
-            "tests/test_release_wire_jpeg.py",
-            "tests/test_video_display.py",
-            "tests/test_video_api_units.py",
+            "tests/unit/test_release_driver_crop_clamp.py",
+            "tests/unit/test_release_wire_jpeg.py",
+            "tests/unit/test_video_display.py",
+            "tests/unit/test_video_api_units.py",
         ),
         sample=40,
     ),
@@ -403,36 +407,39 @@ PLATFORM += [
         "stage.py",
         "paravt_core/stage.py",
         (
-            "tests/test_stage_lifecycle.py",
-            "tests/test_stage_config_rule.py",
-            "tests/test_stage_output_owner.py",
-            "tests/test_stage_units.py",
+            "tests/unit/test_stage_lifecycle.py",
+            "tests/unit/test_stage_config_rule.py",
+            "tests/unit/test_stage_output_owner.py",
+            "tests/unit/test_stage_units.py",
         ),
         sample=40,
     ),
     Platform(
         "rewards/terms.py",
         "paravt_core/rewards/terms.py",
-        ("tests/test_reward_terms.py", "tests/test_reward_terms_units.py"),
+        ("tests/unit/test_reward_terms.py", "tests/unit/test_reward_terms_units.py"),
         sample=40,
     ),
     Platform(
-        "agent/frame_paths/*", "paravt_core/agent/frame_paths/*", ("tests/test_frame_paths.py",), sample=30
+        "agent/frame_paths/*",
+        "paravt_core/agent/frame_paths/*",
+        ("tests/unit/test_frame_paths.py",),
+        sample=30,
     ),
     Platform(
         "components/launchers/*",
         "components/launchers/*",
         (
-            "tests/test_component_specs.py",
-            "tests/test_multinode_steps.py",
-            "tests/test_pipeline_multinode.py",
-            "tests/test_rl_component.py",
+            "tests/unit/test_component_specs.py",
+            "tests/contract/test_multinode_steps.py",
+            "tests/contract/test_pipeline_multinode.py",
+            "tests/unit/test_rl_component.py",
             # not its compile test (about 90 s): the steps' own refusals
-            "tests/test_hardware_defaults.py::test_a_multinode_rl_step_refuses_the_cpu_demo_on_16_gpus",
-            "tests/test_hardware_defaults.py::test_a_one_node_rl_step_refuses_the_cpu_demo_in_a_gpu_pod",
-            "tests/test_hardware_defaults.py::test_float32_is_refused_at_8b_and_allowed_for_the_tiny_model",
-            "tests/test_eval_reserved_gpus.py",
-            "tests/test_tracking_manifests.py",
+            "tests/contract/test_hardware_defaults.py::test_a_multinode_rl_step_refuses_the_cpu_demo_on_16_gpus",
+            "tests/contract/test_hardware_defaults.py::test_a_one_node_rl_step_refuses_the_cpu_demo_in_a_gpu_pod",
+            "tests/contract/test_hardware_defaults.py::test_float32_is_refused_at_8b_and_allowed_for_the_tiny_model",
+            "tests/unit/test_eval_reserved_gpus.py",
+            "tests/unit/test_tracking_manifests.py",
         ),
         sample=20,
     ),
@@ -445,7 +452,7 @@ NOT_RUN = {"not checked", "skipped"}
 def _env(root: Path = ROOT) -> dict[str, str]:
     # mutmut runs the tests inside mutants/: its copy of paravt_core must win over any installed one.
     # The SGLang and router side sites lie beside the repository's venvs, which mutants/ has not: name them,
-    # or the contract and fleet tests skip there (tests/sglang_support.py, tests/fleet_support.py) and every
+    # or the contract and fleet tests skip there (tests/support/sglang_support.py, tests/support/fleet_support.py) and every
     # mutant they would check survives.
     site, router = ROOT / ".venv-bench" / "sglang-site", ROOT / ".venv-router"
     return {

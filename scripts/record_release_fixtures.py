@@ -15,7 +15,7 @@ release's reader (its ``requirements/eval.lock``).
 
 Images are stored small: size, sha256 of the decoded RGB pixels and a 4 x 4 box-filtered thumbnail, enough to
 compare pixels within JPEG round-off. Output: ``tests/fixtures/release/<benchmark>.json``, read by
-``tests/test_eval_release_fixtures.py``.
+``tests/contract/test_eval_release_fixtures.py``.
 """
 
 from __future__ import annotations

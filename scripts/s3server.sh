@@ -9,7 +9,7 @@ PY=${PYTHON:-.venv/bin/python}
 cmd=${1:?usage: $0 start|stop [DIR]}
 dir=${2:-build/s3server}
 case "$cmd" in
-  start) mkdir -p "$(dirname "$dir")"; exec "$PY" -m tests.s3server start --dir "$(realpath -m "$dir")" ;;
-  stop) exec "$PY" -m tests.s3server stop --dir "$(realpath -m "$dir")" ;;
+  start) mkdir -p "$(dirname "$dir")"; exec "$PY" -m tests.support.s3server start --dir "$(realpath -m "$dir")" ;;
+  stop) exec "$PY" -m tests.support.s3server stop --dir "$(realpath -m "$dir")" ;;
   *) echo "usage: $0 start|stop [DIR]" >&2; exit 2 ;;
 esac

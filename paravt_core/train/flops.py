@@ -26,7 +26,7 @@ under activation checkpointing (``train.fsdp.checkpoint_layers``) but its last m
 forward of lm_head, whose chunks run under ``torch.utils.checkpoint`` (``train.logprobs``). The last matmul
 (the MLP's down projection, fc2 in a vision block) only feeds the residual add, which saves nothing for the
 backward, and torch's non-reentrant checkpoint stops recomputing once every saved tensor is back
-(``tests/test_flops.py`` checks all of this against ``torch.utils.flop_counter`` on a real step).
+(``tests/unit/test_flops.py`` checks all of this against ``torch.utils.flop_counter`` on a real step).
 Kernel-internal recompute (flash / memory-efficient attention recomputing the scores in its backward) is
 not counted: it depends on the kernel.
 
