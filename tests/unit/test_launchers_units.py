@@ -113,24 +113,31 @@ def test_the_rl_step_writes_under_the_run_root_unless_given_an_output_and_publis
     from paravt_core.rl.config import RlConfig
 
     root = _root(tmp_path)  # no run_prefix: the run's directory cut off the artifacts' URIs
-    for out in (root / "rl", tmp_path / "mine"):
+    prefix = tmp_path / "runs" / "r1"
+    for out in (root / "rl", prefix / "rl", tmp_path / "mine"):
         cfg = stage_config(RlConfig, "{}", NO_RERUN)
         cfg.data, cfg.model, cfg.output = str(tmp_path / "data"), str(tmp_path / "sft"), str(out)
         _complete("rl", cfg, {"metrics.json": b'{"steps": 3}', "curves.png": b"PNG2"})
     final, curves, m, trained, tb = _rl(tmp_path, "")
-    assert (
-        final == trained.metadata["uri"] == trained.uri == f"{root}/rl/final"
-    )  # under the run root: its URI
+    # under the run root: exposed as the artifacts' URIs
+    assert final == trained.metadata["uri"] == trained.uri == f"{root}/rl/final"
     assert tb.metadata == {"logdir": f"{root}/rl/tensorboard", "uri": f"{root}/rl/tensorboard"}
     assert tb.uri == f"{root}/rl/tensorboard"
     assert Path(curves.path).read_bytes() == b"PNG2" and curves.metadata["uri"] == f"{root}/rl/curves.png"
     assert m.metadata == {"steps": 3}
-    final, _, _, trained, tb = _rl(tmp_path, str(tmp_path / "mine"), run_prefix=str(tmp_path / "elsewhere"))
+    final, _, _, trained, tb = _rl(tmp_path, "", run_prefix=f"{prefix}/")  # a run prefix: under it
+    assert final == trained.metadata["uri"] == f"{prefix}/rl/final"
+    assert tb.metadata["logdir"] == f"{prefix}/rl/tensorboard"
+    final, _, _, trained, tb = _rl(
+        tmp_path, str(tmp_path / "mine"), run_prefix=str(prefix)
+    )  # an output given wins
     assert final == trained.metadata["uri"] == f"{tmp_path}/mine/final"
     assert tb.metadata["logdir"] == f"{tmp_path}/mine/tensorboard"
-    assert tb.uri == str(
-        root / "task" / "salt" / "tb"
-    )  # outside the run root: the URI stays, metadata points
+    # outside the run root: the URIs stay, the metadata points at the location
+    assert (tb.uri, trained.uri) == (
+        str(root / "task" / "salt" / "tb"),
+        str(root / "task" / "salt" / "trained"),
+    )
 
 
 # -- the data step: media_root under the mount, the stage's output, extraction root and downloads folder ------
@@ -164,6 +171,34 @@ def test_the_data_step_extracts_under_media_root_and_downloads_beside_it(
     config = (root / "data" / "config.yaml").read_text()
     assert f"root: {mount}/videos\n" in config and f"work_dir: {mount}/videos/.downloads\n" in config
     assert metrics.metadata and all(isinstance(v, int | float) for v in metrics.metadata.values())
+
+
+def test_the_data_step_refuses_a_media_root_or_extract_root_outside_the_mount(tmp_path: Path) -> None:
+    """Checked before the config is read or anything run: after normalising (``..`` leaves the mount)."""
+    from components.launchers.data import data_step
+
+    arts = [
+        _out(c, tmp_path, n) for c, n in ((Artifact, "audit"), (Metrics, "metrics"), (Dataset, "dataset"))
+    ]
+    for root, shown in (("/mnt/media-other", "/mnt/media-other"), ("/mnt/media/../../tmp", "/tmp")):
+        with pytest.raises(ValueError) as err:
+            data_step("{}", [], *arts, run_id=RUN, media_root=root, media_mount="/mnt/media/")
+        assert str(err.value) == (
+            f"media_root '{shown}' is not under the media volume's mount '/mnt/media/': the extraction would "
+            "stay in this pod; use a directory under the mount (the volume cannot move)"
+        )
+    with pytest.raises(
+        ValueError, match=r"^extract.root 'media' is not under the media volume's mount '/mnt/media'"
+    ):
+        data_step(
+            "extract: {root: media}",
+            [],
+            *arts,
+            run_id=RUN,
+            media_root="/mnt/media/v",
+            media_mount="/mnt/media",
+        )
+    assert not _root(tmp_path).joinpath("data").exists()
 
 
 def test_the_data_step_without_a_mount_takes_any_media_root(
