@@ -440,6 +440,7 @@ PLATFORM += [
             "tests/contract/test_hardware_defaults.py::test_float32_is_refused_at_8b_and_allowed_for_the_tiny_model",
             "tests/unit/test_eval_reserved_gpus.py",
             "tests/unit/test_tracking_manifests.py",
+            "tests/unit/test_launchers_units.py",
         ),
         sample=20,
     ),

@@ -29,7 +29,11 @@ NO_RERUN = ["launch.retries=0"]  # a mutant that sends the stage elsewhere fails
 @pytest.fixture(autouse=True)
 def _pod_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # the launchers set KFP_RUN_ID and settle_caches may drop cache variables: restored after each test
+    import torch
+
     monkeypatch.setenv("KFP_RUN_ID", "before")
+    # a CPU pod wherever the tests run: the steps' GPU rules (CPU configs refused beside GPUs) stay out of it
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     for name in CACHE_ENV:
         monkeypatch.delenv(name, raising=False)
 
