@@ -140,8 +140,7 @@ def plan(
                 dp_size=dp,
                 base_gpu_id=0,  # of the GPUs CUDA_VISIBLE_DEVICES shows it
                 mem_fraction_static=e.mem_fraction_static,
-                max_pixels=_pixels(cfg)[1],  # the encoder's budget (one for all)
-                min_pixels=_pixels(cfg)[0],
+                **_pixels(cfg),  # the encoder's budget (one for all)
                 deterministic_inference=e.deterministic_inference,
                 dtype=cfg.dtype,
             )
@@ -160,10 +159,11 @@ def plan(
     return Plan(learner_cmd, learner_env, server_cmd, server_env, base_url, overrides, in_process)
 
 
-def _pixels(cfg: RlConfig) -> tuple[int | None, int | None]:
-    """(min, max) pixels of a launched server's processor: the frame path's, as the episode encoder's ((None,
-    None): the checkpoint's own settings)."""
-    return cfg.agent.frames.processor_pixels(cfg.agent) or (None, None)
+def _pixels(cfg: RlConfig) -> dict[str, int | None]:
+    """``launch_command``'s pixel arguments: the frame path's budget, as the episode encoder's (None: the
+    checkpoint's own processor settings)."""
+    lo, hi = cfg.agent.frames.processor_pixels(cfg.agent) or (None, None)
+    return {"min_pixels": lo, "max_pixels": hi}
 
 
 def _learner(
@@ -231,8 +231,7 @@ def _fleet_plan(
                     dp_size=per // tp,
                     base_gpu_id=0,
                     mem_fraction_static=e.mem_fraction_static,
-                    max_pixels=_pixels(cfg)[1],  # the encoder's budget (one for all)
-                    min_pixels=_pixels(cfg)[0],
+                    **_pixels(cfg),  # the encoder's budget (one for all)
                     deterministic_inference=e.deterministic_inference,
                     dtype=cfg.dtype,
                 )
